@@ -1,0 +1,22 @@
+"""One module per accelerator, listed in one explicit dict: each difference lives in its module."""
+
+from __future__ import annotations
+
+from torchyard.accelerators import cpu, cuda, rocm, xpu
+from torchyard.accelerators.base import Accelerator, HostFacts
+from torchyard.matrix.schema import AcceleratorName
+
+ACCELERATORS: dict[AcceleratorName, Accelerator] = {
+    "cpu": cpu,
+    "cuda": cuda,
+    "rocm": rocm,
+    "xpu": xpu,
+}
+
+
+def nox_session(name: AcceleratorName) -> str:
+    """The nox session that tests entries of this accelerator (the same name CI calls)."""
+    return f"test-{name}"
+
+
+__all__ = ["ACCELERATORS", "Accelerator", "HostFacts", "nox_session"]

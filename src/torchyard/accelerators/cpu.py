@@ -1,0 +1,19 @@
+"""CPU: no device flags, nothing to probe on the host."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from torchyard.accelerators.base import HostFacts
+
+NAME: Literal["cpu"] = "cpu"
+TORCH_DEVICE = "cpu"
+VISIBLE_DEVICE_VARIABLES: tuple[str, ...] = ()
+
+
+def docker_run_args(host: HostFacts) -> tuple[str, ...]:
+    return ()
+
+
+def host_problems(host: HostFacts) -> tuple[str, ...]:
+    return ()

@@ -1,0 +1,231 @@
+"""matrix.toml -> `Plan`: parse once with tomllib, validate everything, fail with one pointed line."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, cast
+
+from torchyard.errors import ConfigError
+from torchyard.matrix.reader import Table, describe
+from torchyard.matrix.schema import (
+    ACCELERATOR_NAMES,
+    INDEX_STRATEGIES,
+    SUITE_NAMES,
+    AcceleratorConfig,
+    AcceleratorName,
+    Entry,
+    ImageRef,
+    Index,
+    IndexStrategy,
+    Plan,
+    SuiteName,
+    Tolerance,
+    VendorPin,
+)
+
+PYTHON_VERSION = re.compile(r"3\.(0|[1-9][0-9]*)")
+ENTRY_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+IMAGE_REF = re.compile(r"(?P<name>[a-z0-9][A-Za-z0-9._/:-]*)@(?P<digest>sha256:[0-9a-f]{64})")
+DEFAULT_PLATFORM = "x86_64-manylinux_2_28"
+TOLERANCE_FIELDS = ("max-scaled-error", "max-rel-l2", "min-cosine")
+
+
+def load_plan(path: Path) -> Plan:
+    """Read and validate `path`; every mistake raises `ConfigError` naming the file and key path."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file (pass --matrix PATH)") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read: {error}") from None
+    return parse_plan(text, path)
+
+
+def parse_plan(text: str, source: Path) -> Plan:
+    file = source.name
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{file}: invalid TOML: {error}") from None
+    root = Table(data, file)
+    indexes = _indexes(root)
+    exclude_newer = _timestamp(root, "exclude-newer", required=False)
+    accelerators = _accelerators(root, indexes)
+    entries = _entries(root, accelerators, exclude_newer)
+    root.finish()
+    return Plan(
+        source=source,
+        indexes=tuple(indexes.values()),
+        accelerators=tuple(accelerators.values()),
+        entries=entries,
+    )
+
+
+def _indexes(root: Table) -> dict[str, Index]:
+    table = root.table("indexes")
+    assert table is not None
+    indexes: dict[str, Index] = {}
+    for name in table.names():
+        url = table.string(name)
+        if not re.fullmatch(r"(https?|file)://\S+", url):
+            raise table.error(name, f"expected an http(s):// or file:// URL, got {describe(url)}")
+        indexes[name] = Index(name, url.rstrip("/"))
+    if not indexes:
+        raise root.error("indexes", "expected at least one named index")
+    return indexes
+
+
+def _choice(table: Table, key: str, allowed: tuple[str, ...], value: str) -> str:
+    if value not in allowed:
+        raise table.error(key, f"expected one of {', '.join(allowed)}, got {describe(value)}")
+    return value
+
+
+def _index_names(table: Table, key: str, known: dict[str, Index]) -> tuple[Index, ...]:
+    names = table.string_list(key, non_empty=True)
+    assert names is not None
+    for position, name in enumerate(names):
+        if name not in known:
+            raise table.error(
+                f"{key}[{position}]",
+                f"unknown index {describe(name)} (defined in [indexes]: {', '.join(known)})",
+            )
+    return tuple(known[name] for name in names)
+
+
+def _image(table: Table, key: str) -> ImageRef:
+    value = table.string(key)
+    match = IMAGE_REF.fullmatch(value)
+    if match is None:
+        if "@sha256:" not in value:
+            raise table.error(key, f"expected an image pinned by digest (name:tag@sha256:...), got {describe(value)}")
+        raise table.error(key, f"expected name:tag@sha256:<64 hex digits>, got {describe(value)}")
+    return ImageRef(match["name"], match["digest"])
+
+
+def _vendor(table: Table) -> tuple[VendorPin, ...]:
+    vendor = table.table("vendor", required=False)
+    if vendor is None:
+        return ()
+    pins = tuple(VendorPin(name, vendor.string(name)) for name in vendor.names())
+    vendor.finish()
+    return pins
+
+
+def _accelerators(root: Table, indexes: dict[str, Index]) -> dict[str, AcceleratorConfig]:
+    section = root.table("accelerators")
+    assert section is not None
+    configs: dict[str, AcceleratorConfig] = {}
+    for name in section.names():
+        _choice(section, name, ACCELERATOR_NAMES, name)
+        table = section.table(name)
+        assert table is not None
+        strategy = table.string("index-strategy", default="first-index")
+        configs[name] = AcceleratorConfig(
+            name=cast(AcceleratorName, name),
+            base_image=_image(table, "base-image"),
+            indexes=_index_names(table, "indexes", indexes),
+            index_strategy=cast(IndexStrategy, _choice(table, "index-strategy", INDEX_STRATEGIES, strategy)),
+            platform=table.string("platform", default=DEFAULT_PLATFORM),
+            vendor=_vendor(table),
+            docker_run=table.string_list("docker-run", required=False) or (),
+            runs_on=table.string_list("runs-on", non_empty=True) or (),
+        )
+        table.finish()
+    return configs
+
+
+def _timestamp(table: Table, key: str, *, required: bool) -> str | None:
+    value: Any = table.value(key, required=False)
+    if value is None:
+        if required:
+            raise table.error(key, "required key is missing (or set exclude-newer at the top level)")
+        return None
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return f"{value.isoformat()}T00:00:00Z"
+    raise table.error(
+        key, f"expected a date (2026-11-01) or a UTC date-time (2026-11-01T00:00:00Z), got {describe(value)}"
+    )
+
+
+def _tolerances(table: Table) -> tuple[Tolerance, ...]:
+    section = table.table("tolerances", required=False)
+    if section is None:
+        return ()
+    tolerances = []
+    for key in section.names():
+        if not re.fullmatch(r"[a-z0-9]+\.[a-z0-9_-]+", key):
+            raise section.error(
+                key, f'expected a key "<dtype>.<backend>" such as "float32.inductor", got {describe(key)}'
+            )
+        bounds = section.table(key)
+        assert bounds is not None
+        values = {field: bounds.number(field) for field in TOLERANCE_FIELDS}
+        bounds.finish()
+        tolerances.append(Tolerance(key, values["max-scaled-error"], values["max-rel-l2"], values["min-cosine"]))
+    section.finish()
+    return tuple(tolerances)
+
+
+def _entries(
+    root: Table, accelerators: dict[str, AcceleratorConfig], default_exclude_newer: str | None
+) -> tuple[Entry, ...]:
+    entries: list[Entry] = []
+    seen: set[str] = set()
+    for table in root.array_of_tables("entry", _entry_label):
+        entries.append(_entry(table, accelerators, default_exclude_newer, seen))
+    if not entries:
+        raise root.error("entry", "expected at least one [[entry]]")
+    return tuple(entries)
+
+
+def _entry_label(position: int, item: dict[str, Any]) -> str:
+    name = item.get("name")
+    return f'entry "{name}"' if isinstance(name, str) and name else f"entry[{position}]"
+
+
+def _entry(
+    table: Table,
+    accelerators: dict[str, AcceleratorConfig],
+    default_exclude_newer: str | None,
+    seen: set[str],
+) -> Entry:
+    name = table.string("name")
+    if not ENTRY_NAME.fullmatch(name):
+        raise table.error("name", f"expected lowercase letters, digits, '.', '_' or '-', got {describe(name)}")
+    if name in seen:
+        raise table.error("name", f"duplicate entry name {describe(name)}")
+    seen.add(name)
+    accelerator_name = table.string("accelerator")
+    if accelerator_name not in accelerators:
+        raise table.error(
+            "accelerator",
+            f"unknown accelerator {describe(accelerator_name)} (defined in [accelerators]: {', '.join(accelerators)})",
+        )
+    python: Any = table.value("python", required=True)
+    if not isinstance(python, str) or not PYTHON_VERSION.fullmatch(python):
+        raise table.error("python", f'expected "3.N", got {describe(python)}')
+    requirements = table.string_list("requirements", non_empty=True)
+    assert requirements is not None
+    suites = table.string_list("suites", required=False) or SUITE_NAMES
+    for position, suite in enumerate(suites):
+        _choice(table, f"suites[{position}]", SUITE_NAMES, suite)
+    exclude_newer = _timestamp(table, "exclude-newer", required=default_exclude_newer is None)
+    cases = table.string_list("cases", required=False) or ()
+    entry = Entry(
+        name=name,
+        accelerator=accelerators[accelerator_name],
+        python=python,
+        requirements=requirements,
+        suites=cast(tuple[SuiteName, ...], suites),
+        exclude_newer=exclude_newer or cast(str, default_exclude_newer),
+        tolerances=_tolerances(table),
+        cases=cases,
+    )
+    table.finish()
+    return entry

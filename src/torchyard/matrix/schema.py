@@ -1,0 +1,98 @@
+"""The typed plan that matrix.toml parses into. Nothing downstream of `load` sees a raw dict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, get_args
+
+AcceleratorName = Literal["cpu", "cuda", "rocm", "xpu"]
+ACCELERATOR_NAMES: tuple[AcceleratorName, ...] = get_args(AcceleratorName)
+
+SuiteName = Literal["export", "compile", "runtime", "parity"]
+SUITE_NAMES: tuple[SuiteName, ...] = get_args(SuiteName)
+
+IndexStrategy = Literal["first-index", "unsafe-first-match", "unsafe-best-match"]
+INDEX_STRATEGIES: tuple[IndexStrategy, ...] = get_args(IndexStrategy)
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """A container image pinned by digest: `name[:tag]@sha256:<64 hex>`."""
+
+    name: str
+    digest: str
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.digest}"
+
+
+@dataclass(frozen=True)
+class Index:
+    """A named package index; a mirror may replace its URL per machine without editing matrix.toml."""
+
+    name: str
+    url: str
+
+
+@dataclass(frozen=True)
+class VendorPin:
+    """A package the base image ships and that must be kept: resolved against, never replaced."""
+
+    name: str
+    version: str
+
+    def __str__(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Parity bounds for one dtype x backend; a field left `None` keeps the built-in default."""
+
+    key: str  # "<dtype>.<backend>", e.g. "float32.inductor"
+    max_scaled_error: float | None = None
+    max_rel_l2: float | None = None
+    min_cosine: float | None = None
+
+
+@dataclass(frozen=True)
+class AcceleratorConfig:
+    name: AcceleratorName
+    base_image: ImageRef
+    indexes: tuple[Index, ...]
+    index_strategy: IndexStrategy
+    platform: str
+    vendor: tuple[VendorPin, ...]
+    docker_run: tuple[str, ...]
+    runs_on: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    accelerator: AcceleratorConfig
+    python: str
+    requirements: tuple[str, ...]
+    suites: tuple[SuiteName, ...]
+    exclude_newer: str
+    tolerances: tuple[Tolerance, ...]
+    cases: tuple[str, ...]
+
+    @property
+    def indexes(self) -> tuple[Index, ...]:
+        return self.accelerator.indexes
+
+
+@dataclass(frozen=True)
+class Plan:
+    source: Path
+    indexes: tuple[Index, ...]
+    accelerators: tuple[AcceleratorConfig, ...]
+    entries: tuple[Entry, ...]
+
+    def entry(self, name: str) -> Entry:
+        for entry in self.entries:
+            if entry.name == name:
+                return entry
+        raise KeyError(name)

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.unit.matrix_text import VALID
+from torchyard.cli import main
+
+REPO = Path(__file__).parents[2]
+
+
+@pytest.fixture
+def matrix(tmp_path: Path) -> Path:
+    path = tmp_path / "matrix.toml"
+    path.write_text(VALID, encoding="utf-8")
+    return path
+
+
+def test_plan_prints_a_markdown_table(matrix: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--matrix", str(matrix)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split("|")[1].strip() == "entry"
+    assert lines[1].startswith("|---")
+    assert [line.split("|")[1].strip() for line in lines[2:]] == ["cpu", "cuda"]
+
+
+def test_matrix_github_json(matrix: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["matrix", "--github", "--matrix", str(matrix), "--entry", "cuda"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document == {
+        "include": [
+            {
+                "name": "cuda",
+                "accelerator": "cuda",
+                "runs-on": ["self-hosted", "gpu", "cuda"],
+                "session": "test-cuda",
+                "python": "3.12",
+            }
+        ]
+    }
+
+
+def test_committed_matrix_has_the_four_entries(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["matrix", "--github", "--matrix", str(REPO / "matrix.toml")]) == 0
+    include = json.loads(capsys.readouterr().out)["include"]
+    assert [(item["name"], item["session"]) for item in include] == [
+        ("cpu", "test-cpu"),
+        ("cuda", "test-cuda"),
+        ("rocm", "test-rocm"),
+        ("xpu", "test-xpu"),
+    ]
+    assert include[0]["runs-on"] == ["ubuntu-24.04"]
+    assert all("self-hosted" in item["runs-on"] for item in include[1:])
+
+
+def test_bad_selection_is_one_line_and_exit_2(matrix: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--matrix", str(matrix), "--entry", "nope"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == "torchyard: matrix.toml: no entry named 'nope' (entries: cpu, cuda)\n"
+
+
+def test_missing_matrix_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--matrix", str(tmp_path / "absent.toml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "absent.toml: no such file" in err

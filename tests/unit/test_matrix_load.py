@@ -1,0 +1,185 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.unit.matrix_text import VALID
+from torchyard.errors import ConfigError
+from torchyard.matrix import Tolerance, VendorPin, load_plan, parse_plan
+
+
+def parse(text: str):  # type: ignore[no-untyped-def]
+    return parse_plan(text, Path("matrix.toml"))
+
+
+def error_of(text: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        parse(text)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_valid_matrix_becomes_a_typed_plan() -> None:
+    plan = parse(VALID)
+    cpu, cuda = plan.entries
+    assert cpu.name == "cpu" and cpu.python == "3.11"
+    assert cpu.suites == ("export", "compile", "runtime", "parity")
+    assert cpu.exclude_newer == "2026-11-01T00:00:00Z"
+    assert [index.name for index in cuda.indexes] == ["pypi", "extra"]
+    assert cuda.accelerator.index_strategy == "unsafe-best-match"
+    assert cuda.accelerator.vendor == (VendorPin("torch", "2.9.1"),)
+    assert cuda.accelerator.docker_run == ("--shm-size", "8g")
+    assert cuda.exclude_newer == "2026-10-01T00:00:00Z"
+    assert cuda.suites == ("export", "parity")
+    assert cuda.tolerances == (Tolerance("float32.inductor", 1e-4, None, 0.9999),)
+    assert str(cpu.accelerator.base_image).startswith("debian:bookworm-slim@sha256:7802")
+
+
+def test_committed_matrix_is_valid() -> None:
+    plan = load_plan(Path(__file__).parents[2] / "matrix.toml")
+    assert [entry.name for entry in plan.entries] == ["cpu", "cuda", "rocm", "xpu"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (
+            'python = "3.12"',
+            "python = 3.12",
+            'matrix.toml: entry "cuda" > python: expected "3.N", got 3.12',
+        ),
+        (
+            'python = "3.12"',
+            'python = "3.x"',
+            'matrix.toml: entry "cuda" > python: expected "3.N", got "3.x"',
+        ),
+        (
+            'requirements = ["torch==2.14.*"]',
+            "requirements = []",
+            'matrix.toml: entry "cuda" > requirements: expected at least one item, got an empty array',
+        ),
+        (
+            'requirements = ["torch==2.14.*"]',
+            'requirements = ["torch", 3]',
+            'matrix.toml: entry "cuda" > requirements[1]: expected a non-empty string, got 3',
+        ),
+        (
+            'accelerator = "cuda"',
+            'accelerator = "rocm"',
+            'matrix.toml: entry "cuda" > accelerator: unknown accelerator "rocm" '
+            "(defined in [accelerators]: cpu, cuda)",
+        ),
+        (
+            'indexes = ["pypi", "extra"]',
+            'indexes = ["pypi", "nvidia"]',
+            'matrix.toml: accelerators > cuda > indexes[1]: unknown index "nvidia" (defined in [indexes]: pypi, extra)',
+        ),
+        (
+            'base-image = "ubuntu:24.04@sha256:1e622c5f073b4f6bfad6632f2616c7f59ef256e96fe78bf6a595d1dc4376ac02"',
+            'base-image = "ubuntu:24.04"',
+            "matrix.toml: accelerators > cuda > base-image: expected an image pinned by digest "
+            '(name:tag@sha256:...), got "ubuntu:24.04"',
+        ),
+        (
+            'base-image = "ubuntu:24.04@sha256:1e622c5f073b4f6bfad6632f2616c7f59ef256e96fe78bf6a595d1dc4376ac02"',
+            'base-image = "ubuntu:24.04@sha256:1e62"',
+            "matrix.toml: accelerators > cuda > base-image: expected name:tag@sha256:<64 hex digits>, "
+            'got "ubuntu:24.04@sha256:1e62"',
+        ),
+        (
+            'suites = ["export", "parity"]',
+            'suits = ["export", "parity"]',
+            "matrix.toml: entry \"cuda\" > suits: unknown key; did you mean 'suites'?",
+        ),
+        (
+            'suites = ["export", "parity"]',
+            'suites = ["export", "benchmarks"]',
+            'matrix.toml: entry "cuda" > suites[1]: expected one of export, compile, runtime, parity, got "benchmarks"',
+        ),
+        (
+            'index-strategy = "unsafe-best-match"',
+            'index-strategy = "best"',
+            "matrix.toml: accelerators > cuda > index-strategy: expected one of first-index, "
+            'unsafe-first-match, unsafe-best-match, got "best"',
+        ),
+        (
+            "[accelerators.cuda]",
+            "[accelerators.tpu]",
+            'matrix.toml: accelerators > tpu: expected one of cpu, cuda, rocm, xpu, got "tpu"',
+        ),
+        (
+            'runs-on = ["self-hosted", "gpu", "cuda"]',
+            'runs_on = ["self-hosted", "gpu", "cuda"]',
+            "matrix.toml: accelerators > cuda > runs-on: required key is missing (is 'runs_on' a typo for it?)",
+        ),
+        (
+            "max-scaled-error = 1e-4",
+            'max-scaled-error = "small"',
+            'matrix.toml: entry "cuda" > tolerances > float32.inductor > max-scaled-error: '
+            'expected a number, got "small"',
+        ),
+        (
+            "exclude-newer = 2026-10-01\n",
+            'exclude-newer = "yesterday"\n',
+            'matrix.toml: entry "cuda" > exclude-newer: expected a date (2026-11-01) or a UTC date-time '
+            '(2026-11-01T00:00:00Z), got "yesterday"',
+        ),
+        (
+            'torch = "2.9.1"',
+            "torch = 2",
+            "matrix.toml: accelerators > cuda > vendor > torch: expected a non-empty string, got 2",
+        ),
+    ],
+)
+def test_each_mistake_gets_one_pointed_line(old: str, new: str, expected: str) -> None:
+    assert old in VALID
+    assert error_of(VALID.replace(old, new, 1)) == expected
+
+
+def test_duplicate_entry_names() -> None:
+    text = VALID.replace('name = "cuda"', 'name = "cpu"')
+    assert error_of(text) == 'matrix.toml: entry "cpu" > name: duplicate entry name "cpu"'
+
+
+def test_missing_required_key_in_entry() -> None:
+    text = VALID.replace('python = "3.11"\n', "")
+    assert error_of(text) == 'matrix.toml: entry "cpu" > python: required key is missing'
+
+
+def test_entry_without_name_is_named_by_position() -> None:
+    text = VALID.replace('name = "cuda"\n', "")
+    assert error_of(text) == "matrix.toml: entry[1] > name: required key is missing"
+
+
+def test_unknown_top_level_key_suggests_the_known_one() -> None:
+    text = VALID.replace("[indexes]", "[indices]")
+    assert error_of(text) == "matrix.toml: indexes: required key is missing (is 'indices' a typo for it?)"
+    text = VALID + '\n[acelerators.xpu]\nbase-image = "x"\n'
+    assert error_of(text) == "matrix.toml: acelerators: unknown key; did you mean 'accelerators'?"
+
+
+def test_toml_syntax_error_names_the_line() -> None:
+    message = error_of(VALID.replace('python = "3.11"', 'python = "3.11'))
+    assert message.startswith("matrix.toml: invalid TOML: ")
+    assert "line 25" in message
+
+
+def test_exclude_newer_required_without_a_top_level_default() -> None:
+    text = VALID.replace("exclude-newer = 2026-11-01T00:00:00Z\n", "")
+    assert error_of(text) == (
+        'matrix.toml: entry "cpu" > exclude-newer: required key is missing (or set exclude-newer at the top level)'
+    )
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"no such file \(pass --matrix PATH\)"):
+        load_plan(tmp_path / "matrix.toml")
+
+
+def test_control_characters_in_keys_and_values_stay_on_one_line() -> None:
+    text = VALID.replace('python = "3.12"', 'python = "3.12\\n"')
+    assert error_of(text) == 'matrix.toml: entry "cuda" > python: expected "3.N", got "3.12\\n"'
+    text = VALID.replace("[indexes]", '[indexes]\n"bad\\nkey" = 1')
+    assert error_of(text) == "matrix.toml: indexes > bad\\nkey: expected a non-empty string, got 1"
