@@ -11,6 +11,11 @@ nox.options.sessions = ["lint", "tests"]
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 
 
+def _entry_args(posargs: list[str]) -> list[str]:
+    """`-- cpu cuda --flag` -> `--entry cpu --entry cuda --flag`: entries are named positionally."""
+    return [arg for item in posargs for arg in ((item,) if item.startswith("-") else ("--entry", item))]
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Unit tests: no Docker, no network, no torch. Extra arguments go to pytest."""
@@ -19,12 +24,19 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def integration(session: nox.Session) -> None:
+    """Integration tests: real uv against PyPI, a real Docker engine. Extra arguments go to pytest."""
+    session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "test"))
+    session.run("pytest", "tests/integration", "-m", "integration", *session.posargs)
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff (lint and format check) and mypy --strict."""
     session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "lint"))
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    session.run("mypy", "src", "tests/unit", "noxfile.py")
+    session.run("mypy", "src", "tests/unit", "tests/integration", "noxfile.py")
 
 
 @nox.session
@@ -35,3 +47,10 @@ def matrix(session: nox.Session) -> None:
         session.run("torchyard", "matrix", *session.posargs, silent=False)
     else:
         session.run("torchyard", "plan", *session.posargs)
+
+
+@nox.session
+def lock(session: nox.Session) -> None:
+    """Lock entries with the pinned uv: `nox -s lock [-- ENTRY ...]`; `-- --check` checks offline."""
+    session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "lock"))
+    session.run("torchyard", "lock", *_entry_args(session.posargs))

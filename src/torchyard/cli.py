@@ -11,6 +11,7 @@ from pathlib import Path
 from torchyard import __version__
 from torchyard.errors import TorchyardError
 from torchyard.github import matrix_include
+from torchyard.lockcmd import check_locks, lock_all
 from torchyard.matrix import Entry, load_plan, select_entries
 from torchyard.tables import markdown_table
 
@@ -37,6 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("plan", parents=[common], help="print the matrix entries as a table")
     matrix = commands.add_parser("matrix", parents=[common], help="print the matrix for CI")
     matrix.add_argument("--github", action="store_true", required=True, help="GitHub Actions `include` JSON")
+    lock = commands.add_parser("lock", parents=[common], help="lock each entry with uv, or --check freshness")
+    lock.add_argument("--check", action="store_true", help="offline: compare every lock with its inputs")
+    lock.add_argument(
+        "--allow-missing", action="store_true", help="with --check: report missing locks without failing"
+    )
+    lock.add_argument("--lockdir", type=Path, default=Path("lockfiles"), help="where lockfiles live")
     return parser
 
 
@@ -68,6 +75,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write(plan_table(_selected(args)))
         elif args.command == "matrix":
             print(json.dumps(matrix_include(_selected(args)), separators=(",", ":")))
+        elif args.command == "lock" and args.check:
+            check_locks(_selected(args), args.lockdir, allow_missing=args.allow_missing)
+        elif args.command == "lock":
+            lock_all(_selected(args), args.lockdir)
         return 0
     except TorchyardError as error:
         print(f"torchyard: {error}", file=sys.stderr)

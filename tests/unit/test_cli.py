@@ -66,3 +66,15 @@ def test_missing_matrix_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["plan", "--matrix", str(tmp_path / "absent.toml")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "absent.toml: no such file" in err
+
+
+def test_lock_check_reports_missing_and_fails(
+    matrix: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("torchyard.lockcmd.uv_version", lambda runner: "0.13.9")
+    args = ["lock", "--check", "--matrix", str(matrix), "--lockdir", str(tmp_path / "locks")]
+    assert main(args) == 1
+    captured = capsys.readouterr()
+    assert "| cpu   | missing |" in captured.out
+    assert captured.err == "torchyard: 2 of 2 locks not fresh: cpu, cuda\n"
+    assert main([*args, "--allow-missing"]) == 0

@@ -1,0 +1,83 @@
+"""Per-machine mirrors: point a named index at another URL or a local wheel folder, no matrix edit.
+
+Two sources, the environment winning over the file:
+- `TORCHYARD_MIRRORS="pypi=file:///srv/pypi/simple nvidia=/srv/wheels"` (whitespace-separated);
+- `$TORCHYARD_MIRRORS_FILE`, else `$XDG_CONFIG_HOME/torchyard/mirrors.toml` (`~/.config/...`), with a
+  `[mirrors]` table of the same `name = "target"` pairs.
+A target with a scheme (`https://`, `http://`, `file://`) is a PEP 503 index; a plain path is a flat
+folder of wheels (uv's `--find-links`). Mirrors change where files come from, never which files:
+the lock's hashes still have to match.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from torchyard.errors import ConfigError
+from torchyard.matrix.schema import Index
+
+ENV_VAR = "TORCHYARD_MIRRORS"
+FILE_ENV_VAR = "TORCHYARD_MIRRORS_FILE"
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one named index is read from on this machine."""
+
+    name: str
+    kind: Literal["index", "find-links"]
+    location: str
+
+
+def _target(name: str, target: str, origin: str) -> Source:
+    if re.match(r"(https?|file)://", target):
+        return Source(name, "index", target.rstrip("/"))
+    if not target.startswith("/"):
+        raise ConfigError(f"{origin}: mirror {name!r}: expected a URL or an absolute folder path, got {target!r}")
+    return Source(name, "find-links", target)
+
+
+def _from_file(path: Path) -> dict[str, str]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read mirrors: {error}") from None
+    unknown = sorted(set(data) - {"mirrors"})
+    if unknown:
+        raise ConfigError(f"{path}: {unknown[0]}: unknown key; expected only a [mirrors] table")
+    table = data.get("mirrors", {})
+    if not isinstance(table, dict) or not all(isinstance(value, str) for value in table.values()):
+        raise ConfigError(f'{path}: mirrors: expected a table of name = "URL or folder"')
+    return dict(table)
+
+
+def mirrors_file(env: Mapping[str, str]) -> Path:
+    if FILE_ENV_VAR in env:
+        return Path(env[FILE_ENV_VAR])
+    config_home = Path(env.get("XDG_CONFIG_HOME") or Path(env.get("HOME", "/nonexistent")) / ".config")
+    return config_home / "torchyard" / "mirrors.toml"
+
+
+def load_mirrors(env: Mapping[str, str] = os.environ) -> dict[str, Source]:
+    """The machine's mirrors by index name (empty when none is configured)."""
+    path = mirrors_file(env)
+    mirrors = {name: _target(name, target, str(path)) for name, target in _from_file(path).items()}
+    for pair in env.get(ENV_VAR, "").split():
+        name, separator, target = pair.partition("=")
+        if not separator or not name or not target:
+            raise ConfigError(f"{ENV_VAR}: expected NAME=URL-or-folder pairs, got {pair!r}")
+        mirrors[name] = _target(name, target, ENV_VAR)
+    return mirrors
+
+
+def sources_for(indexes: Sequence[Index], mirrors: Mapping[str, Source]) -> tuple[Source, ...]:
+    """Each index as this machine reaches it: its mirror when one is set, else its matrix URL."""
+    return tuple(mirrors.get(index.name, Source(index.name, "index", index.url)) for index in indexes)

@@ -1,0 +1,187 @@
+"""Lockfiles with real uv against a local folder of tiny wheels the tests build: no network."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from torchyard.errors import LockError
+from torchyard.lock import check_entry, compile_args, lock_entry, lock_path, read_header, uv_version
+from torchyard.matrix import Entry, parse_plan
+from torchyard.mirrors import Source
+from torchyard.wheelfile import write_wheel
+
+MATRIX = """\
+exclude-newer = 2026-11-01T00:00:00Z
+[indexes]
+pypi = "https://unreachable.invalid/simple"
+[accelerators.cpu]
+base-image = "debian:bookworm-slim@sha256:{digest}"
+indexes = ["pypi"]
+runs-on = ["ubuntu-24.04"]
+[accelerators.rocm]
+base-image = "rocm/pytorch:x@sha256:{digest}"
+indexes = ["pypi"]
+runs-on = ["self-hosted"]
+[accelerators.rocm.vendor]
+torch = "2.13.0"
+numpy = "*"
+[[entry]]
+name = "app"
+accelerator = "cpu"
+python = "3.11"
+requirements = {requirements}
+[[entry]]
+name = "vendored"
+accelerator = "rocm"
+python = "3.11"
+requirements = {vendored}
+"""
+
+
+def make_plan(requirements: str = '["app"]', vendored: str = '["needs-torch"]') -> tuple[Entry, Entry]:
+    text = MATRIX.format(digest="0" * 64, requirements=requirements, vendored=vendored)
+    app, vendored_entry = parse_plan(text, Path("matrix.toml")).entries
+    return app, vendored_entry
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("wheels")
+    write_wheel(folder, "app", "1.0", requires=["lib>=1"])
+    write_wheel(folder, "lib", "1.0")
+    write_wheel(folder, "lib", "2.0")
+    write_wheel(folder, "torch", "2.13.0", requires=["vendor-only-dep"])
+    write_wheel(folder, "torch", "2.14.0", requires=["vendor-only-dep"])
+    write_wheel(folder, "vendor-only-dep", "1.0")
+    write_wheel(folder, "numpy", "2.0.0")
+    write_wheel(folder, "needs-torch", "1.0", requires=["torch>=2.13", "numpy"])
+    write_wheel(folder, "needs-new-torch", "1.0", requires=["torch>=2.14"])
+    return folder
+
+
+@pytest.fixture
+def mirrors(wheels: Path) -> dict[str, Source]:
+    return {"pypi": Source("pypi", "find-links", str(wheels))}
+
+
+def packages(path: Path) -> list[str]:
+    return [line.split(" ")[0] for line in path.read_text().splitlines() if line[:1].isalnum()]
+
+
+def test_compile_args_name_every_input() -> None:
+    app, vendored = make_plan()
+    sources = (Source("pypi", "index", "https://mirror.example/simple"), Source("x", "find-links", "/wheels"))
+    args = compile_args(vendored, sources, Path("/out/lock.txt"), excludes=Path("/e.txt"))
+    assert args == (
+        "uv", "pip", "compile", "requirements.in",
+        "--generate-hashes", "--no-header", "--no-config",
+        "--python-version", "3.11",
+        "--python-platform", "x86_64-manylinux_2_28",
+        "--index-strategy", "first-index",
+        "--exclude-newer", "2026-11-01T00:00:00Z",
+        "--output-file", "/out/lock.txt",
+        "--default-index", "https://mirror.example/simple",
+        "--find-links", "/wheels",
+        "--excludes", "/e.txt",
+        "--no-emit-package", "torch",
+        "--no-emit-package", "numpy",
+    )  # fmt: skip
+    only_folder = compile_args(app, (Source("pypi", "find-links", "/w"),), Path("/l"), excludes=None)
+    assert only_folder[-3:] == ("--no-index", "--find-links", "/w")
+
+
+@pytest.mark.real_subprocess
+def test_lock_then_check_fresh_and_relock_is_byte_identical(tmp_path: Path, mirrors: dict[str, Source]) -> None:
+    app, _ = make_plan()
+    path = lock_entry(app, tmp_path, mirrors)
+    assert path == lock_path(tmp_path, app)
+    assert packages(path) == ["app==1.0", "lib==2.0"]
+    assert "--hash=sha256:" in path.read_text()
+    first = path.read_bytes()
+    assert check_entry(app, tmp_path, uv_version()).status == "fresh"
+    lock_entry(app, tmp_path, mirrors)
+    assert path.read_bytes() == first
+
+
+@pytest.mark.real_subprocess
+def test_changed_input_is_stale_and_names_it(tmp_path: Path, mirrors: dict[str, Source]) -> None:
+    app, _ = make_plan()
+    lock_entry(app, tmp_path, mirrors)
+    changed, _ = make_plan(requirements='["app", "lib<2"]')
+    result = check_entry(changed, tmp_path, uv_version())
+    assert (result.status, result.detail) == ("stale", "inputs changed: requirements")
+    assert check_entry(app, tmp_path, "0.0.1").detail == "inputs changed: uv"
+
+
+def test_missing_lock_says_which_index_and_what_to_run(tmp_path: Path) -> None:
+    app, _ = make_plan()
+    result = check_entry(app, tmp_path, "0.13.9")
+    assert result.status == "missing"
+    assert result.detail == (
+        "run `nox -s lock -- app` on a machine that reaches pypi (https://unreachable.invalid/simple)"
+    )
+
+
+@pytest.mark.real_subprocess
+def test_hand_edit_fails_check_and_install(tmp_path: Path, mirrors: dict[str, Source], wheels: Path) -> None:
+    app, _ = make_plan()
+    path = lock_entry(app, tmp_path, mirrors)
+    text = path.read_text()
+    edited = text.replace("lib==2.0", "lib==1.0")
+    path.write_text(edited)
+    result = check_entry(app, tmp_path, uv_version())
+    assert (result.status, result.detail) == ("stale", "edited by hand: the body does not match its recorded digest")
+    venv = tmp_path / "venv"
+    subprocess.run(["uv", "venv", "--quiet", str(venv)], check=True)
+    install = ["uv", "pip", "install", "--python", str(venv), "--require-hashes", "--no-index", "--find-links"]
+    refused = subprocess.run([*install, str(wheels), "-r", str(path)], capture_output=True, text=True, check=False)
+    assert refused.returncode != 0
+    assert "hash" in refused.stderr.lower()
+    path.write_text(text)
+    subprocess.run([*install, str(wheels), "-r", str(path)], check=True, capture_output=True)
+
+
+@pytest.mark.real_subprocess
+def test_vendor_packages_are_resolved_against_but_not_emitted(tmp_path: Path, mirrors: dict[str, Source]) -> None:
+    _, vendored = make_plan()
+    path = lock_entry(vendored, tmp_path, mirrors)
+    # torch is held at the vendor's 2.13.0 (2.14.0 is newer on the index), and neither it, its own
+    # dependency nor the unpinned vendor numpy enters the lock.
+    assert packages(path) == ["needs-torch==1.0"]
+    fields, _ = read_header(path.read_text())
+    assert '"vendor":[["torch","2.13.0"],["numpy","*"]]' in fields["inputs"]
+
+
+@pytest.mark.real_subprocess
+def test_vendor_conflict_fails_naming_the_entry(tmp_path: Path, mirrors: dict[str, Source]) -> None:
+    _, vendored = make_plan(vendored='["needs-new-torch"]')
+    with pytest.raises(LockError) as caught:
+        lock_entry(vendored, tmp_path, mirrors)
+    message = str(caught.value)
+    assert message.startswith("entry 'vendored': uv could not lock it: ")
+    assert "needs-new-torch" in message and "\n" not in message
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.real_subprocess
+def test_failed_lock_leaves_the_old_file_untouched(tmp_path: Path, mirrors: dict[str, Source]) -> None:
+    app, _ = make_plan()
+    path = lock_entry(app, tmp_path, mirrors)
+    before = path.read_bytes()
+    broken, _ = make_plan(requirements='["app", "no-such-package"]')
+    with pytest.raises(LockError, match="no-such-package"):
+        lock_entry(broken, tmp_path, mirrors)
+    assert path.read_bytes() == before
+    assert sorted(item.name for item in tmp_path.iterdir()) == ["app.txt"]
+
+
+@pytest.mark.real_subprocess
+def test_unreachable_index_without_mirror_is_one_clear_error(tmp_path: Path) -> None:
+    app, _ = make_plan()
+    with pytest.raises(LockError, match=r"^entry 'app': uv could not lock it: "):
+        lock_entry(app, tmp_path, {}, env={"PATH": os.environ["PATH"], "UV_OFFLINE": "1"})
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from torchyard.errors import ConfigError
+from torchyard.matrix import Index
+from torchyard.mirrors import Source, load_mirrors, sources_for
+
+INDEXES = (Index("pypi", "https://pypi.org/simple"), Index("nvidia", "https://pypi.nvidia.com"))
+
+
+def test_no_mirrors_means_the_matrix_urls(tmp_path: Path) -> None:
+    mirrors = load_mirrors({"HOME": str(tmp_path)})
+    assert mirrors == {}
+    assert sources_for(INDEXES, mirrors) == (
+        Source("pypi", "index", "https://pypi.org/simple"),
+        Source("nvidia", "index", "https://pypi.nvidia.com"),
+    )
+
+
+def test_env_remaps_to_an_index_or_a_wheel_folder(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path), "TORCHYARD_MIRRORS": "pypi=file:///srv/pypi/simple/  nvidia=/srv/wheels"}
+    assert sources_for(INDEXES, load_mirrors(env)) == (
+        Source("pypi", "index", "file:///srv/pypi/simple"),
+        Source("nvidia", "find-links", "/srv/wheels"),
+    )
+
+
+def test_file_then_env_wins(tmp_path: Path) -> None:
+    config = tmp_path / ".config" / "torchyard" / "mirrors.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('[mirrors]\npypi = "https://mirror.internal/simple"\nnvidia = "/opt/nv"\n')
+    mirrors = load_mirrors({"HOME": str(tmp_path), "TORCHYARD_MIRRORS": "nvidia=https://nv.internal/simple"})
+    assert mirrors == {
+        "pypi": Source("pypi", "index", "https://mirror.internal/simple"),
+        "nvidia": Source("nvidia", "index", "https://nv.internal/simple"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"TORCHYARD_MIRRORS": "pypi"}, "TORCHYARD_MIRRORS: expected NAME=URL-or-folder pairs, got 'pypi'"),
+        (
+            {"TORCHYARD_MIRRORS": "pypi=relative/dir"},
+            "TORCHYARD_MIRRORS: mirror 'pypi': expected a URL or an absolute folder path, got 'relative/dir'",
+        ),
+    ],
+)
+def test_bad_mirror_settings(tmp_path: Path, env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_mirrors({"HOME": str(tmp_path), **env})
+    assert str(caught.value) == message
+
+
+def test_bad_mirror_file(tmp_path: Path) -> None:
+    path = tmp_path / "m.toml"
+    path.write_text("[mirror]\npypi = 1\n")
+    with pytest.raises(ConfigError, match=r"m.toml: mirror: unknown key; expected only a \[mirrors\] table"):
+        load_mirrors({"TORCHYARD_MIRRORS_FILE": str(path)})
