@@ -11,11 +11,6 @@ nox.options.sessions = ["lint", "tests"]
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 
 
-def _entry_args(posargs: list[str]) -> list[str]:
-    """`-- cpu cuda --flag` -> `--entry cpu --entry cuda --flag`: entries are named positionally."""
-    return [arg for item in posargs for arg in ((item,) if item.startswith("-") else ("--entry", item))]
-
-
 @nox.session
 def tests(session: nox.Session) -> None:
     """Unit tests: no Docker, no network, no torch. Extra arguments go to pytest."""
@@ -36,7 +31,15 @@ def lint(session: nox.Session) -> None:
     session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "lint"))
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    session.run("mypy", "src", "tests/unit", "tests/integration", "noxfile.py")
+    session.run("mypy", "--exclude", "src/torchyard/inimage", "src", "tests/unit", "tests/integration", "noxfile.py")
+
+
+@nox.session(name="lint-stack")
+def lint_stack(session: nox.Session) -> None:
+    """mypy --strict on the in-image side, against the cpu entry's venv (made by `test-cpu -- --local`)."""
+    stack_python = ".torchyard/venvs/cpu/bin/python"
+    session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
+    session.run("mypy", "--python-executable", stack_python, "src/torchyard/inimage", "tests/stack")
 
 
 @nox.session
@@ -53,4 +56,17 @@ def matrix(session: nox.Session) -> None:
 def lock(session: nox.Session) -> None:
     """Lock entries with the pinned uv: `nox -s lock [-- ENTRY ...]`; `-- --check` checks offline."""
     session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "lock"))
-    session.run("torchyard", "lock", *_entry_args(session.posargs))
+    session.run("torchyard", "lock", *session.posargs)
+
+
+def _test_session(accelerator: str) -> None:
+    @nox.session(name=f"test-{accelerator}")
+    def session_function(session: nox.Session) -> None:
+        session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "lock"))
+        session.run("torchyard", "test", "--accelerator", accelerator, *session.posargs)
+
+    session_function.__doc__ = f"Stack suites of the {accelerator} entries: `-- [ENTRY ...] --local [PYTEST ARGS]`."
+
+
+for _accelerator in ("cpu",):
+    _test_session(_accelerator)

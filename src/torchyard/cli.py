@@ -9,11 +9,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from torchyard import __version__
-from torchyard.errors import TorchyardError
+from torchyard.errors import TorchyardError, UsageError
 from torchyard.github import matrix_include
+from torchyard.local import run_local
 from torchyard.lockcmd import check_locks, lock_all
+from torchyard.markdown import markdown_table
 from torchyard.matrix import Entry, load_plan, select_entries
-from torchyard.tables import markdown_table
 
 
 def _selection_parser() -> argparse.ArgumentParser:
@@ -39,16 +40,38 @@ def build_parser() -> argparse.ArgumentParser:
     matrix = commands.add_parser("matrix", parents=[common], help="print the matrix for CI")
     matrix.add_argument("--github", action="store_true", required=True, help="GitHub Actions `include` JSON")
     lock = commands.add_parser("lock", parents=[common], help="lock each entry with uv, or --check freshness")
+    lock.add_argument("entries", nargs="*", metavar="ENTRY", help="entries to lock (same as --entry)")
     lock.add_argument("--check", action="store_true", help="offline: compare every lock with its inputs")
-    lock.add_argument(
-        "--allow-missing", action="store_true", help="with --check: report missing locks without failing"
+    test = commands.add_parser(
+        "test", parents=[common], help="run the stack suites of the selected entries; other arguments go to pytest"
     )
+    test.add_argument("--local", action="store_true", help="on this machine, in a venv made from the lock")
+    test.add_argument("--lockdir", type=Path, default=Path("lockfiles"), help="where lockfiles live")
+    test.add_argument("--reports", type=Path, default=Path("reports"), help="where reports are written")
+    lock.add_argument("--allow-missing", action="store_true", help="with --check: report missing locks without failing")
     lock.add_argument("--lockdir", type=Path, default=Path("lockfiles"), help="where lockfiles live")
     return parser
 
 
-def _selected(args: argparse.Namespace) -> tuple[Entry, ...]:
-    return select_entries(load_plan(args.matrix), args.entry, args.accelerator)
+def _selected(args: argparse.Namespace, passthrough: list[str] | None = None) -> tuple[Entry, ...]:
+    """The entries that --entry, positional ENTRY arguments and --accelerator select.
+
+    For `test`, positional words naming an entry are taken out of `passthrough`; the rest go to pytest.
+    """
+    plan = load_plan(args.matrix)
+    names = [*args.entry, *getattr(args, "entries", [])]
+    if passthrough is not None:
+        known = {entry.name for entry in plan.entries}
+        names += [word for word in passthrough if word in known]
+        passthrough[:] = [word for word in passthrough if word not in known]
+    return select_entries(plan, names, args.accelerator)
+
+
+def run_tests(entries: Sequence[Entry], local: bool, lockdir: Path, reports: Path, extra: Sequence[str]) -> int:
+    if not local:
+        raise UsageError("running the suites inside images is not built yet; pass --local (nox: -- --local)")
+    statuses = [run_local(entry, lockdir, reports, extra) for entry in entries]
+    return next((status for status in statuses if status != 0), 0)
 
 
 def plan_table(entries: Sequence[Entry]) -> str:
@@ -69,7 +92,9 @@ def plan_table(entries: Sequence[Entry]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args, passthrough = build_parser().parse_known_args(argv)
+    if passthrough and args.command != "test":
+        build_parser().parse_args(argv)  # reports the unknown arguments and exits 2
     try:
         if args.command == "plan":
             sys.stdout.write(plan_table(_selected(args)))
@@ -79,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_locks(_selected(args), args.lockdir, allow_missing=args.allow_missing)
         elif args.command == "lock":
             lock_all(_selected(args), args.lockdir)
+        elif args.command == "test":
+            return run_tests(_selected(args, passthrough), args.local, args.lockdir, args.reports, passthrough)
         return 0
     except TorchyardError as error:
         print(f"torchyard: {error}", file=sys.stderr)

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from torchyard import cmd
 from torchyard.errors import CommandError, LockError
 from torchyard.matrix.schema import Entry
-from torchyard.mirrors import Source, sources_for
+from torchyard.mirrors import Source, index_args, sources_for
 from torchyard.wheelfile import write_wheel
 
 HEADER_PREFIX = "# torchyard-"
@@ -80,16 +80,7 @@ def compile_args(
         "--exclude-newer", entry.exclude_newer,
         "--output-file", str(output),
     ]  # fmt: skip
-    indexes = [source.location for source in sources if source.kind == "index"]
-    if indexes:
-        args += ["--default-index", indexes[0]]
-        for url in indexes[1:]:
-            args += ["--index", url]
-    else:
-        args.append("--no-index")
-    for source in sources:
-        if source.kind == "find-links":
-            args += ["--find-links", source.location]
+    args += index_args(sources)
     if excludes is not None:
         args += ["--excludes", str(excludes)]
     for pin in entry.accelerator.vendor:

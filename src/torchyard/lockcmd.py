@@ -11,9 +11,9 @@ from pathlib import Path
 from torchyard import cmd
 from torchyard.errors import StaleLockError
 from torchyard.lock import Freshness, check_entry, lock_entry, uv_version
+from torchyard.markdown import markdown_table
 from torchyard.matrix.schema import Entry
 from torchyard.mirrors import load_mirrors
-from torchyard.tables import markdown_table
 
 
 def check_locks(

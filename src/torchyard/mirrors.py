@@ -81,3 +81,14 @@ def load_mirrors(env: Mapping[str, str] = os.environ) -> dict[str, Source]:
 def sources_for(indexes: Sequence[Index], mirrors: Mapping[str, Source]) -> tuple[Source, ...]:
     """Each index as this machine reaches it: its mirror when one is set, else its matrix URL."""
     return tuple(mirrors.get(index.name, Source(index.name, "index", index.url)) for index in indexes)
+
+
+def index_args(sources: Sequence[Source], extra_find_links: Sequence[str] = ()) -> list[str]:
+    """uv's index arguments: the first index is the default, the rest are extra; folders are find-links."""
+    indexes = [source.location for source in sources if source.kind == "index"]
+    args = ["--default-index", indexes[0]] if indexes else ["--no-index"]
+    for url in indexes[1:]:
+        args += ["--index", url]
+    for folder in [*(source.location for source in sources if source.kind == "find-links"), *extra_find_links]:
+        args += ["--find-links", folder]
+    return args

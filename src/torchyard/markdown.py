@@ -1,11 +1,13 @@
-"""Markdown tables: one renderer for terminal output, reports and GitHub's step summary.
+"""Markdown for people: one table renderer for terminal output and reports, and GitHub's step summary.
 
 A stdlib-only leaf module, so both the host side and the in-image side may use it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 
 def _cell(value: object) -> str:
@@ -21,3 +23,13 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> 
     ]
     lines.insert(1, "|" + "|".join("-" * (width + 2) for width in widths) + "|")
     return "\n".join(lines) + "\n"
+
+
+def append_step_summary(markdown: str, env: Mapping[str, str] = os.environ) -> bool:
+    """Append to `$GITHUB_STEP_SUMMARY` when a workflow set it; returns whether it did."""
+    summary = env.get("GITHUB_STEP_SUMMARY")
+    if not summary:
+        return False
+    with Path(summary).open("a", encoding="utf-8") as handle:
+        handle.write(markdown.rstrip("\n") + "\n\n")
+    return True

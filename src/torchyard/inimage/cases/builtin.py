@@ -1,0 +1,215 @@
+"""The built-in corpus: ordinary models plus the silent-wrong-value bugs the field keeps finding."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.export import Dim
+
+from torchyard.inimage.cases import Case, Inputs
+
+EXECUTORCH_INT_INPUT = (
+    "ExecuTorch cannot run a program whose only input is an int: lowering a program that reads a "
+    "parameter fails the export verifier (input spec vs lifted constant), and the Python runtime refuses "
+    "a non-tensor input (executorch 1.5.1)"
+)
+
+EXECUTORCH_CHANNELS_LAST = (
+    "ExecuTorch's portable kernels refuse the channels-last input the program was exported with: "
+    "method->execute() fails with error 0x12, InvalidArgument (executorch 1.5.1; XNNPACK runs it)"
+)
+EXECUTORCH_COMPLEX = (
+    "ExecuTorch's edge verifier rejects the complex multiply (operators taking tensors of mismatched "
+    "dtypes) when lowering view_as_complex / view_as_real (executorch 1.5.1)"
+)
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        output: torch.Tensor = self.layers(x)
+        return output
+
+
+class ConvBatchNorm(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, kernel_size=3, padding=1)
+        self.norm = nn.BatchNorm2d(8)
+        # Non-trivial running statistics, so a backend that drops or misorders them shows.
+        running_mean, running_var = self.norm.running_mean, self.norm.running_var
+        assert running_mean is not None and running_var is not None
+        running_mean.uniform_(-0.5, 0.5)
+        running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.norm(self.conv(x)))
+
+
+class Attention(nn.Module):
+    """Single-head self-attention; `frame` > 1 makes the mask block-causal (each frame sees itself and
+    earlier frames), `frame` == 1 is plain causal."""
+
+    def __init__(self, frame: int) -> None:
+        super().__init__()
+        self.frame = frame
+        self.qkv = nn.Linear(32, 96)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        if self.frame == 1:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        positions = torch.arange(x.shape[1], device=x.device) // self.frame
+        mask = positions[None, :] <= positions[:, None]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding applied through complex multiplication."""
+
+    freqs: torch.Tensor
+
+    def __init__(self, seq: int = 8, dim: int = 16) -> None:
+        super().__init__()
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+        angles = torch.outer(torch.arange(seq, dtype=torch.float64), inv_freq)
+        self.register_buffer("freqs", torch.polar(torch.ones_like(angles), angles).to(torch.complex64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pairs = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))
+        rotated = pairs * self.freqs.to(pairs.dtype)[None, :, None, :]
+        return torch.view_as_real(rotated).flatten(3)
+
+
+class Uint8Image(nn.Module):
+    """A camera frame: uint8 HWC, permuted to CHW, cast, scaled by 1/255, normalised."""
+
+    mean: torch.Tensor
+    std: torch.Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.tensor([0.485, 0.456, 0.406]).reshape(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor([0.229, 0.224, 0.225]).reshape(1, 3, 1, 1))
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        chw = image.permute(0, 3, 1, 2).to(self.mean.dtype) / 255
+        return (chw - self.mean) / self.std
+
+
+class IntDivide(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / 255  # true division: a float result, never 0
+
+
+class Noise(nn.Module):
+    def forward(self) -> torch.Tensor:
+        return torch.randn(64, 64)
+
+
+class IntOnly(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.x = nn.Parameter(torch.arange(10, dtype=torch.float32), requires_grad=False)
+
+    def forward(self, n: int) -> torch.Tensor:
+        return self.x[:n] * 2
+
+
+class IndexPut(nn.Module):
+    values: torch.Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("values", torch.tensor([1.5, -2.0, 3.25, 0.5]))
+
+    def forward(self, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        # values (4,) broadcast over the (3, 4) rows that index selects
+        return torch.index_put(x, (index,), self.values)
+
+
+def _randn(*shape: int) -> Callable[[torch.Generator], Inputs]:
+    def make(generator: torch.Generator) -> Inputs:
+        return (torch.randn(*shape, generator=generator),)
+
+    return make
+
+
+def _uint8_image(generator: torch.Generator) -> Inputs:
+    return (torch.randint(0, 256, (2, 16, 16, 3), generator=generator, dtype=torch.uint8),)
+
+
+def _channels_last(generator: torch.Generator) -> Inputs:
+    return (torch.randn(2, 3, 16, 16, generator=generator).contiguous(memory_format=torch.channels_last),)
+
+
+def _ints(generator: torch.Generator) -> Inputs:
+    return (torch.randint(0, 1000, (4, 10), generator=generator, dtype=torch.int64),)
+
+
+def _index_put(generator: torch.Generator) -> Inputs:
+    return (torch.randn(8, 4, generator=generator), torch.tensor([0, 3, 6]))
+
+
+def _batch(size: int) -> Callable[[torch.Generator], Inputs]:
+    def make(generator: torch.Generator) -> Inputs:
+        return (torch.randn(size, 16, generator=generator),)
+
+    return make
+
+
+CASES: list[Case] = [
+    Case("mlp", MLP, _randn(4, 16), description="Linear-GELU-Linear"),
+    Case(
+        "conv_bn_channels_last",
+        ConvBatchNorm,
+        _channels_last,
+        known_failures={"executorch-portable": EXECUTORCH_CHANNELS_LAST},
+        description="conv + BatchNorm (eval) on a channels-last input",
+    ),
+    Case("causal_attention", lambda: Attention(frame=1), _randn(2, 12, 32), description="SDPA, is_causal"),
+    Case(
+        "block_causal_attention",
+        lambda: Attention(frame=4),
+        _randn(2, 12, 32),
+        description="SDPA with a block-causal mask: frames of 4 see themselves and earlier frames",
+    ),
+    Case(
+        "rotary_complex",
+        Rotary,
+        _randn(2, 8, 4, 16),
+        known_failures={"executorch-portable": EXECUTORCH_COMPLEX, "executorch-xnnpack": EXECUTORCH_COMPLEX},
+        description="rotary embedding via complex numbers",
+    ),
+    Case("uint8_image", Uint8Image, _uint8_image, description="uint8 HWC -> CHW, cast, /255, normalise"),
+    Case("int_divide_255", IntDivide, _ints, description="int64 tensor / 255 (true division)"),
+    Case(
+        "no_input_noise",
+        Noise,
+        lambda generator: (),
+        compare="statistics",
+        description="no inputs, draws random noise: shape, dtype and moments",
+    ),
+    Case(
+        "int_only_input",
+        IntOnly,
+        lambda generator: (4,),
+        known_failures={"executorch-portable": EXECUTORCH_INT_INPUT, "executorch-xnnpack": EXECUTORCH_INT_INPUT},
+        description="the only input is an int: x[:n] * 2",
+    ),
+    Case("index_put_broadcast", IndexPut, _index_put, description="index_put with values broadcast over rows"),
+    Case(
+        "dynamic_batch",
+        MLP,
+        _batch(3),
+        dynamic_shapes=lambda: ({0: Dim("batch", min=2, max=64)},),
+        extra_batch=_batch(7),
+        description="one program, batch 3 then batch 7",
+    ),
+]

@@ -1,0 +1,125 @@
+"""Error metrics between one output and its reference, and the verdict against a tolerance."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from torchyard.inimage.parity.tolerances import Bounds
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How one output leaf compares with the reference. `problem` is why it fails, or "" when it passes."""
+
+    output: int
+    shape: list[int]
+    dtype: str
+    max_abs_error: float
+    scaled_max_error: float
+    rel_l2_error: float
+    cosine: float
+    problem: str
+
+    @property
+    def passed(self) -> bool:
+        return not self.problem
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "passed": self.passed}
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else float("inf")
+
+
+def compare_values(
+    output: torch.Tensor, reference: torch.Tensor, expected_dtype: torch.dtype, bounds: Bounds, position: int
+) -> Comparison:
+    """Compare `output` (any device) with `reference` (float64 CPU, or exact for integer results).
+
+    `expected_dtype` is what eager produces on the device: a backend that returns another dtype (an
+    integer where true division gives floats, say) fails outright.
+    """
+    output = output.detach().cpu()
+    reference = reference.detach().cpu()
+    shape = list(output.shape)
+    problem = ""
+    if output.dtype != expected_dtype:
+        problem = f"dtype {output.dtype} differs from eager's {expected_dtype}"
+    elif list(reference.shape) != shape:
+        problem = f"shape {shape} differs from the reference's {list(reference.shape)}"
+    if problem:
+        return Comparison(position, shape, str(output.dtype), math.inf, math.inf, math.inf, 0.0, problem)
+    if output.is_complex():
+        output, reference = torch.view_as_real(output), torch.view_as_real(reference)
+    if not output.is_floating_point():
+        exact = torch.equal(output.to(torch.int64), reference.to(torch.int64))
+        error = float((output.to(torch.float64) - reference.to(torch.float64)).abs().max()) if output.numel() else 0.0
+        return Comparison(
+            position, shape, str(output.dtype), error, error, error, 1.0, "" if exact else "integer values differ"
+        )
+    actual = output.to(torch.float64).flatten()
+    expected = reference.to(torch.float64).flatten()
+    if not bool(torch.isfinite(actual).all()):
+        count = int((~torch.isfinite(actual)).sum())
+        return Comparison(
+            position,
+            shape,
+            str(output.dtype),
+            math.inf,
+            math.inf,
+            math.inf,
+            0.0,
+            f"{count} non-finite values (NaN or Inf)",
+        )
+    if actual.numel() == 0:
+        return Comparison(position, shape, str(output.dtype), 0.0, 0.0, 0.0, 1.0, "")
+    difference = actual - expected
+    max_abs = float(difference.abs().max())
+    scale = float(expected.abs().max()) or 1.0
+    reference_norm = float(expected.norm())
+    rel_l2 = float(difference.norm()) / reference_norm if reference_norm else float(difference.norm())
+    norms = float(actual.norm()) * reference_norm
+    cosine = float(actual @ expected) / norms if norms else (1.0 if float(actual.norm()) == reference_norm else 0.0)
+    scaled = max_abs / scale
+    failures = []
+    if scaled > bounds.max_scaled_error:
+        failures.append(f"scaled max error {scaled:.3g} > {bounds.max_scaled_error:.3g}")
+    if rel_l2 > bounds.max_rel_l2:
+        failures.append(f"relative L2 error {rel_l2:.3g} > {bounds.max_rel_l2:.3g}")
+    if cosine < bounds.min_cosine:
+        failures.append(f"cosine {cosine:.9f} < {bounds.min_cosine}")
+    return Comparison(
+        position,
+        shape,
+        str(output.dtype),
+        _finite(max_abs),
+        _finite(scaled),
+        _finite(rel_l2),
+        cosine,
+        "; ".join(failures),
+    )
+
+
+def compare_statistics(
+    output: torch.Tensor, expected_shape: list[int], expected_dtype: torch.dtype, position: int
+) -> Comparison:
+    """For random programs: shape, dtype, finiteness, and standard-normal moments (mean 0, std 1)."""
+    output = output.detach().cpu()
+    shape = list(output.shape)
+    problem = ""
+    if output.dtype != expected_dtype or shape != expected_shape:
+        problem = f"got {output.dtype} {shape}, eager gives {expected_dtype} {expected_shape}"
+    elif not bool(torch.isfinite(output).all()):
+        problem = "non-finite values (NaN or Inf)"
+    else:
+        values = output.to(torch.float64)
+        # 4096 samples: the standard error of the mean is 1/64, so 0.1 is over 6 of them.
+        mean, std = float(values.mean()), float(values.std())
+        if abs(mean) > 0.1 or abs(std - 1.0) > 0.1:
+            problem = f"moments mean={mean:.3f} std={std:.3f} are not those of a standard normal"
+    return Comparison(position, shape, str(output.dtype), 0.0, 0.0, 0.0, 1.0, problem)

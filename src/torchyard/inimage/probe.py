@@ -1,0 +1,129 @@
+"""The in-image probe: the right device is visible, torch is the right build, vendor bytes untouched.
+
+It fails closed: a CUDA entry on a machine without a CUDA device stops here with one line, before any
+test runs, instead of quietly testing the CPU.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from torchyard.inimage import vendor
+
+ACCELERATORS = ("cpu", "cuda", "rocm", "xpu")
+
+
+class ProbeError(Exception):
+    """The container cannot test what its entry claims; the message says what is missing."""
+
+
+def torch_device(accelerator: str) -> torch.device:
+    return torch.device({"cpu": "cpu", "cuda": "cuda", "rocm": "cuda", "xpu": "xpu"}[accelerator])
+
+
+def _build() -> str:
+    if torch.version.hip:
+        return f"ROCm/HIP {torch.version.hip}"
+    if torch.version.cuda:
+        return f"CUDA {torch.version.cuda}"
+    if getattr(torch.version, "xpu", None):
+        return f"XPU {torch.version.xpu}"
+    return "CPU-only"
+
+
+def check_device(accelerator: str) -> None:
+    build = f"torch {torch.__version__} is a {_build()} build"
+    if accelerator not in ACCELERATORS:
+        raise ProbeError(f"unknown accelerator {accelerator!r} (expected one of {', '.join(ACCELERATORS)})")
+    if accelerator == "cuda":
+        if torch.version.cuda is None or torch.version.hip:
+            raise ProbeError(f"entry targets CUDA but {build}")
+        if not torch.cuda.is_available():
+            raise ProbeError(
+                f"entry targets CUDA but no CUDA device is visible ({build}; torch.cuda.device_count() = "
+                f"{torch.cuda.device_count()}): start the container with --gpus all or the CDI device"
+            )
+    elif accelerator == "rocm":
+        if not torch.version.hip:
+            raise ProbeError(f"entry targets ROCm but {build}")
+        if not torch.cuda.is_available():
+            raise ProbeError(f"entry targets ROCm but no ROCm device is visible ({build}): pass /dev/kfd and /dev/dri")
+    elif accelerator == "xpu" and not (hasattr(torch, "xpu") and torch.xpu.is_available()):
+        raise ProbeError(
+            f"entry targets XPU but no XPU device is visible ({build}): pass /dev/dri and the render group"
+        )
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_name() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def _driver() -> str | None:
+    nvidia = Path("/proc/driver/nvidia/version")
+    if nvidia.is_file():
+        return nvidia.read_text(errors="replace").splitlines()[0]
+    amd = Path("/sys/module/amdgpu/version")
+    return amd.read_text().strip() if amd.is_file() else None
+
+
+def manifest(accelerator: str, precision_settings: dict[str, object]) -> dict[str, Any]:
+    """What the report needs to make a result reproducible: versions, device, driver, precision."""
+    device = torch_device(accelerator)
+    info: dict[str, Any] = {
+        "accelerator": accelerator,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torch_git": torch.version.git_version,
+        "cuda": torch.version.cuda,
+        "hip": torch.version.hip,
+        "xpu": getattr(torch.version, "xpu", None),
+        "executorch": _version("executorch"),
+        "torch_tensorrt": _version("torch-tensorrt") or _version("torch_tensorrt"),
+        "tensorrt": None,
+        "driver": _driver(),
+        "device": _cpu_name(),
+        "precision": precision_settings,
+    }
+    if info["torch_tensorrt"] is not None:
+        import tensorrt
+
+        info["tensorrt"] = tensorrt.__version__  # major.minor.patch.build
+    if device.type == "cuda" and torch.cuda.is_available():
+        properties = torch.cuda.get_device_properties(0)
+        info["device"] = properties.name
+        info["compute_capability"] = f"{properties.major}.{properties.minor}"
+    elif device.type == "xpu" and torch.xpu.is_available():
+        info["device"] = torch.xpu.get_device_name(0)
+    return info
+
+
+def probe(accelerator: str, vendor_record: Path | None, precision_settings: dict[str, object]) -> dict[str, Any]:
+    """Raise ProbeError when the container cannot honestly test `accelerator`; else the manifest."""
+    check_device(accelerator)
+    if vendor_record is not None:
+        if not vendor_record.is_file():
+            raise ProbeError(f"vendor record {vendor_record} is missing from the image")
+        problems = vendor.verify(json.loads(vendor_record.read_text()), deep=False)
+        if problems:
+            raise ProbeError("; ".join(problems))
+    return manifest(accelerator, precision_settings)

@@ -1,0 +1,15 @@
+"""torch.compile (inductor): every case compiles with fullgraph=True and runs on the device."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchyard.inimage.cases import Case
+from torchyard.inimage.plugin import Evaluations, conclude
+
+pytestmark = pytest.mark.compile
+
+
+def test_inductor_compiles_and_runs(case: Case, evaluations: Evaluations, request: pytest.FixtureRequest) -> None:
+    result = evaluations.result(case, "inductor")
+    conclude(request, "compile", case, result, passed=result.status in ("passed", "failed") and result.shapes_match)

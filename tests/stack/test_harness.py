@@ -1,0 +1,176 @@
+"""The harness can fail: planted faults are caught, and a run that cannot test honestly fails closed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from torchyard.inimage.cases import Case, Inputs
+from torchyard.inimage.cases.builtin import CASES, Attention
+from torchyard.inimage.parity.backends import BackendRun, Runner, leaves
+from torchyard.inimage.parity.harness import Result, evaluate, reference_outputs
+from torchyard.inimage.parity.tolerances import load_tolerances
+from torchyard.inimage.precision import PrecisionError, check_precision
+
+pytestmark = pytest.mark.harness
+
+CPU = torch.device("cpu")
+TOLERANCES = load_tolerances()
+BY_NAME = {case.name: case for case in CASES}
+
+
+Transform = Callable[[torch.Tensor], torch.Tensor]
+
+
+def on_cpu(case: Case, runner: Runner, workdir: Path) -> Result:
+    return evaluate(
+        case, "planted", device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=workdir, runner=runner
+    )
+
+
+def planted(transform: Transform) -> Runner:
+    """A backend that runs eager, then passes each output through `transform`."""
+
+    def runner(
+        case: Case, module: torch.nn.Module, input_sets: list[Inputs], device: torch.device, workdir: Path
+    ) -> BackendRun:
+        with torch.no_grad():
+            outputs = [[transform(leaf) for leaf in leaves(module(*inputs))] for inputs in input_sets]
+        return BackendRun(outputs, 0.0, 0.0)
+
+    return runner
+
+
+def run_planted(case_name: str, transform: Transform, tmp_path: Path) -> Result:
+    return on_cpu(BY_NAME[case_name], planted(transform), tmp_path)
+
+
+def test_reference_values_pass(tmp_path: Path) -> None:
+    result = run_planted("mlp", lambda tensor: tensor, tmp_path)
+    assert result.status == "passed"
+
+
+def test_relative_perturbation_of_1e_3_fails_fp32(tmp_path: Path) -> None:
+    result = run_planted("mlp", lambda tensor: tensor * (1 + 1e-3), tmp_path)
+    assert result.status == "failed"
+    assert "relative L2 error" in result.reason
+
+
+def test_nan_fails(tmp_path: Path) -> None:
+    def poison(tensor: torch.Tensor) -> torch.Tensor:
+        tensor = tensor.clone()
+        tensor.view(-1)[0] = float("nan")
+        return tensor
+
+    result = run_planted("mlp", poison, tmp_path)
+    assert result.status == "failed"
+    assert "non-finite" in result.reason
+
+
+def test_integer_division_that_truncates_fails(tmp_path: Path) -> None:
+    result = run_planted("int_divide_255", lambda tensor: tensor.to(torch.int64), tmp_path)
+    assert result.status == "failed"
+    assert "dtype torch.int64 differs from eager's torch.float32" in result.reason
+
+
+def test_block_causal_mask_replaced_by_causal_fails(tmp_path: Path) -> None:
+    case = BY_NAME["block_causal_attention"]
+
+    def plain_causal(
+        case: Case, module: torch.nn.Module, input_sets: list[Inputs], device: torch.device, workdir: Path
+    ) -> BackendRun:
+        wrong = Attention(frame=1)
+        wrong.load_state_dict(module.state_dict())
+        with torch.no_grad():
+            return BackendRun([leaves(wrong(*inputs)) for inputs in input_sets], 0.0, 0.0)
+
+    result = on_cpu(case, plain_causal, tmp_path)
+    assert result.status == "failed"
+    assert result.comparisons[0].scaled_max_error > 0.1
+
+
+def test_channels_last_read_in_the_wrong_order_fails(tmp_path: Path) -> None:
+    case = BY_NAME["conv_bn_channels_last"]
+
+    def wrong_order(
+        case: Case, module: torch.nn.Module, input_sets: list[Inputs], device: torch.device, workdir: Path
+    ) -> BackendRun:
+        # Reinterpret the NHWC bytes as if they were NCHW: the classic channels-last bug.
+        outputs = []
+        with torch.no_grad():
+            for (image,) in input_sets:
+                misread = image.permute(0, 2, 3, 1).contiguous().view(image.shape)
+                outputs.append(leaves(module(misread)))
+        return BackendRun(outputs, 0.0, 0.0)
+
+    assert on_cpu(case, wrong_order, tmp_path).status == "failed"
+
+
+def test_noise_statistics_catch_a_constant(tmp_path: Path) -> None:
+    assert run_planted("no_input_noise", lambda tensor: tensor, tmp_path).status == "passed"
+    result = run_planted("no_input_noise", torch.zeros_like, tmp_path)
+    assert result.status == "failed"
+    assert "not those of a standard normal" in result.reason
+
+
+def test_entry_tolerance_override_applies() -> None:
+    loose = load_tolerances('{"float32.inductor": {"max-rel-l2": 0.5}}')
+    assert loose.bounds("float32", "inductor").max_rel_l2 == 0.5
+    assert loose.bounds("float32", "export").max_rel_l2 == 1e-5
+
+
+def test_reference_is_float64_on_cpu() -> None:
+    case = BY_NAME["mlp"]
+    (outputs,) = reference_outputs(case, case.input_sets())
+    assert outputs[0].dtype == torch.float64 and outputs[0].device.type == "cpu"
+
+
+def test_fp16_on_cpu_is_refused() -> None:
+    with pytest.raises(PrecisionError, match="fp16 on the CPU is refused"):
+        check_precision("fp16", "cpu")
+    with pytest.raises(PrecisionError, match=r"compute capability 8.0 .* has 7.5"):
+        check_precision("bf16", "cuda", (7, 5))
+    check_precision("bf16", "cuda", (8, 0))
+
+
+SKIPPING_SUITE = """
+pytest_plugins = ["torchyard.inimage.plugin"]
+"""
+
+
+def test_cuda_entry_without_a_cuda_device_fails_before_testing(pytester: pytest.Pytester) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device: the missing-device path cannot be shown here")
+    pytester.makeconftest(SKIPPING_SUITE)
+    pytester.makepyfile(test_never="def test_never():\n    raise AssertionError('must not run')\n")
+    result = pytester.runpytest_subprocess(
+        "--torchyard-accelerator", "cuda", f"--torchyard-report-dir={pytester.path}/r"
+    )
+    assert result.ret == 3
+    result.stderr.fnmatch_lines(["*torchyard probe: entry targets CUDA but *"])
+    assert "must not run" not in result.stdout.str()
+
+
+def test_all_skipped_run_fails(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(SKIPPING_SUITE)
+    pytester.makepyfile(test_skips="import pytest\n\ndef test_a():\n    pytest.skip('no device')\n")
+    result = pytester.runpytest_subprocess(f"--torchyard-report-dir={pytester.path}/r")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*no test passed (every test skipped, or none ran)*"])
+
+
+def test_no_test_collected_fails(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(SKIPPING_SUITE)
+    result = pytester.runpytest_subprocess(f"--torchyard-report-dir={pytester.path}/r")
+    assert result.ret == 1
+
+
+def test_fp16_on_cpu_stops_the_run(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(SKIPPING_SUITE)
+    pytester.makepyfile(test_ok="def test_ok():\n    pass\n")
+    result = pytester.runpytest_subprocess("--torchyard-precision", "fp16", f"--torchyard-report-dir={pytester.path}/r")
+    assert result.ret == 3
+    result.stderr.fnmatch_lines(["*fp16 on the CPU is refused*"])
