@@ -59,6 +59,22 @@ def lock(session: nox.Session) -> None:
     session.run("torchyard", "lock", *session.posargs)
 
 
+@nox.session(name="base-image")
+def base_image(session: nox.Session) -> None:
+    """Bootstrap the local Debian base image (`torchyard/base:bookworm`) for machines with no registry."""
+    session.install("-e", ".")
+    session.run("torchyard", "base", *session.posargs)
+
+
+def _build_session(accelerator: str) -> None:
+    @nox.session(name=f"build-{accelerator}-image")
+    def session_function(session: nox.Session) -> None:
+        session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "lock"))
+        session.run("torchyard", "build", "--accelerator", accelerator, *session.posargs)
+
+    session_function.__doc__ = f"Build the {accelerator} entries' images: `-- [ENTRY ...] [--push] [--cache-from REF]`."
+
+
 def _test_session(accelerator: str) -> None:
     @nox.session(name=f"test-{accelerator}")
     def session_function(session: nox.Session) -> None:
@@ -68,5 +84,7 @@ def _test_session(accelerator: str) -> None:
     session_function.__doc__ = f"Stack suites of the {accelerator} entries: `-- [ENTRY ...] --local [PYTEST ARGS]`."
 
 
+for _accelerator in ("cpu", "cuda", "rocm", "xpu"):
+    _build_session(_accelerator)
 for _accelerator in ("cpu",):
     _test_session(_accelerator)

@@ -9,8 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from torchyard import __version__
+from torchyard.buildcmd import build_images, make_base
 from torchyard.errors import TorchyardError, UsageError
 from torchyard.github import matrix_include
+from torchyard.image import BuildOptions
 from torchyard.local import run_local
 from torchyard.lockcmd import check_locks, lock_all
 from torchyard.markdown import markdown_table
@@ -104,6 +106,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_locks(_selected(args), args.lockdir, allow_missing=args.allow_missing)
         elif args.command == "lock":
             lock_all(_selected(args), args.lockdir)
+        elif args.command == "build":
+            options = BuildOptions(args.push, tuple(args.cache_from), tuple(args.cache_to))
+            build_images(_selected(args), args.lockdir, options)
+        elif args.command == "base":
+            make_base(args.tag)
         elif args.command == "test":
             return run_tests(_selected(args, passthrough), args.local, args.lockdir, args.reports, passthrough)
         return 0

@@ -48,3 +48,19 @@ class LockError(TorchyardError):
 
 class StaleLockError(TorchyardError):
     """`lock --check` found locks that are stale or missing."""
+
+
+class DockerUnavailableError(TorchyardError):
+    """No Docker engine answers, or no client that can build with BuildKit."""
+
+    exit_code = 3
+
+
+class ImageBuildError(TorchyardError):
+    """An image cannot be built: a precondition failed before any layer, or the build itself failed."""
+
+
+class DeviceUnavailableError(TorchyardError):
+    """An entry's accelerator runtime is missing on this host; running would silently test the CPU."""
+
+    exit_code = 3

@@ -1,9 +1,10 @@
-"""Per-machine mirrors: point a named index at another URL or a local wheel folder, no matrix edit.
+"""Per-machine settings, never in matrix.toml: mirrors for named indexes, and base-image overrides.
 
 Two sources, the environment winning over the file:
-- `TORCHYARD_MIRRORS="pypi=file:///srv/pypi/simple nvidia=/srv/wheels"` (whitespace-separated);
-- `$TORCHYARD_MIRRORS_FILE`, else `$XDG_CONFIG_HOME/torchyard/mirrors.toml` (`~/.config/...`), with a
-  `[mirrors]` table of the same `name = "target"` pairs.
+- `TORCHYARD_MIRRORS="pypi=file:///srv/pypi/simple nvidia=/srv/wheels"` (whitespace-separated), and
+  `TORCHYARD_BASE_IMAGES="cpu=torchyard/base:bookworm"` (by entry name or accelerator);
+- `$TORCHYARD_MACHINE_FILE`, else `$XDG_CONFIG_HOME/torchyard/machine.toml` (`~/.config/...`), with
+  `[mirrors]` and `[base-images]` tables of the same `name = "value"` pairs.
 A target with a scheme (`https://`, `http://`, `file://`) is a PEP 503 index; a plain path is a flat
 folder of wheels (uv's `--find-links`). Mirrors change where files come from, never which files:
 the lock's hashes still have to match.
@@ -23,7 +24,9 @@ from torchyard.errors import ConfigError
 from torchyard.matrix.schema import Index
 
 ENV_VAR = "TORCHYARD_MIRRORS"
-FILE_ENV_VAR = "TORCHYARD_MIRRORS_FILE"
+BASES_ENV_VAR = "TORCHYARD_BASE_IMAGES"
+FILE_ENV_VAR = "TORCHYARD_MACHINE_FILE"
+TABLES = ("mirrors", "base-images")
 
 
 @dataclass(frozen=True)
@@ -43,39 +46,51 @@ def _target(name: str, target: str, origin: str) -> Source:
     return Source(name, "find-links", target)
 
 
-def _from_file(path: Path) -> dict[str, str]:
+def _from_file(path: Path, table_name: str) -> dict[str, str]:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"{path}: cannot read mirrors: {error}") from None
-    unknown = sorted(set(data) - {"mirrors"})
+        raise ConfigError(f"{path}: cannot read: {error}") from None
+    unknown = sorted(set(data) - set(TABLES))
     if unknown:
-        raise ConfigError(f"{path}: {unknown[0]}: unknown key; expected only a [mirrors] table")
-    table = data.get("mirrors", {})
+        raise ConfigError(f"{path}: {unknown[0]}: unknown key; expected only [mirrors] and [base-images] tables")
+    table = data.get(table_name, {})
     if not isinstance(table, dict) or not all(isinstance(value, str) for value in table.values()):
-        raise ConfigError(f'{path}: mirrors: expected a table of name = "URL or folder"')
+        raise ConfigError(f'{path}: {table_name}: expected a table of name = "value" strings')
     return dict(table)
 
 
-def mirrors_file(env: Mapping[str, str]) -> Path:
+def machine_file(env: Mapping[str, str]) -> Path:
     if FILE_ENV_VAR in env:
         return Path(env[FILE_ENV_VAR])
     config_home = Path(env.get("XDG_CONFIG_HOME") or Path(env.get("HOME", "/nonexistent")) / ".config")
-    return config_home / "torchyard" / "mirrors.toml"
+    return config_home / "torchyard" / "machine.toml"
+
+
+def _pairs(env: Mapping[str, str], variable: str, what: str) -> dict[str, str]:
+    pairs = {}
+    for pair in env.get(variable, "").split():
+        name, separator, value = pair.partition("=")
+        if not separator or not name or not value:
+            raise ConfigError(f"{variable}: expected NAME={what} pairs, got {pair!r}")
+        pairs[name] = value
+    return pairs
 
 
 def load_mirrors(env: Mapping[str, str] = os.environ) -> dict[str, Source]:
     """The machine's mirrors by index name (empty when none is configured)."""
-    path = mirrors_file(env)
-    mirrors = {name: _target(name, target, str(path)) for name, target in _from_file(path).items()}
-    for pair in env.get(ENV_VAR, "").split():
-        name, separator, target = pair.partition("=")
-        if not separator or not name or not target:
-            raise ConfigError(f"{ENV_VAR}: expected NAME=URL-or-folder pairs, got {pair!r}")
+    path = machine_file(env)
+    mirrors = {name: _target(name, target, str(path)) for name, target in _from_file(path, "mirrors").items()}
+    for name, target in _pairs(env, ENV_VAR, "URL-or-folder").items():
         mirrors[name] = _target(name, target, ENV_VAR)
     return mirrors
+
+
+def load_base_overrides(env: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """Base images that replace matrix.toml's on this machine, by entry name or accelerator name."""
+    return {**_from_file(machine_file(env), "base-images"), **_pairs(env, BASES_ENV_VAR, "IMAGE")}
 
 
 def sources_for(indexes: Sequence[Index], mirrors: Mapping[str, Source]) -> tuple[Source, ...]:

@@ -6,7 +6,7 @@ import pytest
 
 from torchyard.errors import ConfigError
 from torchyard.matrix import Index
-from torchyard.mirrors import Source, load_mirrors, sources_for
+from torchyard.mirrors import Source, load_base_overrides, load_mirrors, sources_for
 
 INDEXES = (Index("pypi", "https://pypi.org/simple"), Index("nvidia", "https://pypi.nvidia.com"))
 
@@ -29,7 +29,7 @@ def test_env_remaps_to_an_index_or_a_wheel_folder(tmp_path: Path) -> None:
 
 
 def test_file_then_env_wins(tmp_path: Path) -> None:
-    config = tmp_path / ".config" / "torchyard" / "mirrors.toml"
+    config = tmp_path / ".config" / "torchyard" / "machine.toml"
     config.parent.mkdir(parents=True)
     config.write_text('[mirrors]\npypi = "https://mirror.internal/simple"\nnvidia = "/opt/nv"\n')
     mirrors = load_mirrors({"HOME": str(tmp_path), "TORCHYARD_MIRRORS": "nvidia=https://nv.internal/simple"})
@@ -58,5 +58,12 @@ def test_bad_mirror_settings(tmp_path: Path, env: dict[str, str], message: str) 
 def test_bad_mirror_file(tmp_path: Path) -> None:
     path = tmp_path / "m.toml"
     path.write_text("[mirror]\npypi = 1\n")
-    with pytest.raises(ConfigError, match=r"m.toml: mirror: unknown key; expected only a \[mirrors\] table"):
-        load_mirrors({"TORCHYARD_MIRRORS_FILE": str(path)})
+    with pytest.raises(ConfigError, match=r"m.toml: mirror: unknown key; expected only \[mirrors\] and"):
+        load_mirrors({"TORCHYARD_MACHINE_FILE": str(path)})
+
+
+def test_base_image_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "m.toml"
+    path.write_text('[base-images]\ncpu = "torchyard/base:bookworm"\nrocm = "registry.internal/rocm:7"\n')
+    env = {"TORCHYARD_MACHINE_FILE": str(path), "TORCHYARD_BASE_IMAGES": "rocm=mirror.internal/rocm:7"}
+    assert load_base_overrides(env) == {"cpu": "torchyard/base:bookworm", "rocm": "mirror.internal/rocm:7"}

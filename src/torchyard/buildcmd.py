@@ -1,0 +1,65 @@
+"""`torchyard build` and `torchyard base`: build the selected entries' images; make the local base."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from torchyard import cmd
+from torchyard.base import DEFAULT_TAG, bootstrap_base
+from torchyard.engine import build_client, engine
+from torchyard.errors import CommandError
+from torchyard.image import BuildOptions, Built, build_image, build_summary, plan_build, resolve_base
+from torchyard.lock import uv_version
+from torchyard.markdown import markdown_table
+from torchyard.matrix.schema import Entry
+from torchyard.mirrors import load_base_overrides
+
+
+def _git(args: Sequence[str], runner: cmd.Runner, fallback: str) -> str:
+    try:
+        return runner(["git", *args], capture=True).stdout.strip() or fallback
+    except (CommandError, OSError):
+        return fallback
+
+
+def build_images(
+    entries: Sequence[Entry],
+    lockdir: Path,
+    options: BuildOptions,
+    *,
+    runner: cmd.Runner = cmd.run,
+    env: Mapping[str, str] = os.environ,
+) -> list[Built]:
+    client = engine(env)
+    cli = build_client(env, runner)
+    uv = uv_version(runner)
+    revision = _git(["rev-parse", "HEAD"], runner, "unknown")
+    epoch = _git(["log", "-1", "--format=%ct"], runner, "0")
+    overrides = load_base_overrides(env)
+    built = []
+    for position, entry in enumerate(entries, start=1):
+        base = resolve_base(entry, overrides)
+        local = client.images.list(name=base)
+        base_id = (local[0].id if local else None) or entry.accelerator.base_image.digest
+        plan = plan_build(
+            entry, Path(), lockdir, base_image=base, base_id=base_id, uv_version=uv, revision=revision,
+            source_date_epoch=epoch,
+        )  # fmt: skip
+        print(f"[{position}/{len(entries)}] {entry.name}: {plan.tag}", file=sys.stderr, flush=True)
+        built.append(
+            build_image(
+                entry, plan, client, cli, lockdir=lockdir, uv_version=uv, options=options, runner=runner, env=env
+            )
+        )
+    sys.stdout.write(markdown_table(("entry", "image", "size", "seconds", "cache hit"), build_summary(built)))
+    return built
+
+
+def make_base(tag: str = DEFAULT_TAG, *, runner: cmd.Runner = cmd.run, env: Mapping[str, str] = os.environ) -> str:
+    engine(env)
+    image_id = bootstrap_base(build_client(env, runner), tag=tag, runner=runner, env=env)
+    print(f"{tag} {image_id}\nuse it for the cpu entry on this machine: export TORCHYARD_BASE_IMAGES=cpu={tag}")
+    return image_id
