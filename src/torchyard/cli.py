@@ -9,14 +9,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from torchyard import __version__
+from torchyard.base import DEFAULT_TAG
 from torchyard.buildcmd import build_images, make_base
-from torchyard.errors import TorchyardError, UsageError
+from torchyard.errors import TorchyardError
 from torchyard.github import matrix_include
 from torchyard.image import BuildOptions
-from torchyard.local import run_local
 from torchyard.lockcmd import check_locks, lock_all
 from torchyard.markdown import markdown_table
 from torchyard.matrix import Entry, load_plan, select_entries
+from torchyard.testcmd import test_entries
 
 
 def _selection_parser() -> argparse.ArgumentParser:
@@ -48,9 +49,18 @@ def build_parser() -> argparse.ArgumentParser:
         "test", parents=[common], help="run the stack suites of the selected entries; other arguments go to pytest"
     )
     test.add_argument("--local", action="store_true", help="on this machine, in a venv made from the lock")
+    test.add_argument("--keep", action="store_true", help="keep the container afterwards, for debugging")
     test.add_argument("--lockdir", type=Path, default=Path("lockfiles"), help="where lockfiles live")
     test.add_argument("--reports", type=Path, default=Path("reports"), help="where reports are written")
     lock.add_argument("--allow-missing", action="store_true", help="with --check: report missing locks without failing")
+    build = commands.add_parser("build", parents=[common], help="build the selected entries' images")
+    build.add_argument("entries", nargs="*", metavar="ENTRY", help="entries to build (same as --entry)")
+    build.add_argument("--lockdir", type=Path, default=Path("lockfiles"), help="where lockfiles live")
+    build.add_argument("--push", action="store_true", help="push to the registry named by the tags (buildx)")
+    build.add_argument("--cache-from", action="append", default=[], metavar="REF", help="BuildKit cache source")
+    build.add_argument("--cache-to", action="append", default=[], metavar="REF", help="BuildKit cache export (buildx)")
+    base = commands.add_parser("base", help="bootstrap a local Debian base image (debootstrap + docker import)")
+    base.add_argument("--tag", default=DEFAULT_TAG, help="the image tag to create")
     lock.add_argument("--lockdir", type=Path, default=Path("lockfiles"), help="where lockfiles live")
     return parser
 
@@ -67,13 +77,6 @@ def _selected(args: argparse.Namespace, passthrough: list[str] | None = None) ->
         names += [word for word in passthrough if word in known]
         passthrough[:] = [word for word in passthrough if word not in known]
     return select_entries(plan, names, args.accelerator)
-
-
-def run_tests(entries: Sequence[Entry], local: bool, lockdir: Path, reports: Path, extra: Sequence[str]) -> int:
-    if not local:
-        raise UsageError("running the suites inside images is not built yet; pass --local (nox: -- --local)")
-    statuses = [run_local(entry, lockdir, reports, extra) for entry in entries]
-    return next((status for status in statuses if status != 0), 0)
 
 
 def plan_table(entries: Sequence[Entry]) -> str:
@@ -112,7 +115,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "base":
             make_base(args.tag)
         elif args.command == "test":
-            return run_tests(_selected(args, passthrough), args.local, args.lockdir, args.reports, passthrough)
+            selected = _selected(args, passthrough)
+            return test_entries(
+                selected,
+                local=args.local,
+                lockdir=args.lockdir,
+                reports=args.reports,
+                pytest_args=passthrough,
+                keep=args.keep,
+            )
         return 0
     except TorchyardError as error:
         print(f"torchyard: {error}", file=sys.stderr)

@@ -1,0 +1,112 @@
+"""The build plan and the builder's argument list, without Docker."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from torchyard.engine import DockerCli
+from torchyard.errors import ImageBuildError
+from torchyard.image import BuildOptions, BuildPlan, docker_build_args, plan_build, resolve_base
+from torchyard.matrix import load_plan
+
+REPO = Path(__file__).parents[2]
+PLAN = load_plan(REPO / "matrix.toml")
+BUILDKIT = DockerCli("/usr/bin/docker", "20.10.24", "buildkit")
+BUILDX = DockerCli("/usr/bin/docker", "28.2.2", "buildx")
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A copy of what the image build reads: Dockerfile, sources, lockfiles."""
+    for item in ("docker", "src", "tests/stack", "lockfiles"):
+        shutil.copytree(REPO / item, tmp_path / item, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / ".dockerignore", tmp_path / ".dockerignore")
+    return tmp_path
+
+
+def make_plan(root: Path, **changes: str) -> BuildPlan:
+    arguments = {
+        "base_image": "torchyard/base:bookworm",
+        "base_id": "sha256:" + "1" * 64,
+        "uv_version": "0.13.9",
+        "revision": "abc123",
+        "source_date_epoch": "1700000000",
+        **changes,
+    }
+    return plan_build(PLAN.entry("cpu"), root, root / "lockfiles", **arguments)
+
+
+def test_plan_carries_entry_python_lock_and_labels(tree: Path) -> None:
+    plan = make_plan(tree)
+    args = dict(plan.build_args)
+    assert args["PYTHON"] == "python3.11"
+    assert args["LOCKFILE"] == str(tree / "lockfiles" / "cpu.txt")
+    assert args["VENDOR_PACKAGES"] == ""
+    assert args["LOCK_DIGEST"].startswith("sha256:")
+    assert args["GIT_REVISION"] == "abc123" and args["SOURCE_DATE_EPOCH"] == "1700000000"
+    assert plan.tag.startswith("torchyard/cpu:") and len(plan.tag.split(":")[1]) == 16
+    assert plan.alias == "torchyard/cpu:latest"
+
+
+def test_rocm_plan_names_its_vendor_packages(tree: Path) -> None:
+    rocm = plan_build(
+        PLAN.entry("rocm"), tree, tree / "lockfiles", base_image="b", base_id="i", uv_version="0.13.9",
+        revision="r", source_date_epoch="0",
+    )  # fmt: skip
+    assert dict(rocm.build_args)["VENDOR_PACKAGES"] == "torch torchvision numpy triton"
+    assert dict(rocm.build_args)["PYTHON"] == "python3.12"
+
+
+def test_tag_is_content_addressed(tree: Path) -> None:
+    first = make_plan(tree).tag
+    assert make_plan(tree, revision="other", source_date_epoch="1").tag == first  # labels only
+    assert make_plan(tree, base_id="sha256:" + "2" * 64).tag != first
+    (tree / "src" / "torchyard" / "markdown.py").write_text("# changed\n", encoding="utf-8")
+    second = make_plan(tree).tag
+    assert second != first
+    lock = tree / "lockfiles" / "cpu.txt"
+    lock.write_text(lock.read_text() + "\n")
+    assert make_plan(tree).tag != second
+
+
+def test_base_override_by_entry_then_accelerator() -> None:
+    cpu = PLAN.entry("cpu")
+    assert resolve_base(cpu, {}) == str(cpu.accelerator.base_image)
+    assert resolve_base(cpu, {"cpu": "local/base:1"}) == "local/base:1"
+    assert resolve_base(PLAN.entry("cuda"), {"cpu": "local/base:1"}).startswith("docker.io/library/ubuntu")
+
+
+def test_buildkit_args(tree: Path) -> None:
+    plan = make_plan(tree)
+    args = docker_build_args(
+        plan,
+        BUILDKIT,
+        iidfile=Path("/tmp/iid"),
+        secrets={"uv-index-args": Path("/tmp/a"), "cacert": Path("/etc/ca.crt")},
+        host_network=True,
+        options=BuildOptions(cache_from=("type=registry,ref=r/c",)),
+    )
+    assert args[:8] == ("/usr/bin/docker", "build", "--file", "docker/Dockerfile", "--progress", "plain", "--iidfile", "/tmp/iid")
+    assert ("--secret", "id=cacert,src=/etc/ca.crt") == args[args.index("--secret") : args.index("--secret") + 2]
+    assert "id=uv-index-args,src=/tmp/a" in args
+    assert args[-5:] == ("--network", "host", "--cache-from", "type=registry,ref=r/c", ".")
+    assert "--tag" not in args  # tagged only after the build succeeds
+
+
+def test_buildx_loads_or_pushes(tree: Path) -> None:
+    plan = make_plan(tree)
+    common = {"iidfile": Path("/i"), "secrets": {}, "host_network": False}
+    loaded = docker_build_args(plan, BUILDX, options=BuildOptions(), **common)  # type: ignore[arg-type]
+    assert loaded[:3] == ("/usr/bin/docker", "buildx", "build") and loaded[-2:] == ("--load", ".")
+    pushed = docker_build_args(plan, BUILDX, options=BuildOptions(push=True, cache_to=("type=gha",)), **common)  # type: ignore[arg-type]
+    assert pushed[-8:] == ("--cache-to", "type=gha", "--tag", plan.tag, "--tag", plan.alias, "--push", ".")
+
+
+def test_push_needs_buildx(tree: Path) -> None:
+    with pytest.raises(ImageBuildError, match="need `docker buildx`"):
+        docker_build_args(
+            make_plan(tree), BUILDKIT, iidfile=Path("/i"), secrets={}, host_network=False, options=BuildOptions(push=True)
+        )

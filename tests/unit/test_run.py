@@ -1,0 +1,96 @@
+"""The exact `docker run` argument lists per accelerator, and the fail-fast device check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from torchyard.accelerators import HostFacts
+from torchyard.errors import DeviceUnavailableError
+from torchyard.matrix import load_plan
+from torchyard.run import RunPlan, docker_run_args, require_device_runtime, run_user
+
+PLAN = load_plan(Path(__file__).parents[2] / "matrix.toml")
+HOST = HostFacts(
+    group_ids={"video": 44, "render": 993},
+    device_nodes=frozenset({"/dev/kfd", "/dev/dri"}),
+    docker_runtimes=frozenset({"nvidia"}),
+)
+
+
+def run_plan(entry: str) -> RunPlan:
+    return RunPlan(entry, f"torchyard/{entry}:0123456789abcdef", f"torchyard-{entry}-1", Path("/src"), Path("/src/reports/" + entry), f"torchyard-inductor-{entry}", "1000:1000")
+
+
+def common(entry: str) -> tuple[str, ...]:
+    return (
+        "run", "--name", f"torchyard-{entry}-1", "--init",
+        "--user", "1000:1000",
+        "--mount", "type=bind,source=/src,target=/workspace,readonly",
+        "--mount", f"type=bind,source=/src/reports/{entry},target=/reports",
+        "--mount", f"type=volume,source=torchyard-inductor-{entry},target=/cache/inductor",
+        "--workdir", "/workspace",
+        "--env", "PYTHONPATH=/workspace/src",
+        "--env", "TORCHYARD_TESTS=/workspace/tests/stack",
+        "--env", f"TORCHYARD_ACCELERATOR={entry}",
+        "--env", "TORCHYARD_CASES=",
+        "--env", "TORCHYARD_REPORT_DIR=/reports",
+        "--env", "TORCHYARD_TOLERANCES={}",
+    )  # fmt: skip
+
+
+def tail(entry: str, markers: str) -> tuple[str, ...]:
+    return (f"torchyard/{entry}:0123456789abcdef", "-m", markers, "--junitxml=/reports/junit.xml", "-q")
+
+
+ALL = "export or compile or runtime or parity or harness"
+
+
+def test_cpu_run_args() -> None:
+    args = docker_run_args(PLAN.entry("cpu"), run_plan("cpu"), HOST, {}, ["-q"])
+    assert args == (*common("cpu"), *tail("cpu", ALL))
+
+
+def test_cuda_run_args_pass_visible_devices() -> None:
+    args = docker_run_args(PLAN.entry("cuda"), run_plan("cuda"), HOST, {"CUDA_VISIBLE_DEVICES": "0"}, ["-q"])
+    assert args == (
+        *common("cuda"),
+        "--gpus", "all", "-e", "NVIDIA_TF32_OVERRIDE=0",
+        "-e", "CUDA_VISIBLE_DEVICES",
+        *tail("cuda", ALL),
+    )  # fmt: skip
+
+
+def test_rocm_run_args() -> None:
+    args = docker_run_args(PLAN.entry("rocm"), run_plan("rocm"), HOST, {"HIP_VISIBLE_DEVICES": "1"}, ["-q"])
+    assert args == (
+        *common("rocm"),
+        "--device", "/dev/kfd", "--device", "/dev/dri",
+        "--group-add", "44", "--group-add", "993",
+        "--security-opt", "seccomp=unconfined", "--ipc=host", "--shm-size", "16g",
+        "-e", "HIP_VISIBLE_DEVICES",
+        *tail("rocm", ALL),
+    )  # fmt: skip
+
+
+def test_xpu_run_args_follow_its_suites() -> None:
+    args = docker_run_args(PLAN.entry("xpu"), run_plan("xpu"), HOST, {"ZE_AFFINITY_MASK": "0.0"}, ["-q"])
+    assert args == (
+        *common("xpu"),
+        "--device", "/dev/dri", "--group-add", "993", "--ipc=host",
+        "-e", "ZE_AFFINITY_MASK",
+        *tail("xpu", "export or compile or parity or harness"),
+    )  # fmt: skip
+
+
+def test_gpu_entry_without_its_runtime_fails_before_anything_runs() -> None:
+    with pytest.raises(DeviceUnavailableError) as caught:
+        require_device_runtime(PLAN.entry("cuda"), HostFacts())
+    assert str(caught.value).startswith("entry 'cuda' needs a cuda device: no NVIDIA container runtime or CDI spec")
+    require_device_runtime(PLAN.entry("cpu"), HostFacts())
+
+
+def test_root_runs_as_the_image_user() -> None:
+    assert run_user(0, 0) == "1000:1000"
+    assert run_user(1001, 1002) == "1001:1002"
