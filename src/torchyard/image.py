@@ -87,14 +87,18 @@ def plan_build(
 ) -> BuildPlan:
     """Everything the build needs, decided without touching Docker."""
     lockfile = lock_path(lockdir, entry)
-    fields, _ = read_header(lockfile.read_text(encoding="utf-8"))
+    try:
+        in_context = (root / lockfile).resolve().relative_to(root.resolve())
+    except ValueError:
+        raise ImageBuildError(f"entry {entry.name!r}: {lockfile} is outside the build context {root}") from None
+    fields, _ = read_header((root / lockfile).read_text(encoding="utf-8"))
     vendor = tuple(pin.name for pin in entry.accelerator.vendor)
     content_args = (
         ("BASE_IMAGE", base_image),
         ("PYTHON", f"python{entry.python}"),
         ("VENDOR_PACKAGES", " ".join(vendor)),
         ("UV_VERSION", uv_version),
-        ("LOCKFILE", str(lockfile)),
+        ("LOCKFILE", str(in_context)),
         ("TORCHYARD_ENTRY", entry.name),
         ("LOCK_DIGEST", fields.get("body-digest", "")),
         ("BASE_DIGEST", base_id),
@@ -110,7 +114,7 @@ def plan_build(
     return BuildPlan(
         entry=entry.name,
         base_image=base_image,
-        lockfile=lockfile,
+        lockfile=in_context,
         build_args=build_args,
         tag=f"{REPOSITORY}/{entry.name}:{digest.hexdigest()[:16]}",
         alias=f"{REPOSITORY}/{entry.name}:latest",

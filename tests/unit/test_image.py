@@ -36,14 +36,14 @@ def make_plan(root: Path, **changes: str) -> BuildPlan:
         "source_date_epoch": "1700000000",
         **changes,
     }
-    return plan_build(PLAN.entry("cpu"), root, root / "lockfiles", **arguments)
+    return plan_build(PLAN.entry("cpu"), root, Path("lockfiles"), **arguments)
 
 
 def test_plan_carries_entry_python_lock_and_labels(tree: Path) -> None:
     plan = make_plan(tree)
     args = dict(plan.build_args)
     assert args["PYTHON"] == "python3.11"
-    assert args["LOCKFILE"] == str(tree / "lockfiles" / "cpu.txt")
+    assert args["LOCKFILE"] == "lockfiles/cpu.txt"
     assert args["VENDOR_PACKAGES"] == ""
     assert args["LOCK_DIGEST"].startswith("sha256:")
     assert args["GIT_REVISION"] == "abc123" and args["SOURCE_DATE_EPOCH"] == "1700000000"
@@ -53,7 +53,7 @@ def test_plan_carries_entry_python_lock_and_labels(tree: Path) -> None:
 
 def test_rocm_plan_names_its_vendor_packages(tree: Path) -> None:
     rocm = plan_build(
-        PLAN.entry("rocm"), tree, tree / "lockfiles", base_image="b", base_id="i", uv_version="0.13.9",
+        PLAN.entry("rocm"), tree, Path("lockfiles"), base_image="b", base_id="i", uv_version="0.13.9",
         revision="r", source_date_epoch="0",
     )  # fmt: skip
     assert dict(rocm.build_args)["VENDOR_PACKAGES"] == "torch torchvision numpy triton"
@@ -89,8 +89,17 @@ def test_buildkit_args(tree: Path) -> None:
         host_network=True,
         options=BuildOptions(cache_from=("type=registry,ref=r/c",)),
     )
-    assert args[:8] == ("/usr/bin/docker", "build", "--file", "docker/Dockerfile", "--progress", "plain", "--iidfile", "/tmp/iid")
-    assert ("--secret", "id=cacert,src=/etc/ca.crt") == args[args.index("--secret") : args.index("--secret") + 2]
+    assert args[:8] == (
+        "/usr/bin/docker",
+        "build",
+        "--file",
+        "docker/Dockerfile",
+        "--progress",
+        "plain",
+        "--iidfile",
+        "/tmp/iid",
+    )
+    assert args[args.index("--secret") : args.index("--secret") + 2] == ("--secret", "id=cacert,src=/etc/ca.crt")
     assert "id=uv-index-args,src=/tmp/a" in args
     assert args[-5:] == ("--network", "host", "--cache-from", "type=registry,ref=r/c", ".")
     assert "--tag" not in args  # tagged only after the build succeeds
@@ -108,5 +117,18 @@ def test_buildx_loads_or_pushes(tree: Path) -> None:
 def test_push_needs_buildx(tree: Path) -> None:
     with pytest.raises(ImageBuildError, match="need `docker buildx`"):
         docker_build_args(
-            make_plan(tree), BUILDKIT, iidfile=Path("/i"), secrets={}, host_network=False, options=BuildOptions(push=True)
+            make_plan(tree),
+            BUILDKIT,
+            iidfile=Path("/i"),
+            secrets={},
+            host_network=False,
+            options=BuildOptions(push=True),
         )
+
+
+def test_lockfile_outside_the_context_is_refused(tree: Path, tmp_path: Path) -> None:
+    with pytest.raises(ImageBuildError, match="is outside the build context"):
+        plan_build(
+            PLAN.entry("cpu"), tree, tmp_path.parent, base_image="b", base_id="i", uv_version="0.13.9",
+            revision="r", source_date_epoch="0",
+        )  # fmt: skip

@@ -20,7 +20,15 @@ HOST = HostFacts(
 
 
 def run_plan(entry: str) -> RunPlan:
-    return RunPlan(entry, f"torchyard/{entry}:0123456789abcdef", f"torchyard-{entry}-1", Path("/src"), Path("/src/reports/" + entry), f"torchyard-inductor-{entry}", "1000:1000")
+    return RunPlan(
+        entry,
+        f"torchyard/{entry}:0123456789abcdef",
+        f"torchyard-{entry}-1",
+        Path("/src"),
+        Path("/src/reports/" + entry),
+        f"torchyard-inductor-{entry}",
+        "1000:1000",
+    )
 
 
 def common(entry: str) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import sys
 from collections.abc import Sequence
@@ -40,6 +41,30 @@ def files_digest(dist: metadata.Distribution, *, deep: bool) -> str:
     return "sha256:" + digest.hexdigest()
 
 
+def _location(dist: metadata.Distribution) -> str:
+    return str(Path(str(dist.locate_file(""))).resolve())
+
+
+def _modules(dist: metadata.Distribution) -> list[str]:
+    """Top-level import names the distribution provides (from its RECORD)."""
+    names = set()
+    for item in dist.files or ():
+        top = item.parts[0]
+        if top.endswith((".dist-info", ".data")) or top in {"..", "__pycache__"} or top.endswith(".pth"):
+            continue
+        names.add(top.removesuffix(".py") if len(item.parts) == 1 else top)
+    return sorted(name for name in names if name.isidentifier())
+
+
+def _shadowed(module: str, location: str) -> str | None:
+    """Where `import module` would come from, when that is not the vendor's folder."""
+    spec = importlib.util.find_spec(module)
+    origin = spec.origin if spec is not None and spec.origin else None
+    if origin is None or origin in {"built-in", "frozen"}:
+        return None
+    return None if str(Path(origin).resolve()).startswith(location + "/") else origin
+
+
 def record(names: Sequence[str]) -> dict[str, Any]:
     """Name, exact version and file digests of each vendor package; a missing one is an error."""
     packages = []
@@ -55,13 +80,19 @@ def record(names: Sequence[str]) -> dict[str, Any]:
                 "files": len(dist.files or ()),
                 "digest": files_digest(dist, deep=True),
                 "quick-digest": files_digest(dist, deep=False),
+                "location": _location(dist),
+                "modules": _modules(dist),
             }
         )
     return {"format": RECORD_FORMAT, "packages": packages}
 
 
 def verify(saved: dict[str, Any], *, deep: bool) -> list[str]:
-    """One line per vendor package that is gone or was replaced: name, vendor version, what is there now."""
+    """One line per vendor package that is gone, replaced or shadowed: name, vendor version, what is there.
+
+    Run it with the interpreter the suites use (the venv's): a package installed into the venv replaces
+    the base's for that interpreter even though the base's files are untouched.
+    """
     problems = []
     for package in saved.get("packages", []):
         name, version = package["name"], package["version"]
@@ -71,7 +102,13 @@ def verify(saved: dict[str, Any], *, deep: bool) -> list[str]:
             problems.append(f"vendor package {name} {version} was removed")
             continue
         if dist.version != version:
-            problems.append(f"vendor package {name} {version} was replaced by {name} {dist.version}")
+            where = _location(dist)
+            problems.append(f"vendor package {name} {version} was replaced by {name} {dist.version} at {where}")
+            continue
+        shadows = [(module, _shadowed(module, package["location"])) for module in package.get("modules", [])]
+        shadow = next(((module, origin) for module, origin in shadows if origin), None)
+        if shadow is not None:
+            problems.append(f"vendor package {name} {version}: `import {shadow[0]}` now loads {shadow[1]}")
             continue
         key = "digest" if deep else "quick-digest"
         if files_digest(dist, deep=deep) != package[key]:

@@ -1,0 +1,77 @@
+"""Build the real CPU image on the real engine: reuse, and a source-only change touching only the top."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from torchyard import cmd
+from torchyard.buildcmd import build_images
+from torchyard.image import BuildOptions
+from torchyard.matrix import load_plan
+
+pytestmark = pytest.mark.integration
+
+
+class Recorder:
+    """The real runner, with the build's output kept for the test to read (and still shown)."""
+
+    def __init__(self) -> None:
+        self.output: list[str] = []
+
+    def __call__(self, args: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        if "--iidfile" in args:  # the build itself, not the client probes
+            kwargs["capture"] = True
+            try:
+                completed = cmd.run(args, **kwargs)
+            except Exception as error:
+                print(getattr(error, "output", ""))
+                raise
+            self.output.append((completed.stdout or "") + (completed.stderr or ""))
+            return completed
+        return cmd.run(args, **kwargs)
+
+
+def test_cpu_image_builds_then_is_reused(
+    in_tree: Path, machine_env: dict[str, str], client: docker.DockerClient
+) -> None:
+    entry = load_plan(Path("matrix.toml")).entry("cpu")
+    (first,) = build_images([entry], Path("lockfiles"), BuildOptions(), env=machine_env)
+    image = client.images.get(first.tag)
+    labels = image.labels
+    assert labels["dev.torchyard.entry"] == "cpu"
+    assert labels["dev.torchyard.lock-digest"].startswith("sha256:")
+    assert labels["org.opencontainers.image.base.name"] == "torchyard/base:bookworm"
+    assert image.attrs["Config"]["User"] == "torchyard"
+    history = " ".join(str(layer.get("CreatedBy", "")) for layer in image.history())
+    assert "BEGIN CERTIFICATE" not in history and "index-args" not in history.replace("uv-index-args", "")
+    (second,) = build_images([entry], Path("lockfiles"), BuildOptions(), env=machine_env)
+    assert (second.tag, second.reused) == (first.tag, True)
+
+
+def test_source_only_change_rebuilds_only_the_top_layers(
+    in_tree: Path, machine_env: dict[str, str], client: docker.DockerClient
+) -> None:
+    entry = load_plan(Path("matrix.toml")).entry("cpu")
+    (before,) = build_images([entry], Path("lockfiles"), BuildOptions(), env=machine_env)
+    (in_tree / "src" / "torchyard" / "markdown.py").write_text(
+        (in_tree / "src" / "torchyard" / "markdown.py").read_text() + "\n# a source-only change\n"
+    )
+    recorder = Recorder()
+    (after,) = build_images([entry], Path("lockfiles"), BuildOptions(), runner=recorder, env=machine_env)
+    try:
+        assert after.tag != before.tag and not after.reused
+        (log,) = recorder.output
+        install_step = next(
+            line for line in log.splitlines() if "uv pip install" in line and "--require-hashes" in line
+        )
+        step_id = install_step.split()[0]
+        assert f"{step_id} CACHED" in log, "the dependency layer was rebuilt for a source-only change"
+        assert "COPY src /opt/torchyard/src/src" in log
+    finally:
+        client.images.remove(after.tag, noprune=False)
