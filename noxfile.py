@@ -27,11 +27,13 @@ def integration(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (lint and format check) and mypy --strict."""
+    """ruff (lint and format check), mypy --strict, hadolint on docker/, actionlint on .github/workflows/."""
     session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "lint"))
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy", "--exclude", "src/torchyard/inimage", "src", "tests/unit", "tests/integration", "noxfile.py")
+    session.run("hadolint", "docker/Dockerfile")
+    session.run("actionlint")
 
 
 @nox.session(name="lint-stack")
@@ -57,6 +59,20 @@ def lock(session: nox.Session) -> None:
     """Lock entries with the pinned uv: `nox -s lock [-- ENTRY ...]`; `-- --check` checks offline."""
     session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "lock"))
     session.run("torchyard", "lock", *session.posargs)
+
+
+@nox.session
+def doctor(session: nox.Session) -> None:
+    """What this host offers each accelerator and the exact `docker run` flags: `-- --accelerator cuda`."""
+    session.install("-e", ".")
+    session.run("torchyard", "doctor", *session.posargs)
+
+
+@nox.session
+def refresh(session: nox.Session) -> None:
+    """Move base-image digests (from the registry) and exclude-newer (to today) in matrix.toml."""
+    session.install("-e", ".")
+    session.run("torchyard", "refresh", *session.posargs)
 
 
 @nox.session(name="base-image")

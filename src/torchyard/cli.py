@@ -11,12 +11,14 @@ from pathlib import Path
 from torchyard import __version__
 from torchyard.base import DEFAULT_TAG
 from torchyard.buildcmd import build_images, make_base
+from torchyard.doctor import doctor
 from torchyard.errors import TorchyardError
 from torchyard.github import matrix_include
 from torchyard.image import BuildOptions
 from torchyard.lockcmd import check_locks, lock_all
 from torchyard.markdown import markdown_table
-from torchyard.matrix import Entry, load_plan, select_entries
+from torchyard.matrix import ACCELERATOR_NAMES, Entry, load_plan, select_entries
+from torchyard.refresh import refresh
 from torchyard.testcmd import test_entries
 
 
@@ -59,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--push", action="store_true", help="push to the registry named by the tags (buildx)")
     build.add_argument("--cache-from", action="append", default=[], metavar="REF", help="BuildKit cache source")
     build.add_argument("--cache-to", action="append", default=[], metavar="REF", help="BuildKit cache export (buildx)")
+    check = commands.add_parser("doctor", help="what this host offers each accelerator, and what to fix")
+    check.add_argument("--accelerator", action="append", default=[], choices=ACCELERATOR_NAMES, help="only these")
+    commands.add_parser("refresh", parents=[common], help="move base-image digests and exclude-newer to now")
     base = commands.add_parser("base", help="bootstrap a local Debian base image (debootstrap + docker import)")
     base.add_argument("--tag", default=DEFAULT_TAG, help="the image tag to create")
     lock.add_argument("--lockdir", type=Path, default=Path("lockfiles"), help="where lockfiles live")
@@ -112,6 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "build":
             options = BuildOptions(args.push, tuple(args.cache_from), tuple(args.cache_to))
             build_images(_selected(args), args.lockdir, options)
+        elif args.command == "doctor":
+            return doctor(args.accelerator or ACCELERATOR_NAMES)
+        elif args.command == "refresh":
+            refresh(args.matrix)
         elif args.command == "base":
             make_base(args.tag)
         elif args.command == "test":

@@ -17,7 +17,7 @@ from torchyard.errors import DockerUnavailableError
 from torchyard.hostfacts import gather_host_facts
 from torchyard.image import BuildOptions
 from torchyard.local import run_local
-from torchyard.markdown import markdown_table
+from torchyard.markdown import append_step_summary, markdown_table
 from torchyard.matrix.schema import Entry
 from torchyard.run import RunPlan, container_name, inductor_volume, require_device_runtime, run_entry, run_user
 
@@ -65,5 +65,8 @@ def test_entries(
             runner=runner, env=env,
         )  # fmt: skip
         rows.append((entry.name, image.tag, str(status), str(plan.reports)))
+        table = plan.reports / "parity.md"
+        if table.is_file():
+            append_step_summary(table.read_text(encoding="utf-8"), env)
     sys.stdout.write(markdown_table(("entry", "image", "exit status", "reports"), rows))
     return next((int(row[2]) for row in rows if row[2] != "0"), 0)

@@ -47,7 +47,7 @@ def test_cpu_image_builds_then_is_reused(
     assert labels["dev.torchyard.entry"] == "cpu"
     assert labels["dev.torchyard.lock-digest"].startswith("sha256:")
     assert labels["org.opencontainers.image.base.name"] == "torchyard/base:bookworm"
-    assert image.attrs["Config"]["User"] == "torchyard"
+    assert image.attrs["Config"]["User"] == "1000"  # the image's unprivileged user, by id
     history = " ".join(str(layer.get("CreatedBy", "")) for layer in image.history())
     assert "BEGIN CERTIFICATE" not in history and "index-args" not in history.replace("uv-index-args", "")
     (second,) = build_images([entry], Path("lockfiles"), BuildOptions(), env=machine_env)

@@ -45,3 +45,13 @@ def test_no_usable_client_says_what_to_install(tmp_path: Path) -> None:
     path, runner = fake_clients(tmp_path, {"new": (False, "28.2.2")})
     with pytest.raises(DockerUnavailableError, match=r"no docker client can build with BuildKit: .*28.2.2, no buildx"):
         build_client({"PATH": path}, runner)  # type: ignore[arg-type]
+
+
+def test_no_engine_is_one_line_with_how_to_start_one(tmp_path: Path) -> None:
+    from torchyard.engine import engine
+
+    with pytest.raises(DockerUnavailableError) as caught:
+        engine({"DOCKER_HOST": f"unix://{tmp_path}/absent.sock"})
+    message = str(caught.value)
+    assert message.startswith(f"no Docker engine answers at unix://{tmp_path}/absent.sock")
+    assert "sudo systemctl start docker" in message and "\n" not in message

@@ -1,0 +1,162 @@
+"""Image and suite benchmarks on the real engine, side by side in one run; prints a Markdown table.
+
+- no-op rebuild: `torchyard build cpu` when the image exists, and a full `docker build` of the same
+  plan with every layer cached;
+- a source-only change: torchyard's Dockerfile (dependencies keyed by the lock) against a naive one
+  (`COPY . .` then install) on the same change;
+- image size against the naive image and against the installed payload (the venv);
+- the cpu suites in a container with a cold inductor cache (new volume) and then warm.
+
+Run from the repository root with TORCHYARD_BASE_IMAGES=cpu=torchyard/base:bookworm (and
+TORCHYARD_FIND_LINKS where wheels lie on disk): `python benchmarks/images.py`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import docker
+
+from torchyard.buildcmd import build_images
+from torchyard.image import BuildOptions
+from torchyard.matrix import load_plan
+
+REPO = Path(__file__).resolve().parents[1]
+NAIVE = """\
+FROM {base}
+RUN apt-get update && apt-get install -y --no-install-recommends g++ python3.11-dev \\
+    && rm -rf /var/lib/apt/lists/*
+COPY . /app
+WORKDIR /app
+RUN --mount=type=secret,id=cacert python3 -m venv /venv \\
+    && /venv/bin/pip install --cert /run/secrets/cacert uv==0.13.9 \\
+    && SSL_CERT_FILE=/run/secrets/cacert UV_NATIVE_TLS=1 /venv/bin/uv pip install --python /venv/bin/python \\
+       --require-hashes --no-deps {find_links} -r lockfiles/cpu.txt
+"""
+
+
+def seconds(function: object) -> float:
+    started = time.perf_counter()
+    function()  # type: ignore[operator]
+    return time.perf_counter() - started
+
+
+def copy_tree(target: Path) -> Path:
+    for item in (
+        "docker",
+        "src",
+        "tests/stack",
+        "lockfiles",
+        "matrix.toml",
+        "pyproject.toml",
+        "README.md",
+        ".dockerignore",
+    ):
+        source = REPO / item
+        if source.is_dir():
+            shutil.copytree(source, target / item, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            (target / item).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source, target / item)
+    return target
+
+
+def naive_build(tree: Path, tag: str) -> None:
+    folders = os.environ.get("TORCHYARD_FIND_LINKS", "").split()
+    servers = []
+    links = ""
+    for position, folder in enumerate(folders):
+        port = 18900 + position
+        servers.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "-d", folder],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        links += f" --find-links http://127.0.0.1:{port}/"
+    time.sleep(1)
+    (tree / "Dockerfile.naive").write_text(
+        NAIVE.format(base=os.environ["TORCHYARD_BASE_IMAGES"].split("=", 1)[1], find_links=links)
+    )
+    try:
+        subprocess.run(
+            ["/usr/bin/docker", "build", "--network", "host", "-f", "Dockerfile.naive", "--secret",
+             "id=cacert,src=/etc/ssl/certs/ca-certificates.crt", "-t", tag, "."],
+            cwd=tree, check=True, env={**os.environ, "DOCKER_BUILDKIT": "1"},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+    finally:
+        for server in servers:
+            server.terminate()
+
+
+def suite_seconds(client: docker.DockerClient, image: str, volume: str, reports: Path) -> float:
+    reports.mkdir(parents=True, exist_ok=True)
+    reports.chmod(0o777)
+    started = time.perf_counter()
+    client.containers.run(
+        image, ["-q"], remove=True, user="1000:1000",
+        volumes={str(reports): {"bind": "/reports", "mode": "rw"}, volume: {"bind": "/cache/inductor", "mode": "rw"}},
+    )  # fmt: skip
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    client = docker.from_env()
+    entry = load_plan(REPO / "matrix.toml").entry("cpu")
+    rows: list[tuple[str, str]] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = copy_tree(Path(scratch) / "tree")
+        os.chdir(tree)
+        (built,) = build_images([entry], Path("lockfiles"), BuildOptions())
+        rows.append(
+            (
+                "no-op rebuild, `torchyard build cpu` (image exists)",
+                f"{seconds(lambda: build_images([entry], Path('lockfiles'), BuildOptions())):.1f} s",
+            )
+        )
+        naive_build(tree, "torchyard-bench/naive:1")
+        (tree / "src" / "torchyard" / "markdown.py").write_text(
+            (tree / "src" / "torchyard" / "markdown.py").read_text() + "\n# changed\n"
+        )
+        ours = seconds(lambda: build_images([entry], Path("lockfiles"), BuildOptions()))
+        naive = seconds(lambda: naive_build(tree, "torchyard-bench/naive:2"))
+        rows.append(("rebuild after a source-only change, torchyard", f"{ours:.1f} s"))
+        rows.append(("rebuild after the same change, naive `COPY . .` then install", f"{naive:.1f} s"))
+        rows.append(("ratio naive / torchyard", f"{naive / ours:.1f}x"))
+        ours_size = client.images.get(built.tag).attrs["Size"]
+        naive_size = client.images.get("torchyard-bench/naive:2").attrs["Size"]
+        payload = client.containers.run(
+            built.tag, ["-c", "du -sb /opt/torchyard/venv | cut -f1"], entrypoint=["/bin/sh"], remove=True
+        )
+        rows.append(("image size, torchyard", f"{ours_size / 1e9:.2f} GB"))
+        rows.append(("image size, naive", f"{naive_size / 1e9:.2f} GB"))
+        rows.append(("installed payload (the venv)", f"{int(bytes(payload).decode()) / 1e9:.2f} GB"))
+        rows.append(("ratio torchyard image / payload", f"{ours_size / int(bytes(payload).decode()):.2f}x"))
+        volume = "torchyard-bench-inductor"
+        with contextlib.suppress(docker.errors.NotFound):
+            client.volumes.get(volume).remove(force=True)
+        cold = suite_seconds(client, built.tag, volume, Path(scratch) / "r1")
+        warm = suite_seconds(client, built.tag, volume, Path(scratch) / "r2")
+        rows.append(("cpu suites in the container, cold inductor cache", f"{cold:.0f} s"))
+        rows.append(("cpu suites in the container, warm inductor cache (named volume)", f"{warm:.0f} s"))
+        rows.append(("ratio cold / warm", f"{cold / warm:.2f}x"))
+        client.volumes.get(volume).remove(force=True)
+        for tag in ("torchyard-bench/naive:1", "torchyard-bench/naive:2"):
+            client.images.remove(tag, force=True)
+    print("| measure | value |\n|---|---|")
+    for name, value in rows:
+        print(f"| {name} | {value} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""The workflows call only sessions and commands that exist, and read only keys the matrix JSON has."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from torchyard.cli import build_parser
+from torchyard.github import matrix_include
+from torchyard.matrix import load_plan
+
+REPO = Path(__file__).parents[2]
+WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
+
+
+def run_lines() -> list[str]:
+    lines = []
+    for workflow in WORKFLOWS:
+        document: dict[str, Any] = yaml.safe_load(workflow.read_text())
+        for job in document["jobs"].values():
+            lines += [step["run"] for step in job.get("steps", []) if "run" in step]
+    return lines
+
+
+@pytest.fixture(scope="module")
+def nox_sessions() -> set[str]:
+    """The sessions noxfile.py registers (imported the way nox does, from the repository root)."""
+    import importlib.util
+    import os
+
+    import nox.registry
+
+    here = Path.cwd()
+    os.chdir(REPO)
+    try:
+        spec = importlib.util.spec_from_file_location("torchyard_noxfile", REPO / "noxfile.py")
+        assert spec is not None and spec.loader is not None
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    finally:
+        os.chdir(here)
+    return set(nox.registry.get())
+
+
+def test_there_are_workflows() -> None:
+    assert [path.name for path in WORKFLOWS] == ["ci.yml", "refresh.yml"]
+
+
+def test_every_nox_session_called_exists(nox_sessions: set[str]) -> None:
+    sessions = {item["session"] for item in matrix_include(load_plan(REPO / "matrix.toml").entries)["include"]}
+    called = set()
+    for line in run_lines():
+        for name in re.findall(r"nox -s (\S+(?: [^ ]+ \}\}\S*)?)", line):
+            if name == "${{ matrix.session }}":
+                called.update(sessions)
+            elif "${{ matrix.accelerator }}" in name:
+                called.update(name.replace("${{ matrix.accelerator }}", a) for a in ("cpu", "cuda", "rocm", "xpu"))
+            else:
+                called.add(name)
+    assert called, "no nox session found in the workflows"
+    assert called <= nox_sessions, sorted(called - nox_sessions)
+
+
+def test_every_torchyard_command_the_sessions_use_exists() -> None:
+    commands = set(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    noxfile = (REPO / "noxfile.py").read_text()
+    used = set(re.findall(r'session\.run\("torchyard", "([a-z-]+)"', noxfile))
+    assert used and used <= commands, sorted(used - commands)
+
+
+def test_matrix_keys_the_workflow_reads_are_in_the_json() -> None:
+    text = (REPO / ".github" / "workflows" / "ci.yml").read_text()
+    read = set(re.findall(r"matrix\.([a-z][a-z-]*)", text)) - {"toml"}
+    include = matrix_include(load_plan(REPO / "matrix.toml").entries)["include"]
+    assert read == {"name", "accelerator", "session", "runs-on"}
+    for item in include:
+        assert read <= set(item), sorted(read - set(item))
