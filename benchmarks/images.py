@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,9 @@ import docker
 from torchyard.buildcmd import build_images
 from torchyard.image import BuildOptions
 from torchyard.matrix import load_plan
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.integration.conftest import copy_tree
 
 REPO = Path(__file__).resolve().parents[1]
 NAIVE = """\
@@ -46,26 +48,6 @@ def seconds(function: object) -> float:
     started = time.perf_counter()
     function()  # type: ignore[operator]
     return time.perf_counter() - started
-
-
-def copy_tree(target: Path) -> Path:
-    for item in (
-        "docker",
-        "src",
-        "tests/stack",
-        "lockfiles",
-        "matrix.toml",
-        "pyproject.toml",
-        "README.md",
-        ".dockerignore",
-    ):
-        source = REPO / item
-        if source.is_dir():
-            shutil.copytree(source, target / item, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            (target / item).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(source, target / item)
-    return target
 
 
 def naive_build(tree: Path, tag: str) -> None:

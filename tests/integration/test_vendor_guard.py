@@ -118,6 +118,7 @@ def test_guarded_install_keeps_the_vendor_bytes(client: docker.DockerClient, whe
         assert '"version": "2.13.0+vendor"' in record
     finally:
         client.images.remove(built.tag)
+        client.images.remove("torchyard/guarded:latest")
 
 
 @pytest.mark.usefixtures("in_tree", "vendor_base")
