@@ -35,6 +35,7 @@ def suite_environment(entry: Entry, report_dir: Path) -> dict[str, str]:
     """What the in-image plugin reads: the same variables a container gets."""
     return {
         "TORCHYARD_ACCELERATOR": entry.accelerator.name,
+        "TORCHYARD_PRECISION": entry.precision,
         "TORCHYARD_REPORT_DIR": str(report_dir),
         "TORCHYARD_TOLERANCES": tolerance_overrides(entry),
         "TORCHYARD_CASES": ",".join(entry.cases),

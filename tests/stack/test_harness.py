@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchyard.inimage.cases import Case, Inputs
+from torchyard.inimage.cases import Case, CaseLoadError, Inputs, load_cases
 from torchyard.inimage.cases.builtin import CASES, Attention
 from torchyard.inimage.parity.backends import BackendRun, Runner, leaves
 from torchyard.inimage.parity.harness import Result, evaluate, reference_outputs
@@ -174,3 +174,24 @@ def test_fp16_on_cpu_stops_the_run(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("--torchyard-precision", "fp16", f"--torchyard-report-dir={pytester.path}/r")
     assert result.ret == 3
     result.stderr.fnmatch_lines(["*fp16 on the CPU is refused*"])
+
+
+def test_user_cases_load_from_a_named_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "my_cases.py").write_text(
+        "import torch\n"
+        "from torchyard.inimage.cases import Case\n\n"
+        "class Scale(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x * 3\n\n"
+        'CASES = [Case("user_scale", Scale, lambda generator: (torch.randn(4, 8, generator=generator),))]\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cases = load_cases(["my_cases"], use_entry_points=False)
+    assert [case.name for case in cases[-1:]] == ["user_scale"]
+    result = evaluate(cases[-1], "export", device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+    assert result.status == "passed"
+    with pytest.raises(CaseLoadError, match="cannot be imported"):
+        load_cases(["no_such_cases_module"], use_entry_points=False)
+    (tmp_path / "bad_cases.py").write_text("CASES = [1]\n")
+    with pytest.raises(CaseLoadError, match="must define CASES"):
+        load_cases(["bad_cases"], use_entry_points=False)

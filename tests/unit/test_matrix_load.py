@@ -33,6 +33,7 @@ def test_valid_matrix_becomes_a_typed_plan() -> None:
     assert cuda.accelerator.docker_run == ("--shm-size", "8g")
     assert cuda.exclude_newer == "2026-10-01T00:00:00Z"
     assert cuda.suites == ("export", "parity")
+    assert cpu.precision == "fp32"
     assert cuda.tolerances == (Tolerance("float32.inductor", 1e-4, None, 0.9999),)
     assert str(cpu.accelerator.base_image).startswith("debian:bookworm-slim@sha256:7802")
 
@@ -125,6 +126,11 @@ def test_committed_matrix_is_valid() -> None:
             'exclude-newer = "yesterday"\n',
             'matrix.toml: entry "cuda" > exclude-newer: expected a date (2026-11-01) or a UTC date-time '
             '(2026-11-01T00:00:00Z), got "yesterday"',
+        ),
+        (
+            'suites = ["export", "parity"]',
+            'suites = ["export", "parity"]\nprecision = "int8"',
+            'matrix.toml: entry "cuda" > precision: expected one of fp32, bf16, fp16, got "int8"',
         ),
         (
             'torch = "2.9.1"',

@@ -43,6 +43,7 @@ def common(entry: str) -> tuple[str, ...]:
         "--env", "TORCHYARD_TESTS=/workspace/tests/stack",
         "--env", f"TORCHYARD_ACCELERATOR={entry}",
         "--env", "TORCHYARD_CASES=",
+        "--env", "TORCHYARD_PRECISION=fp32",
         "--env", "TORCHYARD_REPORT_DIR=/reports",
         "--env", "TORCHYARD_TOLERANCES={}",
     )  # fmt: skip

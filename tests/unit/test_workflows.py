@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,8 @@ def test_every_nox_session_called_exists(nox_sessions: set[str]) -> None:
 
 
 def test_every_torchyard_command_the_sessions_use_exists() -> None:
-    commands = set(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    subparsers = [action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction)]
+    commands = set(subparsers[0].choices)
     noxfile = (REPO / "noxfile.py").read_text()
     used = set(re.findall(r'session\.run\("torchyard", "([a-z-]+)"', noxfile))
     assert used and used <= commands, sorted(used - commands)

@@ -13,6 +13,7 @@ from torchyard.matrix.reader import Table, describe
 from torchyard.matrix.schema import (
     ACCELERATOR_NAMES,
     INDEX_STRATEGIES,
+    PRECISIONS,
     SUITE_NAMES,
     AcceleratorConfig,
     AcceleratorName,
@@ -21,6 +22,7 @@ from torchyard.matrix.schema import (
     Index,
     IndexStrategy,
     Plan,
+    Precision,
     SuiteName,
     Tolerance,
     VendorPin,
@@ -217,6 +219,7 @@ def _entry(
         _choice(table, f"suites[{position}]", SUITE_NAMES, suite)
     exclude_newer = _timestamp(table, "exclude-newer", required=default_exclude_newer is None)
     cases = table.string_list("cases", required=False) or ()
+    precision = _choice(table, "precision", PRECISIONS, table.string("precision", default="fp32"))
     entry = Entry(
         name=name,
         accelerator=accelerators[accelerator_name],
@@ -226,6 +229,7 @@ def _entry(
         exclude_newer=exclude_newer or cast(str, default_exclude_newer),
         tolerances=_tolerances(table),
         cases=cases,
+        precision=cast(Precision, precision),
     )
     table.finish()
     return entry

@@ -12,6 +12,9 @@ ACCELERATOR_NAMES: tuple[AcceleratorName, ...] = get_args(AcceleratorName)
 SuiteName = Literal["export", "compile", "runtime", "parity"]
 SUITE_NAMES: tuple[SuiteName, ...] = get_args(SuiteName)
 
+Precision = Literal["fp32", "bf16", "fp16"]
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
+
 IndexStrategy = Literal["first-index", "unsafe-first-match", "unsafe-best-match"]
 INDEX_STRATEGIES: tuple[IndexStrategy, ...] = get_args(IndexStrategy)
 
@@ -78,6 +81,7 @@ class Entry:
     exclude_newer: str
     tolerances: tuple[Tolerance, ...]
     cases: tuple[str, ...]
+    precision: Precision = "fp32"
 
     @property
     def indexes(self) -> tuple[Index, ...]:
