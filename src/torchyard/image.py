@@ -221,7 +221,7 @@ def build_image(
         served(sources) as (reachable, host_network),
     ):
         iidfile = Path(scratch) / "iid"
-        (Path(scratch) / "index-args").write_text(" ".join(index_args(reachable)))
+        (Path(scratch) / "index-args").write_text(" ".join(index_args(reachable)) + "\n")  # `read` wants the newline
         secrets = {"uv-index-args": Path(scratch) / "index-args"}
         ca_bundle = _ca_bundle(env)
         if ca_bundle is not None:
