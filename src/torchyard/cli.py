@@ -37,36 +37,46 @@ def _selection_parser() -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="torchyard", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="torchyard",
+        description="Lock, build and test the PyTorch deployment stack per accelerator, from matrix.toml.",
+    )
     parser.add_argument("--version", action="version", version=f"torchyard {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     common = _selection_parser()
+    lockdir = argparse.ArgumentParser(add_help=False)
+    lockdir.add_argument("--lockdir", type=Path, default=Path("lockfiles"), help="where lockfiles live")
+
     commands.add_parser("plan", parents=[common], help="print the matrix entries as a table")
+
     matrix = commands.add_parser("matrix", parents=[common], help="print the matrix for CI")
     matrix.add_argument("--github", action="store_true", required=True, help="GitHub Actions `include` JSON")
-    lock = commands.add_parser("lock", parents=[common], help="lock each entry with uv, or --check freshness")
+
+    lock = commands.add_parser("lock", parents=[common, lockdir], help="lock each entry with uv, or --check them")
     lock.add_argument("entries", nargs="*", metavar="ENTRY", help="entries to lock (same as --entry)")
     lock.add_argument("--check", action="store_true", help="offline: compare every lock with its inputs")
-    test = commands.add_parser(
-        "test", parents=[common], help="run the stack suites of the selected entries; other arguments go to pytest"
-    )
-    test.add_argument("--local", action="store_true", help="on this machine, in a venv made from the lock")
-    test.add_argument("--keep", action="store_true", help="keep the container afterwards, for debugging")
-    test.add_argument("--lockdir", type=Path, default=Path("lockfiles"), help="where lockfiles live")
-    test.add_argument("--reports", type=Path, default=Path("reports"), help="where reports are written")
-    lock.add_argument("--allow-missing", action="store_true", help="with --check: report missing locks without failing")
-    build = commands.add_parser("build", parents=[common], help="build the selected entries' images")
+    lock.add_argument("--allow-missing", action="store_true", help="with --check: report missing locks, pass")
+
+    build = commands.add_parser("build", parents=[common, lockdir], help="build the selected entries' images")
     build.add_argument("entries", nargs="*", metavar="ENTRY", help="entries to build (same as --entry)")
-    build.add_argument("--lockdir", type=Path, default=Path("lockfiles"), help="where lockfiles live")
     build.add_argument("--push", action="store_true", help="push to the registry named by the tags (buildx)")
     build.add_argument("--cache-from", action="append", default=[], metavar="REF", help="BuildKit cache source")
     build.add_argument("--cache-to", action="append", default=[], metavar="REF", help="BuildKit cache export (buildx)")
-    check = commands.add_parser("doctor", help="what this host offers each accelerator, and what to fix")
-    check.add_argument("--accelerator", action="append", default=[], choices=ACCELERATOR_NAMES, help="only these")
+
+    test = commands.add_parser(
+        "test", parents=[common, lockdir], help="run the selected entries' suites; other arguments go to pytest"
+    )
+    test.add_argument("--local", action="store_true", help="on this machine, in a venv made from the lock")
+    test.add_argument("--keep", action="store_true", help="keep the container afterwards, for debugging")
+    test.add_argument("--reports", type=Path, default=Path("reports"), help="where reports are written")
+
+    doctor_command = commands.add_parser("doctor", help="what this host offers each accelerator, and what to fix")
+    doctor_command.add_argument("--accelerator", action="append", default=[], choices=ACCELERATOR_NAMES)
+
     commands.add_parser("refresh", parents=[common], help="move base-image digests and exclude-newer to now")
+
     base = commands.add_parser("base", help="bootstrap a local Debian base image (debootstrap + docker import)")
     base.add_argument("--tag", default=DEFAULT_TAG, help="the image tag to create")
-    lock.add_argument("--lockdir", type=Path, default=Path("lockfiles"), help="where lockfiles live")
     return parser
 
 
