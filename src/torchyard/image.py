@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import docker
@@ -110,7 +110,14 @@ def plan_build(
     digest.update(source_digest(root).encode())
     digest.update((root / lockfile).read_bytes())
     # The revision and date label the image; they do not make its content, so they stay out of the tag.
-    build_args = (*content_args, ("GIT_REVISION", revision), ("SOURCE_DATE_EPOCH", source_date_epoch))
+    # Inline cache metadata lets a later build reuse this image's layers even after the builder's own
+    # cache was pruned (it is passed as --cache-from then).
+    build_args = (
+        *content_args,
+        ("GIT_REVISION", revision),
+        ("SOURCE_DATE_EPOCH", source_date_epoch),
+        ("BUILDKIT_INLINE_CACHE", "1"),
+    )
     return BuildPlan(
         entry=entry.name,
         base_image=base_image,
@@ -212,6 +219,8 @@ def build_image(
     if freshness.status != "fresh":
         raise ImageBuildError(f"entry {entry.name!r}: lock is {freshness.status}: {freshness.detail}")
     check_base(client, plan)
+    if _local_image(client, plan.alias) is not None and not options.cache_from:
+        options = replace(options, cache_from=(plan.alias,))
     sources = [
         *sources_for(entry.indexes, load_mirrors(env)),
         *(Source("local", "find-links", f) for f in extra_find_links(env)),
