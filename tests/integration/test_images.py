@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,15 +59,18 @@ def test_source_only_change_rebuilds_only_the_top_layers(
     in_tree: Path, machine_env: dict[str, str], client: docker.DockerClient
 ) -> None:
     entry = load_plan(Path("matrix.toml")).entry("cpu")
+    source = in_tree / "src" / "torchyard" / "markdown.py"
+    original = source.read_text()
+    # A first change builds an image in this test, whatever images and build cache the machine had.
+    source.write_text(original + "\n# a first source-only change\n")
     (before,) = build_images([entry], Path("lockfiles"), BuildOptions(), env=machine_env)
-    (in_tree / "src" / "torchyard" / "markdown.py").write_text(
-        (in_tree / "src" / "torchyard" / "markdown.py").read_text() + "\n# a source-only change\n"
-    )
+    source.write_text(original + "\n# a second source-only change\n")
     recorder = Recorder()
     (after,) = build_images([entry], Path("lockfiles"), BuildOptions(), runner=recorder, env=machine_env)
     try:
         assert after.tag != before.tag and not after.reused
         (log,) = recorder.output
+        Path(os.environ.get("TORCHYARD_BUILD_LOG", "/dev/null")).write_text(log)
         install_step = next(
             line for line in log.splitlines() if "uv pip install" in line and "--require-hashes" in line
         )
@@ -74,4 +78,5 @@ def test_source_only_change_rebuilds_only_the_top_layers(
         assert f"{step_id} CACHED" in log, "the dependency layer was rebuilt for a source-only change"
         assert "COPY src /opt/torchyard/src/src" in log
     finally:
-        client.images.remove(after.tag, noprune=False)
+        for image in {before.tag, after.tag}:
+            client.images.remove(image)
