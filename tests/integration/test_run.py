@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import docker
 import pytest
 
+from torchyard.buildcmd import build_images
 from torchyard.cli import main
+from torchyard.hostfacts import gather_host_facts
+from torchyard.image import BuildOptions
+from torchyard.matrix import parse_plan
+from torchyard.run import RunPlan, container_name, inductor_volume, run_entry, run_user
 
 pytestmark = pytest.mark.integration
 
@@ -18,3 +29,63 @@ def test_cuda_entry_on_a_cpu_only_host_names_the_missing_device(capsys: pytest.C
     err = capsys.readouterr().err.splitlines()
     assert status == 3
     assert err[-1].startswith("torchyard: entry 'cuda' needs a cuda device: no NVIDIA container runtime or CDI spec")
+
+
+def test_a_container_killed_for_memory_says_so(
+    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (
+        (REPO / "matrix.toml")
+        .read_text()
+        .replace(
+            'runs-on = ["ubuntu-24.04"]',
+            'runs-on = ["ubuntu-24.04"]\ndocker-run = ["--memory", "96m", "--memory-swap", "96m"]',
+        )
+    )
+    entry = parse_plan(text, Path("matrix.toml")).entry("cpu")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(REPO)
+        (image,) = build_images([entry], Path("lockfiles"), BuildOptions(), env=machine_env)
+    plan = RunPlan(
+        entry="cpu",
+        image=image.tag,
+        name=container_name(entry),
+        source=REPO,
+        reports=tmp_path / "reports",
+        volume=inductor_volume(entry),
+        user=run_user(os.getuid(), os.getgid()),
+    )
+    status = run_entry(
+        entry, plan, client=client, docker_path="/usr/bin/docker", host=gather_host_facts(client), pytest_args=["-q"]
+    )
+    assert status == 137
+    assert "the container for entry 'cpu' was killed: out of memory" in capsys.readouterr().err
+    assert not client.containers.list(all=True, filters={"name": plan.name})
+
+
+def test_ctrl_c_leaves_no_container(machine_env: dict[str, str], client: docker.DockerClient) -> None:
+    """SIGINT to the whole `torchyard test` process group, as a terminal's Ctrl-C sends it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(REPO)
+        build_images(
+            [parse_plan((REPO / "matrix.toml").read_text(), Path("m")).entry("cpu")],
+            Path("lockfiles"),
+            BuildOptions(),
+            env=machine_env,
+        )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "torchyard", "test", "cpu", "-q"],
+        cwd=REPO, env=machine_env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not client.containers.list(filters={"name": "torchyard-cpu-"}, all=True):
+            assert process.poll() is None and time.monotonic() < deadline, "the container never started"
+            time.sleep(0.5)
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode != 0
+    assert client.containers.list(filters={"name": "torchyard-cpu-"}, all=True) == []
