@@ -7,12 +7,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import docker
+
 from torchyard import cmd
 from torchyard.base import DEFAULT_TAG, bootstrap_base
-from torchyard.engine import build_client, engine
+from torchyard.engine import DockerCli, build_client, engine
 from torchyard.errors import CommandError
 from torchyard.image import BuildOptions, Built, build_image, build_summary, plan_build, resolve_base
-from torchyard.lock import uv_version
+from torchyard.lock import require_fresh, uv_version
 from torchyard.markdown import markdown_table
 from torchyard.matrix.schema import Entry
 from torchyard.mirrors import load_base_overrides
@@ -30,12 +32,20 @@ def build_images(
     lockdir: Path,
     options: BuildOptions,
     *,
+    client: docker.DockerClient | None = None,
+    cli: DockerCli | None = None,
     runner: cmd.Runner = cmd.run,
     env: Mapping[str, str] = os.environ,
 ) -> list[Built]:
-    client = engine(env)
-    cli = build_client(env, runner)
+    """Build (or reuse) each entry's image; `client` and `cli` are found when not given.
+
+    Every lock is checked first (offline): a missing or stale lock stops before Docker is touched.
+    """
     uv = uv_version(runner)
+    for entry in entries:
+        require_fresh(entry, lockdir, uv)
+    client = client or engine(env)
+    cli = cli or build_client(env, runner)
     revision = _git(["rev-parse", "HEAD"], runner, "unknown")
     epoch = _git(["log", "-1", "--format=%ct"], runner, "0")
     overrides = load_base_overrides(env)
@@ -49,11 +59,7 @@ def build_images(
             source_date_epoch=epoch,
         )  # fmt: skip
         print(f"[{position}/{len(entries)}] {entry.name}: {plan.tag}", file=sys.stderr, flush=True)
-        built.append(
-            build_image(
-                entry, plan, client, cli, lockdir=lockdir, uv_version=uv, options=options, runner=runner, env=env
-            )
-        )
+        built.append(build_image(entry, plan, client, cli, options=options, runner=runner, env=env))
     sys.stdout.write(markdown_table(("entry", "image", "size", "seconds", "cache hit"), build_summary(built)))
     return built
 

@@ -24,7 +24,7 @@ from torchyard import __version__, cmd
 from torchyard.engine import DockerCli
 from torchyard.errors import ImageBuildError
 from torchyard.install import extra_find_links
-from torchyard.lock import check_entry, lock_path, read_header
+from torchyard.lock import lock_path, read_header
 from torchyard.matrix.schema import Entry
 from torchyard.mirrors import Source, index_args, load_mirrors, sources_for
 from torchyard.serve import served
@@ -203,21 +203,17 @@ def build_image(
     client: docker.DockerClient,
     cli: DockerCli,
     *,
-    lockdir: Path,
-    uv_version: str,
     options: BuildOptions = BuildOptions(),
     runner: cmd.Runner = cmd.run,
     env: Mapping[str, str] = os.environ,
 ) -> Built:
-    """Build `plan` unless its tag exists; every precondition is checked before the first layer."""
+    """Build `plan` unless its tag exists; the base is checked before the first layer (the caller has
+    checked the lock)."""
     started = time.monotonic()
     existing = _local_image(client, plan.tag)
     if existing is not None and not options.push:
         existing.tag(plan.alias)
         return Built(entry.name, plan.tag, existing.attrs["Size"], time.monotonic() - started, reused=True)
-    freshness = check_entry(entry, lockdir, uv_version)
-    if freshness.status != "fresh":
-        raise ImageBuildError(f"entry {entry.name!r}: lock is {freshness.status}: {freshness.detail}")
     check_base(client, plan)
     if _local_image(client, plan.alias) is not None and not options.cache_from:
         options = replace(options, cache_from=(plan.alias,))

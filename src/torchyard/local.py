@@ -9,9 +9,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from torchyard import cmd
-from torchyard.errors import StaleLockError
 from torchyard.install import extra_find_links, sync_args
-from torchyard.lock import check_entry, lock_path, uv_version
+from torchyard.lock import lock_path, require_fresh, uv_version
 from torchyard.matrix.schema import Entry
 from torchyard.mirrors import load_mirrors, sources_for
 
@@ -67,9 +66,7 @@ def run_local(
     env: Mapping[str, str] = os.environ,
 ) -> int:
     """Check the lock, sync `.torchyard/venvs/<entry>` to it, install torchyard, run pytest; its status."""
-    freshness = check_entry(entry, lockdir, uv_version(runner))
-    if freshness.status != "fresh":
-        raise StaleLockError(f"entry {entry.name!r}: lock is {freshness.status}: {freshness.detail}")
+    require_fresh(entry, lockdir, uv_version(runner))
     venv = Path(".torchyard") / "venvs" / entry.name
     python = venv / "bin" / "python"
     uv_env = {**env, "UV_PYTHON_DOWNLOADS": "never"}

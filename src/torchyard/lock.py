@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from torchyard import cmd
-from torchyard.errors import CommandError, LockError
+from torchyard.errors import CommandError, LockError, StaleLockError
 from torchyard.matrix.schema import Entry
 from torchyard.mirrors import Source, index_args, sources_for
 from torchyard.wheelfile import write_wheel
@@ -236,3 +236,10 @@ def check_entry(entry: Entry, lockdir: Path, uv: str) -> Freshness:
         changed = _changed_inputs(fields.get("inputs", ""), current)
         return Freshness(entry.name, "stale", f"inputs changed: {', '.join(changed)}")
     return Freshness(entry.name, "fresh", str(path))
+
+
+def require_fresh(entry: Entry, lockdir: Path, uv: str) -> None:
+    """Raise unless the entry's lock is fresh: what builds and runs check before anything else."""
+    freshness = check_entry(entry, lockdir, uv)
+    if freshness.status != "fresh":
+        raise StaleLockError(f"entry {entry.name!r}: lock is {freshness.status}: {freshness.detail}")

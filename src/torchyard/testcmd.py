@@ -46,8 +46,8 @@ def test_entries(
     host = gather_host_facts(client)
     for entry in entries:
         require_device_runtime(entry, host)  # before any lock check or build: fail fast, and say why
-    built = build_images(entries, lockdir, BuildOptions(), runner=runner, env=env)
-    docker_path = build_client(env, runner).path
+    cli = build_client(env, runner)
+    built = build_images(entries, lockdir, BuildOptions(), client=client, cli=cli, runner=runner, env=env)
     rows = []
     for entry, image in zip(entries, built, strict=True):
         plan = RunPlan(
@@ -61,7 +61,7 @@ def test_entries(
         )
         print(f"running {entry.name} in {plan.name}; reports in {plan.reports}", file=sys.stderr, flush=True)
         status = run_entry(
-            entry, plan, client=client, docker_path=docker_path, host=host, pytest_args=pytest_args, keep=keep,
+            entry, plan, client=client, docker_path=cli.path, host=host, pytest_args=pytest_args, keep=keep,
             runner=runner, env=env,
         )  # fmt: skip
         rows.append((entry.name, image.tag, str(status), str(plan.reports)))

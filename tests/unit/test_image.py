@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,17 @@ def test_lockfile_outside_the_context_is_refused(tree: Path, tmp_path: Path) -> 
             PLAN.entry("cpu"), tree, tmp_path.parent, base_image="b", base_id="i", uv_version="0.13.9",
             revision="r", source_date_epoch="0",
         )  # fmt: skip
+
+
+def test_a_missing_lock_stops_the_build_before_docker(tmp_path: Path) -> None:
+    import subprocess
+
+    from torchyard.buildcmd import build_images
+    from torchyard.errors import StaleLockError
+
+    def uv_only(args: Sequence[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        assert list(args)[:2] == ["uv", "--version"]
+        return subprocess.CompletedProcess(args, 0, "uv 0.13.9\n", "")
+
+    with pytest.raises(StaleLockError, match=r"entry 'cuda': lock is missing: run `nox -s lock -- cuda`"):
+        build_images([PLAN.entry("cuda")], tmp_path, BuildOptions(), runner=uv_only, env={})
