@@ -144,13 +144,14 @@ UV_ERROR_MARKERS = ("error:", "\N{MULTIPLICATION SIGN}")  # uv starts a failure 
 
 
 def _uv_explanation(output: str) -> str:
-    """uv's own reason, condensed to one line (its full text is printed above the error)."""
+    """uv's own reason and its first hint, condensed to one line (the full text is printed above)."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
+    hints = [line for line in lines if line.startswith("hint:")]
     for position, line in enumerate(lines):
         marker = next((marker for marker in UV_ERROR_MARKERS if line.startswith(marker)), None)
         if marker is not None:
             rest = [item for item in lines[position + 1 :] if not item.startswith("hint:")][:3]
-            return " ".join([line.removeprefix(marker).strip(), *rest])
+            return " ".join([line.removeprefix(marker).strip(), *rest, *hints[:1]])
     return lines[-1] if lines else "no output"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from torchyard.errors import LockError
+from torchyard.install import sync_args
 from torchyard.lock import check_entry, compile_args, lock_entry, lock_path, read_header, uv_version
 from torchyard.matrix import Entry, parse_plan
 from torchyard.mirrors import Source
@@ -185,3 +187,38 @@ def test_unreachable_index_without_mirror_is_one_clear_error(tmp_path: Path) -> 
     with pytest.raises(LockError, match=r"^entry 'app': uv could not lock it: "):
         lock_entry(app, tmp_path, {}, env={"PATH": os.environ["PATH"], "UV_OFFLINE": "1"})
     assert list(tmp_path.iterdir()) == []
+
+
+def simple_index(wheels: Path, root: Path) -> str:
+    """A PEP 503 index over `wheels` (root/simple/<project>/index.html linking ../../files/...)."""
+    files = root / "files"
+    files.mkdir(parents=True)
+    projects: dict[str, list[str]] = {}
+    for wheel in sorted(wheels.glob("*.whl")):
+        (files / wheel.name).write_bytes(wheel.read_bytes())
+        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        project = wheel.name.split("-")[0].replace("_", "-").lower()
+        projects.setdefault(project, []).append(f'<a href="../../files/{wheel.name}#sha256={digest}">{wheel.name}</a>')
+    for project, links in projects.items():
+        page = root / "simple" / project / "index.html"
+        page.parent.mkdir(parents=True)
+        page.write_text("<html><body>" + "".join(links) + "</body></html>")
+    return (root / "simple").as_uri()
+
+
+@pytest.mark.real_subprocess
+def test_a_static_pep503_mirror_installs_but_cannot_lock(
+    tmp_path: Path, wheels: Path, mirrors: dict[str, Source]
+) -> None:
+    """A static index has no upload times, so a lock with a cut-off date cannot use it (uv says so);
+    installing a lock from it works, every file hash-checked."""
+    app, _ = make_plan()
+    index = Source("pypi", "index", simple_index(wheels, tmp_path / "index"))
+    with pytest.raises(LockError, match="exclude-newer"):
+        lock_entry(app, tmp_path / "a", {"pypi": index})
+    lockfile = lock_entry(app, tmp_path / "b", mirrors)
+    venv = tmp_path / "venv"
+    subprocess.run(["uv", "venv", "--quiet", str(venv)], check=True)
+    subprocess.run([*sync_args(lockfile, str(venv / "bin" / "python"), [index])], check=True, capture_output=True)
+    installed = subprocess.run(["uv", "pip", "list", "--python", str(venv)], capture_output=True, text=True, check=True)
+    assert "app" in installed.stdout and "lib" in installed.stdout
