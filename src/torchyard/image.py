@@ -91,7 +91,8 @@ def plan_build(
         in_context = (root / lockfile).resolve().relative_to(root.resolve())
     except ValueError:
         raise ImageBuildError(f"entry {entry.name!r}: {lockfile} is outside the build context {root}") from None
-    fields, _ = read_header((root / lockfile).read_text(encoding="utf-8"))
+    lock_bytes = (root / lockfile).read_bytes()
+    fields, _ = read_header(lock_bytes.decode("utf-8"))
     vendor = tuple(pin.name for pin in entry.accelerator.vendor)
     content_args = (
         ("BASE_IMAGE", base_image),
@@ -108,7 +109,7 @@ def plan_build(
     for key, value in content_args:
         digest.update(f"{key}={value}\0".encode())
     digest.update(source_digest(root).encode())
-    digest.update((root / lockfile).read_bytes())
+    digest.update(lock_bytes)
     # The revision and date label the image; they do not make its content, so they stay out of the tag.
     # Inline cache metadata lets a later build reuse this image's layers even after the builder's own
     # cache was pruned (it is passed as --cache-from then).

@@ -41,14 +41,18 @@ def suite_environment(entry: Entry, report_dir: Path) -> dict[str, str]:
     }
 
 
+def suite_markers(entry: Entry) -> str:
+    """The pytest marker expression for the entry's suites (the harness self-tests always run)."""
+    return " or ".join([*entry.suites, "harness"])
+
+
 def pytest_args(entry: Entry, report_dir: Path, extra: Sequence[str]) -> tuple[str, ...]:
-    markers = " or ".join([*entry.suites, "harness"])
     return (
         "-m",
         "pytest",
         "tests/stack",
         "-m",
-        markers,
+        suite_markers(entry),
         f"--junitxml={report_dir / 'junit.xml'}",
         "-p",
         "no:cacheprovider",
@@ -67,16 +71,17 @@ def run_local(
 ) -> int:
     """Check the lock, sync `.torchyard/venvs/<entry>` to it, install torchyard, run pytest; its status."""
     require_fresh(entry, lockdir, uv_version(runner))
+    lockfile = lock_path(lockdir, entry)
     venv = Path(".torchyard") / "venvs" / entry.name
     python = venv / "bin" / "python"
     uv_env = {**env, "UV_PYTHON_DOWNLOADS": "never"}
     if not python.exists():
         runner(["uv", "venv", "--quiet", "--python", entry.python, str(venv)], env=uv_env)
     sources = sources_for(entry.indexes, load_mirrors(env))
-    print(f"[1/3] installing {lock_path(lockdir, entry)} into {venv}", file=sys.stderr, flush=True)
+    print(f"[1/3] installing {lockfile} into {venv}", file=sys.stderr, flush=True)
     runner(
         sync_args(
-            lock_path(lockdir, entry),
+            lockfile,
             str(python),
             sources,
             find_links=extra_find_links(env),

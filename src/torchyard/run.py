@@ -21,7 +21,7 @@ from torchyard import cmd
 from torchyard.accelerators import ACCELERATORS
 from torchyard.accelerators.base import HostFacts, visible_device_args
 from torchyard.errors import DeviceUnavailableError, TorchyardError
-from torchyard.local import suite_environment
+from torchyard.local import suite_environment, suite_markers
 from torchyard.matrix.schema import Entry
 
 IMAGE_USER = "1000:1000"
@@ -58,7 +58,6 @@ def docker_run_args(
     """`docker run` arguments, from the accelerator's module and matrix.toml (pure, so tests pin them)."""
     accelerator = ACCELERATORS[entry.accelerator.name]
     suite_env = suite_environment(entry, Path("/reports"))
-    markers = " or ".join([*entry.suites, "harness"])
     return (
         "run", "--name", plan.name, "--init",
         "--user", plan.user,
@@ -73,7 +72,7 @@ def docker_run_args(
         *visible_device_args(accelerator.VISIBLE_DEVICE_VARIABLES, env),
         *entry.accelerator.docker_run,
         plan.image,
-        "-m", markers, "--junitxml=/reports/junit.xml", *pytest_args,
+        "-m", suite_markers(entry), "--junitxml=/reports/junit.xml", *pytest_args,
     )  # fmt: skip
 
 
