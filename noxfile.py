@@ -27,12 +27,12 @@ def integration(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (lint and format check), mypy --strict, hadolint on docker/, actionlint on .github/workflows/."""
+    """ruff (lint and format check), mypy --strict, hadolint on the Dockerfile, actionlint on the workflows."""
     session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "lint"))
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy", "--exclude", "src/torchyard/inimage", "src", "tests/unit", "tests/integration", "noxfile.py")
-    session.run("hadolint", "docker/Dockerfile")
+    session.run("hadolint", "src/torchyard/image/Dockerfile")
     session.run("actionlint")
 
 
@@ -41,7 +41,7 @@ def lint_stack(session: nox.Session) -> None:
     """mypy --strict on the in-image side, against the cpu entry's venv (made by `test-cpu -- --local`)."""
     stack_python = ".torchyard/venvs/cpu/bin/python"
     session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
-    session.run("mypy", "--python-executable", stack_python, "src/torchyard/inimage", "tests/stack")
+    session.run("mypy", "--python-executable", stack_python, "src/torchyard/inimage")
 
 
 @nox.session

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import docker
 
-from torchyard.buildcmd import build_images
-from torchyard.image import BuildOptions
+from torchyard.commands.build import build_images
+from torchyard.image.plan import BuildOptions
 from torchyard.matrix import load_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from torchyard.lock import check_entry, lock_entry, uv_version
+from torchyard.lock.check import check_entry
+from torchyard.lock.resolve import lock_entry, uv_version
 from torchyard.matrix import load_plan
 
 
@@ -42,7 +43,7 @@ def main() -> int:
     lockdir = Path("lockfiles")
 
     def check_all() -> None:
-        version = uv_version(lambda a, **k: subprocess.run(a, capture_output=True, text=True, check=True))  # type: ignore[arg-type,misc]
+        version = uv_version(lambda a, **k: subprocess.run(a, capture_output=True, text=True, check=True))  # type: ignore[arg-type]
         for entry in plan.entries:
             check_entry(entry, lockdir, version)
 

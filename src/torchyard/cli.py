@@ -9,17 +9,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from torchyard import __version__
-from torchyard.base import DEFAULT_TAG
-from torchyard.buildcmd import build_images, make_base
-from torchyard.doctor import doctor
+from torchyard.commands.build import build_images, make_base
+from torchyard.commands.doctor import doctor
+from torchyard.commands.lock import check_locks, lock_all
+from torchyard.commands.matrix import matrix_include
+from torchyard.commands.plan import plan_table
+from torchyard.commands.refresh import refresh
+from torchyard.commands.test import test_entries
 from torchyard.errors import TorchyardError
-from torchyard.github import matrix_include
-from torchyard.image import BuildOptions
-from torchyard.lockcmd import check_locks, lock_all
-from torchyard.markdown import markdown_table
-from torchyard.matrix import ACCELERATOR_NAMES, Entry, load_plan, select_entries
-from torchyard.refresh import refresh
-from torchyard.testcmd import test_entries
+from torchyard.image.debootstrap import DEFAULT_TAG
+from torchyard.image.plan import BuildOptions
+from torchyard.matrix import Entry, load_plan, select_entries
+from torchyard.names import ACCELERATOR_NAMES
 
 
 def _selection_parser() -> argparse.ArgumentParser:
@@ -92,23 +93,6 @@ def _selected(args: argparse.Namespace, passthrough: list[str] | None = None) ->
         names += [word for word in passthrough if word in known]
         passthrough[:] = [word for word in passthrough if word not in known]
     return select_entries(plan, names, args.accelerator)
-
-
-def plan_table(entries: Sequence[Entry]) -> str:
-    rows = [
-        (
-            entry.name,
-            entry.accelerator.name,
-            entry.python,
-            f"{entry.accelerator.base_image.name}@{entry.accelerator.base_image.digest[:19]}",
-            ", ".join(index.name for index in entry.indexes),
-            ", ".join(entry.suites),
-            ", ".join(entry.accelerator.runs_on),
-        )
-        for entry in entries
-    ]
-    headers = ("entry", "accelerator", "python", "base image", "indexes", "suites", "runs on")
-    return markdown_table(headers, rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

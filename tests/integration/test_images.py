@@ -11,10 +11,11 @@ from typing import Any
 import docker
 import pytest
 
-from torchyard import cmd
-from torchyard.buildcmd import build_images
-from torchyard.image import BuildOptions
+from torchyard.commands.build import build_images
+from torchyard.image.context import inimage_files
+from torchyard.image.plan import BuildOptions
 from torchyard.matrix import load_plan
+from torchyard.util import proc
 
 pytestmark = pytest.mark.integration
 
@@ -29,13 +30,13 @@ class Recorder:
         if "--iidfile" in args:  # the build itself, not the client probes
             kwargs["capture"] = True
             try:
-                completed = cmd.run(args, **kwargs)
+                completed = proc.run(args, **kwargs)
             except Exception as error:
                 print(getattr(error, "output", ""))
                 raise
             self.output.append((completed.stdout or "") + (completed.stderr or ""))
             return completed
-        return cmd.run(args, **kwargs)
+        return proc.run(args, **kwargs)
 
 
 def test_cpu_image_builds_then_is_reused(
@@ -56,15 +57,19 @@ def test_cpu_image_builds_then_is_reused(
 
 
 def test_source_only_change_rebuilds_only_the_top_layers(
-    in_tree: Path, machine_env: dict[str, str], client: docker.DockerClient
+    in_tree: Path, machine_env: dict[str, str], client: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A change to torchyard's in-image files (as a new torchyard release brings) reuses the dependency layer."""
     entry = load_plan(Path("matrix.toml")).entry("cpu")
-    source = in_tree / "src" / "torchyard" / "markdown.py"
-    original = source.read_text()
+    source = in_tree / "changed.py"
+    shipped = inimage_files()
+    monkeypatch.setattr(
+        "torchyard.image.plan.inimage_files", lambda: (*shipped, ("torchyard/inimage/changed.py", source))
+    )
     # A first change builds an image in this test, whatever images and build cache the machine had.
-    source.write_text(original + "\n# a first source-only change\n")
+    source.write_text("# a first source-only change\n")
     (before,) = build_images([entry], Path("lockfiles"), BuildOptions(), env=machine_env)
-    source.write_text(original + "\n# a second source-only change\n")
+    source.write_text("# a second source-only change\n")
     recorder = Recorder()
     (after,) = build_images([entry], Path("lockfiles"), BuildOptions(), runner=recorder, env=machine_env)
     try:
@@ -76,7 +81,7 @@ def test_source_only_change_rebuilds_only_the_top_layers(
         )
         step_id = install_step.split()[0]
         assert f"{step_id} CACHED" in log, "the dependency layer was rebuilt for a source-only change"
-        assert "COPY src /opt/torchyard/src/src" in log
+        assert "COPY inimage /opt/torchyard/inimage" in log
     finally:
         for image in {before.tag, after.tag}:
             client.images.remove(image)

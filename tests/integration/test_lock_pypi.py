@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from torchyard.lock import check_entry, lock_entry, uv_version
+from torchyard.lock.check import check_entry
+from torchyard.lock.resolve import lock_entry, uv_version
 from torchyard.matrix import load_plan
 
 REPO = Path(__file__).parents[2]

@@ -12,12 +12,12 @@ from pathlib import Path
 import docker
 import pytest
 
-from torchyard.buildcmd import build_images
 from torchyard.cli import main
-from torchyard.hostfacts import gather_host_facts
-from torchyard.image import BuildOptions
+from torchyard.commands.build import build_images
+from torchyard.host.facts import gather_host_facts
+from torchyard.image.plan import BuildOptions
 from torchyard.matrix import parse_plan
-from torchyard.run import RunPlan, container_name, inductor_volume, run_entry, run_user
+from torchyard.run.container import RunPlan, container_name, inductor_volume, run_entry, run_user
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +50,6 @@ def test_a_container_killed_for_memory_says_so(
         entry="cpu",
         image=image.tag,
         name=container_name(entry),
-        source=REPO,
         reports=tmp_path / "reports",
         volume=inductor_volume(entry),
         user=run_user(os.getuid(), os.getgid()),

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_lock import simple_index
-from torchyard.mirrors import Source
-from torchyard.serve import served
-from torchyard.wheelfile import write_wheel
+from torchyard.image.serve import served
+from torchyard.lock.standins import write_wheel
+from torchyard.matrix.machine import Source
 
 pytestmark = pytest.mark.integration
 

@@ -8,13 +8,13 @@ from pathlib import Path
 import docker
 import pytest
 
-from torchyard.buildcmd import build_images
+from torchyard.commands.build import build_images
 from torchyard.errors import CommandError
-from torchyard.image import BuildOptions
-from torchyard.lock import lock_entry
+from torchyard.image.plan import BuildOptions
+from torchyard.lock.resolve import lock_entry
+from torchyard.lock.standins import write_wheel
 from torchyard.matrix import parse_plan
-from torchyard.mirrors import Source
-from torchyard.wheelfile import write_wheel
+from torchyard.matrix.machine import Source
 
 pytestmark = pytest.mark.integration
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from torchyard.accelerators import ACCELERATORS, HostFacts
-from torchyard.accelerators.base import visible_device_args
-from torchyard.matrix import ACCELERATOR_NAMES
+from torchyard.accelerators.protocol import visible_device_args
+from torchyard.names import ACCELERATOR_NAMES
 
 HOST = HostFacts(
     group_ids={"video": 44, "render": 993},

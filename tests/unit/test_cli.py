@@ -71,7 +71,7 @@ def test_missing_matrix_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_lock_check_reports_missing_and_fails(
     matrix: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("torchyard.lockcmd.uv_version", lambda runner: "0.13.9")
+    monkeypatch.setattr("torchyard.commands.lock.uv_version", lambda runner: "0.13.9")
     args = ["lock", "--check", "--matrix", str(matrix), "--lockdir", str(tmp_path / "locks")]
     assert main(args) == 1
     captured = capsys.readouterr()

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from torchyard.cmd import run
 from torchyard.errors import CommandError, CommandNotFoundError
+from torchyard.util.proc import run
 
 
 def test_missing_executable_is_a_typed_error() -> None:

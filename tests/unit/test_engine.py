@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from torchyard.engine import DockerCli, build_client
 from torchyard.errors import DockerUnavailableError
+from torchyard.host.engine import DockerCli, build_client
 
 
 def fake_clients(tmp_path: Path, behaviour: Mapping[str, tuple[bool, str]]) -> tuple[str, object]:
@@ -48,7 +48,7 @@ def test_no_usable_client_says_what_to_install(tmp_path: Path) -> None:
 
 
 def test_no_engine_is_one_line_with_how_to_start_one(tmp_path: Path) -> None:
-    from torchyard.engine import engine
+    from torchyard.host.engine import engine
 
     with pytest.raises(DockerUnavailableError) as caught:
         engine({"DOCKER_HOST": f"unix://{tmp_path}/absent.sock"})

@@ -5,12 +5,15 @@ from __future__ import annotations
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from torchyard.engine import DockerCli
 from torchyard.errors import ImageBuildError
-from torchyard.image import BuildOptions, BuildPlan, docker_build_args, plan_build, resolve_base
+from torchyard.host.engine import DockerCli
+from torchyard.image import plan as image_plan
+from torchyard.image.build import docker_build_args
+from torchyard.image.plan import BuildOptions, BuildPlan, plan_build, resolve_base
 from torchyard.matrix import load_plan
 
 REPO = Path(__file__).parents[2]
@@ -21,15 +24,13 @@ BUILDX = DockerCli("/usr/bin/docker", "28.2.2", "buildx")
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    """A copy of what the image build reads: Dockerfile, sources, lockfiles."""
-    for item in ("docker", "src", "tests/stack", "lockfiles"):
-        shutil.copytree(REPO / item, tmp_path / item, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / ".dockerignore", tmp_path / ".dockerignore")
+    """A copy of the lockfiles, so a test can change one."""
+    shutil.copytree(REPO / "lockfiles", tmp_path / "lockfiles")
     return tmp_path
 
 
 def make_plan(root: Path, **changes: str) -> BuildPlan:
-    arguments = {
+    arguments: dict[str, Any] = {
         "base_image": "torchyard/base:bookworm",
         "base_id": "sha256:" + "1" * 64,
         "uv_version": "0.13.9",
@@ -37,14 +38,20 @@ def make_plan(root: Path, **changes: str) -> BuildPlan:
         "source_date_epoch": "1700000000",
         **changes,
     }
-    return plan_build(PLAN.entry("cpu"), root, Path("lockfiles"), **arguments)
+    return plan_build(PLAN.entry("cpu"), root / "lockfiles", **arguments)
 
 
 def test_plan_carries_entry_python_lock_and_labels(tree: Path) -> None:
     plan = make_plan(tree)
     args = dict(plan.build_args)
     assert args["PYTHON"] == "python3.11"
-    assert args["LOCKFILE"] == "lockfiles/cpu.txt"
+    context = dict(plan.context)
+    assert context["lock.txt"] == (tree / "lockfiles" / "cpu.txt").read_bytes()
+    assert context["Dockerfile"].startswith(b"# SHELL below")
+    assert "inimage/torchyard/inimage/suites/test_parity.py" in context
+    assert "inimage/torchyard/names.py" in context and "inimage/torchyard/contract.py" in context
+    assert not any(name.startswith("inimage/torchyard/commands/") for name in context)  # host side stays out
+    assert plan.project_root is None
     assert args["VENDOR_PACKAGES"] == ""
     assert args["LOCK_DIGEST"].startswith("sha256:")
     assert args["GIT_REVISION"] == "abc123" and args["SOURCE_DATE_EPOCH"] == "1700000000"
@@ -54,22 +61,22 @@ def test_plan_carries_entry_python_lock_and_labels(tree: Path) -> None:
 
 def test_rocm_plan_names_its_vendor_packages(tree: Path) -> None:
     rocm = plan_build(
-        PLAN.entry("rocm"), tree, Path("lockfiles"), base_image="b", base_id="i", uv_version="0.13.9",
+        PLAN.entry("rocm"), tree / "lockfiles", base_image="b", base_id="i", uv_version="0.13.9",
         revision="r", source_date_epoch="0",
     )  # fmt: skip
     assert dict(rocm.build_args)["VENDOR_PACKAGES"] == "torch torchvision numpy triton"
     assert dict(rocm.build_args)["PYTHON"] == "python3.12"
 
 
-def test_tag_is_content_addressed(tree: Path) -> None:
+def test_tag_is_content_addressed(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     first = make_plan(tree).tag
     assert make_plan(tree, revision="other", source_date_epoch="1").tag == first  # labels only
     assert make_plan(tree, base_id="sha256:" + "2" * 64).tag != first
-    (tree / "src" / "torchyard" / "markdown.py").write_text("# changed\n", encoding="utf-8")
-    second = make_plan(tree).tag
-    assert second != first
     lock = tree / "lockfiles" / "cpu.txt"
     lock.write_text(lock.read_text() + "\n")
+    second = make_plan(tree).tag
+    assert second != first
+    monkeypatch.setattr(image_plan, "dockerfile", lambda: b"FROM scratch\n")
     assert make_plan(tree).tag != second
 
 
@@ -85,6 +92,7 @@ def test_buildkit_args(tree: Path) -> None:
     args = docker_build_args(
         plan,
         BUILDKIT,
+        context=Path("/ctx"),
         iidfile=Path("/tmp/iid"),
         secrets={"uv-index-args": Path("/tmp/a"), "cacert": Path("/etc/ca.crt")},
         host_network=True,
@@ -94,7 +102,7 @@ def test_buildkit_args(tree: Path) -> None:
         "/usr/bin/docker",
         "build",
         "--file",
-        "docker/Dockerfile",
+        "/ctx/Dockerfile",
         "--progress",
         "plain",
         "--iidfile",
@@ -102,17 +110,17 @@ def test_buildkit_args(tree: Path) -> None:
     )
     assert args[args.index("--secret") : args.index("--secret") + 2] == ("--secret", "id=cacert,src=/etc/ca.crt")
     assert "id=uv-index-args,src=/tmp/a" in args
-    assert args[-5:] == ("--network", "host", "--cache-from", "type=registry,ref=r/c", ".")
+    assert args[-5:] == ("--network", "host", "--cache-from", "type=registry,ref=r/c", "/ctx")
     assert "--tag" not in args  # tagged only after the build succeeds
 
 
 def test_buildx_loads_or_pushes(tree: Path) -> None:
     plan = make_plan(tree)
-    common = {"iidfile": Path("/i"), "secrets": {}, "host_network": False}
+    common = {"context": Path("/c"), "iidfile": Path("/i"), "secrets": {}, "host_network": False}
     loaded = docker_build_args(plan, BUILDX, options=BuildOptions(), **common)  # type: ignore[arg-type]
-    assert loaded[:3] == ("/usr/bin/docker", "buildx", "build") and loaded[-2:] == ("--load", ".")
+    assert loaded[:3] == ("/usr/bin/docker", "buildx", "build") and loaded[-2:] == ("--load", "/c")
     pushed = docker_build_args(plan, BUILDX, options=BuildOptions(push=True, cache_to=("type=gha",)), **common)  # type: ignore[arg-type]
-    assert pushed[-8:] == ("--cache-to", "type=gha", "--tag", plan.tag, "--tag", plan.alias, "--push", ".")
+    assert pushed[-8:] == ("--cache-to", "type=gha", "--tag", plan.tag, "--tag", plan.alias, "--push", "/c")
 
 
 def test_push_needs_buildx(tree: Path) -> None:
@@ -120,6 +128,7 @@ def test_push_needs_buildx(tree: Path) -> None:
         docker_build_args(
             make_plan(tree),
             BUILDKIT,
+            context=Path("/c"),
             iidfile=Path("/i"),
             secrets={},
             host_network=False,
@@ -127,10 +136,11 @@ def test_push_needs_buildx(tree: Path) -> None:
         )
 
 
-def test_lockfile_outside_the_context_is_refused(tree: Path, tmp_path: Path) -> None:
-    with pytest.raises(ImageBuildError, match="is outside the build context"):
+def test_an_unreadable_lockfile_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "cpu.txt").mkdir()
+    with pytest.raises(ImageBuildError, match=r"entry 'cpu': cannot read .*cpu.txt: Is a directory"):
         plan_build(
-            PLAN.entry("cpu"), tree, tmp_path.parent, base_image="b", base_id="i", uv_version="0.13.9",
+            PLAN.entry("cpu"), tmp_path, base_image="b", base_id="i", uv_version="0.13.9",
             revision="r", source_date_epoch="0",
         )  # fmt: skip
 
@@ -138,7 +148,7 @@ def test_lockfile_outside_the_context_is_refused(tree: Path, tmp_path: Path) -> 
 def test_a_missing_lock_stops_the_build_before_docker(tmp_path: Path) -> None:
     import subprocess
 
-    from torchyard.buildcmd import build_images
+    from torchyard.commands.build import build_images
     from torchyard.errors import StaleLockError
 
     def uv_only(args: Sequence[str], **kwargs: object) -> subprocess.CompletedProcess[str]:

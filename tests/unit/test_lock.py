@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from torchyard.errors import LockError
-from torchyard.install import sync_args
-from torchyard.lock import check_entry, compile_args, lock_entry, lock_path, read_header, uv_version
+from torchyard.lock.check import check_entry
+from torchyard.lock.inputs import LockInputs, compile_args, requirements_in
+from torchyard.lock.install import sync_args
+from torchyard.lock.lockfile import lock_path, read_header
+from torchyard.lock.resolve import lock_entry, uv_version
+from torchyard.lock.standins import write_wheel
 from torchyard.matrix import Entry, parse_plan
-from torchyard.mirrors import Source
-from torchyard.wheelfile import write_wheel
+from torchyard.matrix.machine import Source
 
 MATRIX = """\
 exclude-newer = 2026-11-01T00:00:00Z
@@ -77,7 +82,7 @@ def packages(path: Path) -> list[str]:
 def test_compile_args_name_every_input() -> None:
     app, vendored = make_plan()
     sources = (Source("pypi", "index", "https://mirror.example/simple"), Source("x", "find-links", "/wheels"))
-    args = compile_args(vendored, sources, Path("/out/lock.txt"), excludes=Path("/e.txt"))
+    args = compile_args(LockInputs.of(vendored, "0.13.9"), sources, Path("/out/lock.txt"), excludes=Path("/e.txt"))
     assert args == (
         "uv", "pip", "compile", "requirements.in",
         "--generate-hashes", "--no-header", "--no-config",
@@ -92,8 +97,47 @@ def test_compile_args_name_every_input() -> None:
         "--no-emit-package", "torch",
         "--no-emit-package", "numpy",
     )  # fmt: skip
-    only_folder = compile_args(app, (Source("pypi", "find-links", "/w"),), Path("/l"), excludes=None)
+    only_folder = compile_args(
+        LockInputs.of(app, "0.13.9"), (Source("pypi", "find-links", "/w"),), Path("/l"), excludes=None
+    )
     assert only_folder[-3:] == ("--no-index", "--find-links", "/w")
+
+
+# Fields the header records without passing them to uv: the entry's name (it names the file) and uv's
+# version (the resolver itself). Every other field must change what uv is asked.
+RECORD_ONLY = {"entry", "uv"}
+
+
+def test_every_lock_input_reaches_the_digest_and_uv() -> None:
+    """One definition: changing any field changes the recorded digest and, unless it is record-only,
+    uv's arguments or requirements.in. A new resolution-affecting field that is not wired fails here."""
+    _, vendored = make_plan()
+    inputs = LockInputs.of(vendored, "0.13.9")
+    sources = (Source("pypi", "index", "https://pypi.example/simple"),)
+
+    def asked(candidate: LockInputs) -> tuple[tuple[str, ...], str]:
+        urls = [f"file:///standin/{name}" for name, _ in candidate.pinned_vendor()]
+        return compile_args(candidate, sources, Path("/o"), excludes=None), requirements_in(candidate, urls)
+
+    changed_values: dict[str, Any] = {
+        "entry": "other",
+        "requirements": ("something-else",),
+        "indexes": (("pypi", "https://other.example/simple"),),
+        "index_strategy": "unsafe-best-match",
+        "python": "3.13",
+        "platform": "aarch64-apple-darwin",
+        "exclude_newer": "2027-01-01T00:00:00Z",
+        "vendor": (("torch", "9.9.9"),),
+        "uv": "9.9.9",
+        "project": ("mypkg-dep>=1",),
+    }
+    assert set(changed_values) == {field.name for field in dataclasses.fields(LockInputs)}
+    for name, value in changed_values.items():
+        changed = dataclasses.replace(inputs, **{name: value})
+        assert changed.digest() != inputs.digest(), name
+        if name not in RECORD_ONLY and name != "indexes":  # indexes reach uv through the machine's sources
+            assert asked(changed) != asked(inputs), name
+    assert set(inputs.record()) == {name.replace("_", "-") for name in changed_values} - {"project"}
 
 
 @pytest.mark.real_subprocess

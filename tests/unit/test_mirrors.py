@@ -6,7 +6,7 @@ import pytest
 
 from torchyard.errors import ConfigError
 from torchyard.matrix import Index
-from torchyard.mirrors import Source, load_base_overrides, load_mirrors, sources_for
+from torchyard.matrix.machine import Source, load_base_overrides, load_mirrors, sources_for
 
 INDEXES = (Index("pypi", "https://pypi.org/simple"), Index("nvidia", "https://pypi.nvidia.com"))
 

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from tests.unit.matrix_text import VALID
+from torchyard.commands.refresh import bump_exclude_newer, refresh
 from torchyard.errors import ConfigError, TorchyardError
 from torchyard.matrix import load_plan
-from torchyard.refresh import bump_exclude_newer, refresh
 
 NEW = "sha256:" + "a" * 64
 

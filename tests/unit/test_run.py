@@ -9,7 +9,7 @@ import pytest
 from torchyard.accelerators import HostFacts
 from torchyard.errors import DeviceUnavailableError
 from torchyard.matrix import load_plan
-from torchyard.run import RunPlan, docker_run_args, require_device_runtime, run_user
+from torchyard.run.container import RunPlan, docker_run_args, require_device_runtime, run_user
 
 PLAN = load_plan(Path(__file__).parents[2] / "matrix.toml")
 HOST = HostFacts(
@@ -24,33 +24,41 @@ def run_plan(entry: str) -> RunPlan:
         entry,
         f"torchyard/{entry}:0123456789abcdef",
         f"torchyard-{entry}-1",
-        Path("/src"),
         Path("/src/reports/" + entry),
         f"torchyard-inductor-{entry}",
         "1000:1000",
     )
 
 
-def common(entry: str) -> tuple[str, ...]:
+def common(entry: str, suites: str = "export,compile,runtime,parity") -> tuple[str, ...]:
     return (
         "run", "--name", f"torchyard-{entry}-1", "--init",
+        "--label", f"dev.torchyard.entry={entry}",
         "--user", "1000:1000",
-        "--mount", "type=bind,source=/src,target=/workspace,readonly",
         "--mount", f"type=bind,source=/src/reports/{entry},target=/reports",
         "--mount", f"type=volume,source=torchyard-inductor-{entry},target=/cache/inductor",
         "--workdir", "/workspace",
-        "--env", "PYTHONPATH=/workspace/src",
-        "--env", "TORCHYARD_TESTS=/workspace/tests/stack",
         "--env", f"TORCHYARD_ACCELERATOR={entry}",
+        "--env", "TORCHYARD_BUILTIN_CASES=1",
         "--env", "TORCHYARD_CASES=",
+        "--env", "TORCHYARD_COMPILE_MODES=default",
         "--env", "TORCHYARD_PRECISION=fp32",
         "--env", "TORCHYARD_REPORT_DIR=/reports",
+        "--env", f"TORCHYARD_SUITES={suites}",
         "--env", "TORCHYARD_TOLERANCES={}",
     )  # fmt: skip
 
 
 def tail(entry: str, markers: str) -> tuple[str, ...]:
-    return (f"torchyard/{entry}:0123456789abcdef", "-m", markers, "--junitxml=/reports/junit.xml", "-q")
+    return (
+        f"torchyard/{entry}:0123456789abcdef",
+        "/opt/torchyard/inimage/torchyard/inimage/suites",
+        "-p", "torchyard.inimage.plugin",
+        "-p", "no:cacheprovider",
+        "-m", markers,
+        "--junitxml=/reports/junit.xml",
+        "-q",
+    )  # fmt: skip
 
 
 ALL = "export or compile or runtime or parity or harness"
@@ -86,7 +94,7 @@ def test_rocm_run_args() -> None:
 def test_xpu_run_args_follow_its_suites() -> None:
     args = docker_run_args(PLAN.entry("xpu"), run_plan("xpu"), HOST, {"ZE_AFFINITY_MASK": "0.0"}, ["-q"])
     assert args == (
-        *common("xpu"),
+        *common("xpu", "export,compile,parity"),
         "--device", "/dev/dri", "--group-add", "993", "--ipc=host",
         "-e", "ZE_AFFINITY_MASK",
         *tail("xpu", "export or compile or parity or harness"),

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from torchyard.cli import build_parser
-from torchyard.github import matrix_include
+from torchyard.commands.matrix import matrix_include
 from torchyard.matrix import load_plan
 
 REPO = Path(__file__).parents[2]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from torchyard.accelerators import cpu, cuda, rocm, xpu
-from torchyard.accelerators.base import Accelerator, HostFacts
-from torchyard.matrix.schema import AcceleratorName
+from torchyard.accelerators.protocol import Accelerator, HostFacts
+from torchyard.names import AcceleratorName
 
 ACCELERATORS: dict[AcceleratorName, Accelerator] = {
     "cpu": cpu,

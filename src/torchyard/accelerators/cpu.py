@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from torchyard.accelerators.base import HostFacts
+from torchyard.accelerators.protocol import HostFacts
 
 NAME: Literal["cpu"] = "cpu"
-TORCH_DEVICE = "cpu"
 VISIBLE_DEVICE_VARIABLES: tuple[str, ...] = ()
 
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from torchyard.accelerators.base import HostFacts
+from torchyard.accelerators.protocol import HostFacts
 
 NAME: Literal["cuda"] = "cuda"
-TORCH_DEVICE = "cuda"
 VISIBLE_DEVICE_VARIABLES: tuple[str, ...] = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 CDI_DEVICE = "nvidia.com/gpu=all"
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from torchyard.accelerators.base import HostFacts, group_add_args
+from torchyard.accelerators.protocol import HostFacts, group_add_args
 
 NAME: Literal["rocm"] = "rocm"
-TORCH_DEVICE = "cuda"
 VISIBLE_DEVICE_VARIABLES: tuple[str, ...] = (
     "HIP_VISIBLE_DEVICES",
     "ROCR_VISIBLE_DEVICES",

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from torchyard.accelerators.base import HostFacts, group_add_args
+from torchyard.accelerators.protocol import HostFacts, group_add_args
 
 NAME: Literal["xpu"] = "xpu"
-TORCH_DEVICE = "xpu"
 VISIBLE_DEVICE_VARIABLES: tuple[str, ...] = ("ZE_AFFINITY_MASK", "ONEAPI_DEVICE_SELECTOR")
 
 

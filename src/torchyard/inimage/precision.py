@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-from typing import Literal
 
 import torch
 
-Precision = Literal["fp32", "bf16", "fp16"]
-DTYPES: dict[Precision, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+from torchyard.names import PRECISION_DTYPES, Precision
+
+DTYPES: dict[Precision, torch.dtype] = {name: getattr(torch, dtype) for name, dtype in PRECISION_DTYPES.items()}
 
 
 class PrecisionError(Exception):

@@ -16,8 +16,7 @@ from typing import Any
 import torch
 
 from torchyard.inimage import vendor
-
-ACCELERATORS = ("cpu", "cuda", "rocm", "xpu")
+from torchyard.names import ACCELERATOR_NAMES, TORCH_DEVICES
 
 
 class ProbeError(Exception):
@@ -25,7 +24,9 @@ class ProbeError(Exception):
 
 
 def torch_device(accelerator: str) -> torch.device:
-    return torch.device({"cpu": "cpu", "cuda": "cuda", "rocm": "cuda", "xpu": "xpu"}[accelerator])
+    if accelerator not in ACCELERATOR_NAMES:
+        raise ProbeError(f"unknown accelerator {accelerator!r} (expected one of {', '.join(ACCELERATOR_NAMES)})")
+    return torch.device(TORCH_DEVICES[accelerator])  # type: ignore[index]
 
 
 def _build() -> str:
@@ -40,8 +41,7 @@ def _build() -> str:
 
 def check_device(accelerator: str) -> None:
     build = f"torch {torch.__version__} is a {_build()} build"
-    if accelerator not in ACCELERATORS:
-        raise ProbeError(f"unknown accelerator {accelerator!r} (expected one of {', '.join(ACCELERATORS)})")
+    torch_device(accelerator)  # an unknown name is a ProbeError
     if accelerator == "cuda":
         if torch.version.cuda is None or torch.version.hip:
             raise ProbeError(f"entry targets CUDA but {build}")

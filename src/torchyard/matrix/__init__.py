@@ -1,9 +1,7 @@
-"""matrix.toml: schema (frozen dataclasses), loading with pointed errors, and entry selection."""
+"""matrix.toml: schema (frozen dataclasses), loading with pointed errors, selection, per-machine settings."""
 
 from torchyard.matrix.load import load_plan, parse_plan
 from torchyard.matrix.schema import (
-    ACCELERATOR_NAMES,
-    SUITE_NAMES,
     AcceleratorConfig,
     Entry,
     ImageRef,
@@ -15,8 +13,6 @@ from torchyard.matrix.schema import (
 from torchyard.matrix.select import select_entries
 
 __all__ = [
-    "ACCELERATOR_NAMES",
-    "SUITE_NAMES",
     "AcceleratorConfig",
     "Entry",
     "ImageRef",

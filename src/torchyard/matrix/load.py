@@ -9,23 +9,28 @@ from pathlib import Path
 from typing import Any, cast
 
 from torchyard.errors import ConfigError
+from torchyard.matrix.project import load_project
 from torchyard.matrix.reader import Table, describe
 from torchyard.matrix.schema import (
-    ACCELERATOR_NAMES,
     INDEX_STRATEGIES,
-    PRECISIONS,
-    SUITE_NAMES,
     AcceleratorConfig,
-    AcceleratorName,
     Entry,
     ImageRef,
     Index,
     IndexStrategy,
     Plan,
-    Precision,
-    SuiteName,
+    Project,
     Tolerance,
     VendorPin,
+)
+from torchyard.names import (
+    ACCELERATOR_NAMES,
+    COMPILE_MODES,
+    PRECISIONS,
+    SUITE_NAMES,
+    AcceleratorName,
+    Precision,
+    SuiteName,
 )
 
 PYTHON_VERSION = re.compile(r"3\.(0|[1-9][0-9]*)")
@@ -56,7 +61,7 @@ def parse_plan(text: str, source: Path) -> Plan:
     indexes = _indexes(root)
     exclude_newer = _timestamp(root, "exclude-newer", required=False)
     accelerators = _accelerators(root, indexes)
-    entries = _entries(root, accelerators, exclude_newer)
+    entries = _entries(root, accelerators, exclude_newer, source.parent)
     root.finish()
     return Plan(
         source=source,
@@ -175,12 +180,12 @@ def _tolerances(table: Table) -> tuple[Tolerance, ...]:
 
 
 def _entries(
-    root: Table, accelerators: dict[str, AcceleratorConfig], default_exclude_newer: str | None
+    root: Table, accelerators: dict[str, AcceleratorConfig], default_exclude_newer: str | None, folder: Path
 ) -> tuple[Entry, ...]:
     entries: list[Entry] = []
     seen: set[str] = set()
     for table in root.array_of_tables("entry", _entry_label):
-        entries.append(_entry(table, accelerators, default_exclude_newer, seen))
+        entries.append(_entry(table, accelerators, default_exclude_newer, seen, folder))
     if not entries:
         raise root.error("entry", "expected at least one [[entry]]")
     return tuple(entries)
@@ -196,6 +201,7 @@ def _entry(
     accelerators: dict[str, AcceleratorConfig],
     default_exclude_newer: str | None,
     seen: set[str],
+    folder: Path,
 ) -> Entry:
     name = table.string("name")
     if not ENTRY_NAME.fullmatch(name):
@@ -220,6 +226,12 @@ def _entry(
     exclude_newer = _timestamp(table, "exclude-newer", required=default_exclude_newer is None)
     cases = table.string_list("cases", required=False) or ()
     precision = _choice(table, "precision", PRECISIONS, table.string("precision", default="fp32"))
+    tests = table.string_list("tests", required=False) or ()
+    project = _project(table, folder, tests)
+    builtin_cases = table.boolean("builtin-cases", default=True)
+    compile_modes = table.string_list("compile-modes", required=False, non_empty=True) or ("default",)
+    for position, mode in enumerate(compile_modes):
+        _choice(table, f"compile-modes[{position}]", COMPILE_MODES, mode)
     entry = Entry(
         name=name,
         accelerator=accelerators[accelerator_name],
@@ -230,6 +242,34 @@ def _entry(
         tolerances=_tolerances(table),
         cases=cases,
         precision=cast(Precision, precision),
+        project=project,
+        tests=tests,
+        builtin_cases=builtin_cases,
+        compile_modes=compile_modes,
     )
     table.finish()
     return entry
+
+
+def _project(table: Table, folder: Path, tests: tuple[str, ...]) -> Project | None:
+    """`project = "."` or `project = { path = ".", extras = [...], groups = [...] }`, relative to matrix.toml."""
+    value = table.value("project", required=False)
+    if value is None:
+        if tests:
+            raise table.error("tests", "needs `project` (the tests are the project's own, run from its folder)")
+        return None
+    extras: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    if isinstance(value, str):
+        path = value
+    else:
+        section = table.table("project")
+        assert section is not None
+        path = section.string("path", default=".")
+        extras = section.string_list("extras", required=False) or ()
+        groups = section.string_list("groups", required=False) or ()
+        section.finish()
+    root = (folder / path).resolve()
+    if not root.is_dir():
+        raise table.error("project", f"expected a folder holding pyproject.toml, got {describe(path)} ({root})")
+    return load_project(root, extras, groups, tests)

@@ -95,6 +95,14 @@ class Table:
             raise self.error(key, "expected at least one item, got an empty array")
         return tuple(value)
 
+    def boolean(self, key: str, *, default: bool) -> bool:
+        value = self._get(key, False)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.error(key, f"expected true or false, got {describe(value)}")
+        return value
+
     def number(self, key: str) -> float | None:
         value = self._get(key, False)
         if value is None:

@@ -6,14 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
-AcceleratorName = Literal["cpu", "cuda", "rocm", "xpu"]
-ACCELERATOR_NAMES: tuple[AcceleratorName, ...] = get_args(AcceleratorName)
-
-SuiteName = Literal["export", "compile", "runtime", "parity"]
-SUITE_NAMES: tuple[SuiteName, ...] = get_args(SuiteName)
-
-Precision = Literal["fp32", "bf16", "fp16"]
-PRECISIONS: tuple[Precision, ...] = get_args(Precision)
+from torchyard.names import AcceleratorName, Precision, SuiteName
 
 IndexStrategy = Literal["first-index", "unsafe-first-match", "unsafe-best-match"]
 INDEX_STRATEGIES: tuple[IndexStrategy, ...] = get_args(IndexStrategy)
@@ -60,6 +53,17 @@ class Tolerance:
 
 
 @dataclass(frozen=True)
+class Project:
+    """The adopter's own package, tested in every image: built from source, its dependencies locked."""
+
+    root: Path
+    name: str
+    extras: tuple[str, ...]
+    groups: tuple[str, ...]
+    requirements: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class AcceleratorConfig:
     name: AcceleratorName
     base_image: ImageRef
@@ -82,6 +86,10 @@ class Entry:
     tolerances: tuple[Tolerance, ...]
     cases: tuple[str, ...]
     precision: Precision = "fp32"
+    project: Project | None = None
+    tests: tuple[str, ...] = ()
+    builtin_cases: bool = True
+    compile_modes: tuple[str, ...] = ("default",)
 
     @property
     def indexes(self) -> tuple[Index, ...]:

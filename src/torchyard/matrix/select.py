@@ -6,7 +6,8 @@ import difflib
 from collections.abc import Sequence
 
 from torchyard.errors import UsageError
-from torchyard.matrix.schema import ACCELERATOR_NAMES, Entry, Plan
+from torchyard.matrix.schema import Entry, Plan
+from torchyard.names import ACCELERATOR_NAMES
 
 
 def select_entries(plan: Plan, names: Sequence[str] = (), accelerators: Sequence[str] = ()) -> tuple[Entry, ...]:

@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from torchyard.markdown import append_step_summary, markdown_table
+from torchyard import contract
+from torchyard.util.markdown import markdown_table
 
 VERDICTS = {"passed": "pass", "failed": "FAIL", "error": "ERROR", "skipped": "skip", "xfailed": "known failure"}
 
@@ -58,13 +59,13 @@ def markdown(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]) 
 def write_reports(
     report_dir: Path, records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any], extra: Mapping[str, Any]
 ) -> dict[str, Path]:
-    """parity.json, parity.md and env.json in `report_dir`; parity.md also goes to GitHub's step summary."""
+    """parity.json, parity.md and env.json in `report_dir` (the host puts parity.md in the step summary)."""
     report_dir.mkdir(parents=True, exist_ok=True)
     ordered = sorted(records, key=lambda r: (r["case"], r["backend"], r["suite"]))
     paths = {
-        "json": report_dir / "parity.json",
-        "markdown": report_dir / "parity.md",
-        "env": report_dir / "env.json",
+        "json": report_dir / contract.PARITY_JSON,
+        "markdown": report_dir / contract.PARITY_MARKDOWN,
+        "env": report_dir / contract.ENVIRONMENT_JSON,
     }
     paths["json"].write_text(
         json.dumps({"environment": manifest, **extra, "results": ordered}, indent=2, default=str) + "\n"
@@ -72,5 +73,4 @@ def write_reports(
     table = markdown(ordered, manifest)
     paths["markdown"].write_text(table)
     paths["env"].write_text(json.dumps(manifest, indent=2, default=str) + "\n")
-    append_step_summary(table)
     return paths

@@ -1,0 +1,1 @@
+"""One module per CLI command: each parses nothing, calls the core, and returns an exit status or raises."""

@@ -1,0 +1,73 @@
+"""`torchyard build` and `torchyard base`: build the selected entries' images; make the local base."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import docker
+
+from torchyard.errors import CommandError
+from torchyard.host.engine import DockerCli, build_client, engine
+from torchyard.image.build import Built, build_image, build_summary
+from torchyard.image.debootstrap import DEFAULT_TAG, bootstrap_base
+from torchyard.image.plan import BuildOptions, plan_build, resolve_base
+from torchyard.lock.check import require_fresh
+from torchyard.lock.resolve import uv_version
+from torchyard.matrix.machine import load_base_overrides
+from torchyard.matrix.schema import Entry
+from torchyard.util import proc
+from torchyard.util.markdown import markdown_table
+
+
+def _git(args: Sequence[str], runner: proc.Runner, fallback: str) -> str:
+    try:
+        return runner(["git", *args], capture=True).stdout.strip() or fallback
+    except (CommandError, OSError):
+        return fallback
+
+
+def build_images(
+    entries: Sequence[Entry],
+    lockdir: Path,
+    options: BuildOptions,
+    *,
+    client: docker.DockerClient | None = None,
+    cli: DockerCli | None = None,
+    runner: proc.Runner = proc.run,
+    env: Mapping[str, str] = os.environ,
+) -> list[Built]:
+    """Build (or reuse) each entry's image; `client` and `cli` are found when not given.
+
+    Every lock is checked first (offline): a missing or stale lock stops before Docker is touched.
+    """
+    uv = uv_version(runner)
+    for entry in entries:
+        require_fresh(entry, lockdir, uv)
+    client = client or engine(env)
+    cli = cli or build_client(env, runner)
+    revision = _git(["rev-parse", "HEAD"], runner, "unknown")
+    epoch = _git(["log", "-1", "--format=%ct"], runner, "0")
+    overrides = load_base_overrides(env)
+    built = []
+    for position, entry in enumerate(entries, start=1):
+        base = resolve_base(entry, overrides)
+        local = client.images.list(name=base)
+        base_id = (local[0].id if local else None) or entry.accelerator.base_image.digest
+        plan = plan_build(
+            entry, lockdir, base_image=base, base_id=base_id, uv_version=uv, revision=revision,
+            source_date_epoch=epoch, runner=runner,
+        )  # fmt: skip
+        print(f"[{position}/{len(entries)}] {entry.name}: {plan.tag}", file=sys.stderr, flush=True)
+        built.append(build_image(entry, plan, client, cli, options=options, runner=runner, env=env))
+    sys.stdout.write(markdown_table(("entry", "image", "size", "seconds", "cache hit"), build_summary(built)))
+    return built
+
+
+def make_base(tag: str = DEFAULT_TAG, *, runner: proc.Runner = proc.run, env: Mapping[str, str] = os.environ) -> str:
+    engine(env)
+    image_id = bootstrap_base(build_client(env, runner), tag=tag, runner=runner, env=env)
+    print(f"{tag} {image_id}\nuse it for the cpu entry on this machine: export TORCHYARD_BASE_IMAGES=cpu={tag}")
+    return image_id

@@ -1,0 +1,67 @@
+"""`torchyard doctor`: what this host offers each accelerator, the exact `docker run` flags torchyard will
+use, and for everything missing the command that fixes it. Runner operators run it once per runner."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+
+from torchyard.accelerators import ACCELERATORS
+from torchyard.accelerators.protocol import visible_device_args
+from torchyard.errors import DockerUnavailableError, TorchyardError
+from torchyard.host.engine import build_client, engine
+from torchyard.host.facts import gather_host_facts
+from torchyard.names import AcceleratorName
+from torchyard.util import proc
+from torchyard.util.markdown import markdown_table
+
+
+def doctor(
+    accelerators: Sequence[AcceleratorName], *, runner: proc.Runner = proc.run, env: Mapping[str, str] = os.environ
+) -> int:
+    """Print the report; non-zero when a requested accelerator (or the engine) is not usable here."""
+    facts_rows: list[tuple[str, str]] = []
+    problems: list[str] = []
+    try:
+        client = engine(env)
+        version = client.version()
+        facts_rows.append(("Docker engine", f"{version.get('Version', '?')} (API {version.get('ApiVersion', '?')})"))
+    except DockerUnavailableError as error:
+        client = None
+        problems.append(str(error))
+        facts_rows.append(("Docker engine", "none answers"))
+    try:
+        cli = build_client(env, runner)
+        builder = "docker buildx" if cli.builder == "buildx" else "engine's built-in BuildKit (DOCKER_BUILDKIT=1)"
+        facts_rows.append(("image builder", f"{builder} via {cli.path} {cli.version}"))
+    except TorchyardError as error:
+        problems.append(str(error))
+        facts_rows.append(("image builder", "none"))
+    host = gather_host_facts(client)
+    facts_rows += [
+        ("Docker runtimes", ", ".join(sorted(host.docker_runtimes)) or "-"),
+        ("CDI devices", ", ".join(sorted(host.cdi_devices)) or "-"),
+        ("/dev/kfd", "present" if "/dev/kfd" in host.device_nodes else "absent"),
+        ("/dev/dri", "present" if "/dev/dri" in host.device_nodes else "absent"),
+        ("video group id", str(host.group_ids.get("video", "-"))),
+        ("render group id", str(host.group_ids.get("render", "-"))),
+    ]
+    rows = []
+    for name in accelerators:
+        module = ACCELERATORS[name]
+        missing = module.host_problems(host)
+        flags = [*module.docker_run_args(host), *visible_device_args(module.VISIBLE_DEVICE_VARIABLES, env)]
+        rows.append(
+            (
+                name,
+                "ready" if not missing and client else "not ready",
+                shlex.join(flags) or "(none)",
+                "; ".join(missing) or "-",
+            )
+        )
+        problems += [f"{name}: {problem}" for problem in missing]
+    sys.stdout.write(markdown_table(("host", "found"), facts_rows) + "\n")
+    sys.stdout.write(markdown_table(("accelerator", "status", "docker run flags", "missing, and the fix"), rows))
+    return 1 if problems else 0

@@ -1,0 +1,50 @@
+"""`torchyard lock`: lock the selected entries, or check their freshness offline."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from torchyard.errors import StaleLockError
+from torchyard.lock.check import Freshness, check_entry
+from torchyard.lock.resolve import lock_entry, uv_version
+from torchyard.matrix.machine import load_mirrors
+from torchyard.matrix.schema import Entry
+from torchyard.util import proc
+from torchyard.util.markdown import markdown_table
+
+
+def check_locks(
+    entries: Sequence[Entry], lockdir: Path, *, allow_missing: bool = False, runner: proc.Runner = proc.run
+) -> tuple[Freshness, ...]:
+    """Report every lock's freshness; raise unless all are fresh (or, with `allow_missing`, unless only
+    missing ones are not: the entries whose indexes this machine cannot reach)."""
+    uv = uv_version(runner)
+    results = tuple(check_entry(entry, lockdir, uv) for entry in entries)
+    sys.stdout.write(markdown_table(("entry", "lock", "detail"), [(r.entry, r.status, r.detail) for r in results]))
+    tolerated = {"fresh", "missing"} if allow_missing else {"fresh"}
+    stale = [result.entry for result in results if result.status not in tolerated]
+    if stale:
+        raise StaleLockError(f"{len(stale)} of {len(results)} locks not fresh: {', '.join(stale)}")
+    return results
+
+
+def lock_all(
+    entries: Sequence[Entry],
+    lockdir: Path,
+    *,
+    runner: proc.Runner = proc.run,
+    env: Mapping[str, str] = os.environ,
+) -> None:
+    mirrors = load_mirrors(env)
+    rows = []
+    for position, entry in enumerate(entries, start=1):
+        print(f"[{position}/{len(entries)}] locking {entry.name} ...", file=sys.stderr, flush=True)
+        started = time.monotonic()
+        path = lock_entry(entry, lockdir, mirrors, runner=runner, env=env)
+        packages = sum(1 for line in path.read_text().splitlines() if line[:1].isalnum())
+        rows.append((entry.name, str(path), packages, f"{time.monotonic() - started:.1f}"))
+    sys.stdout.write(markdown_table(("entry", "lockfile", "packages", "seconds"), rows))

@@ -1,0 +1,82 @@
+"""`torchyard refresh`: move the pins in matrix.toml, for review in a pull request.
+
+- `exclude-newer` (the lock cut-off) becomes today, midnight UTC;
+- each accelerator's base image keeps its name and tag and gets the digest the registry serves now
+  (`docker buildx imagetools inspect`, so this needs a registry: the scheduled workflow has one).
+The file is edited as text, value by value, so comments and layout stay as people wrote them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from torchyard.errors import ConfigError, TorchyardError
+from torchyard.host.engine import build_client
+from torchyard.matrix import load_plan, parse_plan
+from torchyard.util import proc
+from torchyard.util.atomic import write_atomically
+
+EXCLUDE_NEWER = re.compile(r"(?m)^exclude-newer\s*=\s*\S+$")
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def bump_exclude_newer(text: str, today: dt.date) -> str:
+    """Set the top-level cut-off to `today` at 00:00 UTC (entries' own cut-offs are left alone)."""
+    if EXCLUDE_NEWER.search(text) is None:
+        raise ConfigError("matrix.toml: no top-level exclude-newer to move")
+    return EXCLUDE_NEWER.sub(f"exclude-newer = {today.isoformat()}T00:00:00Z", text, count=1)
+
+
+def replace_digest(text: str, name: str, old: str, new: str) -> str:
+    """Swap one pinned digest for another, for exactly that image name."""
+    before = f'"{name}@{old}"'
+    if before not in text:
+        raise ConfigError(f"matrix.toml: {name}@{old} not found")
+    return text.replace(before, f'"{name}@{new}"')
+
+
+def registry_digest(cli_path: str, name: str, runner: proc.Runner = proc.run) -> str:
+    """The digest the registry serves for `name` now (the multi-platform index where there is one)."""
+    output = runner([cli_path, "buildx", "imagetools", "inspect", name, "--format", "{{json .Manifest}}"], capture=True)
+    digest = json.loads(output.stdout).get("digest", "")
+    if not DIGEST.fullmatch(digest):
+        raise TorchyardError(f"registry gave no digest for {name}")
+    return str(digest)
+
+
+def refresh(
+    matrix: Path,
+    *,
+    today: dt.date | None = None,
+    resolve: Callable[[str], str] | None = None,
+    runner: proc.Runner = proc.run,
+    env: Mapping[str, str] = os.environ,
+) -> list[tuple[str, str, str]]:
+    """Rewrite `matrix` in place (atomically); returns (image, old digest, new digest) per change."""
+    if resolve is None:
+        cli = build_client(env, runner)
+
+        def resolve(name: str) -> str:
+            return registry_digest(cli.path, name, runner)
+
+    plan = load_plan(matrix)
+    text = bump_exclude_newer(matrix.read_text(encoding="utf-8"), today or dt.datetime.now(dt.UTC).date())
+    changes = []
+    for image in dict.fromkeys(accelerator.base_image for accelerator in plan.accelerators):
+        current = resolve(image.name)
+        if not DIGEST.fullmatch(current):
+            raise TorchyardError(f"{image.name}: the registry answered {current!r}, not a sha256 digest")
+        if current != image.digest:
+            text = replace_digest(text, image.name, image.digest, current)
+            changes.append((image.name, image.digest, current))
+    parse_plan(text, matrix)  # the rewritten text must still be a valid matrix
+    write_atomically(matrix, text)
+    for name, old, new in changes:
+        print(f"{name}: {old} -> {new}", file=sys.stderr)
+    return changes

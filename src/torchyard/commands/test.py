@@ -1,0 +1,87 @@
+"""`torchyard test`: per entry, lock check, image (built if needed), suites in a container, reports back.
+
+`--local` runs the same suites on this machine in a venv made from the lock, no Docker.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from torchyard import contract
+from torchyard.commands.build import build_images
+from torchyard.errors import DockerUnavailableError
+from torchyard.host.engine import build_client, engine
+from torchyard.host.facts import gather_host_facts
+from torchyard.image.plan import BuildOptions
+from torchyard.matrix.schema import Entry
+from torchyard.run.container import (
+    RunPlan,
+    container_name,
+    inductor_volume,
+    require_device_runtime,
+    run_entry,
+    run_user,
+)
+from torchyard.run.venv import run_local
+from torchyard.util import proc
+from torchyard.util.markdown import append_step_summary, markdown_table
+
+LOCAL_HINT = "; `nox -s test-cpu -- --local` runs the suites without Docker"
+
+
+def _summarize(report_dir: Path, env: Mapping[str, str]) -> None:
+    """The run's parity table into GitHub's step summary (the one place that appends to it)."""
+    table = report_dir / contract.PARITY_MARKDOWN
+    if table.is_file():
+        append_step_summary(table.read_text(encoding="utf-8"), env)
+
+
+def test_entries(
+    entries: Sequence[Entry],
+    *,
+    local: bool,
+    lockdir: Path,
+    reports: Path,
+    pytest_args: Sequence[str],
+    keep: bool = False,
+    runner: proc.Runner = proc.run,
+    env: Mapping[str, str] = os.environ,
+) -> int:
+    """Run every selected entry; the first non-zero status is the result (all entries still run)."""
+    if local:
+        statuses = []
+        for entry in entries:
+            statuses.append(run_local(entry, lockdir, reports, pytest_args, runner=runner, env=env))
+            _summarize(reports / f"{entry.name}-local", env)
+        return next((status for status in statuses if status), 0)
+    try:
+        client = engine(env)
+    except DockerUnavailableError as error:
+        raise DockerUnavailableError(f"{error}{LOCAL_HINT}") from None
+    host = gather_host_facts(client)
+    for entry in entries:
+        require_device_runtime(entry, host)  # before any lock check or build: fail fast, and say why
+    cli = build_client(env, runner)
+    built = build_images(entries, lockdir, BuildOptions(), client=client, cli=cli, runner=runner, env=env)
+    rows = []
+    for entry, image in zip(entries, built, strict=True):
+        plan = RunPlan(
+            entry=entry.name,
+            image=image.tag,
+            name=container_name(entry),
+            reports=(reports / entry.name).resolve(),
+            volume=inductor_volume(entry),
+            user=run_user(os.getuid(), os.getgid()),
+        )
+        print(f"running {entry.name} in {plan.name}; reports in {plan.reports}", file=sys.stderr, flush=True)
+        status = run_entry(
+            entry, plan, client=client, docker_path=cli.path, host=host, pytest_args=pytest_args, keep=keep,
+            runner=runner, env=env,
+        )  # fmt: skip
+        rows.append((entry.name, image.tag, str(status), str(plan.reports)))
+        _summarize(plan.reports, env)
+    sys.stdout.write(markdown_table(("entry", "image", "exit status", "reports"), rows))
+    return next((int(row[2]) for row in rows if row[2] != "0"), 0)

@@ -1,0 +1,1 @@
+"""Images: the pure build plan and its context, the BuildKit build, loopback serving, the local base."""

@@ -1,0 +1,184 @@
+"""Build an entry's image with BuildKit from its plan: stage the context, build, tag only on success.
+
+The build writes an image ID file and only then is the image tagged: an interrupted build leaves no tag
+pointing at a half-built image. The CA bundle and the index arguments (which may carry credentials) are
+BuildKit secrets, never in a layer or the history.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import docker
+import docker.errors
+from docker.models.images import Image
+
+from torchyard.errors import CommandError, ImageBuildError
+from torchyard.host.engine import DockerCli
+from torchyard.image.plan import BuildOptions, BuildPlan
+from torchyard.image.serve import served
+from torchyard.matrix.machine import Source, extra_find_links, index_args, load_mirrors, sources_for
+from torchyard.matrix.schema import Entry
+from torchyard.util import proc
+
+NO_OPTIONS = BuildOptions()
+CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
+
+
+def docker_build_args(
+    plan: BuildPlan,
+    cli: DockerCli,
+    *,
+    context: Path,
+    iidfile: Path,
+    secrets: Mapping[str, Path],
+    host_network: bool,
+    options: BuildOptions,
+) -> tuple[str, ...]:
+    """The builder's argument list (pure, so tests assert on it)."""
+    args = [*cli.build_command(), "--file", str(context / "Dockerfile"), "--progress", "plain"]
+    args += ["--iidfile", str(iidfile)]
+    for key, value in plan.build_args:
+        args += ["--build-arg", f"{key}={value}"]
+    for name, path in sorted(secrets.items()):
+        args += ["--secret", f"id={name},src={path}"]
+    if host_network:
+        args += ["--network", "host"]
+    for ref in options.cache_from:
+        args += ["--cache-from", ref]
+    if options.cache_to or options.push:
+        if cli.builder != "buildx":
+            raise ImageBuildError("--push and --cache-to need `docker buildx` (this client builds with plain BuildKit)")
+        args += [item for ref in options.cache_to for item in ("--cache-to", ref)]
+    if options.push:
+        args += ["--tag", plan.tag, "--tag", plan.alias, "--push"]
+    elif cli.builder == "buildx":
+        args.append("--load")
+    args.append(str(context))
+    return tuple(args)
+
+
+def wheel_build_args(source: Path, out_dir: Path, sources: Sequence[Source]) -> tuple[str, ...]:
+    """`uv build --wheel` for the project; its build backend comes from the entry's indexes."""
+    return ("uv", "build", "--wheel", "--no-config", "--out-dir", str(out_dir), *index_args(sources), str(source))
+
+
+def stage_context(
+    plan: BuildPlan, context: Path, sources: Sequence[Source], *, runner: proc.Runner, env: Mapping[str, str]
+) -> None:
+    """Write the context: the planned files, then the project's wheel built from exactly its planned source."""
+    for name, data in plan.context:
+        target = context / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    (context / "workspace").mkdir(exist_ok=True)
+    (context / "project").mkdir(exist_ok=True)
+    if plan.project_root is None:
+        return
+    source = context.parent / "project-source"
+    for name in plan.project_sources:
+        target = source / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((plan.project_root / name).read_bytes())
+    print(f"building the project's wheel from {len(plan.project_sources)} files", file=sys.stderr, flush=True)
+    try:
+        runner(wheel_build_args(source, context / "project", sources), env={**env, "UV_NO_PROGRESS": "1"})
+    except CommandError as error:
+        raise ImageBuildError(f"entry {plan.entry!r}: the project's wheel did not build ({error})") from None
+
+
+def _local_image(client: docker.DockerClient, name: str) -> Image | None:
+    try:
+        return client.images.get(name)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def check_base(client: docker.DockerClient, plan: BuildPlan) -> None:
+    """Before any layer: the base has the entry's Python, or apt to install it (vendor bases: Python)."""
+    if _local_image(client, plan.base_image) is None:
+        return  # pulled by the build; it checks Python itself in the first step
+    python = f"python{plan.python}"
+    probe = f"command -v {python}" if plan.vendor else f"command -v {python} || command -v apt-get"
+    try:
+        client.containers.run(plan.base_image, ["/bin/sh", "-c", probe], remove=True, entrypoint=[])
+    except docker.errors.ContainerError:
+        needs = python if plan.vendor else f"{python} and no apt-get to install it"
+        raise ImageBuildError(f"entry {plan.entry!r}: base image {plan.base_image} has no {needs}") from None
+
+
+def _ca_bundle(env: Mapping[str, str]) -> Path | None:
+    for candidate in (env.get("SSL_CERT_FILE", ""), *CA_BUNDLES):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
+@dataclass(frozen=True)
+class Built:
+    entry: str
+    tag: str
+    size_bytes: int
+    seconds: float
+    reused: bool
+
+
+def build_image(
+    entry: Entry,
+    plan: BuildPlan,
+    client: docker.DockerClient,
+    cli: DockerCli,
+    *,
+    options: BuildOptions = NO_OPTIONS,
+    runner: proc.Runner = proc.run,
+    env: Mapping[str, str] = os.environ,
+) -> Built:
+    """Build `plan` unless its tag exists; the base is checked before the first layer (the caller has
+    checked the lock)."""
+    started = time.monotonic()
+    existing = _local_image(client, plan.tag)
+    if existing is not None and not options.push:
+        existing.tag(plan.alias)
+        return Built(entry.name, plan.tag, existing.attrs["Size"], time.monotonic() - started, reused=True)
+    check_base(client, plan)
+    if _local_image(client, plan.alias) is not None and not options.cache_from:
+        options = replace(options, cache_from=(plan.alias,))
+    index_sources = sources_for(entry.indexes, load_mirrors(env))
+    sources = [*index_sources, *(Source("local", "find-links", f) for f in extra_find_links(env))]
+    with (
+        tempfile.TemporaryDirectory(prefix="torchyard-build-") as scratch,
+        served(sources) as (reachable, host_network),
+    ):
+        context = Path(scratch) / "context"
+        stage_context(plan, context, sources, runner=runner, env=env)
+        iidfile = Path(scratch) / "iid"
+        (Path(scratch) / "index-args").write_text(" ".join(index_args(reachable)) + "\n")  # `read` wants the newline
+        secrets = {"uv-index-args": Path(scratch) / "index-args"}
+        ca_bundle = _ca_bundle(env)
+        if ca_bundle is not None:
+            secrets["cacert"] = ca_bundle
+        args = docker_build_args(
+            plan, cli, context=context, iidfile=iidfile, secrets=secrets, host_network=host_network, options=options
+        )
+        print(f"building {plan.tag} for entry {entry.name!r} from {plan.base_image}", file=sys.stderr, flush=True)
+        runner(args, env=cli.build_env(env))
+        image_id = iidfile.read_text().strip() if iidfile.exists() else ""
+    if options.push:
+        return Built(entry.name, plan.tag, 0, time.monotonic() - started, reused=False)
+    image = client.images.get(image_id)
+    image.tag(plan.tag)
+    image.tag(plan.alias)
+    return Built(entry.name, plan.tag, image.attrs["Size"], time.monotonic() - started, reused=False)
+
+
+def build_summary(rows: Sequence[Built]) -> list[tuple[str, str, str, str, str]]:
+    return [
+        (row.entry, row.tag, f"{row.size_bytes / 1e9:.2f} GB", f"{row.seconds:.1f}", "yes" if row.reused else "no")
+        for row in rows
+    ]

@@ -1,0 +1,131 @@
+"""The pure build plan: build arguments, the content-addressed tag and the context's files.
+
+Tags are content-addressed (Dockerfile, lockfile, base, build arguments, torchyard's in-image files and
+the project's source), so an image that exists is reused as it is. Nothing here touches Docker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+
+from torchyard import __version__
+from torchyard.errors import ImageBuildError
+from torchyard.image.context import files_digest, inimage_files, project_files, select
+from torchyard.lock.lockfile import lock_path, read_header
+from torchyard.matrix.schema import Entry
+from torchyard.util import proc
+
+REPOSITORY = "torchyard"
+# The project's pytest configuration travels with its tests (rootdir and markers come from it).
+PYTEST_CONFIG = ("pyproject.toml", "pytest.ini", "tox.ini", "setup.cfg", "conftest.py")
+
+
+def dockerfile() -> bytes:
+    """The one Dockerfile, shipped inside the package."""
+    return files("torchyard.image").joinpath("Dockerfile").read_bytes()
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """Passed through to the builder so runners can share a registry cache."""
+
+    push: bool = False
+    cache_from: tuple[str, ...] = ()
+    cache_to: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything one image build needs; `context` maps each path in the build context to its bytes."""
+
+    entry: str
+    base_image: str
+    build_args: tuple[tuple[str, str], ...]
+    tag: str
+    alias: str
+    vendor: tuple[str, ...]
+    python: str
+    context: tuple[tuple[str, bytes], ...]
+    project_root: Path | None  # built into a wheel for the context when the image is built
+    project_sources: tuple[str, ...]
+
+
+def resolve_base(entry: Entry, overrides: Mapping[str, str]) -> str:
+    """The base for this machine: an override by entry name, then by accelerator, else matrix.toml's."""
+    return overrides.get(entry.name) or overrides.get(entry.accelerator.name) or str(entry.accelerator.base_image)
+
+
+def _read_lock(entry: Entry, lockdir: Path) -> bytes:
+    path = lock_path(lockdir, entry)
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise ImageBuildError(f"entry {entry.name!r}: cannot read {path}: {error.strerror}") from None
+
+
+def plan_build(
+    entry: Entry,
+    lockdir: Path,
+    *,
+    base_image: str,
+    base_id: str,
+    uv_version: str,
+    revision: str,
+    source_date_epoch: str,
+    runner: proc.Runner = proc.run,
+) -> BuildPlan:
+    """Everything the build needs, decided without touching Docker."""
+    lock_bytes = _read_lock(entry, lockdir)
+    fields, _ = read_header(lock_bytes.decode("utf-8", errors="replace"))
+    vendor = tuple(pin.name for pin in entry.accelerator.vendor)
+    context: list[tuple[str, bytes]] = [("Dockerfile", dockerfile()), ("lock.txt", lock_bytes)]
+    context += [(f"inimage/{name}", node.read_bytes()) for name, node in inimage_files()]
+    project_sources: tuple[str, ...] = ()
+    if entry.project is not None:
+        root = entry.project.root
+        project_sources = project_files(root, runner)
+        tests = select(project_sources, [*entry.tests, *PYTEST_CONFIG]) if entry.tests else ()
+        context += [(f"workspace/{name}", (root / name).read_bytes()) for name in tests]
+    content_args = (
+        ("BASE_IMAGE", base_image),
+        ("PYTHON", f"python{entry.python}"),
+        ("VENDOR_PACKAGES", " ".join(vendor)),
+        ("UV_VERSION", uv_version),
+        ("TORCHYARD_ENTRY", entry.name),
+        ("LOCK_DIGEST", fields.get("body-digest", "")),
+        ("BASE_DIGEST", base_id),
+        ("TORCHYARD_VERSION", __version__),
+        ("PROJECT", entry.project.name if entry.project else ""),
+    )
+    digest = hashlib.sha256()
+    for key, value in content_args:
+        digest.update(f"{key}={value}\0".encode())
+    digest.update(files_digest(context).encode())
+    if entry.project is not None:
+        sources = [(name, (entry.project.root / name).read_bytes()) for name in project_sources]
+        digest.update(b"project\0" + files_digest(sources).encode())
+    # The revision and date label the image; they do not make its content, so they stay out of the tag.
+    # Inline cache metadata lets a later build reuse this image's layers even after the builder's own
+    # cache was pruned (it is passed as --cache-from then).
+    build_args = (
+        *content_args,
+        ("GIT_REVISION", revision),
+        ("SOURCE_DATE_EPOCH", source_date_epoch),
+        ("BUILDKIT_INLINE_CACHE", "1"),
+    )
+    return BuildPlan(
+        entry=entry.name,
+        base_image=base_image,
+        build_args=build_args,
+        tag=f"{REPOSITORY}/{entry.name}:{digest.hexdigest()[:16]}",
+        alias=f"{REPOSITORY}/{entry.name}:latest",
+        vendor=vendor,
+        python=entry.python,
+        context=tuple(context),
+        project_root=entry.project.root if entry.project else None,
+        project_sources=project_sources,
+    )

@@ -1,0 +1,1 @@
+"""torchyard's stack suites: export, compile, runtime and parity, plus the harness self-tests."""

@@ -1,0 +1,60 @@
+"""The offline freshness check: recompute the inputs digest and the body digest, name what changed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from torchyard.errors import StaleLockError
+from torchyard.lock.inputs import LockInputs
+from torchyard.lock.lockfile import body_digest, lock_path, read_header, reproduce_command
+from torchyard.matrix.schema import Entry
+
+Status = Literal["fresh", "stale", "missing"]
+
+
+@dataclass(frozen=True)
+class Freshness:
+    entry: str
+    status: Status
+    detail: str
+
+
+def _changed_inputs(recorded: str, current: Mapping[str, Any]) -> list[str]:
+    try:
+        old = json.loads(recorded)
+    except json.JSONDecodeError:
+        return ["header"]
+    if not isinstance(old, dict):
+        return ["header"]
+    return sorted(key for key in {*old, *current} if old.get(key) != current.get(key))
+
+
+def check_entry(entry: Entry, lockdir: Path, uv: str) -> Freshness:
+    """Compare the lockfile with the current inputs; offline, reads one file."""
+    path = lock_path(lockdir, entry)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        needs = ", ".join(f"{index.name} ({index.url})" for index in entry.indexes)
+        return Freshness(entry.name, "missing", f"run `{reproduce_command(entry)}` on a machine that reaches {needs}")
+    fields, body = read_header(text)
+    current = LockInputs.of(entry, uv)
+    if "inputs-digest" not in fields or "body-digest" not in fields:
+        return Freshness(entry.name, "stale", "no torchyard header: not made by the lock session")
+    if fields["body-digest"] != body_digest(body):
+        return Freshness(entry.name, "stale", "edited by hand: the body does not match its recorded digest")
+    if fields["inputs-digest"] != current.digest():
+        changed = _changed_inputs(fields.get("inputs", ""), current.record())
+        return Freshness(entry.name, "stale", f"inputs changed: {', '.join(changed)}")
+    return Freshness(entry.name, "fresh", str(path))
+
+
+def require_fresh(entry: Entry, lockdir: Path, uv: str) -> None:
+    """Raise unless the entry's lock is fresh: what builds and runs check before anything else."""
+    freshness = check_entry(entry, lockdir, uv)
+    if freshness.status != "fresh":
+        raise StaleLockError(f"entry {entry.name!r}: lock is {freshness.status}: {freshness.detail}")

@@ -1,0 +1,122 @@
+"""The inputs that decide a lock, defined once: the digest, the header and uv's arguments all come from
+`LockInputs`, and `compile_args` sees nothing else, so a field that changes resolution cannot be left out
+of the freshness check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torchyard.matrix.machine import Source, index_args
+from torchyard.matrix.schema import Entry
+
+
+@dataclass(frozen=True)
+class LockInputs:
+    """Everything that decides a lock's bytes. Index URLs are the matrix's, never a machine's mirror."""
+
+    entry: str
+    requirements: tuple[str, ...]
+    indexes: tuple[tuple[str, str], ...]
+    index_strategy: str
+    python: str
+    platform: str
+    exclude_newer: str
+    vendor: tuple[tuple[str, str], ...]
+    uv: str
+    project: tuple[str, ...] = ()  # the project's own dependencies (with its extras and groups)
+
+    @classmethod
+    def of(cls, entry: Entry, uv_version: str) -> LockInputs:
+        return cls(
+            entry=entry.name,
+            requirements=entry.requirements,
+            indexes=tuple((index.name, index.url) for index in entry.indexes),
+            index_strategy=entry.accelerator.index_strategy,
+            python=entry.python,
+            platform=entry.accelerator.platform,
+            exclude_newer=entry.exclude_newer,
+            vendor=tuple((pin.name, pin.version) for pin in entry.accelerator.vendor),
+            uv=uv_version,
+            project=entry.project.requirements if entry.project else (),
+        )
+
+    def record(self) -> dict[str, Any]:
+        """The JSON the lockfile header records (and the digest covers): one key per field.
+
+        `project` appears only for entries that have one, so other entries' locks keep their digests.
+        """
+        record: dict[str, Any] = {
+            "entry": self.entry,
+            "requirements": list(self.requirements),
+            "indexes": [list(pair) for pair in self.indexes],
+            "index-strategy": self.index_strategy,
+            "python": self.python,
+            "platform": self.platform,
+            "exclude-newer": self.exclude_newer,
+            "vendor": [list(pair) for pair in self.vendor],
+            "uv": self.uv,
+        }
+        if self.project:
+            record["project"] = list(self.project)
+        return record
+
+    def digest(self) -> str:
+        return digest_of(self.record())
+
+    def pinned_vendor(self) -> tuple[tuple[str, str], ...]:
+        return tuple(pair for pair in self.vendor if pair[1] != "*")
+
+    def unpinned_vendor(self) -> tuple[str, ...]:
+        return tuple(name for name, version in self.vendor if version == "*")
+
+
+def digest_of(data: object) -> str:
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+    return "sha256:" + hashlib.sha256(canonical).hexdigest()
+
+
+def requirements_in(inputs: LockInputs, standin_urls: Sequence[str]) -> str:
+    """`requirements.in`: the entry's requirements, the project's, then each pinned vendor stand-in wheel."""
+    names = [name for name, _ in inputs.pinned_vendor()]
+    lines = [
+        *inputs.requirements,
+        *inputs.project,
+        *(f"{name} @ {url}" for name, url in zip(names, standin_urls, strict=True)),
+    ]
+    return "".join(f"{line}\n" for line in lines)
+
+
+def compile_args(
+    inputs: LockInputs,
+    sources: Sequence[Source],
+    output: Path,
+    *,
+    excludes: Path | None,
+) -> tuple[str, ...]:
+    """The `uv pip compile` argument list (run from the folder holding `requirements.in`).
+
+    `sources` are where this machine reads the indexes named in `inputs.indexes` (a mirror or the URL).
+    """
+    args: list[str] = [
+        "uv", "pip", "compile", "requirements.in",
+        "--generate-hashes",
+        "--no-header",
+        "--no-config",
+        "--python-version", inputs.python,
+        "--python-platform", inputs.platform,
+        "--index-strategy", inputs.index_strategy,
+        "--exclude-newer", inputs.exclude_newer,
+        "--output-file", str(output),
+    ]  # fmt: skip
+    args += index_args(sources)
+    if excludes is not None:
+        args += ["--excludes", str(excludes)]
+    for name, _ in inputs.vendor:
+        args += ["--no-emit-package", name]
+    return tuple(args)

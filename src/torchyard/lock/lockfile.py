@@ -1,0 +1,50 @@
+"""The lockfile format: uv's hashed output under a header recording the inputs and both digests."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+from torchyard.lock.inputs import LockInputs
+from torchyard.matrix.schema import Entry
+
+HEADER_PREFIX = "# torchyard-"
+
+
+def lock_path(lockdir: Path, entry: Entry) -> Path:
+    return lockdir / f"{entry.name}.txt"
+
+
+def reproduce_command(entry: Entry) -> str:
+    return f"nox -s lock -- {entry.name}"
+
+
+def body_digest(body: str) -> str:
+    return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+
+
+def render_lockfile(entry: Entry, inputs: LockInputs, body: str) -> str:
+    header = [
+        f"# torchyard lockfile for entry {entry.name!r}. Do not edit: run `{reproduce_command(entry)}`.\n",
+        f"# torchyard-inputs-digest: {inputs.digest()}\n",
+        f"# torchyard-body-digest: {body_digest(body)}\n",
+        f"# torchyard-inputs: {json.dumps(inputs.record(), sort_keys=True, separators=(',', ':'))}\n",
+    ]
+    return "".join(header) + body
+
+
+def read_header(text: str) -> tuple[dict[str, str], str]:
+    """The `# torchyard-<key>: value` lines, and the body after them."""
+    fields: dict[str, str] = {}
+    lines = text.splitlines(keepends=True)
+    position = 0
+    while position < len(lines) and lines[position].startswith("#"):
+        match = re.match(r"# torchyard-([a-z-]+): (.*)\n?$", lines[position])
+        if match:
+            fields[match[1]] = match[2]
+        position += 1
+        if lines[position - 1].startswith("# torchyard-inputs: "):
+            break
+    return fields, "".join(lines[position:])

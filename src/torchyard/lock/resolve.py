@@ -1,0 +1,84 @@
+"""Resolve an entry with `uv pip compile --generate-hashes` and write its lockfile atomically.
+
+Vendor packages with a pinned version are resolved as metadata-only stand-in wheels at that version
+(direct requirements, not overrides, which would silence every other package's constraint on them);
+"*" vendor packages are excluded from resolution. Neither is emitted into the lock.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from torchyard.errors import CommandError, LockError
+from torchyard.lock.inputs import LockInputs, compile_args, requirements_in
+from torchyard.lock.lockfile import lock_path, render_lockfile
+from torchyard.lock.standins import write_wheel
+from torchyard.matrix.machine import Source, sources_for
+from torchyard.matrix.schema import Entry, Index
+from torchyard.util import proc
+from torchyard.util.atomic import write_atomically
+
+UV_INSTALL_HINT = "install it with `python3 -m pip install uv` (nox's sessions bring their own)"
+UV_ERROR_MARKERS = ("error:", "\N{MULTIPLICATION SIGN}")  # uv starts a failure with one or the other
+
+
+def uv_version(runner: proc.Runner = proc.run) -> str:
+    output = runner(["uv", "--version"], capture=True, hint=UV_INSTALL_HINT).stdout.split()
+    if len(output) < 2:
+        raise LockError(f"cannot read uv's version from {' '.join(output)!r}")
+    return output[1]
+
+
+def _uv_explanation(output: str) -> str:
+    """uv's own reason and its first hint, condensed to one line (the full text is printed above)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    hints = [line for line in lines if line.startswith("hint:")]
+    for position, line in enumerate(lines):
+        marker = next((marker for marker in UV_ERROR_MARKERS if line.startswith(marker)), None)
+        if marker is not None:
+            rest = [item for item in lines[position + 1 :] if not item.startswith("hint:")][:3]
+            return " ".join([line.removeprefix(marker).strip(), *rest, *hints[:1]])
+    return lines[-1] if lines else "no output"
+
+
+def _stage(inputs: LockInputs, workdir: Path) -> Path | None:
+    """Write `requirements.in` (with the vendor stand-ins) and the excludes file; return the latter."""
+    standins = [write_wheel(workdir / "vendor", name, version).as_uri() for name, version in inputs.pinned_vendor()]
+    (workdir / "requirements.in").write_text(requirements_in(inputs, standins))
+    if not inputs.unpinned_vendor():
+        return None
+    excludes = workdir / "excludes.txt"
+    excludes.write_text("".join(f"{name}\n" for name in inputs.unpinned_vendor()))
+    return excludes
+
+
+def lock_entry(
+    entry: Entry,
+    lockdir: Path,
+    mirrors: Mapping[str, Source],
+    *,
+    runner: proc.Runner = proc.run,
+    env: Mapping[str, str] = os.environ,
+) -> Path:
+    """Resolve `entry` with uv and write its lockfile atomically; on any failure nothing is written."""
+    inputs = LockInputs.of(entry, uv_version(runner))
+    target = lock_path(lockdir, entry)
+    with tempfile.TemporaryDirectory(prefix=f"torchyard-lock-{entry.name}-") as scratch:
+        workdir = Path(scratch)
+        excludes = _stage(inputs, workdir)
+        output = workdir / "lock.txt"
+        indexes = tuple(Index(name, url) for name, url in inputs.indexes)
+        args = compile_args(inputs, sources_for(indexes, mirrors), output, excludes=excludes)
+        uv_env = {**env, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"}
+        try:
+            runner(args, cwd=workdir, env=uv_env, capture=True, hint=UV_INSTALL_HINT)
+        except CommandError as error:
+            sys.stderr.write(error.output)
+            raise LockError(f"entry {entry.name!r}: uv could not lock it: {_uv_explanation(error.output)}") from None
+        body = output.read_text(encoding="utf-8")
+    write_atomically(target, render_lockfile(entry, inputs, body))
+    return target

@@ -1,0 +1,120 @@
+"""Per-machine settings, never in matrix.toml: mirrors for named indexes, local wheel folders for
+installs, and base-image overrides.
+
+Two sources, the environment winning over the file:
+- `TORCHYARD_MIRRORS="pypi=file:///srv/pypi/simple nvidia=/srv/wheels"` (whitespace-separated), and
+  `TORCHYARD_BASE_IMAGES="cpu=torchyard/base:bookworm"` (by entry name or accelerator);
+- `$TORCHYARD_MACHINE_FILE`, else `$XDG_CONFIG_HOME/torchyard/machine.toml` (`~/.config/...`), with
+  `[mirrors]` and `[base-images]` tables of the same `name = "value"` pairs.
+A target with a scheme (`https://`, `http://`, `file://`) is a PEP 503 index; a plain path is a flat
+folder of wheels (uv's `--find-links`). Mirrors change where files come from, never which files:
+the lock's hashes still have to match.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from torchyard.errors import ConfigError
+from torchyard.matrix.schema import Index
+
+ENV_VAR = "TORCHYARD_MIRRORS"
+FIND_LINKS_ENV = "TORCHYARD_FIND_LINKS"
+BASES_ENV_VAR = "TORCHYARD_BASE_IMAGES"
+FILE_ENV_VAR = "TORCHYARD_MACHINE_FILE"
+TABLES = ("mirrors", "base-images")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one named index is read from on this machine."""
+
+    name: str
+    kind: Literal["index", "find-links"]
+    location: str
+
+
+def _target(name: str, target: str, origin: str) -> Source:
+    if re.match(r"(https?|file)://", target):
+        return Source(name, "index", target.rstrip("/"))
+    if not target.startswith("/"):
+        raise ConfigError(f"{origin}: mirror {name!r}: expected a URL or an absolute folder path, got {target!r}")
+    return Source(name, "find-links", target)
+
+
+def _from_file(path: Path, table_name: str) -> dict[str, str]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read: {error}") from None
+    unknown = sorted(set(data) - set(TABLES))
+    if unknown:
+        raise ConfigError(f"{path}: {unknown[0]}: unknown key; expected only [mirrors] and [base-images] tables")
+    table = data.get(table_name, {})
+    if not isinstance(table, dict) or not all(isinstance(value, str) for value in table.values()):
+        raise ConfigError(f'{path}: {table_name}: expected a table of name = "value" strings')
+    return dict(table)
+
+
+def machine_file(env: Mapping[str, str]) -> Path:
+    if FILE_ENV_VAR in env:
+        return Path(env[FILE_ENV_VAR])
+    config_home = Path(env.get("XDG_CONFIG_HOME") or Path(env.get("HOME", "/nonexistent")) / ".config")
+    return config_home / "torchyard" / "machine.toml"
+
+
+def _pairs(env: Mapping[str, str], variable: str, what: str) -> dict[str, str]:
+    pairs = {}
+    for pair in env.get(variable, "").split():
+        name, separator, value = pair.partition("=")
+        if not separator or not name or not value:
+            raise ConfigError(f"{variable}: expected NAME={what} pairs, got {pair!r}")
+        pairs[name] = value
+    return pairs
+
+
+def load_mirrors(env: Mapping[str, str] = os.environ) -> dict[str, Source]:
+    """The machine's mirrors by index name (empty when none is configured)."""
+    path = machine_file(env)
+    mirrors = {name: _target(name, target, str(path)) for name, target in _from_file(path, "mirrors").items()}
+    for name, target in _pairs(env, ENV_VAR, "URL-or-folder").items():
+        mirrors[name] = _target(name, target, ENV_VAR)
+    return mirrors
+
+
+def load_base_overrides(env: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """Base images that replace matrix.toml's on this machine, by entry name or accelerator name."""
+    return {**_from_file(machine_file(env), "base-images"), **_pairs(env, BASES_ENV_VAR, "IMAGE")}
+
+
+def sources_for(indexes: Sequence[Index], mirrors: Mapping[str, Source]) -> tuple[Source, ...]:
+    """Each index as this machine reaches it: its mirror when one is set, else its matrix URL."""
+    return tuple(mirrors.get(index.name, Source(index.name, "index", index.url)) for index in indexes)
+
+
+def index_args(sources: Sequence[Source], extra_find_links: Sequence[str] = ()) -> list[str]:
+    """uv's index arguments: the first index is the default, the rest are extra; folders are find-links."""
+    indexes = [source.location for source in sources if source.kind == "index"]
+    args = ["--default-index", indexes[0]] if indexes else ["--no-index"]
+    for url in indexes[1:]:
+        args += ["--index", url]
+    for folder in [*(source.location for source in sources if source.kind == "find-links"), *extra_find_links]:
+        args += ["--find-links", folder]
+    return args
+
+
+def extra_find_links(env: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+    """Local wheel folders to try before any index (`TORCHYARD_FIND_LINKS`, whitespace-separated).
+
+    Only for installs: the lock's hashes decide which files are acceptable, so a folder can only save a
+    download, never change what is installed.
+    """
+    return tuple(folder for folder in env.get(FIND_LINKS_ENV, "").split() if Path(folder).is_dir())

@@ -1,0 +1,39 @@
+"""The vocabulary both sides of the container boundary share: accelerators and their torch device,
+suites, precisions and their dtypes, parity backends. Stdlib only: the in-image side imports it too."""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+AcceleratorName = Literal["cpu", "cuda", "rocm", "xpu"]
+ACCELERATOR_NAMES: tuple[AcceleratorName, ...] = get_args(AcceleratorName)
+
+# The `torch.device` type each accelerator targets: HIP masquerades as CUDA inside torch.
+TORCH_DEVICES: dict[AcceleratorName, str] = {"cpu": "cpu", "cuda": "cuda", "rocm": "cuda", "xpu": "xpu"}
+
+SuiteName = Literal["export", "compile", "runtime", "parity"]
+SUITE_NAMES: tuple[SuiteName, ...] = get_args(SuiteName)
+# The harness's own self-tests: always run, never count towards a suite having passed.
+HARNESS = "harness"
+# The marker torchyard puts on an adopter project's own tests, run beside the suites.
+PROJECT = "project"
+
+Precision = Literal["fp32", "bf16", "fp16"]
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
+# The torch dtype name (`torch.<name>`) each precision computes in; tolerance keys use these names.
+PRECISION_DTYPES: dict[Precision, str] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+BackendName = Literal["eager", "export", "inductor", "executorch-portable", "executorch-xnnpack", "tensorrt"]
+BACKEND_NAMES: tuple[BackendName, ...] = get_args(BackendName)
+# Which suite reports each backend (eager is the baseline every suite shares; parity reports it).
+BACKEND_SUITES: dict[BackendName, SuiteName] = {
+    "eager": "parity",
+    "export": "export",
+    "inductor": "compile",
+    "executorch-portable": "runtime",
+    "executorch-xnnpack": "runtime",
+    "tensorrt": "runtime",
+}
+
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+COMPILE_MODES: tuple[CompileMode, ...] = get_args(CompileMode)

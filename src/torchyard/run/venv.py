@@ -1,0 +1,105 @@
+"""Run an entry's suites on this machine, no Docker: a venv made from the entry's lockfile, with
+torchyard's in-image side on a path entry and the project installed from a wheel, as in the image."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from torchyard import contract
+from torchyard.image.build import wheel_build_args
+from torchyard.image.context import inimage_files, project_files
+from torchyard.lock.check import require_fresh
+from torchyard.lock.install import sync_args
+from torchyard.lock.lockfile import lock_path
+from torchyard.lock.resolve import uv_version
+from torchyard.matrix.machine import extra_find_links, load_mirrors, sources_for
+from torchyard.matrix.schema import Entry
+from torchyard.run.environment import entry_environment
+from torchyard.util import proc
+
+VENVS = Path(".torchyard") / "venvs"
+
+
+def stage_inimage(venv: Path, python: str) -> Path:
+    """Copy torchyard's in-image files beside the venv and put them on its path (as the image does)."""
+    target = venv / "torchyard-inimage"
+    shutil.rmtree(target, ignore_errors=True)
+    for name, node in inimage_files():
+        path = target / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(node.read_bytes())
+    site_packages = venv / "lib" / f"python{python}" / "site-packages"
+    (site_packages / "torchyard.pth").write_text(f"{target.resolve()}\n")
+    return target
+
+
+def run_local(
+    entry: Entry,
+    lockdir: Path,
+    reports: Path,
+    extra: Sequence[str],
+    *,
+    runner: proc.Runner = proc.run,
+    env: Mapping[str, str] = os.environ,
+) -> int:
+    """Check the lock, sync `.torchyard/venvs/<entry>` to it, add torchyard and the project, run the suites."""
+    require_fresh(entry, lockdir, uv_version(runner))
+    lockfile = lock_path(lockdir, entry)
+    venv = VENVS / entry.name
+    python = venv / "bin" / "python"
+    uv_env = {**env, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"}
+    if not python.exists():
+        runner(["uv", "venv", "--quiet", "--python", entry.python, str(venv)], env=uv_env)
+    sources = sources_for(entry.indexes, load_mirrors(env))
+    steps = 4 if entry.project else 3
+    print(f"[1/{steps}] installing {lockfile} into {venv}", file=sys.stderr, flush=True)
+    find_links = extra_find_links(env)
+    runner(
+        sync_args(
+            lockfile, str(python), sources, find_links=find_links, index_strategy=entry.accelerator.index_strategy
+        ),
+        env=uv_env,
+    )
+    print(f"[2/{steps}] torchyard's in-image side onto the venv's path", file=sys.stderr, flush=True)
+    stage_inimage(venv, entry.python)
+    workdir = Path.cwd()
+    if entry.project is not None:
+        workdir = entry.project.root
+        print(
+            f"[3/{steps}] building and installing {entry.project.name} (no dependencies)", file=sys.stderr, flush=True
+        )
+        with tempfile.TemporaryDirectory(prefix="torchyard-project-") as scratch:
+            source = Path(scratch) / "source"
+            for name in project_files(entry.project.root, runner):
+                (source / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(entry.project.root / name, source / name)
+            out = Path(scratch) / "wheels"
+            runner(wheel_build_args(source, out, sources), env=uv_env)
+            wheels = [str(wheel) for wheel in sorted(out.glob("*.whl"))]
+            install = ["uv", "pip", "install", "--quiet", "--python", str(python), "--no-deps", "--no-config"]
+            runner([*install, "--reinstall", *wheels], env=uv_env)
+    report_dir = (reports / f"{entry.name}-local").resolve()
+    print(f"[{steps}/{steps}] running the {', '.join(entry.suites)} suites; reports in {report_dir}", file=sys.stderr)
+    suites_dir = venv.absolute() / "torchyard-inimage" / "torchyard" / "inimage" / "suites"
+    args = contract.pytest_args(
+        suites_dir=str(suites_dir),
+        report_dir=str(report_dir),
+        suites=entry.suites,
+        project_tests=entry.tests,
+        extra=extra,
+    )
+    # The venv's own tools (ExecuTorch's flatc, say) on PATH, as in the image.
+    run_env = {
+        **env,
+        **entry_environment(entry, str(report_dir)),
+        "PATH": f"{(venv / 'bin').absolute()}{os.pathsep}{env.get('PATH', '')}",
+    }
+    completed = runner(
+        [str(python.absolute()), "-m", "torchyard.inimage", *args], env=run_env, cwd=workdir, check=False
+    )
+    return completed.returncode

@@ -1,0 +1,1 @@
+"""Small shared pieces: the one subprocess seam, atomic files, Markdown tables and GitHub's step summary."""
