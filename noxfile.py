@@ -31,7 +31,7 @@ def lint(session: nox.Session) -> None:
     session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "lint"))
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    session.run("mypy", "--exclude", "src/torchyard/inimage", "src", "tests/unit", "tests/integration", "noxfile.py")
+    session.run("mypy", "--exclude", "src/torchyard/(inimage|cases.py)", "src", "tests/unit", "tests/integration", "noxfile.py")
     session.run("hadolint", "src/torchyard/image/Dockerfile")
     session.run("actionlint")
 
@@ -41,7 +41,7 @@ def lint_stack(session: nox.Session) -> None:
     """mypy --strict on the in-image side, against the cpu entry's venv (made by `test-cpu -- --local`)."""
     stack_python = ".torchyard/venvs/cpu/bin/python"
     session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
-    session.run("mypy", "--python-executable", stack_python, "src/torchyard/inimage")
+    session.run("mypy", "--python-executable", stack_python, "src/torchyard/inimage", "src/torchyard/cases.py")
 
 
 @nox.session

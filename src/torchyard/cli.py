@@ -84,14 +84,17 @@ def build_parser() -> argparse.ArgumentParser:
 def _selected(args: argparse.Namespace, passthrough: list[str] | None = None) -> tuple[Entry, ...]:
     """The entries that --entry, positional ENTRY arguments and --accelerator select.
 
-    For `test`, positional words naming an entry are taken out of `passthrough`; the rest go to pytest.
+    For `test`, words before `--` that name an entry are taken out of `passthrough`; everything else, and
+    everything after `--` (the separator itself dropped), goes to pytest.
     """
     plan = load_plan(args.matrix)
     names = [*args.entry, *getattr(args, "entries", [])]
     if passthrough is not None:
         known = {entry.name for entry in plan.entries}
-        names += [word for word in passthrough if word in known]
-        passthrough[:] = [word for word in passthrough if word not in known]
+        split = passthrough.index("--") if "--" in passthrough else len(passthrough)
+        before, after = passthrough[:split], passthrough[split + 1 :]
+        names += [word for word in before if word in known]
+        passthrough[:] = [word for word in before if word not in known] + after
     return select_entries(plan, names, args.accelerator)
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from tests.unit.matrix_text import VALID
 from torchyard.cli import main
+from torchyard.matrix import Entry
 
 REPO = Path(__file__).parents[2]
 
@@ -78,3 +79,16 @@ def test_lock_check_reports_missing_and_fails(
     assert "| cpu   | missing |" in captured.out
     assert captured.err == "torchyard: 2 of 2 locks not fresh: cpu, cuda\n"
     assert main([*args, "--allow-missing"]) == 0
+
+
+def test_double_dash_separates_pytest_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, object] = {}
+
+    def fake_test(entries: tuple[Entry, ...], **kwargs: object) -> int:
+        seen["entries"] = [entry.name for entry in entries]
+        seen["pytest"] = kwargs["pytest_args"]
+        return 0
+
+    monkeypatch.setattr("torchyard.cli.test_entries", fake_test)
+    assert main(["test", "--matrix", str(REPO / "matrix.toml"), "cpu", "-q", "--", "-k", "cuda", "rocm"]) == 0
+    assert seen == {"entries": ["cpu"], "pytest": ["-q", "-k", "cuda", "rocm"]}

@@ -1,14 +1,16 @@
-"""pytest plugin for the stack suites: options, the fail-closed probe, fixtures, reports.
+"""pytest plugin for the stack suites and the project's own tests: options, the fail-closed probe,
+fixtures, exact known failures, per-suite fail-closed, reports.
 
-Settings come from options or, inside images, from environment variables the runner sets:
-TORCHYARD_ACCELERATOR, TORCHYARD_PRECISION, TORCHYARD_REPORT_DIR, TORCHYARD_TOLERANCES (JSON),
-TORCHYARD_CASES (comma-separated modules), TORCHYARD_VENDOR_RECORD.
+Settings come from options or from the environment variables the host sets (`torchyard.contract`).
+Loaded with `-p torchyard.inimage.plugin`, so the project's tests run under the same probe, precision
+pinning and reports as torchyard's suites.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,57 +19,35 @@ from typing import Any
 import pytest
 import torch
 
-from torchyard.inimage.cases import Case, CaseLoadError, load_cases
-from torchyard.inimage.parity.harness import Result, evaluate, reference_outputs
+from torchyard import contract
+from torchyard.inimage.cases import Case, CaseLoadError, base_backend, load_cases
+from torchyard.inimage.parity.harness import Reference, Result, evaluate, make_reference
 from torchyard.inimage.parity.report import write_reports
 from torchyard.inimage.parity.tolerances import Tolerances, load_tolerances
 from torchyard.inimage.precision import DTYPES, Precision, PrecisionError, check_precision, pin_precision
 from torchyard.inimage.probe import ProbeError, probe, torch_device
+from torchyard.names import BACKEND_NAMES, HARNESS, PROJECT, SUITE_NAMES
 
-SUITES = ("export", "compile", "runtime", "parity")
 RECORD_KEY = "torchyard"
-PROBE_FAILED = 3
+SUITES_DIR = Path(__file__).parent / "suites"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("torchyard")
     env = os.environ.get
-    group.addoption("--torchyard-accelerator", default=env("TORCHYARD_ACCELERATOR", "cpu"))
-    group.addoption("--torchyard-precision", default=env("TORCHYARD_PRECISION", "fp32"), choices=list(DTYPES))
-    group.addoption("--torchyard-report-dir", type=Path, default=Path(env("TORCHYARD_REPORT_DIR", "reports/local")))
-    group.addoption("--torchyard-tolerances", default=env("TORCHYARD_TOLERANCES", ""), help="JSON overrides")
-    group.addoption("--torchyard-cases", default=env("TORCHYARD_CASES", ""), help="comma-separated case modules")
-    group.addoption("--torchyard-vendor-record", default=env("TORCHYARD_VENDOR_RECORD", ""))
+    group.addoption("--torchyard-accelerator", default=env(contract.ACCELERATOR, "cpu"))
+    group.addoption("--torchyard-precision", default=env(contract.PRECISION, "fp32"), choices=list(DTYPES))
+    group.addoption("--torchyard-report-dir", type=Path, default=Path(env(contract.REPORT_DIR, "reports/local")))
+    group.addoption("--torchyard-tolerances", default=env(contract.TOLERANCES, ""), help="JSON overrides")
+    group.addoption("--torchyard-cases", default=env(contract.CASES, ""), help="comma-separated case modules")
+    group.addoption("--torchyard-suites", default=env(contract.SUITES, ""), help="suites that must each pass a test")
+    group.addoption("--torchyard-compile-modes", default=env(contract.COMPILE_MODES, "default"))
+    group.addoption("--torchyard-no-builtin-cases", action="store_true", default=env(contract.BUILTIN_CASES) == "0")
+    group.addoption("--torchyard-vendor-record", default=env(contract.VENDOR_RECORD, ""))
 
 
 def _is_controller(config: pytest.Config) -> bool:
     return not hasattr(config, "workerinput")
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    for suite in (*SUITES, "harness"):
-        config.addinivalue_line("markers", f"{suite}: the {suite} suite")
-    config.stash[_settings_key] = settings = _Settings.from_config(config)
-    # Each xdist worker compiles into its own inductor cache: no two processes write one directory.
-    worker = getattr(config, "workerinput", {}).get("workerid", "main")
-    cache_root = Path(os.environ.get("TORCHYARD_INDUCTOR_CACHE", settings.report_dir / ".inductor-cache"))
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root / worker)
-    if _is_controller(config):
-        config.stash[_collector_key] = collector = _Collector()
-        config.pluginmanager.register(collector, "torchyard-collector")
-        try:
-            check_precision(settings.precision, torch_device(settings.accelerator).type, _capability(settings))
-            config.stash[_manifest_key] = probe(
-                settings.accelerator, settings.vendor_record, settings.precision_settings
-            )
-        except (ProbeError, PrecisionError) as error:
-            pytest.exit(f"torchyard probe: {error}", returncode=PROBE_FAILED)
-
-
-def _capability(settings: _Settings) -> tuple[int, int] | None:
-    if settings.accelerator == "cuda" and torch.cuda.is_available():
-        return torch.cuda.get_device_capability(0)
-    return None
 
 
 @dataclass(frozen=True)
@@ -77,6 +57,9 @@ class _Settings:
     report_dir: Path
     tolerances: Tolerances
     case_modules: tuple[str, ...]
+    builtin_cases: bool
+    suites: tuple[str, ...]
+    compile_backends: tuple[str, ...]
     vendor_record: Path | None
     precision_settings: dict[str, object]
 
@@ -88,14 +71,24 @@ class _Settings:
         except (ValueError, json.JSONDecodeError) as error:
             raise pytest.UsageError(f"torchyard tolerances: {error}") from None
         record = option("--torchyard-vendor-record")
+        modes = [mode for mode in option("--torchyard-compile-modes").split(",") if mode] or ["default"]
         return cls(
             accelerator=option("--torchyard-accelerator"),
             precision=option("--torchyard-precision"),
             report_dir=option("--torchyard-report-dir"),
             tolerances=tolerances,
             case_modules=tuple(name for name in option("--torchyard-cases").split(",") if name),
+            builtin_cases=not option("--torchyard-no-builtin-cases"),
+            suites=tuple(name for name in option("--torchyard-suites").split(",") if name),
+            compile_backends=tuple("inductor" if mode == "default" else f"inductor:{mode}" for mode in modes),
             vendor_record=Path(record) if record else None,
             precision_settings=pin_precision(),
+        )
+
+    @property
+    def parity_backends(self) -> tuple[str, ...]:
+        return tuple(
+            backend for name in BACKEND_NAMES for backend in (self.compile_backends if name == "inductor" else (name,))
         )
 
 
@@ -104,18 +97,60 @@ _collector_key = pytest.StashKey["_Collector"]()
 _manifest_key = pytest.StashKey[dict[str, Any]]()
 
 
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "case" in metafunc.fixturenames:
-        settings = metafunc.config.stash[_settings_key]
+def pytest_configure(config: pytest.Config) -> None:
+    for suite in (*SUITE_NAMES, HARNESS, PROJECT):
+        config.addinivalue_line("markers", f"{suite}: the {suite} suite")
+    config.stash[_settings_key] = settings = _Settings.from_config(config)
+    # Each xdist worker compiles into its own inductor cache: no two processes write one directory.
+    worker = getattr(config, "workerinput", {}).get("workerid", "main")
+    cache_root = Path(os.environ.get(contract.INDUCTOR_CACHE, settings.report_dir / ".inductor-cache"))
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root / worker)
+    if _is_controller(config):
+        config.stash[_collector_key] = collector = _Collector()
+        config.pluginmanager.register(collector, "torchyard-collector")
         try:
-            cases = load_cases(settings.case_modules)
+            device = torch_device(settings.accelerator)
+            check_precision(settings.precision, device.type, _capability(settings))
+            config.stash[_manifest_key] = probe(
+                settings.accelerator, settings.vendor_record, settings.precision_settings
+            )
+        except (ProbeError, PrecisionError) as error:
+            pytest.exit(f"torchyard probe: {error}", returncode=contract.PROBE_FAILED)
+
+
+def _capability(settings: _Settings) -> tuple[int, int] | None:
+    if settings.accelerator == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_capability(0)
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests outside torchyard's suites are the project's own: they carry the `project` marker (unless they
+    already say which suite they belong to)."""
+    known = (*SUITE_NAMES, HARNESS, PROJECT)
+    for item in items:
+        outside = SUITES_DIR not in Path(str(item.path)).parents
+        if outside and not any(item.get_closest_marker(name) for name in known):
+            item.add_marker(PROJECT)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    settings = metafunc.config.stash[_settings_key]
+    if "case" in metafunc.fixturenames:
+        try:
+            cases = load_cases(settings.case_modules, builtin=settings.builtin_cases)
         except CaseLoadError as error:
             raise pytest.UsageError(str(error)) from None
         metafunc.parametrize("case", cases, ids=[case.name for case in cases])
+    if "parity_backend" in metafunc.fixturenames:
+        metafunc.parametrize("parity_backend", settings.parity_backends)
+    if "compile_backend" in metafunc.fixturenames:
+        metafunc.parametrize("compile_backend", settings.compile_backends)
 
 
 class Evaluations:
-    """Each case x backend runs once per process; the suites read the same result."""
+    """Each case x backend runs once per process (the compile and parity suites read the same result),
+    and each case's reference is made once."""
 
     def __init__(self, settings: _Settings, workdir: Path) -> None:
         self.settings = settings
@@ -123,13 +158,13 @@ class Evaluations:
         self.dtype = DTYPES[settings.precision]
         self.workdir = workdir
         self._results: dict[tuple[str, str], Result] = {}
-        self._references: dict[str, list[list[torch.Tensor]]] = {}
+        self._references: dict[str, Reference] = {}
 
     def result(self, case: Case, backend: str) -> Result:
         key = (case.name, backend)
         if key not in self._results:
             if case.name not in self._references:
-                self._references[case.name] = reference_outputs(case, case.input_sets())
+                self._references[case.name] = make_reference(case, case.calls(), device=self.device, dtype=self.dtype)
             self._results[key] = evaluate(
                 case,
                 backend,
@@ -156,34 +191,63 @@ def record(request: pytest.FixtureRequest, suite: str, result: Result, outcome: 
 
 
 def conclude(request: pytest.FixtureRequest, suite: str, case: Case, result: Result, *, passed: bool) -> None:
-    """Record, then skip / xfail / fail / pass the test: every skip and known failure keeps its reason."""
-    known = case.known_failures.get(result.backend)
+    """Record, then skip / xfail / fail / pass the test: every skip and known failure keeps its reason.
+
+    A known failure is exact: only the error it names (type and message pattern) is expected; any other
+    outcome on that backend fails, and a backend that starts working fails until the entry is removed.
+    A case whose reference cannot be made fails once (the parity suite's eager test); elsewhere it skips.
+    """
     if result.status == "skipped":
         record(request, suite, result, "skipped")
         pytest.skip(result.reason)
+    if result.reason.startswith("reference:") and not (suite == "parity" and result.backend == "eager"):
+        record(request, suite, result, "skipped", f"no reference (reported by parity/eager): {result.reason}")
+        pytest.skip(f"no reference for {case.name} (reported once, by the parity suite's eager test)")
+    known = case.known_failures.get(result.backend) or case.known_failures.get(base_backend(result.backend))
     if known is not None:
         if passed:
-            record(request, suite, result, "failed", f"known failure no longer fails; remove it: {known}")
-            pytest.fail(f"{case.name} on {result.backend} now works: remove its known failure ({known})")
-        record(request, suite, result, "xfailed", f"{known} [observed: {result.reason}]")
-        pytest.xfail(known)
+            record(request, suite, result, "failed", f"known failure no longer fails; remove it: {known.reason}")
+            pytest.fail(f"{case.name} on {result.backend} now works: remove its known failure ({known.reason})")
+        if result.status == "error" and known.matches(result.error_types, result.error_message):
+            record(request, suite, result, "xfailed", f"{known.reason} [observed: {result.reason}]")
+            pytest.xfail(known.reason)
+        expected = f"expected the known failure {known.raises} matching {known.match!r}"
+        record(request, suite, result, "failed", f"{expected}, got {result.status}: {result.reason}")
+        pytest.fail(f"{case.name} on {result.backend} ({suite}): {expected}, got {result.status}: {result.reason}")
     record(request, suite, result, "passed" if passed else "failed")
     if not passed:
         pytest.fail(f"{case.name} on {result.backend} ({suite}): {result.status}: {result.reason}", pytrace=False)
 
 
+def _suite_of(report: pytest.TestReport) -> str | None:
+    return next((name for name in (*SUITE_NAMES, HARNESS, PROJECT) if name in report.keywords), None)
+
+
 class _Collector:
-    """Gathers every test's result record on the controller (xdist forwards workers' reports here)."""
+    """Gathers every test's result record and each suite's outcomes on the controller (xdist forwards
+    workers' reports here)."""
 
     def __init__(self) -> None:
         self.records: list[dict[str, Any]] = []
-        self.passed = 0
+        self.passed: dict[str, int] = defaultdict(int)
+        self.skip_reasons: dict[str, list[str]] = defaultdict(list)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        suite = _suite_of(report)
+        if report.skipped and suite is not None and report.when in ("setup", "call"):
+            longrepr = report.longrepr
+            reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+            self.skip_reasons[suite].append(reason.removeprefix("Skipped: "))
         if report.when != "call":  # setup and teardown reports repeat the same user properties
             return
-        self.passed += report.passed
+        if report.passed and suite is not None:
+            self.passed[suite] += 1
         self.records += [json.loads(str(value)) for key, value in report.user_properties if key == RECORD_KEY]
+
+
+def empty_suites(selected: tuple[str, ...], passed: dict[str, int]) -> list[str]:
+    """The selected suites in which no test passed (the harness self-tests never count)."""
+    return [suite for suite in selected if suite != HARNESS and not passed.get(suite)]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -196,6 +260,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     extra = {"precision": settings.precision, "tolerances": settings.tolerances.as_dict()}
     paths = write_reports(settings.report_dir, collector.records, manifest, extra)
     print(f"\ntorchyard: reports in {paths['markdown'].parent} (parity.json, parity.md, env.json)")
-    if collector.passed == 0 and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+    selected = settings.suites or tuple(suite for suite in SUITE_NAMES if suite in str(config.option.markexpr))
+    if any(item.get_closest_marker(PROJECT) for item in session.items):
+        selected = (*selected, PROJECT)
+    empty = empty_suites(selected, collector.passed)
+    for suite in empty:
+        reasons = sorted(set(collector.skip_reasons.get(suite, []))) or ["no test collected"]
+        print(f"torchyard: FAILED: suite {suite}: no test passed; skip reasons: {'; '.join(reasons)[:600]}")
+    nothing = not any(count for suite, count in collector.passed.items() if suite != HARNESS)
+    if nothing and not empty:
         print("torchyard: FAILED: no test passed (every test skipped, or none ran)")
+    if (empty or nothing) and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

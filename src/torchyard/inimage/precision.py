@@ -32,13 +32,21 @@ def pin_precision() -> dict[str, object]:
     }
 
 
-def check_precision(precision: Precision, device_type: str, capability: tuple[int, int] | None = None) -> None:
-    """Refuse combinations that would not run at the asked precision."""
+def check_precision(
+    precision: Precision,
+    device_type: str,
+    capability: tuple[int, int] | None = None,
+    *,
+    hip: bool | None = None,
+) -> None:
+    """Refuse combinations that would not run at the asked precision (`hip`: a ROCm build; default: this
+    torch's build, so the rule can be checked for CUDA on any machine)."""
+    hip = bool(torch.version.hip) if hip is None else hip
     if precision == "fp16" and device_type == "cpu":
         raise PrecisionError(
             "fp16 on the CPU is refused: CPU kernels would silently compute in full precision; use bf16 or fp32"
         )
-    needs_ampere = precision == "bf16" and device_type == "cuda" and torch.version.hip is None
+    needs_ampere = precision == "bf16" and device_type == "cuda" and not hip
     if needs_ampere and (capability is None or capability < (8, 0)):
         found = "unknown" if capability is None else f"{capability[0]}.{capability[1]}"
         raise PrecisionError(f"bf16 on CUDA needs compute capability 8.0 (Ampere) or newer; this GPU has {found}")

@@ -1,48 +1,106 @@
-"""Parity cases: a model, its inputs, and how its outputs are compared.
+"""Parity cases: a model, its inputs, how its outputs are compared, and what is known to fail.
 
-Users add their own without editing torchyard: a module named in matrix.toml (`cases = ["pkg.mod"]`) or
-registered under the `torchyard.cases` entry point group, exposing `CASES: list[Case]`.
+Users add their own without editing torchyard: a module named in matrix.toml (`cases = ["pkg.mod"]`, or
+`"pkg.mod:ATTR"` for another attribute than `CASES`) or registered under the `torchyard.cases` entry point
+group (`name = "pkg.mod"` or `"pkg.mod:ATTR"`), exposing a list of `Case`. Import it as
+`from torchyard.cases import Case`.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Literal
 
 import torch
 
+from torchyard.names import BACKEND_NAMES, PRECISION_DTYPES
+
 Inputs = tuple[Any, ...]
+TOLERANCE_FIELDS = ("max-scaled-error", "max-rel-l2", "min-cosine")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call of the model: positional and keyword inputs, each any pytree of tensors and scalars."""
+
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class KnownFailure:
+    """An upstream bug a backend hits on a case: the exception type it raises (by name, matched against
+    the exception's class and its bases) and a regular expression its message must contain. Any other
+    error on that backend is a real failure; a backend that starts working fails until this is removed."""
+
+    reason: str
+    raises: str
+    match: str
+
+    def matches(self, error_types: Sequence[str], message: str) -> bool:
+        return self.raises in error_types and re.search(self.match, message) is not None
+
+
+def base_backend(backend: str) -> str:
+    """`inductor:reduce-overhead` -> `inductor`: a compile mode is a column of the inductor backend."""
+    return backend.split(":", 1)[0]
 
 
 @dataclass(frozen=True)
 class Case:
     """One model in the corpus.
 
-    `make_inputs` builds one input set from a seeded generator; `dynamic_shapes` (for torch.export) with
-    `extra_batch` runs the program again at another batch size. `compare="statistics"` is for programs
-    whose values cannot match (random noise): shape, dtype and moments are checked instead.
-    `known_failures` maps a backend to the upstream bug it hits: the test is a strict xfail, so a fix
-    upstream shows up as a failure to remove the entry.
+    `make_inputs` builds one call from a seeded generator: a tuple of positional inputs, or a `Call` with
+    keyword inputs too; inputs and outputs may be any nesting of dicts, lists, tuples, named tuples and
+    dataclasses of tensors and Python scalars. `dynamic_shapes` (for torch.export) with `extra_batch`
+    runs the program again at another batch size. `compare="statistics"` is for programs whose values
+    cannot match (random noise): shape, dtype and moments are compared with eager's.
+    `tolerances` overrides the bounds for this case (`{"float32.inductor": {"max-rel-l2": 1e-4}}`, or
+    `"float32.*"`); `backends` limits the backends it applies to (the others skip, saying so).
     """
 
     name: str
     make_module: Callable[[], torch.nn.Module]
-    make_inputs: Callable[[torch.Generator], Inputs]
+    make_inputs: Callable[[torch.Generator], Inputs | Call]
     dynamic_shapes: Callable[[], Any] | None = None
-    extra_batch: Callable[[torch.Generator], Inputs] | None = None
+    extra_batch: Callable[[torch.Generator], Inputs | Call] | None = None
     compare: Literal["values", "statistics"] = "values"
-    known_failures: Mapping[str, str] = field(default_factory=dict)
+    known_failures: Mapping[str, KnownFailure] = field(default_factory=dict)
     description: str = ""
+    tolerances: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    backends: tuple[str, ...] | None = None
 
-    def input_sets(self, seed: int = 0) -> list[Inputs]:
+    def __post_init__(self) -> None:
+        for backend in [*self.known_failures, *(self.backends or ())]:
+            if base_backend(backend) not in BACKEND_NAMES:
+                raise ValueError(f"case {self.name!r}: unknown backend {backend!r} (one of {', '.join(BACKEND_NAMES)})")
+        for backend, known in self.known_failures.items():
+            if not isinstance(known, KnownFailure):
+                raise ValueError(
+                    f"case {self.name!r}: known_failures[{backend!r}] must be a KnownFailure(reason, raises, match)"
+                )
+        for key, bounds in self.tolerances.items():
+            dtype, _, backend = key.partition(".")
+            if dtype not in PRECISION_DTYPES.values() or (
+                backend != "*" and base_backend(backend) not in BACKEND_NAMES
+            ):
+                raise ValueError(f"case {self.name!r}: tolerance key {key!r} is not '<dtype>.<backend>' or '<dtype>.*'")
+            unknown = set(bounds) - set(TOLERANCE_FIELDS)
+            if unknown:
+                raise ValueError(f"case {self.name!r}: tolerance {key!r}: unknown fields {sorted(unknown)}")
+
+    def applies_to(self, backend: str) -> bool:
+        return self.backends is None or backend in self.backends or base_backend(backend) in self.backends
+
+    def calls(self, seed: int = 0) -> list[Call]:
         generator = torch.Generator().manual_seed(seed)
-        sets = [self.make_inputs(generator)]
-        if self.extra_batch is not None:
-            sets.append(self.extra_batch(generator))
-        return sets
+        makers = [self.make_inputs, *([self.extra_batch] if self.extra_batch is not None else [])]
+        made = [maker(generator) for maker in makers]
+        return [value if isinstance(value, Call) else Call(tuple(value)) for value in made]
 
     def module(self, seed: int = 0) -> torch.nn.Module:
         """The model with deterministic weights, in eval mode."""
@@ -52,37 +110,38 @@ class Case:
 
 
 class CaseLoadError(Exception):
-    """A user case module could not be loaded or does not expose `CASES`."""
+    """A user case module could not be loaded or does not expose its cases."""
 
 
-def _cases_of(module_name: str) -> list[Case]:
+def _cases_of(reference: str) -> list[Case]:
+    module_name, _, attribute = reference.partition(":")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise CaseLoadError(f"cases module {module_name!r} cannot be imported: {error}") from None
-    cases = getattr(module, "CASES", None)
+    except Exception as error:
+        raise CaseLoadError(
+            f"cases module {module_name!r} cannot be imported: {type(error).__name__}: {error}"
+        ) from None
+    cases = getattr(module, attribute or "CASES", None)
     if not isinstance(cases, list | tuple) or not all(isinstance(case, Case) for case in cases):
-        raise CaseLoadError(f"cases module {module_name!r} must define CASES, a list of torchyard Case objects")
+        raise CaseLoadError(
+            f"cases module {module_name!r} must define {attribute or 'CASES'}, a list of torchyard Case objects"
+        )
     return list(cases)
 
 
-def load_cases(modules: Sequence[str] = (), *, use_entry_points: bool = True) -> list[Case]:
-    """The built-in corpus, then each named module's cases, then those registered as entry points."""
+def load_cases(modules: Sequence[str] = (), *, use_entry_points: bool = True, builtin: bool = True) -> list[Case]:
+    """The built-in corpus (unless left out), then each named module's cases, then entry points'."""
     from torchyard.inimage.cases.builtin import CASES
 
     names: list[str] = list(modules)
     if use_entry_points:
         names += [point.value for point in entry_points(group="torchyard.cases")]
-    cases = list(CASES)
-    for module_name in dict.fromkeys(names):
-        cases += _cases_of(module_name)
+    cases = list(CASES) if builtin else []
+    for reference in dict.fromkeys(names):
+        cases += _cases_of(reference)
     seen: set[str] = set()
     for case in cases:
         if case.name in seen:
             raise CaseLoadError(f"two cases are named {case.name!r}; case names must be unique")
         seen.add(case.name)
     return cases
-
-
-def case_names(cases: Iterable[Case]) -> list[str]:
-    return [case.name for case in cases]

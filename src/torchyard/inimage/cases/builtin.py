@@ -9,21 +9,25 @@ import torch.nn.functional as F
 from torch import nn
 from torch.export import Dim
 
-from torchyard.inimage.cases import Case, Inputs
+from torchyard.inimage.cases import Call, Case, Inputs, KnownFailure
 
-EXECUTORCH_INT_INPUT = (
+EXECUTORCH_INT_INPUT = KnownFailure(
     "ExecuTorch cannot run a program whose only input is an int: lowering a program that reads a "
-    "parameter fails the export verifier (input spec vs lifted constant), and the Python runtime refuses "
-    "a non-tensor input (executorch 1.5.1)"
+    "parameter fails the export verifier (input spec vs lifted constant) (executorch 1.5.1)",
+    raises="SpecViolationError",
+    match=r"Input spec name \S+ does not match node name _lifted_tensor_constant",
 )
-
-EXECUTORCH_CHANNELS_LAST = (
+EXECUTORCH_CHANNELS_LAST = KnownFailure(
     "ExecuTorch's portable kernels refuse the channels-last input the program was exported with: "
-    "method->execute() fails with error 0x12, InvalidArgument (executorch 1.5.1; XNNPACK runs it)"
+    "method->execute() fails with error 0x12, InvalidArgument (executorch 1.5.1; XNNPACK runs it)",
+    raises="RuntimeError",
+    match=r"method->execute\(\) failed with error 0x12",
 )
-EXECUTORCH_COMPLEX = (
+EXECUTORCH_COMPLEX = KnownFailure(
     "ExecuTorch's edge verifier rejects the complex multiply (operators taking tensors of mismatched "
-    "dtypes) when lowering view_as_complex / view_as_real (executorch 1.5.1)"
+    "dtypes) when lowering view_as_complex / view_as_real (executorch 1.5.1)",
+    raises="SpecViolationError",
+    match="taking Tensor inputs with mismatched dtypes",
 )
 
 
@@ -134,6 +138,30 @@ class IndexPut(nn.Module):
         return torch.index_put(x, (index,), self.values)
 
 
+class DictPolicy(nn.Module):
+    """A robot policy as the field writes them: a dict of observations in (a uint8 camera frame cast to
+    float32 inside `forward`, the commonest preprocessing there is, and a state vector), a dict out. The
+    hard-coded cast makes a float64 reference impossible: the harness falls back to float32, visibly."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Conv2d(3, 8, kernel_size=3, stride=2), nn.ReLU(), nn.AdaptiveAvgPool2d(1))
+        self.head = nn.Linear(8 + 6, 16)
+        self.action = nn.Linear(16, 4)
+        self.value = nn.Linear(16, 1)
+
+    def forward(self, observation: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        frame = observation["camera"].permute(0, 3, 1, 2).float() / 255
+        features = torch.cat([self.encoder(frame).flatten(1), observation["state"]], dim=-1)
+        hidden = F.gelu(self.head(features))
+        return {"action": torch.tanh(self.action(hidden)), "value": self.value(hidden)}
+
+
+def _observation(generator: torch.Generator) -> Call:
+    camera = torch.randint(0, 256, (2, 16, 16, 3), generator=generator, dtype=torch.uint8)
+    return Call(kwargs={"observation": {"camera": camera, "state": torch.randn(2, 6, generator=generator)}})
+
+
 def _randn(*shape: int) -> Callable[[torch.Generator], Inputs]:
     def make(generator: torch.Generator) -> Inputs:
         return (torch.randn(*shape, generator=generator),)
@@ -202,6 +230,12 @@ CASES: list[Case] = [
         lambda generator: (4,),
         known_failures={"executorch-portable": EXECUTORCH_INT_INPUT, "executorch-xnnpack": EXECUTORCH_INT_INPUT},
         description="the only input is an int: x[:n] * 2",
+    ),
+    Case(
+        "dict_observation_policy",
+        DictPolicy,
+        _observation,
+        description="dict of observations (uint8 frame cast to float32 inside forward) in, dict out",
     ),
     Case("index_put_broadcast", IndexPut, _index_put, description="index_put with values broadcast over rows"),
     Case(

@@ -1,11 +1,15 @@
-"""One function per backend: compile or lower a case's module, run it on each input set, time both.
+"""One function per backend: compile or lower a case's module, run it on each call, time it.
 
-Every runner returns outputs as flat lists of tensors (pytree leaves) so they compare leaf by leaf.
+Inputs and outputs are pytrees: device moves go leaf by leaf, runtimes that take flat tensor lists
+(ExecuTorch) get the leaves in the exported program's order, and every runner returns each call's
+outputs as a flat list of tensor leaves so they compare leaf by leaf.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,9 +19,10 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from torchyard.inimage.cases import Case, Inputs
+from torchyard.inimage.cases import Call, Case, base_backend
 
-BACKENDS = ("eager", "export", "inductor", "executorch-portable", "executorch-xnnpack", "tensorrt")
+WARMUP = 2
+REPEATS = 7
 
 
 @dataclass
@@ -27,15 +32,40 @@ class BackendRun:
     run_seconds: float
     artifact: Path | None = None
     notes: dict[str, Any] = field(default_factory=dict)
+    latency_ms: float | None = None  # median of REPEATS synchronized calls after WARMUP, first call's inputs
+
+
+def register_dataclasses(tree: object) -> None:
+    """Make every dataclass type in `tree` a pytree node (torch.export needs them registered)."""
+    if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
+        if type(tree) not in pytree.SUPPORTED_NODES:
+            torch.export.register_dataclass(type(tree))
+        for item in dataclasses.fields(tree):
+            register_dataclasses(getattr(tree, item.name))
+    elif isinstance(tree, dict):
+        for value in tree.values():
+            register_dataclasses(value)
+    elif isinstance(tree, list | tuple):
+        for value in tree:
+            register_dataclasses(value)
 
 
 def leaves(value: object) -> list[torch.Tensor]:
-    flat, _ = pytree.tree_flatten(value)
+    register_dataclasses(value)
+    flat = pytree.tree_leaves(value)
     return [leaf if isinstance(leaf, torch.Tensor) else torch.tensor(leaf) for leaf in flat]
 
 
-def to_device(inputs: Inputs, device: torch.device, dtype: torch.dtype | None = None) -> Inputs:
-    """Tensors to `device` (floating ones to `dtype` when given); ints and other values unchanged."""
+def leaf_paths(value: object) -> list[str]:
+    """Each output leaf's path, as a person reads it: `["action"][0]`; "" for a bare tensor."""
+    register_dataclasses(value)
+    flat, _ = pytree.tree_flatten_with_path(value)
+    return [pytree.keystr(path) for path, _ in flat]
+
+
+def to_device(call: Call, device: torch.device, dtype: torch.dtype | None = None) -> Call:
+    """Tensor leaves to `device` (floating ones to `dtype` when given); other leaves unchanged."""
+    register_dataclasses((call.args, dict(call.kwargs)))
 
     def move(value: object) -> object:
         if not isinstance(value, torch.Tensor):
@@ -44,7 +74,16 @@ def to_device(inputs: Inputs, device: torch.device, dtype: torch.dtype | None = 
             return value.to(device=device, dtype=dtype)
         return value.to(device)
 
-    return tuple(move(value) for value in inputs)
+    args, kwargs = pytree.tree_map(move, (call.args, dict(call.kwargs)))
+    return Call(tuple(args), kwargs)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work, so a timer around it measures the work, not the launch."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "xpu":
+        torch.xpu.synchronize(device)
 
 
 def unavailable_reason(backend: str, device: torch.device) -> str | None:
@@ -61,70 +100,92 @@ def unavailable_reason(backend: str, device: torch.device) -> str | None:
     return None
 
 
-def _timed(function: Callable[[], object]) -> tuple[object, float]:
+def _timed(function: Callable[[], object], device: torch.device) -> tuple[object, float]:
     started = time.perf_counter()
     result = function()
+    synchronize(device)
     return result, time.perf_counter() - started
 
 
 def _run_all(
-    call: Callable[..., object], input_sets: list[Inputs], device: torch.device
-) -> tuple[list[list[torch.Tensor]], float]:
+    invoke: Callable[[Call], object], calls: list[Call], device: torch.device
+) -> tuple[list[list[torch.Tensor]], float, float]:
+    """Each call once (outputs and total seconds), then the median latency of the first call."""
     outputs, total = [], 0.0
-    for inputs in input_sets:
-        started = time.perf_counter()
-        result = call(*inputs)
-        seconds = time.perf_counter() - started
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+    for call in calls:
+        result, seconds = _timed(lambda call=call: invoke(call), device)  # type: ignore[misc]
         outputs.append(leaves(result))
         total += seconds
-    return outputs, total
+    for _ in range(WARMUP):
+        invoke(calls[0])
+    synchronize(device)
+    samples = [_timed(lambda: invoke(calls[0]), device)[1] for _ in range(REPEATS)]
+    return outputs, total, statistics.median(samples) * 1e3
+
+
+def _call(function: Callable[..., object]) -> Callable[[Call], object]:
+    return lambda call: function(*call.args, **call.kwargs)
 
 
 def run_eager(
-    case: Case, module: torch.nn.Module, input_sets: list[Inputs], device: torch.device, workdir: Path
+    case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Path
 ) -> BackendRun:
     with torch.no_grad():
-        outputs, seconds = _run_all(module, input_sets, device)
-    return BackendRun(outputs, 0.0, seconds)
+        outputs, seconds, latency = _run_all(_call(module), calls, device)
+    return BackendRun(outputs, 0.0, seconds, latency_ms=latency)
 
 
-def _export(case: Case, module: torch.nn.Module, inputs: Inputs) -> torch.export.ExportedProgram:
+def export_program(case: Case, module: torch.nn.Module, call: Call) -> torch.export.ExportedProgram:
     dynamic = case.dynamic_shapes() if case.dynamic_shapes else None
-    return torch.export.export(module, inputs, dynamic_shapes=dynamic)
+    return torch.export.export(module, call.args, kwargs=dict(call.kwargs), dynamic_shapes=dynamic)
 
 
 def run_export(
-    case: Case, module: torch.nn.Module, input_sets: list[Inputs], device: torch.device, workdir: Path
+    case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Path
 ) -> BackendRun:
     """torch.export, saved to a .pt2 and loaded back (saving is where no-input programs used to break)."""
     artifact = workdir / f"{case.name}.pt2"
 
     def build() -> torch.nn.Module:
-        torch.export.save(_export(case, module, input_sets[0]), artifact)
+        torch.export.save(export_program(case, module, calls[0]), artifact)
         return torch.export.load(artifact).module()
 
-    program, compile_seconds = _timed(build)
+    program, compile_seconds = _timed(build, device)
     with torch.no_grad():
-        outputs, seconds = _run_all(program, input_sets, device)  # type: ignore[arg-type]
-    return BackendRun(outputs, compile_seconds, seconds, artifact)
+        outputs, seconds, latency = _run_all(_call(program), calls, device)  # type: ignore[arg-type]
+    return BackendRun(outputs, compile_seconds, seconds, artifact, latency_ms=latency)
 
 
-def run_inductor(
-    case: Case, module: torch.nn.Module, input_sets: list[Inputs], device: torch.device, workdir: Path
-) -> BackendRun:
-    compiled = torch.compile(module, backend="inductor", dynamic=case.dynamic_shapes is not None, fullgraph=True)
-    with torch.no_grad():
-        first, compile_seconds = _timed(lambda: compiled(*input_sets[0]))
-        outputs, seconds = _run_all(compiled, input_sets, device)
-    del first
-    return BackendRun(outputs, compile_seconds, seconds)
+def inductor_runner(mode: str) -> Runner:
+    """torch.compile with inductor, fullgraph, in one of torch.compile's modes."""
+
+    def run_inductor(
+        case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Path
+    ) -> BackendRun:
+        compiled = torch.compile(
+            module,
+            backend="inductor",
+            mode=None if mode == "default" else mode,
+            dynamic=case.dynamic_shapes is not None,
+            fullgraph=True,
+        )
+        with torch.no_grad():
+            _, compile_seconds = _timed(lambda: _call(compiled)(calls[0]), device)
+            outputs, seconds, latency = _run_all(_call(compiled), calls, device)
+        return BackendRun(outputs, compile_seconds, seconds, latency_ms=latency)
+
+    return run_inductor
 
 
-def _run_executorch(
-    case: Case, module: torch.nn.Module, input_sets: list[Inputs], workdir: Path, xnnpack: bool
-) -> BackendRun:
+def flat_inputs(program: torch.export.ExportedProgram, call: Call) -> list[Any]:
+    """The call's leaves in the order the exported program takes them (keyword inputs reordered)."""
+    from torch.export._tree_utils import reorder_kwargs
+
+    kwargs = reorder_kwargs(dict(call.kwargs), program.call_spec.in_spec) if call.kwargs else {}
+    return list(pytree.tree_leaves((call.args, kwargs)))
+
+
+def _run_executorch(case: Case, module: torch.nn.Module, calls: list[Call], workdir: Path, xnnpack: bool) -> BackendRun:
     from executorch.exir import to_edge_transform_and_lower
     from executorch.runtime import Runtime
 
@@ -134,55 +195,73 @@ def _run_executorch(
 
         partitioners = [XnnpackPartitioner()]
     artifact = workdir / f"{case.name}-{'xnnpack' if xnnpack else 'portable'}.pte"
-    cpu_sets = [to_device(inputs, torch.device("cpu")) for inputs in input_sets]
+    cpu = torch.device("cpu")
+    cpu_calls = [to_device(call, cpu) for call in calls]
+    exported: list[torch.export.ExportedProgram] = []
 
     def build() -> object:
-        program = to_edge_transform_and_lower(_export(case, module.cpu(), cpu_sets[0]), partitioner=partitioners)
+        exported.append(export_program(case, module.cpu(), cpu_calls[0]))
+        program = to_edge_transform_and_lower(exported[0], partitioner=partitioners)
         artifact.write_bytes(program.to_executorch().buffer)
         # The runtime reads the file back: the .pte on disk is what is tested, not an in-memory copy.
         return Runtime.get().load_program(artifact).load_method("forward")
 
-    method, compile_seconds = _timed(build)
-    outputs, seconds = _run_all(lambda *inputs: method.execute(list(inputs)), cpu_sets, torch.device("cpu"))  # type: ignore[attr-defined]
-    return BackendRun(outputs, compile_seconds, seconds, artifact, {"pte_bytes": artifact.stat().st_size})
+    method, compile_seconds = _timed(build, cpu)
+
+    def invoke(call: Call) -> object:
+        return method.execute(flat_inputs(exported[0], call))  # type: ignore[attr-defined]
+
+    outputs, seconds, latency = _run_all(invoke, cpu_calls, cpu)
+    notes = {"pte_bytes": artifact.stat().st_size}
+    return BackendRun(outputs, compile_seconds, seconds, artifact, notes, latency_ms=latency)
 
 
 def run_executorch_portable(
-    case: Case, module: torch.nn.Module, input_sets: list[Inputs], device: torch.device, workdir: Path
+    case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Path
 ) -> BackendRun:
-    return _run_executorch(case, module, input_sets, workdir, xnnpack=False)
+    return _run_executorch(case, module, calls, workdir, xnnpack=False)
 
 
 def run_executorch_xnnpack(
-    case: Case, module: torch.nn.Module, input_sets: list[Inputs], device: torch.device, workdir: Path
+    case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Path
 ) -> BackendRun:
-    return _run_executorch(case, module, input_sets, workdir, xnnpack=True)
+    return _run_executorch(case, module, calls, workdir, xnnpack=True)
 
 
 def run_tensorrt(
-    case: Case, module: torch.nn.Module, input_sets: list[Inputs], device: torch.device, workdir: Path
+    case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Path
 ) -> BackendRun:
     import torch_tensorrt
 
     def build() -> object:
-        program = _export(case, module, input_sets[0])
+        program = export_program(case, module, calls[0])
         return torch_tensorrt.dynamo.compile(
-            program, arg_inputs=list(input_sets[0]), enabled_precisions={torch.float32}
+            program,
+            arg_inputs=list(calls[0].args),
+            kwarg_inputs=dict(calls[0].kwargs),
+            enabled_precisions={torch.float32},
         )
 
-    compiled, compile_seconds = _timed(build)
+    compiled, compile_seconds = _timed(build, device)
     with torch.no_grad():
-        outputs, seconds = _run_all(compiled, input_sets, device)  # type: ignore[arg-type]
-    return BackendRun(outputs, compile_seconds, seconds)
+        outputs, seconds, latency = _run_all(_call(compiled), calls, device)  # type: ignore[arg-type]
+    return BackendRun(outputs, compile_seconds, seconds, latency_ms=latency)
 
 
-Runner = Callable[[Case, torch.nn.Module, list[Inputs], torch.device, Path], BackendRun]
+Runner = Callable[[Case, torch.nn.Module, list[Call], torch.device, Path], BackendRun]
 
 RUNNERS: dict[str, Runner] = {
     "eager": run_eager,
     "export": run_export,
-    "inductor": run_inductor,
+    "inductor": inductor_runner("default"),
     "executorch-portable": run_executorch_portable,
     "executorch-xnnpack": run_executorch_xnnpack,
     "tensorrt": run_tensorrt,
 }
+
+
+def runner_for(backend: str) -> Runner:
+    """The runner of a backend name; `inductor:<mode>` is inductor in that torch.compile mode."""
+    if base_backend(backend) == "inductor" and ":" in backend:
+        return inductor_runner(backend.split(":", 1)[1])
+    return RUNNERS[backend]

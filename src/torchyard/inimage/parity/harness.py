@@ -1,4 +1,10 @@
-"""Evaluate one case on one backend against the float64 reference: the unit every suite reports."""
+"""Evaluate one case on one backend against the CPU reference: the unit every suite reports.
+
+The reference is eager on the CPU in float64 where the model allows it; a model that cannot run in
+float64 (hard-coded casts, dtype-fixed buffers, integer inputs cast inside) falls back to float32 on the
+CPU at the highest matmul precision, and the result says which reference it used and why. What dtype an
+output must have is what eager gives on the device at the run's precision.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +16,21 @@ from typing import Any, Literal
 
 import torch
 
-from torchyard.inimage.cases import Case, Inputs
-from torchyard.inimage.parity.backends import RUNNERS, BackendRun, Runner, leaves, to_device, unavailable_reason
+from torchyard.inimage.cases import Call, Case
+from torchyard.inimage.parity.backends import (
+    BackendRun,
+    Runner,
+    leaf_paths,
+    leaves,
+    runner_for,
+    to_device,
+    unavailable_reason,
+)
 from torchyard.inimage.parity.metrics import Comparison, compare_statistics, compare_values
 from torchyard.inimage.parity.tolerances import Tolerances
 
 Status = Literal["passed", "failed", "error", "skipped"]
+CPU = torch.device("cpu")
 
 
 @dataclass
@@ -28,9 +43,13 @@ class Result:
     comparisons: list[Comparison] = field(default_factory=list)
     compile_seconds: float = 0.0
     run_seconds: float = 0.0
+    latency_ms: float | None = None
     artifact: str | None = None
     shapes_match: bool = False
     bounds: dict[str, float] = field(default_factory=dict)
+    reference: str = ""
+    error_types: list[str] = field(default_factory=list)  # the exception's class and bases, for known failures
+    error_message: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -38,55 +57,72 @@ class Result:
         return data
 
 
-def reference_outputs(case: Case, input_sets: list[Inputs]) -> list[list[torch.Tensor]]:
-    """Eager in float64 on the CPU, same weights, same inputs."""
-    module = case.module().to(torch.float64)
-    with torch.no_grad():
-        return [leaves(module(*to_device(inputs, torch.device("cpu"), torch.float64))) for inputs in input_sets]
+@dataclass(frozen=True)
+class Reference:
+    """Each call's output leaves on the CPU, their paths, the dtypes eager gives on the device, and how
+    the reference was made. `error` is set (and the rest empty) when no reference could be made."""
+
+    outputs: list[list[torch.Tensor]]
+    paths: list[str]
+    expected_dtypes: list[torch.dtype]
+    kind: str
+    error: str = ""
 
 
-def expected_dtype(reference: torch.Tensor, dtype: torch.dtype) -> torch.dtype:
-    """What eager gives at the run's precision: float64 stands for the compute dtype, the rest is kept."""
-    if reference.dtype == torch.float64:
-        return dtype
-    if reference.dtype == torch.complex128:
-        return torch.complex64 if dtype == torch.float32 else torch.complex128
-    return reference.dtype
-
-
-def _compare(
-    case: Case,
-    run: BackendRun,
-    reference: list[list[torch.Tensor]],
-    *,
-    dtype: torch.dtype,
-    tolerances: Tolerances,
-    backend: str,
-) -> tuple[list[Comparison], bool]:
-    bounds = tolerances.bounds(str(dtype).removeprefix("torch."), backend)
-    if [len(outputs) for outputs in run.outputs] != [len(expected) for expected in reference]:
-        return [], False
-    pairs = [
-        pair
-        for outputs, expected in zip(run.outputs, reference, strict=True)
-        for pair in zip(outputs, expected, strict=True)
-    ]
-    shapes_match = all(output.shape == ref.shape for output, ref in pairs)
-    comparisons: list[Comparison] = []
-    for position, (output, ref) in enumerate(pairs):
-        want = expected_dtype(ref, dtype)
-        if case.compare == "statistics":
-            comparisons.append(compare_statistics(output, list(ref.shape), want, position))
-        else:
-            comparisons.append(compare_values(output, ref, want, bounds, position))
-    return comparisons, shapes_match
-
-
-def _describe(error: Exception) -> str:
+def describe_error(error: BaseException) -> str:
     """One line: the exception, its first message line, and where it was raised."""
     message = str(error).strip().splitlines()
-    frame = traceback.extract_tb(error.__traceback__)[-1]
-    return f"{type(error).__name__}: {message[0] if message else ''} (at {Path(frame.filename).name}:{frame.lineno})"
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return f"{type(error).__name__}: {message[0] if message else ''}{where}"
+
+
+def _eager_cpu(case: Case, calls: list[Call], dtype: torch.dtype) -> tuple[list[list[torch.Tensor]], list[str]]:
+    module = case.module().to(dtype)
+    with torch.no_grad():
+        results = [module(*call.args, **call.kwargs) for call in (to_device(c, CPU, dtype) for c in calls)]
+    return [leaves(result) for result in results], leaf_paths(results[0])
+
+
+def make_reference(case: Case, calls: list[Call], *, device: torch.device, dtype: torch.dtype) -> Reference:
+    """float64 on the CPU, else float32 on the CPU (saying why); eager on the device gives the dtypes."""
+    try:
+        module = copy.deepcopy(case.module()).to(device=device, dtype=dtype)
+        with torch.no_grad():
+            first = to_device(calls[0], device, dtype)
+            expected = [leaf.dtype for leaf in leaves(module(*first.args, **first.kwargs))]
+    except Exception as error:
+        return Reference([], [], [], "none", f"eager on {device.type} fails: {describe_error(error)}")
+    try:
+        outputs, paths = _eager_cpu(case, calls, torch.float64)
+        return Reference(outputs, paths, expected, "float64 on cpu")
+    except Exception as float64_error:
+        why = describe_error(float64_error)
+    try:
+        outputs, paths = _eager_cpu(case, calls, torch.float32)
+    except Exception as error:
+        return Reference(
+            [], [], [], "none", f"no CPU reference: float64 fails ({why}); float32 fails ({describe_error(error)})"
+        )
+    return Reference(outputs, paths, expected, f"float32 on cpu (float64 fails: {why})")
+
+
+def _compare(case: Case, run: BackendRun, reference: Reference, bounds: Any) -> tuple[list[Comparison], bool]:
+    pairs = [
+        (position, output, expected)
+        for outputs, expected_leaves in zip(run.outputs, reference.outputs, strict=True)
+        for position, (output, expected) in enumerate(zip(outputs, expected_leaves, strict=True))
+    ]
+    shapes_match = all(output.shape == expected.shape for _, output, expected in pairs)
+    comparisons: list[Comparison] = []
+    for position, output, expected in pairs:
+        name = reference.paths[position] if position < len(reference.paths) else str(position)
+        want = reference.expected_dtypes[position] if position < len(reference.expected_dtypes) else expected.dtype
+        if case.compare == "statistics":
+            comparisons.append(compare_statistics(output, expected, want, name or "output"))
+        else:
+            comparisons.append(compare_values(output, expected, want, bounds, name or "output"))
+    return comparisons, shapes_match
 
 
 def evaluate(
@@ -97,40 +133,49 @@ def evaluate(
     dtype: torch.dtype,
     tolerances: Tolerances,
     workdir: Path,
-    reference: list[list[torch.Tensor]] | None = None,
+    reference: Reference | None = None,
     runner: Runner | None = None,
 ) -> Result:
-    """Run `case` on `backend` and compare; never raises for a backend's own failure (that is a result)."""
+    """Run `case` on `backend` and compare; never raises for a backend's or a model's own failure."""
     dtype_name = str(dtype).removeprefix("torch.")
     result = Result(case.name, backend, dtype_name, "skipped")
+    if not case.applies_to(backend):
+        result.reason = f"case {case.name!r} applies to {', '.join(case.backends or ())} only"
+        return result
     reason = None if runner is not None else unavailable_reason(backend, device)
     if reason is not None:
         result.reason = reason
         return result
-    result.bounds = vars(tolerances.bounds(dtype_name, backend))
-    input_sets = case.input_sets()
+    calls = case.calls()
     if reference is None:
-        reference = reference_outputs(case, input_sets)
-    module = copy.deepcopy(case.module()).to(device=device, dtype=dtype)
-    device_sets = [to_device(inputs, device, dtype) for inputs in input_sets]
+        reference = make_reference(case, calls, device=device, dtype=dtype)
+    result.reference = reference.kind
+    if reference.error:
+        result.status = "error"
+        result.reason = f"reference: {reference.error}"
+        return result
+    bounds = tolerances.bounds(dtype_name, backend, case.tolerances)
+    result.bounds = vars(bounds)
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        run = (runner or RUNNERS[backend])(case, module, device_sets, device, workdir)
-    except Exception as error:  # a backend's own failure is the result being reported, not a crash
+        module = copy.deepcopy(case.module()).to(device=device, dtype=dtype)
+        device_calls = [to_device(call, device, dtype) for call in calls]
+        run = (runner or runner_for(backend))(case, module, device_calls, device, workdir)
+    except Exception as error:
         result.status = "error"
-        result.reason = _describe(error)
+        result.reason = describe_error(error)
+        result.error_types = [klass.__name__ for klass in type(error).__mro__]
+        result.error_message = str(error)
         return result
-    result.compile_seconds, result.run_seconds = run.compile_seconds, run.run_seconds
+    result.compile_seconds, result.run_seconds, result.latency_ms = run.compile_seconds, run.run_seconds, run.latency_ms
     result.artifact = str(run.artifact) if run.artifact else None
-    result.comparisons, result.shapes_match = _compare(
-        case, run, reference, dtype=dtype, tolerances=tolerances, backend=backend
-    )
-    if not result.comparisons:
+    counts = [len(outputs) for outputs in run.outputs]
+    if counts != [len(expected) for expected in reference.outputs]:
         result.status = "failed"
-        result.reason = (
-            f"output structure differs: {[len(o) for o in run.outputs]} leaves vs {[len(r) for r in reference]}"
-        )
-    elif all(comparison.passed for comparison in result.comparisons):
+        result.reason = f"output structure differs: {counts} leaves vs {[len(r) for r in reference.outputs]}"
+        return result
+    result.comparisons, result.shapes_match = _compare(case, run, reference, bounds)
+    if all(comparison.passed for comparison in result.comparisons):
         result.status = "passed"
     else:
         result.status = "failed"

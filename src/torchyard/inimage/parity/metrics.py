@@ -15,7 +15,7 @@ from torchyard.inimage.parity.tolerances import Bounds
 class Comparison:
     """How one output leaf compares with the reference. `problem` is why it fails, or "" when it passes."""
 
-    output: int
+    output: str  # the leaf's path in the output pytree ("" for a bare tensor), or its position
     shape: list[int]
     dtype: str
     max_abs_error: float
@@ -37,7 +37,7 @@ def _finite(value: float) -> float:
 
 
 def compare_values(
-    output: torch.Tensor, reference: torch.Tensor, expected_dtype: torch.dtype, bounds: Bounds, position: int
+    output: torch.Tensor, reference: torch.Tensor, expected_dtype: torch.dtype, bounds: Bounds, position: str
 ) -> Comparison:
     """Compare `output` (any device) with `reference` (float64 CPU, or exact for integer results).
 
@@ -106,20 +106,28 @@ def compare_values(
 
 
 def compare_statistics(
-    output: torch.Tensor, expected_shape: list[int], expected_dtype: torch.dtype, position: int
+    output: torch.Tensor, reference: torch.Tensor, expected_dtype: torch.dtype, position: str
 ) -> Comparison:
-    """For random programs: shape, dtype, finiteness, and standard-normal moments (mean 0, std 1)."""
+    """For random programs: shape, dtype, finiteness, and mean and standard deviation against the
+    reference's own draw (two independent samples: each bound is six standard errors of the difference)."""
     output = output.detach().cpu()
     shape = list(output.shape)
+    expected_shape = list(reference.shape)
     problem = ""
     if output.dtype != expected_dtype or shape != expected_shape:
         problem = f"got {output.dtype} {shape}, eager gives {expected_dtype} {expected_shape}"
     elif not bool(torch.isfinite(output).all()):
         problem = "non-finite values (NaN or Inf)"
-    else:
-        values = output.to(torch.float64)
-        # 4096 samples: the standard error of the mean is 1/64, so 0.1 is over 6 of them.
+    elif output.numel() > 1:
+        values, expected = output.to(torch.float64).flatten(), reference.detach().cpu().to(torch.float64).flatten()
         mean, std = float(values.mean()), float(values.std())
-        if abs(mean) > 0.1 or abs(std - 1.0) > 0.1:
-            problem = f"moments mean={mean:.3f} std={std:.3f} are not those of a standard normal"
+        want_mean, want_std = float(expected.mean()), float(expected.std())
+        variance = (std**2 + want_std**2) / values.numel()
+        mean_bound = 6 * math.sqrt(variance) + 1e-12
+        std_bound = 6 * math.sqrt(variance / 2) + 1e-12
+        if abs(mean - want_mean) > mean_bound or abs(std - want_std) > std_bound:
+            problem = (
+                f"moments mean={mean:.4f} std={std:.4f} differ from eager's mean={want_mean:.4f} std={want_std:.4f}"
+                f" (bounds {mean_bound:.3g}, {std_bound:.3g})"
+            )
     return Comparison(position, shape, str(output.dtype), 0.0, 0.0, 0.0, 1.0, problem)

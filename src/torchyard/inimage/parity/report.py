@@ -20,14 +20,53 @@ def _worst(record: Mapping[str, Any], key: str, pick: Any) -> str:
     return f"{pick(values):.9f}" if key == "cosine" else f"{pick(values):.3g}"
 
 
+def _reference(record: Mapping[str, Any]) -> str:
+    kind = str(record.get("reference") or "-")
+    return kind.split(" (", 1)[0] + (" (fallback)" if kind.startswith("float32") else "")
+
+
+def speed(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[str, float | None]]]:
+    """Per case and backend: the median latency (ms, device synchronized) and the speedup over eager."""
+    latency: dict[str, dict[str, float]] = {}
+    for record in records:
+        if record.get("latency_ms") is not None and record["outcome"] in ("passed", "failed"):
+            latency.setdefault(record["case"], {})[record["backend"]] = float(record["latency_ms"])
+    table: dict[str, dict[str, dict[str, float | None]]] = {}
+    for case, backends in sorted(latency.items()):
+        eager = backends.get("eager")
+        table[case] = {
+            backend: {"median_ms": value, "speedup": (eager / value) if eager and value else None}
+            for backend, value in backends.items()
+        }
+    return table
+
+
+def speed_markdown(table: Mapping[str, Mapping[str, Mapping[str, float | None]]]) -> str:
+    """Backends as columns, cases as rows: `median ms (speedup over eager)`."""
+    backends = list(dict.fromkeys(backend for row in table.values() for backend in row))
+    rows = []
+    for case, row in table.items():
+        cells = []
+        for backend in backends:
+            value = row.get(backend)
+            if value is None:
+                cells.append("-")
+                continue
+            ratio = value["speedup"]
+            cells.append(f"{value['median_ms']:.3f} ({ratio:.2f}x)" if ratio else f"{value['median_ms']:.3f}")
+        rows.append((case, *cells))
+    return markdown_table(("case (median ms, speedup over eager)", *backends), rows)
+
+
 def markdown(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]) -> str:
-    """The table a person reads: one row per case x backend (per suite where they differ)."""
+    """The tables a person reads: one row per case x backend (per suite where they differ), then speed."""
     rows = []
     for record in records:
         bounds = record.get("bounds") or {}
         tolerance = (
             f"{bounds['max_scaled_error']:.0e} / {bounds['max_rel_l2']:.0e} / {bounds['min_cosine']}" if bounds else "-"
         )
+        latency = record.get("latency_ms")
         rows.append(
             (
                 record["case"],
@@ -37,15 +76,16 @@ def markdown(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]) 
                 _worst(record, "rel_l2_error", max),
                 _worst(record, "cosine", min) if record.get("comparisons") else "-",
                 tolerance,
+                _reference(record),
                 f"{record.get('compile_seconds', 0.0):.2f}",
-                f"{record.get('run_seconds', 0.0):.3f}",
+                f"{latency:.3f}" if latency is not None else "-",
                 VERDICTS.get(record["outcome"], record["outcome"]),
                 record.get("reason", "")[:160],
             )
         )
     headers = (
         "case", "backend", "suite", "scaled max err", "rel L2", "cosine", "tolerance (scaled / L2 / cos)",
-        "compile s", "run s", "verdict", "reason",
+        "reference", "compile s", "median ms", "verdict", "reason",
     )  # fmt: skip
     device = manifest.get("device", "?")
     title = (
@@ -53,7 +93,19 @@ def markdown(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]) 
     )
     counts = {outcome: sum(1 for r in records if r["outcome"] == outcome) for outcome in VERDICTS}
     summary = ", ".join(f"{count} {VERDICTS[outcome]}" for outcome, count in counts.items() if count)
-    return title + markdown_table(headers, rows) + f"\n{summary}\n"
+    fallbacks = sorted(
+        {f"{r['case']}: {r['reference']}" for r in records if str(r.get("reference", "")).startswith("float32")}
+    )
+    notes = "".join(f"- reference for {line}\n" for line in fallbacks)
+    speed_table = speed_markdown(speed(records))
+    return (
+        title
+        + markdown_table(headers, rows)
+        + f"\n{summary}\n"
+        + (f"\n{notes}" if notes else "")
+        + "\n#### Speed: median latency after warm-up, device synchronized\n\n"
+        + speed_table
+    )
 
 
 def write_reports(
@@ -68,7 +120,10 @@ def write_reports(
         "env": report_dir / contract.ENVIRONMENT_JSON,
     }
     paths["json"].write_text(
-        json.dumps({"environment": manifest, **extra, "results": ordered}, indent=2, default=str) + "\n"
+        json.dumps(
+            {"environment": manifest, **extra, "speed": speed(ordered), "results": ordered}, indent=2, default=str
+        )
+        + "\n"
     )
     table = markdown(ordered, manifest)
     paths["markdown"].write_text(table)

@@ -23,11 +23,17 @@ class Tolerances:
     def __init__(self, table: Mapping[str, Bounds]) -> None:
         self._table = dict(table)
 
-    def bounds(self, dtype: str, backend: str) -> Bounds:
-        for key in (f"{dtype}.{backend}", f"{dtype}.*"):
-            if key in self._table:
-                return self._table[key]
-        raise KeyError(f"no tolerance for {dtype}.{backend} (and no {dtype}.* default)")
+    def bounds(self, dtype: str, backend: str, case: Mapping[str, Mapping[str, float]] | None = None) -> Bounds:
+        """The bounds for `dtype` on `backend`; a compile mode (`inductor:<mode>`) uses inductor's, and a
+        case's own overrides (same keys) apply last, field by field."""
+        keys = (f"{dtype}.{backend}", f"{dtype}.{backend.split(':', 1)[0]}", f"{dtype}.*")
+        found = next((self._table[key] for key in keys if key in self._table), None)
+        if found is None:
+            raise KeyError(f"no tolerance for {dtype}.{backend} (and no {dtype}.* default)")
+        for key in reversed(keys):
+            if case and key in case:
+                found = _apply(found, case[key], key)
+        return found
 
     def as_dict(self) -> dict[str, dict[str, float]]:
         return {key: vars(bounds) for key, bounds in self._table.items()}

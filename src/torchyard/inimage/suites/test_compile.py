@@ -10,6 +10,8 @@ from torchyard.inimage.plugin import Evaluations, conclude
 pytestmark = pytest.mark.compile
 
 
-def test_inductor_compiles_and_runs(case: Case, evaluations: Evaluations, request: pytest.FixtureRequest) -> None:
-    result = evaluations.result(case, "inductor")
+def test_inductor_compiles_and_runs(
+    case: Case, compile_backend: str, evaluations: Evaluations, request: pytest.FixtureRequest
+) -> None:
+    result = evaluations.result(case, compile_backend)
     conclude(request, "compile", case, result, passed=result.status in ("passed", "failed") and result.shapes_match)

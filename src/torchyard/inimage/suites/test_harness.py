@@ -8,12 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchyard.inimage.cases import Case, CaseLoadError, Inputs, load_cases
+from torchyard import contract
+from torchyard.inimage.cases import Call, Case, CaseLoadError, KnownFailure, load_cases
 from torchyard.inimage.cases.builtin import CASES, Attention
-from torchyard.inimage.parity.backends import BackendRun, Runner, leaves
-from torchyard.inimage.parity.harness import Result, evaluate, reference_outputs
+from torchyard.inimage.parity.backends import RUNNERS, BackendRun, Runner, leaves
+from torchyard.inimage.parity.harness import Result, evaluate, make_reference
 from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.precision import PrecisionError, check_precision
+from torchyard.names import BACKEND_NAMES
 
 pytestmark = pytest.mark.harness
 
@@ -35,10 +37,10 @@ def planted(transform: Transform) -> Runner:
     """A backend that runs eager, then passes each output through `transform`."""
 
     def runner(
-        case: Case, module: torch.nn.Module, input_sets: list[Inputs], device: torch.device, workdir: Path
+        case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Path
     ) -> BackendRun:
         with torch.no_grad():
-            outputs = [[transform(leaf) for leaf in leaves(module(*inputs))] for inputs in input_sets]
+            outputs = [[transform(leaf) for leaf in leaves(module(*call.args, **call.kwargs))] for call in calls]
         return BackendRun(outputs, 0.0, 0.0)
 
     return runner
@@ -80,12 +82,12 @@ def test_block_causal_mask_replaced_by_causal_fails(tmp_path: Path) -> None:
     case = BY_NAME["block_causal_attention"]
 
     def plain_causal(
-        case: Case, module: torch.nn.Module, input_sets: list[Inputs], device: torch.device, workdir: Path
+        case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Path
     ) -> BackendRun:
         wrong = Attention(frame=1)
         wrong.load_state_dict(module.state_dict())
         with torch.no_grad():
-            return BackendRun([leaves(wrong(*inputs)) for inputs in input_sets], 0.0, 0.0)
+            return BackendRun([leaves(wrong(*call.args)) for call in calls], 0.0, 0.0)
 
     result = on_cpu(case, plain_causal, tmp_path)
     assert result.status == "failed"
@@ -96,12 +98,12 @@ def test_channels_last_read_in_the_wrong_order_fails(tmp_path: Path) -> None:
     case = BY_NAME["conv_bn_channels_last"]
 
     def wrong_order(
-        case: Case, module: torch.nn.Module, input_sets: list[Inputs], device: torch.device, workdir: Path
+        case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Path
     ) -> BackendRun:
         # Reinterpret the NHWC bytes as if they were NCHW: the classic channels-last bug.
         outputs = []
         with torch.no_grad():
-            for (image,) in input_sets:
+            for (image,) in (call.args for call in calls):
                 misread = image.permute(0, 2, 3, 1).contiguous().view(image.shape)
                 outputs.append(leaves(module(misread)))
         return BackendRun(outputs, 0.0, 0.0)
@@ -113,7 +115,9 @@ def test_noise_statistics_catch_a_constant(tmp_path: Path) -> None:
     assert run_planted("no_input_noise", lambda tensor: tensor, tmp_path).status == "passed"
     result = run_planted("no_input_noise", torch.zeros_like, tmp_path)
     assert result.status == "failed"
-    assert "not those of a standard normal" in result.reason
+    assert "differ from eager's" in result.reason
+    shifted = run_planted("no_input_noise", lambda tensor: tensor + 0.5, tmp_path)
+    assert shifted.status == "failed"
 
 
 def test_entry_tolerance_override_applies() -> None:
@@ -124,21 +128,160 @@ def test_entry_tolerance_override_applies() -> None:
 
 def test_reference_is_float64_on_cpu() -> None:
     case = BY_NAME["mlp"]
-    (outputs,) = reference_outputs(case, case.input_sets())
-    assert outputs[0].dtype == torch.float64 and outputs[0].device.type == "cpu"
+    reference = make_reference(case, case.calls(), device=CPU, dtype=torch.float32)
+    assert reference.kind == "float64 on cpu"
+    assert reference.outputs[0][0].dtype == torch.float64 and reference.outputs[0][0].device.type == "cpu"
+    assert reference.expected_dtypes == [torch.float32]
 
 
 def test_fp16_on_cpu_is_refused() -> None:
     with pytest.raises(PrecisionError, match="fp16 on the CPU is refused"):
         check_precision("fp16", "cpu")
     with pytest.raises(PrecisionError, match=r"compute capability 8.0 .* has 7.5"):
-        check_precision("bf16", "cuda", (7, 5))
-    check_precision("bf16", "cuda", (8, 0))
+        check_precision("bf16", "cuda", (7, 5), hip=False)
+    check_precision("bf16", "cuda", (8, 0), hip=False)
+    check_precision("bf16", "cuda", (7, 5), hip=True)  # ROCm: HIP's bf16 does not follow NVIDIA's rule
 
 
 SKIPPING_SUITE = """
 pytest_plugins = ["torchyard.inimage.plugin"]
 """
+
+
+@pytest.fixture(autouse=True)
+def _own_settings_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runs these tests start read their settings from their own options, not from this run's."""
+    for name in (contract.SUITES, contract.CASES, contract.TOLERANCES, contract.COMPILE_MODES):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_every_backend_name_has_a_runner() -> None:
+    assert tuple(RUNNERS) == BACKEND_NAMES
+
+
+def test_dict_observation_policy_falls_back_to_a_float32_reference_visibly(tmp_path: Path) -> None:
+    case = BY_NAME["dict_observation_policy"]
+    result = evaluate(case, "export", device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+    assert result.status == "passed", result.reason
+    assert result.reference.startswith("float32 on cpu (float64 fails: RuntimeError")
+    assert [comparison.output for comparison in result.comparisons] == ["['action']", "['value']"]
+
+
+class _Switch(torch.nn.Module):
+    """Eager-correct; `wrong` changes the output only when compiled or only when exported."""
+
+    def __init__(self, when: str, wrong: str) -> None:
+        super().__init__()
+        self.when, self.wrong = when, wrong
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        output = self.linear(x)
+        if self.when == "export":
+            active = torch.compiler.is_exporting()
+        else:
+            active = torch.compiler.is_compiling() and not torch.compiler.is_exporting()
+        if active:
+            return output * (1 + 1e-3) if self.wrong == "scale" else output + float("nan")
+        return output
+
+
+@pytest.mark.parametrize(
+    ("when", "wrong", "backend", "problem"),
+    [
+        ("compile", "scale", "inductor", "relative L2 error"),
+        ("export", "scale", "export", "relative L2 error"),
+        ("compile", "nan", "inductor", "non-finite"),
+    ],
+)
+def test_faults_that_show_only_when_compiled_or_exported_are_caught(
+    when: str, wrong: str, backend: str, problem: str, tmp_path: Path
+) -> None:
+    case = Case(f"switch_{when}_{wrong}", lambda: _Switch(when, wrong), lambda g: (torch.randn(4, 8, generator=g),))
+    eager = evaluate(case, "eager", device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+    assert eager.status == "passed", eager.reason
+    result = evaluate(case, backend, device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+    assert result.status == "failed" and problem in result.reason
+
+
+def test_a_model_that_cannot_run_fails_once_with_the_reason(tmp_path: Path) -> None:
+    class Broken(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise ValueError("the policy is broken")
+
+    case = Case("broken", Broken, lambda g: (torch.randn(2, 2, generator=g),))
+    result = evaluate(case, "inductor", device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+    assert result.status == "error"
+    assert result.reason.startswith("reference: eager on cpu fails: ValueError: the policy is broken")
+
+
+def test_known_failures_name_the_exact_error() -> None:
+    known = KnownFailure("upstream bug", raises="SpecViolationError", match=r"mismatched dtypes")
+    assert known.matches(["SpecViolationError", "Exception"], "taking Tensor inputs with mismatched dtypes")
+    assert not known.matches(["ImportError", "Exception"], "taking Tensor inputs with mismatched dtypes")
+    assert not known.matches(["SpecViolationError"], "something else entirely")
+    with pytest.raises(ValueError, match="must be a KnownFailure"):
+        Case("old_style", Attention, lambda g: (), known_failures={"export": "just a string"})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="unknown backend 'exprot'"):
+        Case("typo", Attention, lambda g: (), backends=("exprot",))
+
+
+WRONG_ERROR_SUITE = """
+import pytest
+import torch
+from pathlib import Path
+from torchyard.inimage.cases import Case, KnownFailure
+from torchyard.inimage.parity.harness import evaluate
+from torchyard.inimage.parity.tolerances import load_tolerances
+from torchyard.inimage.plugin import conclude
+
+
+CASE = Case(
+    "renamed",
+    torch.nn.Identity,
+    lambda g: (torch.randn(2, generator=g),),
+    known_failures={"export": KnownFailure("upstream bug", raises="SpecViolationError", match="mismatched")},
+)
+
+
+def runner(case, module, calls, device, workdir):
+    raise ImportError("cannot import name 'old_name' (a rename, not the upstream bug)")
+
+
+@pytest.mark.export
+def test_export(request, tmp_path):
+    result = evaluate(
+        CASE, "export", device=torch.device("cpu"), dtype=torch.float32, tolerances=load_tolerances(),
+        workdir=tmp_path, runner=runner,
+    )
+    conclude(request, "export", CASE, result, passed=False)
+"""
+
+
+def test_a_different_error_under_a_known_failure_fails(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(SKIPPING_SUITE)
+    pytester.makepyfile(test_wrong=WRONG_ERROR_SUITE)
+    result = pytester.runpytest_subprocess(f"--torchyard-report-dir={pytester.path}/r", "-p", "no:cacheprovider")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*expected the known failure SpecViolationError matching 'mismatched', got error*"])
+
+
+def test_a_selected_suite_with_nothing_passed_fails_the_run(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(SKIPPING_SUITE)
+    pytester.makepyfile(
+        test_mixed=(
+            "import pytest\n\n"
+            "@pytest.mark.harness\ndef test_self():\n    pass\n\n"
+            "@pytest.mark.export\ndef test_export():\n    pytest.skip('no exporter here')\n\n"
+            "@pytest.mark.compile\ndef test_compile():\n    pass\n"
+        )
+    )
+    result = pytester.runpytest_subprocess(
+        f"--torchyard-report-dir={pytester.path}/r", "--torchyard-suites=export,compile"
+    )
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*suite export: no test passed; skip reasons: no exporter here*"])
+    assert "suite compile" not in result.stdout.str()
 
 
 def test_cuda_entry_without_a_cuda_device_fails_before_testing(pytester: pytest.Pytester) -> None:
@@ -159,7 +302,7 @@ def test_all_skipped_run_fails(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_skips="import pytest\n\ndef test_a():\n    pytest.skip('no device')\n")
     result = pytester.runpytest_subprocess(f"--torchyard-report-dir={pytester.path}/r")
     assert result.ret == 1
-    result.stdout.fnmatch_lines(["*no test passed (every test skipped, or none ran)*"])
+    result.stdout.fnmatch_lines(["*FAILED: suite project: no test passed; skip reasons: no device*"])
 
 
 def test_no_test_collected_fails(pytester: pytest.Pytester) -> None:

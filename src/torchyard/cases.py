@@ -1,0 +1,8 @@
+"""The public API for adopters' parity cases: `from torchyard.cases import Case`.
+
+Importable where torch is (inside images and venvs); the implementation lives in `torchyard.inimage.cases`.
+"""
+
+from torchyard.inimage.cases import Call, Case, KnownFailure
+
+__all__ = ["Call", "Case", "KnownFailure"]
