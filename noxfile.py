@@ -31,7 +31,9 @@ def lint(session: nox.Session) -> None:
     session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "lint"))
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    session.run("mypy", "--exclude", "src/torchyard/(inimage|cases.py)", "src", "tests/unit", "tests/integration", "noxfile.py")
+    session.run(
+        "mypy", "--exclude", "src/torchyard/(inimage|cases.py)", "src", "tests/unit", "tests/integration", "noxfile.py"
+    )
     session.run("hadolint", "src/torchyard/image/Dockerfile")
     session.run("actionlint")
 
