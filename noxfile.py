@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import nox
+
+sys.path.insert(0, str(Path(__file__).parent / "src"))  # torchyard.nox from this checkout (stdlib + nox only)
+from torchyard import nox as torchyard_nox
 
 nox.options.default_venv_backend = "uv"
 nox.options.error_on_missing_interpreters = False
@@ -46,62 +52,6 @@ def lint_stack(session: nox.Session) -> None:
     session.run("mypy", "--python-executable", stack_python, "src/torchyard/inimage", "src/torchyard/cases.py")
 
 
-@nox.session
-def matrix(session: nox.Session) -> None:
-    """Print the plan, or the GitHub Actions matrix JSON with `-- --github`."""
-    session.install("-e", ".")
-    if "--github" in session.posargs:
-        session.run("torchyard", "matrix", *session.posargs, silent=False)
-    else:
-        session.run("torchyard", "plan", *session.posargs)
-
-
-@nox.session
-def lock(session: nox.Session) -> None:
-    """Lock entries with the pinned uv: `nox -s lock [-- ENTRY ...]`; `-- --check` checks offline."""
-    session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "lock"))
-    session.run("torchyard", "lock", *session.posargs)
-
-
-@nox.session
-def doctor(session: nox.Session) -> None:
-    """What this host offers each accelerator and the exact `docker run` flags: `-- --accelerator cuda`."""
-    session.install("-e", ".")
-    session.run("torchyard", "doctor", *session.posargs)
-
-
-@nox.session
-def refresh(session: nox.Session) -> None:
-    """Move base-image digests (from the registry) and exclude-newer (to today) in matrix.toml."""
-    session.install("-e", ".")
-    session.run("torchyard", "refresh", *session.posargs)
-
-
-@nox.session(name="base-image")
-def base_image(session: nox.Session) -> None:
-    """Bootstrap the local Debian base image (`torchyard/base:bookworm`) for machines with no registry."""
-    session.install("-e", ".")
-    session.run("torchyard", "base", *session.posargs)
-
-
-def _build_session(accelerator: str) -> None:
-    @nox.session(name=f"build-{accelerator}-image")
-    def session_function(session: nox.Session) -> None:
-        session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "lock"))
-        session.run("torchyard", "build", "--accelerator", accelerator, *session.posargs)
-
-    session_function.__doc__ = f"Build the {accelerator} entries' images: `-- [ENTRY ...] [--push] [--cache-from REF]`."
-
-
-def _test_session(accelerator: str) -> None:
-    @nox.session(name=f"test-{accelerator}")
-    def session_function(session: nox.Session) -> None:
-        session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "lock"))
-        session.run("torchyard", "test", "--accelerator", accelerator, *session.posargs)
-
-    session_function.__doc__ = f"Stack suites of the {accelerator} entries: `-- [ENTRY ...] --local [PYTEST ARGS]`."
-
-
-for _accelerator in ("cpu", "cuda", "rocm", "xpu"):
-    _build_session(_accelerator)
-    _test_session(_accelerator)
+# The standard sessions (lock, matrix, doctor, refresh, base-image, build-<acc>-image, test-<acc>) are the
+# ones every adopter gets from torchyard.nox; here each installs this checkout into its own venv.
+torchyard_nox.register(install=["-e", "."])

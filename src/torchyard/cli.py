@@ -11,6 +11,7 @@ from pathlib import Path
 from torchyard import __version__
 from torchyard.commands.build import build_images, make_base
 from torchyard.commands.doctor import doctor
+from torchyard.commands.init import init
 from torchyard.commands.lock import check_locks, lock_all
 from torchyard.commands.matrix import matrix_include
 from torchyard.commands.plan import plan_table
@@ -76,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parser("refresh", parents=[common], help="move base-image digests and exclude-newer to now")
 
+    init_command = commands.add_parser("init", help="make this project a torchyard project (never overwrites)")
+    init_command.add_argument("--force", action="store_true", help="replace files that exist")
+
     base = commands.add_parser("base", help="bootstrap a local Debian base image (debootstrap + docker import)")
     base.add_argument("--tag", default=DEFAULT_TAG, help="the image tag to create")
     return parser
@@ -118,6 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return doctor(args.accelerator or ACCELERATOR_NAMES)
         elif args.command == "refresh":
             refresh(args.matrix)
+        elif args.command == "init":
+            init(Path.cwd(), force=args.force)
         elif args.command == "base":
             make_base(args.tag)
         elif args.command == "test":

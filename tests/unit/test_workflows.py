@@ -68,13 +68,15 @@ def test_every_nox_session_called_exists(nox_sessions: set[str]) -> None:
 def test_every_torchyard_command_the_sessions_use_exists() -> None:
     subparsers = [action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction)]
     commands = set(subparsers[0].choices)
-    noxfile = (REPO / "noxfile.py").read_text()
-    used = set(re.findall(r'session\.run\("torchyard", "([a-z-]+)"', noxfile))
+    sessions = (REPO / "src" / "torchyard" / "nox.py").read_text()
+    used = set(re.findall(r'_torchyard\(session, install, "([a-z-]+)"', sessions))
+    used |= set(re.findall(r'"([a-z]+)" if "--github" in session.posargs else "([a-z]+)"', sessions)[0])
     assert used and used <= commands, sorted(used - commands)
 
 
-def test_matrix_keys_the_workflow_reads_are_in_the_json() -> None:
-    text = (REPO / ".github" / "workflows" / "ci.yml").read_text()
+@pytest.mark.parametrize("workflow", [".github/workflows/ci.yml", "src/torchyard/templates/torchyard.yml"])
+def test_matrix_keys_the_workflow_reads_are_in_the_json(workflow: str) -> None:
+    text = (REPO / workflow).read_text()
     read = set(re.findall(r"matrix\.([a-z][a-z-]*)", text)) - {"toml"}
     include = matrix_include(load_plan(REPO / "matrix.toml").entries)["include"]
     assert read == {"name", "accelerator", "session", "runs-on"}

@@ -10,7 +10,6 @@ from collections.abc import Iterator, Sequence
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any
 
 import pathspec
 
@@ -56,7 +55,7 @@ def inimage_files() -> ContextFiles:
     return tuple(found)
 
 
-def _dockerignore(root: Path) -> pathspec.PathSpec[Any]:
+def _dockerignore(root: Path) -> pathspec.GitIgnoreSpec:
     """The project's `.dockerignore` (anchored at the root, as Docker reads it) plus what never belongs."""
     lines = list(ALWAYS_IGNORED)
     ignore = root / ".dockerignore"
@@ -69,7 +68,7 @@ def _dockerignore(root: Path) -> pathspec.PathSpec[Any]:
             pattern = line.removeprefix("!").removeprefix("./")
             anchored = pattern if pattern.startswith(("/", "**")) else "/" + pattern
             lines.append(("!" if negate else "") + anchored)
-    return pathspec.PathSpec.from_lines("gitwildmatch", lines)
+    return pathspec.GitIgnoreSpec.from_lines(lines)
 
 
 def _tracked(root: Path, runner: proc.Runner) -> list[str] | None:

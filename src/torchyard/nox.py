@@ -1,0 +1,94 @@
+"""torchyard's standard nox sessions, for any project: in its noxfile,
+
+    import torchyard.nox
+
+    torchyard.nox.register()
+
+gives `lock`, `matrix`, `doctor`, `base-image`, `refresh` and, per accelerator, `build-<acc>-image`
+and `test-<acc>`. Each session calls the `torchyard` command of the environment nox runs in (install
+torchyard and nox together); `register(install=[...])` instead gives each session its own venv with those
+pip arguments installed (torchyard's own repository uses `install=["-e", "."]`).
+
+Imports only nox and the stdlib, so a noxfile can import it before anything else is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import nox
+
+from torchyard.names import ACCELERATOR_NAMES
+
+SessionBody = Callable[[nox.Session], None]
+
+
+def _torchyard(session: nox.Session, install: Sequence[str], *args: str) -> None:
+    if install:
+        session.install(*install)
+        session.run("torchyard", *args)
+        return
+    # The environment nox runs in: its interpreter, with its bin/ (uv, docker's helpers) first on PATH.
+    bindir = str(Path(sys.executable).parent)
+    session.run(
+        sys.executable, "-m", "torchyard", *args, external=True, env={"PATH": bindir + os.pathsep + os.environ["PATH"]}
+    )
+
+
+def _session(name: str, doc: str, install: Sequence[str], body: Callable[[nox.Session, Sequence[str]], None]) -> None:
+    def session_function(session: nox.Session) -> None:
+        body(session, install)
+
+    session_function.__doc__ = doc
+    session_function.__name__ = name.replace("-", "_")
+    backend = None if install else "none"
+    nox.session(name=name, venv_backend=backend)(session_function)
+
+
+def register(*, install: Sequence[str] = ()) -> None:
+    """Register the standard sessions (see the module docstring)."""
+
+    def lock(session: nox.Session, install: Sequence[str]) -> None:
+        _torchyard(session, install, "lock", *session.posargs)
+
+    def matrix(session: nox.Session, install: Sequence[str]) -> None:
+        command = "matrix" if "--github" in session.posargs else "plan"
+        _torchyard(session, install, command, *session.posargs)
+
+    def doctor(session: nox.Session, install: Sequence[str]) -> None:
+        _torchyard(session, install, "doctor", *session.posargs)
+
+    def base(session: nox.Session, install: Sequence[str]) -> None:
+        _torchyard(session, install, "base", *session.posargs)
+
+    def refresh(session: nox.Session, install: Sequence[str]) -> None:
+        _torchyard(session, install, "refresh", *session.posargs)
+
+    _session("lock", "Lock entries: `-- [ENTRY ...]`; `-- --check` checks offline.", install, lock)
+    _session("matrix", "The plan as a table; `-- --github` prints the GitHub Actions matrix JSON.", install, matrix)
+    _session("doctor", "What this host offers each accelerator: `-- --accelerator cuda`.", install, doctor)
+    _session("base-image", "Bootstrap the local Debian base image (debootstrap + docker import).", install, base)
+    _session("refresh", "Move base-image digests and exclude-newer in matrix.toml, for review.", install, refresh)
+    for accelerator in ACCELERATOR_NAMES:
+
+        def build(session: nox.Session, install: Sequence[str], accelerator: str = accelerator) -> None:
+            _torchyard(session, install, "build", "--accelerator", accelerator, *session.posargs)
+
+        def test(session: nox.Session, install: Sequence[str], accelerator: str = accelerator) -> None:
+            _torchyard(session, install, "test", "--accelerator", accelerator, *session.posargs)
+
+        _session(
+            f"build-{accelerator}-image",
+            f"Build the {accelerator} entries' images: `-- [ENTRY ...] [--push] [--cache-from REF]`.",
+            install,
+            build,
+        )
+        _session(
+            f"test-{accelerator}",
+            f"Suites of the {accelerator} entries: `-- [ENTRY ...] [--local] [-- PYTEST ARGS]`.",
+            install,
+            test,
+        )

@@ -1,0 +1,94 @@
+"""An adopter's repository, end to end, from the built wheel: `torchyard init`, `torchyard lock`,
+`nox -s test-cpu` on the real engine, then a source-only change that rebuilds only the project layer.
+
+Nothing is copied from this checkout but `examples/robot-policy` (the adopter) and the wheel `uv build`
+makes of it; torchyard runs from a fresh venv outside this repository.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+import docker
+import pytest
+
+from torchyard.util import proc
+
+REPO = Path(__file__).parents[2]
+EXAMPLE = REPO / "examples" / "robot-policy"
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv with torchyard installed from the wheel built from this checkout; returns its bin/."""
+    scratch = tmp_path_factory.mktemp("wheel")
+    proc.run(["uv", "build", "--wheel", "--out-dir", str(scratch / "dist"), str(REPO)])
+    (wheel,) = (scratch / "dist").glob("torchyard-*.whl")
+    venv = scratch / "venv"
+    proc.run(["uv", "venv", "--quiet", "--python", "3.11", str(venv)])
+    proc.run(["uv", "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), str(wheel)])
+    return venv / "bin"
+
+
+def run_in(project: Path, bindir: Path, args: list[str], env: Mapping[str, str], check: bool = True) -> str:
+    completed = proc.run(
+        args, cwd=project, env={**env, "PATH": f"{bindir}{os.pathsep}{env['PATH']}"}, capture=True, check=check
+    )
+    return completed.stdout + completed.stderr
+
+
+def test_adopter_project_end_to_end(
+    installed: Path, tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient
+) -> None:
+    project = tmp_path / "robot-policy"
+    shutil.copytree(EXAMPLE, project)
+    (project / "notes").mkdir()
+    (project / "notes" / "secret.log").write_text("never in an image\n")
+    run_in(project, installed, ["git", "init", "--quiet"], machine_env)
+    run_in(project, installed, ["git", "add", "--all"], machine_env)
+
+    output = run_in(project, installed, ["torchyard", "init"], machine_env)
+    assert "nox -s lock" in output and "nox -s test-cpu" in output
+    assert (project / "noxfile.py").read_text().count("torchyard.nox") == 2
+    refused = proc.run(
+        ["torchyard", "init"], cwd=project, capture=True, check=False,
+        env={**machine_env, "PATH": f"{installed}{os.pathsep}{machine_env['PATH']}"},
+    )  # fmt: skip
+    assert refused.returncode == 2 and "never overwrites" in refused.stderr
+
+    run_in(project, installed, ["nox", "-s", "lock"], machine_env)
+    assert "torch" in (project / "lockfiles" / "cpu.txt").read_text()
+    run_in(project, installed, ["nox", "-s", "lock", "--", "--check"], machine_env)
+
+    run_in(project, installed, ["nox", "-s", "test-cpu"], machine_env)
+    reports = project / "reports" / "cpu"
+    results = json.loads((reports / "parity.json").read_text())["results"]
+    passed = {(r["case"], r["backend"]) for r in results if r["outcome"] == "passed"}
+    assert {("robopolicy", "eager"), ("robopolicy", "export"), ("robopolicy", "inductor")} <= passed
+    references = {r["reference"] for r in results if r["case"] == "robopolicy" and r["outcome"] == "passed"}
+    assert references and all(kind.startswith("float32 on cpu (float64 fails") for kind in references)
+    junit = (reports / "junit.xml").read_text()
+    assert 'name="test_package_data_is_installed"' in junit and 'name="test_actions_are_bounded"' in junit
+    image = client.images.get("torchyard/cpu:latest")
+    assert image.labels["dev.torchyard.project"] == "robopolicy"
+    listing = client.containers.run(
+        image, ["-c", "import os; print(sorted(os.listdir('/workspace')))"],
+        entrypoint=["/opt/torchyard/venv/bin/python"], remove=True,
+    )  # fmt: skip
+    assert bytes(listing).decode().strip() == "['pyproject.toml', 'tests']"  # no notes/, no .git, no src
+
+    policy = project / "src" / "robopolicy" / "policy.py"
+    policy.write_text(policy.read_text() + "\n# a source-only change\n")
+    log = run_in(project, installed, ["nox", "-s", "build-cpu-image"], machine_env)
+    install_step = next(line for line in log.splitlines() if "uv pip install" in line and "--require-hashes" in line)
+    assert f"{install_step.split()[0]} CACHED" in log, "the dependency layer was rebuilt for a source-only change"
+    project_step = next(line for line in log.splitlines() if "COPY project /opt/torchyard/project" in line)
+    assert f"{project_step.split()[0]} CACHED" not in log, "the project layer was not rebuilt"
+    for built in client.images.list(filters={"label": "dev.torchyard.project=robopolicy"}):
+        client.images.remove(str(built.id), force=True)

@@ -1,0 +1,163 @@
+"""An entry's `project`: read from the adopter's pyproject, its dependencies in the lock inputs, its
+source (git-tracked minus .dockerignore) in the build plan, and pointed errors for every mistake."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from tests.unit.matrix_text import VALID
+from torchyard.errors import ConfigError
+from torchyard.image.context import project_files, select
+from torchyard.image.plan import plan_build
+from torchyard.lock.check import check_entry
+from torchyard.lock.inputs import LockInputs, requirements_in
+from torchyard.lock.lockfile import lock_path, render_lockfile
+from torchyard.matrix import Entry, load_plan
+
+PYPROJECT = """\
+[project]
+name = "Robo_Policy"
+version = "0.1.0"
+dependencies = ["torch>=2.9", "numpy"]
+
+[project.optional-dependencies]
+sim = ["mujoco>=3"]
+
+[dependency-groups]
+test = ["pytest>=8", {include-group = "lint"}, "robo-policy[sim]"]
+lint = ["ruff"]
+"""
+
+ENTRY = """
+[[entry]]
+name = "policy"
+accelerator = "cpu"
+python = "3.11"
+requirements = ["pytest>=8"]
+project = {project}
+tests = {tests}
+"""
+
+
+def project_tree(root: Path, pyproject: str = PYPROJECT) -> Path:
+    (root / "src" / "robo_policy").mkdir(parents=True)
+    (root / "src" / "robo_policy" / "__init__.py").write_text("VALUE = 1\n")
+    (root / "tests").mkdir()
+    (root / "tests" / "test_it.py").write_text("def test_it():\n    pass\n")
+    (root / "notes").mkdir()
+    (root / "notes" / "draft.log").write_text("private\n")
+    (root / ".dockerignore").write_text("notes/\n*.log\n!keep.log\n")
+    (root / "keep.log").write_text("kept\n")
+    (root / "pyproject.toml").write_text(pyproject)
+    return root
+
+
+def load(root: Path, project: str = '{ path = ".", extras = ["sim"], groups = ["test"] }', tests: str = '["tests"]'):  # type: ignore[no-untyped-def]
+    (root / "matrix.toml").write_text(VALID + ENTRY.format(project=project, tests=tests))
+    return load_plan(root / "matrix.toml").entry("policy")
+
+
+def error_of(root: Path, **changes: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load(root, **changes)
+    assert "\n" not in str(caught.value)
+    return str(caught.value)
+
+
+def test_project_dependencies_extras_and_groups_join_the_lock_inputs(tmp_path: Path) -> None:
+    entry = load(project_tree(tmp_path))
+    assert entry.project is not None and entry.project.name == "robo-policy"
+    # The project's own extra (robo-policy[sim]) is the project: only its other requirements are locked.
+    assert entry.project.requirements == ("torch>=2.9", "numpy", "mujoco>=3", "pytest>=8", "ruff")
+    inputs = LockInputs.of(entry, "0.13.9")
+    assert inputs.record()["project"] == list(entry.project.requirements)
+    assert "mujoco>=3\n" in requirements_in(inputs, [])
+
+
+def test_a_project_dependency_change_makes_the_lock_stale_naming_it(tmp_path: Path) -> None:
+    root = project_tree(tmp_path)
+    entry = load(root)
+    lockdir = tmp_path / "lockfiles"
+    lock_path(lockdir, entry).parent.mkdir()
+    lock_path(lockdir, entry).write_text(render_lockfile(entry, LockInputs.of(entry, "0.13.9"), "numpy==2.0\n"))
+    assert check_entry(entry, lockdir, "0.13.9").status == "fresh"
+    (root / "pyproject.toml").write_text(PYPROJECT.replace('"numpy"', '"numpy<2"'))
+    stale = check_entry(load(root), lockdir, "0.13.9")
+    assert (stale.status, stale.detail) == ("stale", "inputs changed: project")
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"project": '"missing"'}, 'entry "policy" > project: expected a folder holding pyproject.toml'),
+        (
+            {"project": '{ path = ".", extras = ["simm"] }'},
+            "no optional dependency group (extra) 'simm'; did you mean 'sim'?",
+        ),
+        ({"project": '{ path = ".", groups = ["tset"] }'}, "no dependency group 'tset'; did you mean 'test'?"),
+        ({"project": '{ path = ".", extra = ["sim"] }'}, "project > extra: unknown key; did you mean 'extras'?"),
+        ({"tests": '["tests/nope"]'}, "the entry's tests path 'tests/nope' does not exist"),
+    ],
+)
+def test_project_mistakes_are_one_pointed_line(tmp_path: Path, changes: dict[str, str], expected: str) -> None:
+    assert expected in error_of(project_tree(tmp_path), **changes)
+
+
+def test_tests_without_a_project_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "matrix.toml").write_text(
+        VALID.replace('requirements = ["torch==2.14.*", "pytest"]', 'requirements = ["torch"]\ntests = ["t"]', 1)
+    )
+    with pytest.raises(ConfigError, match=r'entry "cpu" > tests: needs `project`'):
+        load_plan(tmp_path / "matrix.toml")
+
+
+def test_dynamic_dependencies_cannot_be_locked(tmp_path: Path) -> None:
+    root = project_tree(tmp_path, '[project]\nname = "x"\nversion = "1"\ndynamic = ["dependencies"]\n')
+    assert "project.dynamic lists dependencies" in error_of(root, project='"."')
+
+
+def test_project_source_is_what_git_tracks_minus_dockerignore(tmp_path: Path) -> None:
+    root = project_tree(tmp_path)
+
+    def git(args: Sequence[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        assert list(args)[:2] == ["git", "ls-files"]
+        tracked = ["keep.log", "notes/draft.log", "pyproject.toml", "src/robo_policy/__init__.py", "tests/test_it.py"]
+        return subprocess.CompletedProcess(args, 0, "\0".join([*tracked, ".dockerignore"]) + "\0", "")
+
+    files = project_files(root, git)
+    assert files == (".dockerignore", "keep.log", "pyproject.toml", "src/robo_policy/__init__.py", "tests/test_it.py")
+    assert select(files, ["tests", "pyproject.toml"]) == ("pyproject.toml", "tests/test_it.py")
+
+
+def test_build_plan_carries_the_tests_and_is_keyed_by_the_source(tmp_path: Path) -> None:
+    root = project_tree(tmp_path)
+    entry: Entry = load(root)
+    lockdir = tmp_path / "lockfiles"
+    lockdir.mkdir()
+    lock_path(lockdir, entry).write_text("# lock\n")
+
+    def git(args: Sequence[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        names = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "lockfiles" not in p.parts)
+        return subprocess.CompletedProcess(args, 0, "\0".join(names) + "\0", "")
+
+    def plan() -> tuple[str, dict[str, bytes]]:
+        built = plan_build(
+            entry, lockdir, base_image="b", base_id="i", uv_version="0.13.9", revision="r", source_date_epoch="0",
+            runner=git,
+        )  # fmt: skip
+        assert built.project_root == root
+        return built.tag, dict(built.context)
+
+    first, context = plan()
+    assert "workspace/tests/test_it.py" in context and "workspace/pyproject.toml" in context
+    assert not any("src/robo_policy" in name or "notes" in name for name in context)
+    (root / "src" / "robo_policy" / "__init__.py").write_text("VALUE = 2\n")
+    assert plan()[0] != first
+    (root / "notes" / "draft.log").write_text("ignored by .dockerignore\n")
+    second = plan()[0]
+    (root / "notes" / "draft.log").write_text("changed again, still ignored\n")
+    assert plan()[0] == second
