@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -84,7 +85,8 @@ def test_adopter_project_end_to_end(
     assert bytes(listing).decode().strip() == "['pyproject.toml', 'tests']"  # no notes/, no .git, no src
 
     policy = project / "src" / "robopolicy" / "policy.py"
-    policy.write_text(policy.read_text() + "\n# a source-only change\n")
+    # Unique, so no earlier build on this machine has this content in BuildKit's cache.
+    policy.write_text(policy.read_text() + f"\n# a source-only change {uuid.uuid4()}\n")
     log = run_in(project, installed, ["nox", "-s", "build-cpu-image"], machine_env)
     install_step = next(line for line in log.splitlines() if "uv pip install" in line and "--require-hashes" in line)
     assert f"{install_step.split()[0]} CACHED" in log, "the dependency layer was rebuilt for a source-only change"

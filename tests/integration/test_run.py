@@ -34,13 +34,17 @@ def test_cuda_entry_on_a_cpu_only_host_names_the_missing_device(capsys: pytest.C
 def test_a_container_killed_for_memory_says_so(
     tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # A test that allocates anonymous memory far over the limit: the kernel must kill it (a limit that only
+    # squeezes torch's file-backed pages would thrash instead, never killing anything).
+    hog = tmp_path / "test_hog.py"
+    hog.write_text(
+        'def test_hog():\n    block = b"x" * (4 << 30)  # written, so every page is resident\n    assert block\n'
+    )
+    limits = f'"--memory", "768m", "--memory-swap", "768m", "--mount", "type=bind,source={hog},target=/hog/test_hog.py"'
     text = (
         (REPO / "matrix.toml")
         .read_text()
-        .replace(
-            'runs-on = ["ubuntu-24.04"]',
-            'runs-on = ["ubuntu-24.04"]\ndocker-run = ["--memory", "96m", "--memory-swap", "96m"]',
-        )
+        .replace('runs-on = ["ubuntu-24.04"]', f'runs-on = ["ubuntu-24.04"]\ndocker-run = [{limits}]')
     )
     entry = parse_plan(text, Path("matrix.toml")).entry("cpu")
     with pytest.MonkeyPatch.context() as patch:
@@ -55,8 +59,9 @@ def test_a_container_killed_for_memory_says_so(
         user=run_user(os.getuid(), os.getgid()),
     )
     status = run_entry(
-        entry, plan, client=client, docker_path="/usr/bin/docker", host=gather_host_facts(client), pytest_args=["-q"]
-    )
+        entry, plan, client=client, docker_path="/usr/bin/docker", host=gather_host_facts(client),
+        pytest_args=["-q", "/hog/test_hog.py", "-m", "project"],
+    )  # fmt: skip
     assert status == 137
     assert "the container for entry 'cpu' was killed: out of memory" in capsys.readouterr().err
     assert not client.containers.list(all=True, filters={"name": plan.name})
