@@ -21,7 +21,10 @@ from torchyard.errors import TorchyardError
 from torchyard.image.debootstrap import DEFAULT_TAG
 from torchyard.image.plan import BuildOptions
 from torchyard.matrix import Entry, load_plan, select_entries
+from torchyard.matrix.machine import allowed_docker_run
+from torchyard.matrix.reader import one_line
 from torchyard.names import ACCELERATOR_NAMES
+from torchyard.util.proc import redact
 
 
 def _selection_parser() -> argparse.ArgumentParser:
@@ -91,7 +94,7 @@ def _selected(args: argparse.Namespace, passthrough: list[str] | None = None) ->
     For `test`, words before `--` that name an entry are taken out of `passthrough`; everything else, and
     everything after `--` (the separator itself dropped), goes to pytest.
     """
-    plan = load_plan(args.matrix)
+    plan = load_plan(args.matrix, allowed_docker_run=allowed_docker_run())
     names = [*args.entry, *getattr(args, "entries", [])]
     if passthrough is not None:
         known = {entry.name for entry in plan.entries}
@@ -138,5 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         return 0
     except TorchyardError as error:
-        print(f"torchyard: {error}", file=sys.stderr)
+        print(f"torchyard: {redact(one_line(str(error)))}", file=sys.stderr)
         return error.exit_code
+    except KeyboardInterrupt:
+        print("torchyard: interrupted", file=sys.stderr)
+        return 130

@@ -26,6 +26,7 @@ INDUCTOR_CACHE = "TORCHYARD_INDUCTOR_CACHE"
 IMAGE_REPORTS = "/reports"
 IMAGE_CACHE = "/cache/inductor"
 IMAGE_PROJECT = "/workspace"
+IMAGE_HOME = "/home/torchyard"
 IMAGE_SUITES = "/opt/torchyard/inimage/torchyard/inimage/suites"
 
 PLUGIN = "torchyard.inimage.plugin"

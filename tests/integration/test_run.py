@@ -31,22 +31,20 @@ def test_cuda_entry_on_a_cpu_only_host_names_the_missing_device(capsys: pytest.C
     assert err[-1].startswith("torchyard: entry 'cuda' needs a cuda device: no NVIDIA container runtime or CDI spec")
 
 
-def test_a_container_killed_for_memory_says_so(
-    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # A test that allocates anonymous memory far over the limit: the kernel must kill it (a limit that only
-    # squeezes torch's file-backed pages would thrash instead, never killing anything).
-    hog = tmp_path / "test_hog.py"
-    hog.write_text(
-        'def test_hog():\n    block = b"x" * (4 << 30)  # written, so every page is resident\n    assert block\n'
-    )
-    limits = f'"--memory", "768m", "--memory-swap", "768m", "--mount", "type=bind,source={hog},target=/hog/test_hog.py"'
+def _run_with_mounted_test(
+    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient, test_text: str, extra: str = ""
+) -> tuple[int, RunPlan]:
+    """Run the cpu entry's image with one planted test file (bind-mounted: this machine's allow-list
+    permits `--mount` for the test), selecting only that test."""
+    planted = tmp_path / "test_planted.py"
+    planted.write_text(test_text)
+    flags = f'{extra}"--mount", "type=bind,source={planted},target=/planted/test_planted.py"'
     text = (
         (REPO / "matrix.toml")
         .read_text()
-        .replace('runs-on = ["ubuntu-24.04"]', f'runs-on = ["ubuntu-24.04"]\ndocker-run = [{limits}]')
+        .replace('runs-on = ["ubuntu-24.04"]', f'runs-on = ["ubuntu-24.04"]\ndocker-run = [{flags}]')
     )
-    entry = parse_plan(text, Path("matrix.toml")).entry("cpu")
+    entry = parse_plan(text, Path("matrix.toml"), allowed_docker_run={"--mount"}).entry("cpu")
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(REPO)
         (image,) = build_images([entry], Path("lockfiles"), BuildOptions(), env=machine_env)
@@ -60,11 +58,75 @@ def test_a_container_killed_for_memory_says_so(
     )
     status = run_entry(
         entry, plan, client=client, docker_path="/usr/bin/docker", host=gather_host_facts(client),
-        pytest_args=["-q", "/hog/test_hog.py", "-m", "project"],
+        pytest_args=["-q", "/planted/test_planted.py", "-m", "project", "--torchyard-suites="],
     )  # fmt: skip
+    return status, plan
+
+
+def test_a_container_killed_for_memory_says_so(
+    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A test that allocates anonymous memory far over the limit: the kernel must kill it (a limit that only
+    # squeezes torch's file-backed pages would thrash instead, never killing anything).
+    hog = 'def test_hog():\n    block = b"x" * (4 << 30)  # written, so every page is resident\n    assert block\n'
+    status, plan = _run_with_mounted_test(
+        tmp_path, machine_env, client, hog, extra='"--memory", "768m", "--memory-swap", "768m", '
+    )
     assert status == 137
     assert "the container for entry 'cpu' was killed: out of memory" in capsys.readouterr().err
     assert not client.containers.list(all=True, filters={"name": plan.name})
+
+
+HOSTILE = """
+import errno
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+
+def test_no_network():
+    with pytest.raises(OSError):
+        socket.create_connection(("pypi.org", 443), timeout=10)
+
+
+def test_setuid_gives_no_privilege():
+    # passwd is setuid root: with privileges it would print root's password status.
+    shown = subprocess.run(["passwd", "-S", "root"], capture_output=True, text=True)
+    assert shown.returncode != 0 and "may not view or modify password information for root" in shown.stderr
+
+
+def test_no_capabilities_at_all():
+    status = Path("/proc/self/status").read_text()
+    assert "CapBnd:\t0000000000000000" in status and "NoNewPrivs:\t1" in status
+
+
+def test_root_is_read_only_and_scratch_is_private():
+    for path in ("/etc/planted", "/workspace/planted", "/opt/torchyard/venv/planted"):
+        with pytest.raises(OSError) as caught:
+            Path(path).write_text("x")
+        assert caught.value.errno == errno.EROFS
+    Path("/tmp/scratch").write_text("ok")
+    (Path.home() / "scratch").write_text("ok")
+
+
+def test_a_link_out_of_the_reports_is_planted():
+    Path("/reports/escape").symlink_to("/etc/hostname")
+"""
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="the reports hand-back that could follow a link runs as root")
+def test_the_test_container_is_sealed(
+    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Hostile tests inside a real container: no network, no privilege through setuid, no capabilities,
+    a read-only root, and a link planted in the reports that the root caller removes, never follows."""
+    status, plan = _run_with_mounted_test(tmp_path, machine_env, client, HOSTILE)
+    assert status == 0, capsys.readouterr()
+    assert "removed escape from the reports" in capsys.readouterr().err
+    assert not (plan.reports / "escape").is_symlink() and Path("/etc/hostname").stat().st_uid == 0
+    assert (plan.reports / "junit.xml").stat().st_uid == 0  # handed back to the root caller
 
 
 def test_ctrl_c_leaves_no_container(machine_env: dict[str, str], client: docker.DockerClient) -> None:

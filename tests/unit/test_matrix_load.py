@@ -189,3 +189,107 @@ def test_control_characters_in_keys_and_values_stay_on_one_line() -> None:
     assert error_of(text) == 'matrix.toml: entry "cuda" > python: expected "3.N", got "3.12\\n"'
     text = VALID.replace("[indexes]", '[indexes]\n"bad\\nkey" = 1')
     assert error_of(text) == "matrix.toml: indexes > bad\\nkey: expected a non-empty string, got 1"
+
+
+VALUE_MISTAKES = [
+    (
+        '[entry.tolerances."float32.inductor"]',
+        '[entry.tolerances."float23.inductor"]',
+        'matrix.toml: entry "cuda" > tolerances > float23.inductor: unknown dtype "float23"; did you mean \'float32\'?',
+    ),
+    (
+        '[entry.tolerances."float32.inductor"]',
+        '[entry.tolerances."float32.indcutor"]',
+        'matrix.toml: entry "cuda" > tolerances > float32.indcutor: unknown backend "indcutor"; did you mean '
+        "'inductor'?",
+    ),
+    (
+        "max-scaled-error = 1e-4",
+        "max-scaled-error = -1e-4",
+        'matrix.toml: entry "cuda" > tolerances > float32.inductor > max-scaled-error: an error bound cannot be '
+        "negative, got -0.0001",
+    ),
+    (
+        "min-cosine = 0.9999",
+        "min-cosine = 1.5",
+        'matrix.toml: entry "cuda" > tolerances > float32.inductor > min-cosine: a cosine lies in [-1, 1], got 1.5',
+    ),
+    (
+        "min-cosine = 0.9999",
+        "min-cosine = inf",
+        'matrix.toml: entry "cuda" > tolerances > float32.inductor > min-cosine: expected a finite number, got inf',
+    ),
+    (
+        'requirements = ["torch==2.14.*", "pytest"]',
+        'requirements = ["torch==2.14.*", "pytest >>= 8"]',
+        'matrix.toml: entry "cpu" > requirements[1]: not a PEP 508 requirement: "pytest >>= 8" (',  # packaging's words
+    ),
+    (
+        'torch = "2.9.1"',
+        'torch = "two point nine"',
+        'matrix.toml: accelerators > cuda > vendor > torch: expected a PEP 440 version or "*", got "two point nine"',
+    ),
+    (
+        'python = "3.11"',
+        'python = "3.7"',
+        'matrix.toml: entry "cpu" > python: Python 3.7 is not one torchyard supports (3.10, 3.11, 3.12, 3.13, 3.14)',
+    ),
+    (
+        'requirements = ["torch==2.14.*", "pytest"]',
+        'requirements = ["torch==2.14.*", "pytest"]\nprecision = "fp16"',
+        'matrix.toml: entry "cpu" > precision: fp16 on the CPU is refused: CPU kernels would silently compute in '
+        "full precision; use bf16",
+    ),
+    (
+        'docker-run = ["--shm-size", "8g"]',
+        'docker-run = ["--shm-size", "8g", "--privileged"]',
+        'matrix.toml: accelerators > cuda > docker-run[2]: "--privileged" can give up the container\'s isolation; '
+        'a machine that accepts that allows it in its own machine.toml ([allow] docker-run = ["--privileged"]), '
+        "never in matrix.toml",
+    ),
+    (
+        'docker-run = ["--shm-size", "8g"]',
+        'docker-run = ["--network=host"]',
+        'matrix.toml: accelerators > cuda > docker-run[0]: "--network=host" can give up the container\'s '
+        "isolation; a machine that accepts that allows it in its own machine.toml ([allow] docker-run = "
+        '["--network"]), never in matrix.toml',
+    ),
+    (
+        'docker-run = ["--shm-size", "8g"]',
+        'docker-run = ["-v", "/:/host"]',
+        'matrix.toml: accelerators > cuda > docker-run[0]: "-v" can give up the container\'s isolation; a machine '
+        'that accepts that allows it in its own machine.toml ([allow] docker-run = ["-v"]), never in matrix.toml',
+    ),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), VALUE_MISTAKES)
+def test_values_are_checked_not_only_types(old: str, new: str, expected: str) -> None:
+    assert old in VALID
+    message = error_of(VALID.replace(old, new, 1))
+    assert message == expected or (expected.endswith("(") and message.startswith(expected))
+
+
+def test_a_machine_may_allow_a_flag_that_matrix_toml_cannot() -> None:
+    text = VALID.replace('docker-run = ["--shm-size", "8g"]', 'docker-run = ["--privileged"]')
+    plan = parse_plan(text, Path("matrix.toml"), allowed_docker_run={"--privileged"})
+    assert plan.entry("cuda").accelerator.docker_run == ("--privileged",)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"exclude-newer = " + b"[" * 5000 + b"]" * 5000 + b"\n", b"\xff\xfe not utf-8 \x80\n"],
+    ids=["deep-nesting", "bad-encoding"],
+)
+def test_malformed_files_are_one_line(tmp_path: Path, data: bytes) -> None:
+    path = tmp_path / "matrix.toml"
+    path.write_bytes(data)
+    with pytest.raises(ConfigError) as caught:
+        load_plan(path)
+    assert "\n" not in str(caught.value) and str(caught.value).startswith(("matrix.toml: invalid TOML", str(path)))
+
+
+def test_a_folder_where_matrix_toml_belongs_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "matrix.toml").mkdir()
+    with pytest.raises(ConfigError, match=r"matrix.toml: cannot read: \[Errno 21\] Is a directory"):
+        load_plan(tmp_path / "matrix.toml")

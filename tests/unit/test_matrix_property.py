@@ -16,6 +16,8 @@ from tests.unit.matrix_text import VALID
 from torchyard.cli import main
 from torchyard.matrix import Plan, parse_plan
 
+REPO = Path(__file__).parents[2]
+
 scalars = st.one_of(
     st.booleans(),
     st.integers(min_value=-(2**63), max_value=2**63 - 1),
@@ -112,3 +114,55 @@ def test_arbitrary_text_gives_a_plan_or_one_line(text: str, tmp_path: Path, caps
 
 def test_the_unmutated_document_round_trips() -> None:
     assert isinstance(parse_plan(tomli_w.dumps(tomllib.loads(VALID)), Path("matrix.toml")), Plan)
+
+
+def _assert_ok_or_one_line(argv: list[str], capsys: pytest.CaptureFixture[str], *, statuses: set[int]) -> int:
+    status = main(argv)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    if status != 0:
+        assert status in statuses, err
+        assert err.count("\n") == 1 and err.startswith("torchyard: "), err
+    return status
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=300), depth=st.integers(min_value=0, max_value=20000))
+def test_any_bytes_or_nesting_in_matrix_toml_give_a_plan_or_one_line(
+    data: bytes, depth: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_bytes(data + b"\nx = " + b"[" * depth + b"]" * depth + b"\n")
+    _assert_ok_or_one_line(["plan", "--matrix", str(matrix)], capsys, statuses={2})
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=300), folder=st.booleans())
+def test_any_lockfile_is_fresh_stale_or_missing_never_a_traceback(
+    data: bytes, folder: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("torchyard.commands.lock.uv_version", lambda runner: "0.13.9")
+    lockdir = tmp_path / "locks"
+    lockdir.mkdir(exist_ok=True)
+    lock = lockdir / "cpu.txt"
+    if lock.is_dir():
+        lock.rmdir()
+    elif lock.exists():
+        lock.unlink()
+    if folder:
+        lock.mkdir()
+    else:
+        lock.write_bytes(data)
+    argv = ["lock", "--check", "--matrix", str(REPO / "matrix.toml"), "--lockdir", str(lockdir), "cpu"]
+    assert _assert_ok_or_one_line(argv, capsys, statuses={1}) == 1
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=300))
+def test_any_machine_file_gives_settings_or_one_line(
+    data: bytes, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    machine = tmp_path / "machine.toml"
+    machine.write_bytes(data)
+    monkeypatch.setenv("TORCHYARD_MACHINE_FILE", str(machine))
+    _assert_ok_or_one_line(["plan", "--matrix", str(REPO / "matrix.toml")], capsys, statuses={2})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from torchyard.accelerators import HostFacts
 from torchyard.errors import DeviceUnavailableError
 from torchyard.matrix import load_plan
+from torchyard.matrix.machine import Limits
 from torchyard.run.container import RunPlan, docker_run_args, require_device_runtime, run_user
 
 PLAN = load_plan(Path(__file__).parents[2] / "matrix.toml")
@@ -46,6 +48,13 @@ def common(entry: str, suites: str = "export,compile,runtime,parity") -> tuple[s
         "--env", "TORCHYARD_REPORT_DIR=/reports",
         "--env", f"TORCHYARD_SUITES={suites}",
         "--env", "TORCHYARD_TOLERANCES={}",
+        "--network", "none",
+        "--cap-drop", "ALL",
+        "--security-opt", "no-new-privileges",
+        "--read-only",
+        "--tmpfs", "/tmp:rw,exec,nosuid,nodev,mode=1777",
+        "--tmpfs", "/home/torchyard:rw,exec,nosuid,nodev,mode=1777",
+        "--pids-limit", "4096",
     )  # fmt: skip
 
 
@@ -111,3 +120,17 @@ def test_gpu_entry_without_its_runtime_fails_before_anything_runs() -> None:
 def test_root_runs_as_the_image_user() -> None:
     assert run_user(0, 0) == "1000:1000"
     assert run_user(1001, 1002) == "1001:1002"
+
+
+def test_an_entry_that_needs_the_network_says_why_and_keeps_the_rest_of_the_seal() -> None:
+    entry = dataclasses.replace(PLAN.entry("cpu"), network="downloads its weights from the hub")
+    plan = dataclasses.replace(run_plan("cpu"), limits=Limits(memory="8g", pids=512))
+    args = docker_run_args(entry, plan, HOST, {}, [])
+    assert "--network" not in args
+    seal = args[args.index("--cap-drop") :]
+    assert seal[:10] == (
+        "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--read-only",
+        "--tmpfs", "/tmp:rw,exec,nosuid,nodev,mode=1777", "--tmpfs", "/home/torchyard:rw,exec,nosuid,nodev,mode=1777",
+        "--pids-limit",
+    )  # fmt: skip
+    assert seal[10:15] == ("512", "--memory", "8g", "--memory-swap", "8g")

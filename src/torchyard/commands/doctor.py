@@ -13,9 +13,21 @@ from torchyard.accelerators.protocol import visible_device_args
 from torchyard.errors import DockerUnavailableError, TorchyardError
 from torchyard.host.engine import build_client, engine
 from torchyard.host.facts import gather_host_facts
+from torchyard.matrix.machine import load_limits
 from torchyard.names import AcceleratorName
+from torchyard.run.container import sealing_args
 from torchyard.util import proc
 from torchyard.util.markdown import markdown_table
+
+# What each device flag gives up of the seal, in the words the ROCm and oneAPI container guides use.
+GIVEN_UP = {
+    "seccomp=unconfined": "no seccomp filter (ROCm's documented requirement)",
+    "--ipc=host": "the host's IPC namespace (shared memory for the runtime)",
+}
+
+
+def given_up(flags: Sequence[str]) -> list[str]:
+    return [reason for flag, reason in GIVEN_UP.items() if flag in flags]
 
 
 def doctor(
@@ -58,10 +70,20 @@ def doctor(
                 name,
                 "ready" if not missing and client else "not ready",
                 shlex.join(flags) or "(none)",
+                "; ".join(given_up(flags)) or "none",
                 "; ".join(missing) or "-",
             )
         )
         problems += [f"{name}: {problem}" for problem in missing]
     sys.stdout.write(markdown_table(("host", "found"), facts_rows) + "\n")
-    sys.stdout.write(markdown_table(("accelerator", "status", "docker run flags", "missing, and the fix"), rows))
+    sealed = shlex.join(sealing_args(load_limits(env)))
+    sys.stdout.write(f"Every test container is sealed first: {sealed}\n\n")
+    headers = (
+        "accelerator",
+        "status",
+        "device flags (after the seal)",
+        "isolation it gives up",
+        "missing, and the fix",
+    )
+    sys.stdout.write(markdown_table(headers, rows))
     return 1 if problems else 0

@@ -19,6 +19,7 @@ from pathlib import Path
 from torchyard.errors import ConfigError, TorchyardError
 from torchyard.host.engine import build_client
 from torchyard.matrix import load_plan, parse_plan
+from torchyard.matrix.machine import allowed_docker_run
 from torchyard.util import proc
 from torchyard.util.atomic import write_atomically
 
@@ -65,7 +66,8 @@ def refresh(
         def resolve(name: str) -> str:
             return registry_digest(cli.path, name, runner)
 
-    plan = load_plan(matrix)
+    allowed = allowed_docker_run(env)
+    plan = load_plan(matrix, allowed_docker_run=allowed)
     text = bump_exclude_newer(matrix.read_text(encoding="utf-8"), today or dt.datetime.now(dt.UTC).date())
     changes = []
     for image in dict.fromkeys(accelerator.base_image for accelerator in plan.accelerators):
@@ -75,7 +77,7 @@ def refresh(
         if current != image.digest:
             text = replace_digest(text, image.name, image.digest, current)
             changes.append((image.name, image.digest, current))
-    parse_plan(text, matrix)  # the rewritten text must still be a valid matrix
+    parse_plan(text, matrix, allowed_docker_run=allowed)  # the rewritten text must still be a valid matrix
     write_atomically(matrix, text)
     for name, old, new in changes:
         print(f"{name}: {old} -> {new}", file=sys.stderr)

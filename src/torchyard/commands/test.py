@@ -16,6 +16,7 @@ from torchyard.errors import DockerUnavailableError
 from torchyard.host.engine import build_client, engine
 from torchyard.host.facts import gather_host_facts
 from torchyard.image.plan import BuildOptions
+from torchyard.matrix.machine import load_limits
 from torchyard.matrix.schema import Entry
 from torchyard.run.container import (
     RunPlan,
@@ -25,6 +26,7 @@ from torchyard.run.container import (
     run_entry,
     run_user,
 )
+from torchyard.run.reports import read_report
 from torchyard.run.venv import run_local
 from torchyard.util import proc
 from torchyard.util.markdown import append_step_summary, markdown_table
@@ -34,9 +36,9 @@ LOCAL_HINT = "; `nox -s test-cpu -- --local` runs the suites without Docker"
 
 def _summarize(report_dir: Path, env: Mapping[str, str]) -> None:
     """The run's parity table into GitHub's step summary (the one place that appends to it)."""
-    table = report_dir / contract.PARITY_MARKDOWN
-    if table.is_file():
-        append_step_summary(table.read_text(encoding="utf-8"), env)
+    table = read_report(report_dir / contract.PARITY_MARKDOWN)
+    if table is not None:
+        append_step_summary(table, env)
 
 
 def test_entries(
@@ -67,6 +69,7 @@ def test_entries(
     cli = build_client(env, runner)
     built = build_images(entries, lockdir, BuildOptions(), client=client, cli=cli, runner=runner, env=env)
     rows = []
+    limits = load_limits(env)
     for entry, image in zip(entries, built, strict=True):
         plan = RunPlan(
             entry=entry.name,
@@ -75,6 +78,7 @@ def test_entries(
             reports=(reports / entry.name).resolve(),
             volume=inductor_volume(entry),
             user=run_user(os.getuid(), os.getgid()),
+            limits=limits,
         )
         print(f"running {entry.name} in {plan.name}; reports in {plan.reports}", file=sys.stderr, flush=True)
         status = run_entry(

@@ -8,6 +8,7 @@ BuildKit secrets, never in a layer or the history.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 import time
@@ -26,6 +27,7 @@ from torchyard.image.serve import served
 from torchyard.matrix.machine import Source, extra_find_links, index_args, load_mirrors, sources_for
 from torchyard.matrix.schema import Entry
 from torchyard.util import proc
+from torchyard.util.proc import cause
 
 NO_OPTIONS = BuildOptions()
 CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
@@ -91,6 +93,29 @@ def stage_context(
         runner(wheel_build_args(source, context / "project", sources), env={**env, "UV_NO_PROGRESS": "1"})
     except CommandError as error:
         raise ImageBuildError(f"entry {plan.entry!r}: the project's wheel did not build ({error})") from None
+
+
+UNREACHABLE = re.compile(r"no such host|dial tcp|connection refused|i/o timeout|TLS handshake|server misbehaving")
+MISSING = re.compile(r"manifest unknown|not found|pull access denied|repository does not exist")
+
+
+def explain_build_failure(entry: Entry, plan: BuildPlan, error: CommandError) -> str:
+    """One line, cause first, with what to do; the build's own output is above it."""
+    output = error.output
+    base_step = plan.base_image in output and ("load metadata for" in output or "FROM" in output)
+    if base_step and UNREACHABLE.search(output):
+        return (
+            f"entry {entry.name!r}: cannot pull base image {plan.base_image}: the registry is unreachable "
+            f"({cause(output)}); make a local base with `nox -s base-image` and set "
+            f"TORCHYARD_BASE_IMAGES={entry.accelerator.name}=torchyard/base:bookworm, or configure a registry "
+            "mirror (`registry-mirrors` in /etc/docker/daemon.json)"
+        )
+    if base_step and MISSING.search(output):
+        return (
+            f"entry {entry.name!r}: base image {plan.base_image} is not in its registry ({cause(output)}); "
+            "check the digest in matrix.toml (`nox -s refresh` moves it) or TORCHYARD_BASE_IMAGES"
+        )
+    return f"entry {entry.name!r}: the image build failed: {cause(output) or f'exit status {error.returncode}'}"
 
 
 def _local_image(client: docker.DockerClient, name: str) -> Image | None:
@@ -167,7 +192,10 @@ def build_image(
             plan, cli, context=context, iidfile=iidfile, secrets=secrets, host_network=host_network, options=options
         )
         print(f"building {plan.tag} for entry {entry.name!r} from {plan.base_image}", file=sys.stderr, flush=True)
-        runner(args, env=cli.build_env(env))
+        try:
+            runner(args, env=cli.build_env(env), tee=True)
+        except CommandError as error:
+            raise ImageBuildError(explain_build_failure(entry, plan, error)) from None
         image_id = iidfile.read_text().strip() if iidfile.exists() else ""
     if options.push:
         return Built(entry.name, plan.tag, 0, time.monotonic() - started, reused=False)

@@ -24,9 +24,9 @@ from torchyard.inimage.cases import Case, CaseLoadError, base_backend, load_case
 from torchyard.inimage.parity.harness import Reference, Result, evaluate, make_reference
 from torchyard.inimage.parity.report import write_reports
 from torchyard.inimage.parity.tolerances import Tolerances, load_tolerances
-from torchyard.inimage.precision import DTYPES, Precision, PrecisionError, check_precision, pin_precision
+from torchyard.inimage.precision import DTYPES, PrecisionError, check_precision, pin_precision
 from torchyard.inimage.probe import ProbeError, probe, torch_device
-from torchyard.names import BACKEND_NAMES, HARNESS, PROJECT, SUITE_NAMES
+from torchyard.names import BACKEND_NAMES, HARNESS, PROJECT, SUITE_NAMES, Precision
 
 RECORD_KEY = "torchyard"
 SUITES_DIR = Path(__file__).parent / "suites"

@@ -26,7 +26,7 @@ class ProbeError(Exception):
 def torch_device(accelerator: str) -> torch.device:
     if accelerator not in ACCELERATOR_NAMES:
         raise ProbeError(f"unknown accelerator {accelerator!r} (expected one of {', '.join(ACCELERATOR_NAMES)})")
-    return torch.device(TORCH_DEVICES[accelerator])  # type: ignore[index]
+    return torch.device(TORCH_DEVICES[accelerator])
 
 
 def _build() -> str:

@@ -41,6 +41,9 @@ def check_entry(entry: Entry, lockdir: Path, uv: str) -> Freshness:
     except FileNotFoundError:
         needs = ", ".join(f"{index.name} ({index.url})" for index in entry.indexes)
         return Freshness(entry.name, "missing", f"run `{reproduce_command(entry)}` on a machine that reaches {needs}")
+    except (OSError, UnicodeDecodeError) as error:
+        why = error.strerror if isinstance(error, OSError) else "not UTF-8 text"
+        return Freshness(entry.name, "stale", f"{path} cannot be read ({why}): run `{reproduce_command(entry)}`")
     fields, body = read_header(text)
     current = LockInputs.of(entry, uv)
     if "inputs-digest" not in fields or "body-digest" not in fields:

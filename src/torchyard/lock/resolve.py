@@ -41,8 +41,8 @@ def _uv_explanation(output: str) -> str:
         marker = next((marker for marker in UV_ERROR_MARKERS if line.startswith(marker)), None)
         if marker is not None:
             rest = [item for item in lines[position + 1 :] if not item.startswith("hint:")][:3]
-            return " ".join([line.removeprefix(marker).strip(), *rest, *hints[:1]])
-    return lines[-1] if lines else "no output"
+            return proc.redact(" ".join([line.removeprefix(marker).strip(), *rest, *hints[:1]]))
+    return proc.redact(lines[-1]) if lines else "no output"
 
 
 def _stage(inputs: LockInputs, workdir: Path) -> Path | None:
@@ -77,7 +77,7 @@ def lock_entry(
         try:
             runner(args, cwd=workdir, env=uv_env, capture=True, hint=UV_INSTALL_HINT)
         except CommandError as error:
-            sys.stderr.write(error.output)
+            sys.stderr.write(proc.redact(error.output))
             raise LockError(f"entry {entry.name!r}: uv could not lock it: {_uv_explanation(error.output)}") from None
         body = output.read_text(encoding="utf-8")
     write_atomically(target, render_lockfile(entry, inputs, body))

@@ -5,10 +5,12 @@ from __future__ import annotations
 import datetime as dt
 import re
 import tomllib
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, cast
 
 from torchyard.errors import ConfigError
+from torchyard.matrix import values
 from torchyard.matrix.project import load_project
 from torchyard.matrix.reader import Table, describe
 from torchyard.matrix.schema import (
@@ -40,7 +42,7 @@ DEFAULT_PLATFORM = "x86_64-manylinux_2_28"
 TOLERANCE_FIELDS = ("max-scaled-error", "max-rel-l2", "min-cosine")
 
 
-def load_plan(path: Path) -> Plan:
+def load_plan(path: Path, *, allowed_docker_run: Collection[str] = ()) -> Plan:
     """Read and validate `path`; every mistake raises `ConfigError` naming the file and key path."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -48,19 +50,22 @@ def load_plan(path: Path) -> Plan:
         raise ConfigError(f"{path}: no such file (pass --matrix PATH)") from None
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path}: cannot read: {error}") from None
-    return parse_plan(text, path)
+    return parse_plan(text, path, allowed_docker_run=allowed_docker_run)
 
 
-def parse_plan(text: str, source: Path) -> Plan:
+def parse_plan(text: str, source: Path, *, allowed_docker_run: Collection[str] = ()) -> Plan:
+    """`text` as a plan; `allowed_docker_run` is this machine's allow-list of isolation-giving flags."""
     file = source.name
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{file}: invalid TOML: {error}") from None
+    except RecursionError:
+        raise ConfigError(f"{file}: invalid TOML: nested too deeply") from None
     root = Table(data, file)
     indexes = _indexes(root)
     exclude_newer = _timestamp(root, "exclude-newer", required=False)
-    accelerators = _accelerators(root, indexes)
+    accelerators = _accelerators(root, indexes, allowed_docker_run)
     entries = _entries(root, accelerators, exclude_newer, source.parent)
     root.finish()
     return Plan(
@@ -118,11 +123,15 @@ def _vendor(table: Table) -> tuple[VendorPin, ...]:
     if vendor is None:
         return ()
     pins = tuple(VendorPin(name, vendor.string(name)) for name in vendor.names())
+    for pin in pins:
+        values.vendor_version(vendor, pin.name, pin.version)
     vendor.finish()
     return pins
 
 
-def _accelerators(root: Table, indexes: dict[str, Index]) -> dict[str, AcceleratorConfig]:
+def _accelerators(
+    root: Table, indexes: dict[str, Index], allowed_docker_run: Collection[str]
+) -> dict[str, AcceleratorConfig]:
     section = root.table("accelerators")
     assert section is not None
     configs: dict[str, AcceleratorConfig] = {}
@@ -138,11 +147,17 @@ def _accelerators(root: Table, indexes: dict[str, Index]) -> dict[str, Accelerat
             index_strategy=cast(IndexStrategy, _choice(table, "index-strategy", INDEX_STRATEGIES, strategy)),
             platform=table.string("platform", default=DEFAULT_PLATFORM),
             vendor=_vendor(table),
-            docker_run=table.string_list("docker-run", required=False) or (),
+            docker_run=_docker_run(table, allowed_docker_run),
             runs_on=table.string_list("runs-on", non_empty=True) or (),
         )
         table.finish()
     return configs
+
+
+def _docker_run(table: Table, allowed: Collection[str]) -> tuple[str, ...]:
+    flags = table.string_list("docker-run", required=False) or ()
+    values.docker_run(table, "docker-run", flags, allowed)
+    return flags
 
 
 def _timestamp(table: Table, key: str, *, required: bool) -> str | None:
@@ -170,11 +185,14 @@ def _tolerances(table: Table) -> tuple[Tolerance, ...]:
             raise section.error(
                 key, f'expected a key "<dtype>.<backend>" such as "float32.inductor", got {describe(key)}'
             )
+        values.tolerance_key(section, key)
         bounds = section.table(key)
         assert bounds is not None
-        values = {field: bounds.number(field) for field in TOLERANCE_FIELDS}
+        given = {field: bounds.number(field) for field in TOLERANCE_FIELDS}
+        for field, value in given.items():
+            values.bound(bounds, field, value)
         bounds.finish()
-        tolerances.append(Tolerance(key, values["max-scaled-error"], values["max-rel-l2"], values["min-cosine"]))
+        tolerances.append(Tolerance(key, given["max-scaled-error"], given["max-rel-l2"], given["min-cosine"]))
     section.finish()
     return tuple(tolerances)
 
@@ -218,14 +236,22 @@ def _entry(
     python: Any = table.value("python", required=True)
     if not isinstance(python, str) or not PYTHON_VERSION.fullmatch(python):
         raise table.error("python", f'expected "3.N", got {describe(python)}')
+    values.python(table, "python", python)
     requirements = table.string_list("requirements", non_empty=True)
     assert requirements is not None
+    for position, line in enumerate(requirements):
+        values.requirement(table, f"requirements[{position}]", line)
     suites = table.string_list("suites", required=False) or SUITE_NAMES
     for position, suite in enumerate(suites):
         _choice(table, f"suites[{position}]", SUITE_NAMES, suite)
     exclude_newer = _timestamp(table, "exclude-newer", required=default_exclude_newer is None)
     cases = table.string_list("cases", required=False) or ()
     precision = _choice(table, "precision", PRECISIONS, table.string("precision", default="fp32"))
+    if precision == "fp16" and accelerators[accelerator_name].name == "cpu":
+        raise table.error(
+            "precision", "fp16 on the CPU is refused: CPU kernels would silently compute in full precision; use bf16"
+        )
+    network = table.optional_string("network")
     tests = table.string_list("tests", required=False) or ()
     project = _project(table, folder, tests)
     builtin_cases = table.boolean("builtin-cases", default=True)
@@ -246,6 +272,7 @@ def _entry(
         tests=tests,
         builtin_cases=builtin_cases,
         compile_modes=compile_modes,
+        network=network,
     )
     table.finish()
     return entry

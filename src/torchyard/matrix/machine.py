@@ -28,7 +28,9 @@ ENV_VAR = "TORCHYARD_MIRRORS"
 FIND_LINKS_ENV = "TORCHYARD_FIND_LINKS"
 BASES_ENV_VAR = "TORCHYARD_BASE_IMAGES"
 FILE_ENV_VAR = "TORCHYARD_MACHINE_FILE"
-TABLES = ("mirrors", "base-images")
+TABLES = ("mirrors", "base-images", "limits", "allow")
+MEMORY = re.compile(r"[1-9][0-9]*[bkmg]?")
+DEFAULT_PIDS = 4096
 
 
 @dataclass(frozen=True)
@@ -48,20 +50,58 @@ def _target(name: str, target: str, origin: str) -> Source:
     return Source(name, "find-links", target)
 
 
-def _from_file(path: Path, table_name: str) -> dict[str, str]:
+def _machine_data(path: Path) -> dict[str, object]:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"{path}: cannot read: {error}") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as error:
+        reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+        raise ConfigError(f"{path}: cannot read: {reason}") from None
     unknown = sorted(set(data) - set(TABLES))
     if unknown:
-        raise ConfigError(f"{path}: {unknown[0]}: unknown key; expected only [mirrors] and [base-images] tables")
-    table = data.get(table_name, {})
+        raise ConfigError(f"{path}: {unknown[0]}: unknown key; expected only {', '.join(f'[{t}]' for t in TABLES)}")
+    return data
+
+
+def _from_file(path: Path, table_name: str) -> dict[str, str]:
+    table = _machine_data(path).get(table_name, {})
     if not isinstance(table, dict) or not all(isinstance(value, str) for value in table.values()):
         raise ConfigError(f'{path}: {table_name}: expected a table of name = "value" strings')
     return dict(table)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a test container may use on this machine: `[limits]` in machine.toml."""
+
+    memory: str | None = None  # docker's --memory ("16g"); None leaves it to the engine
+    pids: int = DEFAULT_PIDS
+
+
+def load_limits(env: Mapping[str, str] = os.environ) -> Limits:
+    path = machine_file(env)
+    table = _machine_data(path).get("limits", {})
+    if not isinstance(table, dict) or set(table) - {"memory", "pids"}:
+        raise ConfigError(f'{path}: limits: expected memory = "16g" and pids = 4096 only')
+    memory, pids = table.get("memory"), table.get("pids", DEFAULT_PIDS)
+    if memory is not None and (not isinstance(memory, str) or not MEMORY.fullmatch(memory)):
+        raise ConfigError(f'{path}: limits > memory: expected a size such as "16g", got {memory!r}')
+    if isinstance(pids, bool) or not isinstance(pids, int) or pids < 64:
+        raise ConfigError(f"{path}: limits > pids: expected a whole number of at least 64, got {pids!r}")
+    return Limits(memory, pids)
+
+
+def allowed_docker_run(env: Mapping[str, str] = os.environ) -> frozenset[str]:
+    """`docker run` flags this machine allows matrix.toml to use although they give up isolation."""
+    path = machine_file(env)
+    table = _machine_data(path).get("allow", {})
+    flags = table.get("docker-run", []) if isinstance(table, dict) else None
+    if not isinstance(table, dict) or set(table) - {"docker-run"} or not isinstance(flags, list):
+        raise ConfigError(f'{path}: allow: expected docker-run = ["--flag", ...] only')
+    if not all(isinstance(flag, str) and flag.startswith("-") for flag in flags):
+        raise ConfigError(f'{path}: allow > docker-run: expected flags such as "--privileged"')
+    return frozenset(flags)
 
 
 def machine_file(env: Mapping[str, str]) -> Path:

@@ -90,6 +90,7 @@ class Entry:
     tests: tuple[str, ...] = ()
     builtin_cases: bool = True
     compile_modes: tuple[str, ...] = ("default",)
+    network: str | None = None  # why this entry's tests need the network; None keeps them off it
 
     @property
     def indexes(self) -> tuple[Index, ...]:

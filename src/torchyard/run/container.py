@@ -12,7 +12,7 @@ import sys
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import docker
@@ -22,8 +22,10 @@ from torchyard import contract
 from torchyard.accelerators import ACCELERATORS
 from torchyard.accelerators.protocol import HostFacts, visible_device_args
 from torchyard.errors import DeviceUnavailableError, TorchyardError
+from torchyard.matrix.machine import Limits
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
+from torchyard.run.reports import exclusive_run, fresh_folder, hand_back
 from torchyard.util import proc
 
 IMAGE_USER = "1000:1000"
@@ -38,6 +40,26 @@ class RunPlan:
     reports: Path
     volume: str
     user: str
+    limits: Limits = field(default_factory=Limits)
+
+
+def sealing_args(limits: Limits, *, network: bool = False) -> tuple[str, ...]:
+    """What keeps a test container from reaching the host: no network (unless the entry says why it needs
+    one), no capabilities, no privilege gain through setuid, a read-only root with private scratch space,
+    and this machine's pids and memory limits. The accelerator's device flags come after these."""
+    no_network = () if network else ("--network", "none")
+    memory = ("--memory", limits.memory, "--memory-swap", limits.memory) if limits.memory else ()
+    scratch = "rw,exec,nosuid,nodev,mode=1777"
+    return (
+        *no_network,
+        "--cap-drop", "ALL",
+        "--security-opt", "no-new-privileges",
+        "--read-only",
+        "--tmpfs", f"/tmp:{scratch}",
+        "--tmpfs", f"{contract.IMAGE_HOME}:{scratch}",
+        "--pids-limit", str(limits.pids),
+        *memory,
+    )  # fmt: skip
 
 
 def container_name(entry: Entry) -> str:
@@ -67,6 +89,7 @@ def docker_run_args(
         "--mount", f"type=volume,source={plan.volume},target={contract.IMAGE_CACHE}",
         "--workdir", contract.IMAGE_PROJECT,
         *(arg for key, value in sorted(suite_env.items()) for arg in ("--env", f"{key}={value}")),
+        *sealing_args(plan.limits, network=entry.network is not None),
         *accelerator.docker_run_args(host),
         *visible_device_args(accelerator.VISIBLE_DEVICE_VARIABLES, env),
         *entry.accelerator.docker_run,
@@ -90,25 +113,21 @@ def require_device_runtime(entry: Entry, host: HostFacts) -> None:
         )
 
 
-def _chown_tree(path: Path, uid: int, gid: int) -> None:
-    for folder, _, files in os.walk(path):
-        os.chown(folder, uid, gid)
-        for name in files:
-            os.chown(Path(folder) / name, uid, gid)
-
-
 @contextmanager
 def prepared_reports(path: Path, uid: int, gid: int) -> Iterator[None]:
-    """A fresh reports folder the container can write, handed back to the caller afterwards."""
-    path.mkdir(parents=True, exist_ok=True)
-    if uid == 0:
-        image_uid, image_gid = (int(part) for part in IMAGE_USER.split(":"))
-        _chown_tree(path, image_uid, image_gid)
-    try:
-        yield
-    finally:
+    """This run's reports folder: held against concurrent runs, empty at the start, writable by the
+    container's user, and handed back afterwards without following anything the container left in it."""
+    with exclusive_run(path):
+        fresh_folder(path)
         if uid == 0:
-            _chown_tree(path, uid, gid)
+            image_uid, image_gid = (int(part) for part in IMAGE_USER.split(":"))
+            os.lchown(path, image_uid, image_gid)
+        try:
+            yield
+        finally:
+            removed = hand_back(path, uid, gid) if uid == 0 else hand_back(path, os.getuid(), os.getgid())
+            for name in removed:
+                print(f"torchyard: removed {name} from the reports: not a regular file or folder", file=sys.stderr)
 
 
 def _remove(client: docker.DockerClient, name: str) -> int | None:

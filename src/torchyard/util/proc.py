@@ -1,14 +1,17 @@
 """The one subprocess seam: every external command torchyard runs goes through `run`.
 
-It prints `+ cmd` on stderr, resolves the executable on PATH first (a missing tool is one clear line,
-not a FileNotFoundError), and turns a non-zero exit into a `CommandError` naming the command.
+It prints `+ cmd` on stderr with secrets redacted, resolves the executable on PATH first (a missing tool
+is one clear line, not a FileNotFoundError), and turns a non-zero exit into a `CommandError` that says
+the cause first (the command itself was echoed above, redacted, and never repeats in the error line).
 Callers that need to be tested without real processes take a `Runner` parameter and get `run` by
 default; tests pass a fake with the same signature.
 """
 
 from __future__ import annotations
 
+import collections
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -30,11 +33,42 @@ class Runner(Protocol):
         capture: bool = False,
         check: bool = True,
         hint: str = "",
+        tee: bool = False,
     ) -> subprocess.CompletedProcess[str]: ...
 
 
+SECRET_NAMES = re.compile(r"TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIAL|API_KEY|AUTH", re.IGNORECASE)
+USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s'\"]+@")
+QUERY_SECRET = re.compile(
+    r"(?P<key>[?&;](?:token|access_token|auth|key|api_key|password|secret|sig|signature|x-amz-signature"
+    r"|x-amz-credential|x-amz-security-token)=)[^&\s'\"]+",
+    re.IGNORECASE,
+)
+TAIL_LINES = 40
+
+
+def redact(text: str, env: Mapping[str, str] | None = None) -> str:
+    """`text` with URL credentials, secret query parameters and the values of secret-named environment
+    variables replaced by `***`: every line torchyard prints or raises passes through here."""
+    text = USERINFO.sub(lambda match: f"{match['scheme']}***@", text)
+    text = QUERY_SECRET.sub(lambda match: f"{match['key']}***", text)
+    for name, value in (env if env is not None else os.environ).items():
+        if len(value) >= 6 and SECRET_NAMES.search(name) and value in text:
+            text = text.replace(value, "***")
+    return text
+
+
 def format_command(args: Sequence[str]) -> str:
-    return shlex.join(args)
+    return redact(shlex.join(args))
+
+
+def cause(output: str) -> str:
+    """The most telling line of a failed command's output: the last error-looking one, else the last."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if re.search(r"\b(error|failed|denied|not found|no such|refused|unreachable)\b", line, re.IGNORECASE):
+            return redact(line)[:400]
+    return redact(lines[-1])[:400] if lines else ""
 
 
 def run(
@@ -45,8 +79,10 @@ def run(
     capture: bool = False,
     check: bool = True,
     hint: str = "",
+    tee: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Run `args`; with `capture`, stdout and stderr come back as text (stderr merged into `.stderr`).
+    """Run `args`; with `capture`, stdout and stderr come back as text; with `tee`, the merged output is
+    shown as it comes (on stderr) and its last lines kept in `.stdout` for the error's cause.
 
     `env` replaces the environment when given (callers merge `os.environ` themselves, on purpose).
     `hint` is appended to the error message when the executable is missing.
@@ -57,19 +93,37 @@ def run(
         suffix = f"; {hint}" if hint else ""
         raise CommandNotFoundError(f"{args[0]}: command not found{suffix}")
     print(f"+ {format_command(args)}", file=sys.stderr, flush=True)
-    completed = subprocess.run(
-        [executable, *args[1:]],
+    command = [executable, *args[1:]]
+    if tee:
+        completed = _tee(command, env, cwd)
+    else:
+        completed = subprocess.run(
+            command, env=None if env is None else dict(env), cwd=cwd, text=True, capture_output=capture, check=False
+        )
+    if check and completed.returncode != 0:
+        output = (completed.stderr or "") if capture else (completed.stdout or "") if tee else ""
+        why = cause(output)
+        where = f": {why}" if why else " (its output is above)"
+        raise CommandError(
+            f"{Path(args[0]).name} failed with exit status {completed.returncode}{where}", completed.returncode, output
+        )
+    return completed
+
+
+def _tee(command: list[str], env: Mapping[str, str] | None, cwd: Path | None) -> subprocess.CompletedProcess[str]:
+    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+    with subprocess.Popen(
+        command,
         env=None if env is None else dict(env),
         cwd=cwd,
         text=True,
-        capture_output=capture,
-        check=False,
-    )
-    if check and completed.returncode != 0:
-        output = (completed.stderr or "") if capture else ""
-        raise CommandError(
-            f"command failed with exit status {completed.returncode}: {format_command(args)}",
-            completed.returncode,
-            output,
-        )
-    return completed
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        errors="replace",
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            sys.stderr.write(redact(line))
+            tail.append(line)
+        returncode = process.wait()
+    return subprocess.CompletedProcess(command, returncode, "".join(tail), "")

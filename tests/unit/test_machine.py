@@ -6,7 +6,15 @@ import pytest
 
 from torchyard.errors import ConfigError
 from torchyard.matrix import Index
-from torchyard.matrix.machine import Source, load_base_overrides, load_mirrors, sources_for
+from torchyard.matrix.machine import (
+    Limits,
+    Source,
+    allowed_docker_run,
+    load_base_overrides,
+    load_limits,
+    load_mirrors,
+    sources_for,
+)
 
 INDEXES = (Index("pypi", "https://pypi.org/simple"), Index("nvidia", "https://pypi.nvidia.com"))
 
@@ -58,7 +66,7 @@ def test_bad_mirror_settings(tmp_path: Path, env: dict[str, str], message: str) 
 def test_bad_mirror_file(tmp_path: Path) -> None:
     path = tmp_path / "m.toml"
     path.write_text("[mirror]\npypi = 1\n")
-    with pytest.raises(ConfigError, match=r"m.toml: mirror: unknown key; expected only \[mirrors\] and"):
+    with pytest.raises(ConfigError, match=r"m.toml: mirror: unknown key; expected only \[mirrors\], \[base-images\]"):
         load_mirrors({"TORCHYARD_MACHINE_FILE": str(path)})
 
 
@@ -67,3 +75,31 @@ def test_base_image_overrides(tmp_path: Path) -> None:
     path.write_text('[base-images]\ncpu = "torchyard/base:bookworm"\nrocm = "registry.internal/rocm:7"\n')
     env = {"TORCHYARD_MACHINE_FILE": str(path), "TORCHYARD_BASE_IMAGES": "rocm=mirror.internal/rocm:7"}
     assert load_base_overrides(env) == {"cpu": "torchyard/base:bookworm", "rocm": "mirror.internal/rocm:7"}
+
+
+def test_limits_and_allowed_flags_come_from_the_machine_file(tmp_path: Path) -> None:
+    path = tmp_path / "machine.toml"
+    env = {"TORCHYARD_MACHINE_FILE": str(path)}
+    assert load_limits(env) == Limits(None, 4096) and allowed_docker_run(env) == frozenset()
+    path.write_text('[limits]\nmemory = "16g"\npids = 2048\n[allow]\ndocker-run = ["--privileged"]\n')
+    assert load_limits(env) == Limits("16g", 2048)
+    assert allowed_docker_run(env) == frozenset({"--privileged"})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[limits]\nmemory = "lots"\n', "limits > memory: expected a size such as \"16g\", got 'lots'"),
+        ("[limits]\npids = 3\n", "limits > pids: expected a whole number of at least 64, got 3"),
+        ('[allow]\ndocker-run = "--privileged"\n', 'allow: expected docker-run = ["--flag", ...] only'),
+        ("[allow]\na = " + "[" * 5000 + "]" * 5000 + "\n", "cannot read: nested too deeply"),
+    ],
+)
+def test_bad_machine_settings_are_one_line(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "machine.toml"
+    path.write_text(text)
+    env = {"TORCHYARD_MACHINE_FILE": str(path)}
+    with pytest.raises(ConfigError) as caught:
+        load_limits(env)
+        allowed_docker_run(env)
+    assert str(caught.value) == f"{path}: {message}"

@@ -1,0 +1,90 @@
+"""Checks of matrix.toml values (not only their types), each failing with the reader's one pointed line.
+
+Requirements must be PEP 508, vendor versions PEP 440, Pythons ones torch supports, tolerance keys a known
+dtype and backend with bounds that can hold, and `docker-run` flags only those that keep the container
+sealed: anything that gives up isolation needs this machine's own allow-list (machine.toml, never
+matrix.toml), because a pull request can edit matrix.toml and self-hosted runners run it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Collection
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+
+from torchyard.matrix.reader import Table, describe
+from torchyard.names import BACKEND_NAMES, COMPILE_MODES, PRECISION_DTYPES
+
+SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
+# `docker run` flags that cannot widen what a test container reaches (resources, environment, labels).
+SAFE_DOCKER_RUN = frozenset(
+    {
+        "--shm-size", "--memory", "--memory-swap", "--memory-reservation", "--cpus", "--cpuset-cpus",
+        "--cpu-shares", "--ulimit", "--env", "-e", "--label", "-l", "--stop-timeout", "--pids-limit",
+        "--tmpfs", "--oom-score-adj",
+    }
+)  # fmt: skip
+TOLERANCE_BACKENDS = (*BACKEND_NAMES, *(f"inductor:{mode}" for mode in COMPILE_MODES if mode != "default"), "*")
+
+
+def requirement(table: Table, key: str, value: str) -> None:
+    try:
+        Requirement(value)
+    except InvalidRequirement as error:
+        raise table.error(key, f"not a PEP 508 requirement: {describe(value)} ({str(error).splitlines()[0]})") from None
+
+
+def vendor_version(table: Table, key: str, value: str) -> None:
+    if value == "*":
+        return
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise table.error(key, f'expected a PEP 440 version or "*", got {describe(value)}') from None
+
+
+def python(table: Table, key: str, value: str) -> None:
+    if value not in SUPPORTED_PYTHONS:
+        raise table.error(key, f"Python {value} is not one torchyard supports ({', '.join(SUPPORTED_PYTHONS)})")
+
+
+def _suggest(value: str, known: Collection[str]) -> str:
+    close = difflib.get_close_matches(value, list(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else f" (one of {', '.join(known)})"
+
+
+def tolerance_key(table: Table, key: str) -> None:
+    dtype, _, backend = key.partition(".")
+    dtypes = tuple(PRECISION_DTYPES.values())
+    if dtype not in dtypes:
+        raise table.error(key, f"unknown dtype {describe(dtype)}{_suggest(dtype, dtypes)}")
+    if backend not in TOLERANCE_BACKENDS:
+        raise table.error(key, f"unknown backend {describe(backend)}{_suggest(backend, TOLERANCE_BACKENDS)}")
+
+
+def bound(table: Table, key: str, value: float | None) -> None:
+    if value is None:
+        return
+    if not math.isfinite(value):
+        raise table.error(key, f"expected a finite number, got {value}")
+    if key == "min-cosine" and not -1.0 <= value <= 1.0:
+        raise table.error(key, f"a cosine lies in [-1, 1], got {value}")
+    if key != "min-cosine" and value < 0:
+        raise table.error(key, f"an error bound cannot be negative, got {value}")
+
+
+def docker_run(table: Table, key: str, flags: tuple[str, ...], allowed: Collection[str]) -> None:
+    """Each flag (`--name` or `--name=value`) must be in SAFE_DOCKER_RUN or the machine's allow-list."""
+    for position, item in enumerate(flags):
+        if not item.startswith("-"):
+            continue
+        flag = item.split("=", 1)[0]
+        if flag not in SAFE_DOCKER_RUN and flag not in allowed:
+            raise table.error(
+                f"{key}[{position}]",
+                f"{describe(item)} can give up the container's isolation; a machine that accepts that allows it "
+                f'in its own machine.toml ([allow] docker-run = ["{flag}"]), never in matrix.toml',
+            )

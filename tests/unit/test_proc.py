@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from torchyard.cli import main
+from torchyard.errors import CommandError, CommandNotFoundError, LockError
+from torchyard.lock.resolve import lock_entry
+from torchyard.matrix import load_plan
+from torchyard.matrix.machine import Source
+from torchyard.util.proc import redact, run
+
+
+def test_missing_executable_is_a_typed_error() -> None:
+    with pytest.raises(CommandNotFoundError, match="no-such-tool-xyz: command not found; install it"):
+        run(["no-such-tool-xyz"], hint="install it")
+
+
+@pytest.mark.real_subprocess
+def test_failure_names_the_command_and_status(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(CommandError) as caught:
+        run([sys.executable, "-c", "import sys; sys.stderr.write('boom'); sys.exit(3)"], capture=True)
+    assert caught.value.returncode == 3
+    assert caught.value.output == "boom"
+    assert "exit status 3" in str(caught.value)
+    assert capsys.readouterr().err.startswith("+ ")
+
+
+@pytest.mark.real_subprocess
+def test_success_returns_output() -> None:
+    result = run([sys.executable, "-c", "print('hi')"], capture=True)
+    assert result.stdout == "hi\n"
+    assert isinstance(result, subprocess.CompletedProcess)
+
+
+SECRET_URL = "https://alice:s3cr3t-pass@mirror.example/simple?token=abcdef123"
+
+
+def test_redact_removes_userinfo_query_tokens_and_secret_environment_values() -> None:
+    text = f"--default-index {SECRET_URL} and ghp_0123456789 in an error"
+    redacted = redact(text, {"GITHUB_TOKEN": "ghp_0123456789", "HOME": "/root"})
+    assert redacted == "--default-index https://***@mirror.example/simple?token=*** and *** in an error"
+
+
+@pytest.mark.real_subprocess
+def test_the_echo_and_the_error_never_show_a_secret(capsys: pytest.CaptureFixture[str]) -> None:
+    """The seam: `+ cmd` is redacted, and the error line says the cause, never the command."""
+    script = f"import sys; sys.stderr.write('error: cannot reach {SECRET_URL}\\n'); sys.exit(2)"
+    with pytest.raises(CommandError) as caught:
+        run([sys.executable, "-c", script, "--index-url", SECRET_URL], capture=True)
+    err = capsys.readouterr().err
+    assert "s3cr3t" not in err and "abcdef123" not in err and "+ " in err
+    assert str(caught.value) == (
+        f"{Path(sys.executable).name} failed with exit status 2: "
+        "error: cannot reach https://***@mirror.example/simple?token=***"
+    )
+
+
+@pytest.mark.real_subprocess
+def test_tee_shows_output_redacted_and_keeps_its_tail(capsys: pytest.CaptureFixture[str]) -> None:
+    script = f"print('step 1'); print('ERROR: failed to fetch {SECRET_URL}'); raise SystemExit(1)"
+    with pytest.raises(CommandError, match=r"failed with exit status 1: ERROR: failed to fetch https://\*\*\*@"):
+        run([sys.executable, "-c", script], tee=True)
+    assert "s3cr3t" not in capsys.readouterr().err
+
+
+def test_cli_errors_are_redacted(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHYARD_MIRRORS", "pypi=ftp://bob:hunter2hunter2@mirror.example/simple")
+    monkeypatch.setenv("TORCHYARD_MACHINE_FILE", "/nonexistent/machine.toml")
+    monkeypatch.setattr("torchyard.commands.lock.uv_version", lambda runner: "0.13.9")
+    status = main(["lock", "--matrix", str(Path(__file__).parents[2] / "matrix.toml"), "cpu"])
+    err = capsys.readouterr().err
+    assert status == 2 and "hunter2" not in err
+    assert "ftp://***@mirror.example/simple" in err
+
+
+def test_a_failed_lock_never_shows_the_mirror_password(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def uv(args: Sequence[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        if list(args)[:2] == ["uv", "--version"]:
+            return subprocess.CompletedProcess(args, 0, "uv 0.13.9\n", "")
+        output = f"  \N{MULTIPLICATION SIGN} Failed to fetch: `{SECRET_URL}/torch/`\n  hint: check the index\n"
+        raise CommandError("uv failed with exit status 1", 1, output)
+
+    entry = load_plan(Path(__file__).parents[2] / "matrix.toml").entry("cpu")
+    mirrors = {"pypi": Source("pypi", "index", SECRET_URL)}
+    with pytest.raises(LockError) as caught:
+        lock_entry(entry, tmp_path, mirrors, runner=uv)
+    assert "s3cr3t" not in str(caught.value) and "s3cr3t" not in capsys.readouterr().err
+    assert "https://***@mirror.example" in str(caught.value)

@@ -1,0 +1,73 @@
+"""The reports folder as hostile code leaves it: links are removed, never followed; one run at a time."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+import pytest
+
+from torchyard.errors import UsageError
+from torchyard.run.reports import exclusive_run, fresh_folder, hand_back, read_report
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="handing back as root is what can take over host files")
+def test_links_planted_in_the_reports_are_removed_and_never_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "host-file"
+    outside.write_text("the host's\n")
+    os.chown(outside, 0, 0)
+    reports = tmp_path / "reports" / "cpu"
+    fresh_folder(reports)
+    (reports / "parity.md").write_text("| table |\n")
+    (reports / "nested").mkdir()
+    (reports / "x").symlink_to(outside)
+    (reports / "nested" / "y").symlink_to(outside)
+    (reports / "dir-link").symlink_to(tmp_path)
+    os.mkfifo(reports / "fifo")
+    removed = hand_back(reports, 1234, 1234)
+    assert sorted(removed) == ["dir-link", "fifo", "nested/y", "x"]
+    assert (outside.stat().st_uid, outside.read_text()) == (0, "the host's\n")
+    assert tmp_path.stat().st_uid == 0
+    assert (reports / "parity.md").stat().st_uid == 1234 and (reports / "nested").stat().st_uid == 1234
+
+
+def test_a_summary_is_never_read_through_a_link(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("password\n")
+    (tmp_path / "parity.md").symlink_to(secret)
+    assert read_report(tmp_path / "parity.md") is None
+    assert read_report(tmp_path / "absent.md") is None
+    (tmp_path / "real.md").write_text("| ok |\n")
+    assert read_report(tmp_path / "real.md") == "| ok |\n"
+
+
+def test_a_run_starts_from_an_empty_folder(tmp_path: Path) -> None:
+    reports = tmp_path / "cpu"
+    reports.mkdir()
+    (reports / "parity.md").write_text("last run's table\n")
+    fresh_folder(reports)
+    assert list(reports.iterdir()) == []
+
+
+def test_a_reports_path_that_is_a_file_or_a_link_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match="is a file, not a folder"):
+        fresh_folder(tmp_path / "file")
+    (tmp_path / "link").symlink_to(tmp_path)
+    with pytest.raises(UsageError, match="is a symbolic link"):
+        fresh_folder(tmp_path / "link")
+
+
+def test_one_run_per_reports_folder(tmp_path: Path) -> None:
+    reports = tmp_path / "reports" / "cpu"
+    with exclusive_run(reports):
+        other = os.open(tmp_path / "reports" / ".cpu.lock", os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(other)
+    other = os.open(tmp_path / "reports" / ".cpu.lock", os.O_RDWR)
+    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free once the run is over
+    os.close(other)
