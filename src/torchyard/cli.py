@@ -15,13 +15,14 @@ from torchyard.commands.init import init
 from torchyard.commands.lock import check_locks, lock_all
 from torchyard.commands.matrix import matrix_include
 from torchyard.commands.plan import plan_table
+from torchyard.commands.prune import prune
 from torchyard.commands.refresh import refresh
 from torchyard.commands.test import test_entries
-from torchyard.errors import TorchyardError
+from torchyard.errors import TorchyardError, UsageError
 from torchyard.image.debootstrap import DEFAULT_TAG
 from torchyard.image.plan import BuildOptions
 from torchyard.matrix import Entry, load_plan, select_entries
-from torchyard.matrix.machine import allowed_docker_run
+from torchyard.matrix.machine import MEMORY, allowed_docker_run
 from torchyard.matrix.reader import one_line
 from torchyard.names import ACCELERATOR_NAMES
 from torchyard.util.proc import redact
@@ -80,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parser("refresh", parents=[common], help="move base-image digests and exclude-newer to now")
 
+    prune_command = commands.add_parser("prune", help="remove torchyard's old images, stopped containers, build cache")
+    prune_command.add_argument("--entry", action="append", default=[], metavar="NAME", help="only this entry's")
+    prune_command.add_argument("--keep", type=int, default=2, help="images to keep per entry (newest first)")
+    prune_command.add_argument("--keep-storage", default="10g", help="build cache to keep, such as 10g")
+    prune_command.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
+
     init_command = commands.add_parser("init", help="make this project a torchyard project (never overwrites)")
     init_command.add_argument("--force", action="store_true", help="replace files that exist")
 
@@ -125,6 +132,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return doctor(args.accelerator or ACCELERATOR_NAMES)
         elif args.command == "refresh":
             refresh(args.matrix)
+        elif args.command == "prune":
+            if args.keep < 0 or not MEMORY.fullmatch(args.keep_storage):
+                raise UsageError("prune: --keep takes a whole number >= 0 and --keep-storage a size such as 10g")
+            return prune(keep=args.keep, keep_storage=args.keep_storage, dry_run=args.dry_run, entries=args.entry)
         elif args.command == "init":
             init(Path.cwd(), force=args.force)
         elif args.command == "base":

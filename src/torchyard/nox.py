@@ -4,7 +4,7 @@
 
     torchyard.nox.register()
 
-gives `lock`, `matrix`, `doctor`, `base-image`, `refresh` and, per accelerator, `build-<acc>-image`
+gives `lock`, `matrix`, `doctor`, `base-image`, `refresh`, `prune` and, per accelerator, `build-<acc>-image`
 and `test-<acc>`. Each session calls the `torchyard` command of the environment nox runs in (install
 torchyard and nox together); `register(install=[...])` instead gives each session its own venv with those
 pip arguments installed (torchyard's own repository uses `install=["-e", "."]`).
@@ -67,11 +67,17 @@ def register(*, install: Sequence[str] = ()) -> None:
     def refresh(session: nox.Session, install: Sequence[str]) -> None:
         _torchyard(session, install, "refresh", *session.posargs)
 
+    def prune(session: nox.Session, install: Sequence[str]) -> None:
+        _torchyard(session, install, "prune", *session.posargs)
+
     _session("lock", "Lock entries: `-- [ENTRY ...]`; `-- --check` checks offline.", install, lock)
     _session("matrix", "The plan as a table; `-- --github` prints the GitHub Actions matrix JSON.", install, matrix)
     _session("doctor", "What this host offers each accelerator: `-- --accelerator cuda`.", install, doctor)
     _session("base-image", "Bootstrap the local Debian base image (debootstrap + docker import).", install, base)
     _session("refresh", "Move base-image digests and exclude-newer in matrix.toml, for review.", install, refresh)
+    _session(
+        "prune", "Remove torchyard's old images, stopped containers, stale volumes: `-- --dry-run`.", install, prune
+    )
     for accelerator in ACCELERATOR_NAMES:
 
         def build(session: nox.Session, install: Sequence[str], accelerator: str = accelerator) -> None:

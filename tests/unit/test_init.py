@@ -83,7 +83,7 @@ def test_torchyard_nox_registers_the_standard_sessions(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(nox.registry, "_REGISTRY", {})
     torchyard.nox.register()
-    expected = {"lock", "matrix", "doctor", "base-image", "refresh"}
+    expected = {"lock", "matrix", "doctor", "base-image", "refresh", "prune"}
     expected |= {f"{kind}-{name}" for name in ACCELERATOR_NAMES for kind in ("test",)}
     expected |= {f"build-{name}-image" for name in ACCELERATOR_NAMES}
     assert set(nox.registry.get()) == expected

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -138,6 +139,25 @@ def check_base(client: docker.DockerClient, plan: BuildPlan) -> None:
         raise ImageBuildError(f"entry {plan.entry!r}: base image {plan.base_image} has no {needs}") from None
 
 
+def needs_more_than_free(need: int, free: int) -> bool:
+    """A build that needs about `need` bytes (the entry's last image; layers may be shared) leaves a margin."""
+    return need > 0 and free < need + (2 << 30)
+
+
+def check_free_disk(client: docker.DockerClient, plan: BuildPlan) -> None:
+    """Before a build: stop with the fix when the engine's disk cannot hold another image of this entry."""
+    root = Path(str(client.info().get("DockerRootDir", "")))
+    last = _local_image(client, plan.alias)
+    if last is None or not root.is_dir():
+        return  # nothing to estimate from, or a remote engine whose disk this host cannot see
+    free = shutil.disk_usage(root).free
+    if needs_more_than_free(int(last.attrs.get("Size", 0)), free):
+        raise ImageBuildError(
+            f"entry {plan.entry!r}: the build needs about {last.attrs['Size'] / 1e9:.1f} GB and {root} has "
+            f"{free / 1e9:.1f} GB free: run `torchyard prune` (`nox -s prune`), then build again"
+        )
+
+
 def _ca_bundle(env: Mapping[str, str]) -> Path | None:
     for candidate in (env.get("SSL_CERT_FILE", ""), *CA_BUNDLES):
         if candidate and Path(candidate).is_file():
@@ -172,6 +192,7 @@ def build_image(
         existing.tag(plan.alias)
         return Built(entry.name, plan.tag, existing.attrs["Size"], time.monotonic() - started, reused=True)
     check_base(client, plan)
+    check_free_disk(client, plan)
     if _local_image(client, plan.alias) is not None and not options.cache_from:
         options = replace(options, cache_from=(plan.alias,))
     index_sources = sources_for(entry.indexes, load_mirrors(env))

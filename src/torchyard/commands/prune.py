@@ -1,0 +1,164 @@
+"""`torchyard prune`: give a runner's disk back. Every lock change leaves a multi-GB image, and build cache
+and volumes only grow; containers and images torchyard made carry the `dev.torchyard.entry` label, so
+this removes exactly torchyard's own leftovers:
+
+- stopped containers it started (running ones are left alone);
+- its images beyond the newest `keep` per entry (and project), except any image a container uses;
+- its untagged images (an interrupted build's, or ones whose tag moved to a newer build);
+- inductor cache volumes of entries that have no image left;
+- BuildKit's build cache beyond `--keep-storage`.
+
+The decision (`plan_prune`) is pure; `--dry-run` prints it without removing anything.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import docker
+import docker.errors
+
+from torchyard.host.engine import engine
+from torchyard.util.markdown import markdown_table
+
+LABEL = "dev.torchyard.entry"
+PROJECT_LABEL = "dev.torchyard.project"
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    id: str
+    entry: str
+    project: str
+    created: str
+    size: int
+    tags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ContainerFacts:
+    id: str
+    name: str
+    image_id: str
+    running: bool
+
+
+@dataclass(frozen=True)
+class PrunePlan:
+    containers: tuple[ContainerFacts, ...]
+    images: tuple[ImageFacts, ...]
+    volumes: tuple[str, ...]
+
+
+def plan_prune(
+    images: Sequence[ImageFacts],
+    containers: Sequence[ContainerFacts],
+    volumes: Mapping[str, str],
+    *,
+    keep: int,
+    in_use: frozenset[str] = frozenset(),
+) -> PrunePlan:
+    """What to remove. `containers` are torchyard's, `in_use` the images of every other container on the
+    engine, and `volumes` maps each torchyard volume to its entry."""
+    stopped = tuple(container for container in containers if not container.running)
+    in_use = in_use | {container.image_id for container in containers if container.running}
+    groups: dict[tuple[str, str], list[ImageFacts]] = {}
+    for image in images:
+        groups.setdefault((image.entry, image.project), []).append(image)
+    doomed: list[ImageFacts] = []
+    for group in groups.values():
+        tagged = sorted((image for image in group if image.tags), key=lambda image: image.created, reverse=True)
+        untagged = [image for image in group if not image.tags]
+        doomed += [image for image in [*tagged[keep:], *untagged] if image.id not in in_use]
+    left = {image.entry for image in images if image not in doomed}
+    old_volumes = tuple(sorted(name for name, entry in volumes.items() if entry not in left))
+    return PrunePlan(stopped, tuple(doomed), old_volumes)
+
+
+def _facts(
+    client: docker.DockerClient,
+) -> tuple[list[ImageFacts], list[ContainerFacts], dict[str, str], frozenset[str]]:
+    images = [
+        ImageFacts(
+            id=str(image.id),
+            entry=image.labels.get(LABEL, ""),
+            project=image.labels.get(PROJECT_LABEL, ""),
+            created=str(image.attrs.get("Created", "")),
+            size=int(image.attrs.get("Size", 0)),
+            tags=tuple(image.tags),
+        )
+        for image in client.images.list(all=True, filters={"label": LABEL})
+    ]
+    containers = [
+        ContainerFacts(str(c.id), str(c.name), str(c.attrs.get("Image", "")), c.status == "running")
+        for c in client.containers.list(all=True, filters={"label": LABEL})
+    ]
+    volumes = {
+        str(volume.name): (volume.attrs.get("Labels") or {}).get(LABEL, "")
+        for volume in client.volumes.list(filters={"label": LABEL})
+    }
+    others = frozenset(
+        str(container.attrs.get("Image", ""))
+        for container in client.containers.list(all=True)
+        if LABEL not in (container.labels or {})
+    )
+    return images, containers, volumes, others
+
+
+def _disk(client: docker.DockerClient) -> int:
+    usage = client.df()
+    cache = sum(int(item.get("Size", 0)) for item in usage.get("BuildCache") or [])
+    volumes = sum(int((item.get("UsageData") or {}).get("Size", 0) or 0) for item in usage.get("Volumes") or [])
+    return int(usage.get("LayersSize", 0)) + cache + max(volumes, 0)
+
+
+def prune(
+    *,
+    keep: int = 2,
+    keep_storage: str = "10g",
+    dry_run: bool = False,
+    entries: Sequence[str] = (),
+    env: Mapping[str, str] = os.environ,
+) -> int:
+    """Remove what `plan_prune` decides (only for `entries` when given; the build cache is shared, so
+    it is pruned only when no entry is named); prints each removal and the disk given back."""
+    client = engine(env)
+    before = _disk(client)
+    images, containers, volumes, others = _facts(client)
+    if entries:
+        images = [image for image in images if image.entry in entries]
+        volumes = {name: entry for name, entry in volumes.items() if entry in entries}
+        containers = [c for c in containers if c.name.startswith(tuple(f"torchyard-{e}-" for e in entries))]
+    plan = plan_prune(images, containers, volumes, keep=keep, in_use=others)
+    rows = [("container", container.name, "-") for container in plan.containers]
+    rows += [("image", ", ".join(image.tags) or image.id[:19], f"{image.size / 1e9:.2f} GB") for image in plan.images]
+    rows += [("volume", name, "-") for name in plan.volumes]
+    if not entries:
+        rows.append(("build cache", f"beyond {keep_storage}", "-"))
+    sys.stdout.write(markdown_table(("what", "name", "size"), rows))
+    if dry_run:
+        print("dry run: nothing removed")
+        return 0
+    for container in plan.containers:
+        client.containers.get(container.id).remove(force=False)
+    for image in plan.images:
+        try:
+            client.images.remove(image.id, force=True, noprune=False)
+        except docker.errors.APIError as error:  # shared with an image kept, or used meanwhile: keep it
+            print(f"kept {image.id[:19]}: {error.explanation}", file=sys.stderr)
+    for name in plan.volumes:
+        client.volumes.get(name).remove()
+    if not entries:
+        client.api.prune_builds(keep_storage=_bytes(keep_storage))
+    after = _disk(client)
+    print(f"gave back {(before - after) / 1e9:.2f} GB ({before / 1e9:.2f} GB -> {after / 1e9:.2f} GB)")
+    return 0
+
+
+def _bytes(size: str) -> int:
+    units = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    unit = size[-1].lower() if size[-1].isalpha() else "b"
+    return int(size.rstrip("bkmgBKMG")) * units[unit]

@@ -1,0 +1,48 @@
+"""`torchyard prune` on the real engine, limited to an entry of its own so the other tests keep their images."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+import docker
+import pytest
+
+from torchyard.commands.prune import prune
+
+pytestmark = pytest.mark.integration
+
+ENTRY = "prunetest"
+
+
+def _image(client: docker.DockerClient, base: str, marker: str) -> str:
+    dockerfile = f"FROM {base}\nRUN echo {marker} > /marker\nLABEL dev.torchyard.entry={ENTRY}\n".encode()
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as archive:
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(dockerfile)
+        archive.addfile(info, io.BytesIO(dockerfile))
+    context.seek(0)
+    image, _ = client.images.build(fileobj=context, custom_context=True, tag=f"torchyard/{ENTRY}:{marker}", rm=True)
+    return str(image.id)
+
+
+def test_prune_keeps_the_newest_and_what_runs(client: docker.DockerClient, local_base: str) -> None:
+    old, new = _image(client, local_base, "old"), _image(client, local_base, "new")
+    stopped = client.containers.create(
+        new, ["true"], name=f"torchyard-{ENTRY}-stopped", labels={"dev.torchyard.entry": ENTRY}
+    )
+    client.volumes.create(f"torchyard-inductor-{ENTRY}", labels={"dev.torchyard.entry": ENTRY})
+    try:
+        assert prune(keep=1, entries=[ENTRY], dry_run=True) == 0
+        assert {old, new} <= {str(image.id) for image in client.images.list(filters={"label": "dev.torchyard.entry"})}
+        assert prune(keep=1, entries=[ENTRY]) == 0
+        left = {str(image.id) for image in client.images.list(filters={"label": f"dev.torchyard.entry={ENTRY}"})}
+        assert left == {new}
+        assert not client.containers.list(all=True, filters={"name": f"torchyard-{ENTRY}-stopped"})
+        assert prune(keep=0, entries=[ENTRY]) == 0
+        assert not client.images.list(filters={"label": f"dev.torchyard.entry={ENTRY}"})
+        assert not client.volumes.list(filters={"name": f"torchyard-inductor-{ENTRY}"})
+    finally:
+        for image in client.images.list(filters={"label": f"dev.torchyard.entry={ENTRY}"}):
+            client.images.remove(str(image.id), force=True)

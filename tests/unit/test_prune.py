@@ -1,0 +1,45 @@
+"""What `torchyard prune` removes, decided without Docker; and the free-disk rule before a build."""
+
+from __future__ import annotations
+
+from torchyard.commands.prune import ContainerFacts, ImageFacts, plan_prune
+from torchyard.image.build import needs_more_than_free
+
+
+def image(name: str, entry: str, created: str, *, tagged: bool = True, project: str = "") -> ImageFacts:
+    return ImageFacts(
+        f"sha256:{name}", entry, project, created, 6 << 30, (f"torchyard/{entry}:{name}",) if tagged else ()
+    )
+
+
+def test_keeps_the_newest_per_entry_and_project_and_what_containers_use() -> None:
+    images = [
+        image("a1", "cpu", "2026-11-01"),
+        image("a2", "cpu", "2026-11-02"),
+        image("a3", "cpu", "2026-11-03"),
+        image("p1", "cpu", "2026-10-01", project="robopolicy"),
+        image("r1", "rocm", "2026-09-01"),
+        image("r0", "rocm", "2026-08-01"),
+        image("dangling", "cpu", "2026-11-04", tagged=False),
+    ]
+    containers = [
+        ContainerFacts("c1", "torchyard-cpu-1", "sha256:a1", running=True),
+        ContainerFacts("c2", "torchyard-cpu-2", "sha256:a2", running=False),
+    ]
+    volumes = {"torchyard-inductor-cpu": "cpu", "torchyard-inductor-gone": "gone"}
+    plan = plan_prune(images, containers, volumes, keep=1, in_use=frozenset({"sha256:r0"}))
+    assert [c.name for c in plan.containers] == ["torchyard-cpu-2"]
+    # a3 is the newest cpu image, p1 the newest of the project's, r1 of rocm's; a1 runs, r0 is used elsewhere.
+    assert sorted(i.id.removeprefix("sha256:") for i in plan.images) == ["a2", "dangling"]
+    assert plan.volumes == ("torchyard-inductor-gone",)
+
+
+def test_keep_zero_removes_every_image_nobody_uses_and_their_volumes() -> None:
+    plan = plan_prune([image("a1", "cpu", "1")], [], {"torchyard-inductor-cpu": "cpu"}, keep=0)
+    assert [i.id for i in plan.images] == ["sha256:a1"] and plan.volumes == ("torchyard-inductor-cpu",)
+
+
+def test_a_build_needs_its_last_image_size_and_a_margin() -> None:
+    assert needs_more_than_free(6 << 30, 7 << 30)
+    assert not needs_more_than_free(6 << 30, 9 << 30)
+    assert not needs_more_than_free(0, 0)  # nothing to estimate from
