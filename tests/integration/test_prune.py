@@ -29,9 +29,7 @@ def _image(client: docker.DockerClient, base: str, marker: str) -> str:
 
 def test_prune_keeps_the_newest_and_what_runs(client: docker.DockerClient, local_base: str) -> None:
     old, new = _image(client, local_base, "old"), _image(client, local_base, "new")
-    client.containers.create(
-        new, ["true"], name=f"torchyard-{ENTRY}-stopped", labels={"dev.torchyard.entry": ENTRY}
-    )
+    client.containers.create(new, ["true"], name=f"torchyard-{ENTRY}-stopped", labels={"dev.torchyard.entry": ENTRY})
     client.volumes.create(f"torchyard-inductor-{ENTRY}", labels={"dev.torchyard.entry": ENTRY})
     try:
         assert prune(keep=1, entries=[ENTRY], dry_run=True) == 0
