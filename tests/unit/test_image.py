@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from torchyard.errors import ImageBuildError
+from torchyard.errors import CommandError, ImageBuildError
 from torchyard.host.engine import DockerCli
 from torchyard.image import plan as image_plan
-from torchyard.image.build import docker_build_args
+from torchyard.image.build import docker_build_args, explain_build_failure
 from torchyard.image.plan import BuildOptions, BuildPlan, plan_build, resolve_base
 from torchyard.matrix import load_plan
 
@@ -157,3 +157,27 @@ def test_a_missing_lock_stops_the_build_before_docker(tmp_path: Path) -> None:
 
     with pytest.raises(StaleLockError, match=r"entry 'cuda': lock is missing: run `nox -s lock -- cuda`"):
         build_images([PLAN.entry("cuda")], tmp_path, BuildOptions(), runner=uv_only, env={})
+
+
+UNREACHABLE_LOG = """\
+#3 [internal] load metadata for docker.io/library/debian:bookworm-slim@sha256:{digest}
+#3 ERROR: failed to do request: Head "https://registry-1.docker.io/v2/library/debian/manifests/sha256:{digest}": \
+dial tcp: lookup registry-1.docker.io on 10.255.255.53:53: no such host
+failed to solve with frontend dockerfile.v0: failed to create LLB definition: dial tcp: lookup registry-1.docker.io: \
+no such host
+"""
+
+
+def test_an_unreachable_registry_is_one_line_with_the_fix(tree: Path) -> None:
+    entry = PLAN.entry("cpu")
+    plan = make_plan(tree, base_image=str(entry.accelerator.base_image))
+    output = UNREACHABLE_LOG.format(digest=entry.accelerator.base_image.digest.removeprefix("sha256:"))
+    message = explain_build_failure(entry, plan, CommandError("docker failed", 1, output))
+    assert message.startswith(f"entry 'cpu': cannot pull base image {entry.accelerator.base_image}: the registry is")
+    assert "`nox -s base-image`" in message and "TORCHYARD_BASE_IMAGES=cpu=torchyard/base:bookworm" in message
+    base = entry.accelerator.base_image
+    absent = f"#3 [internal] load metadata for {base}\n#3 ERROR: {base}: not found\n"
+    missing = explain_build_failure(entry, plan, CommandError("docker failed", 1, absent))
+    assert "is not in its registry" in missing and "`nox -s refresh`" in missing
+    other = explain_build_failure(entry, plan, CommandError("docker failed", 1, "#9 ERROR: process did not complete\n"))
+    assert other == "entry 'cpu': the image build failed: #9 ERROR: process did not complete"
