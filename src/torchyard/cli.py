@@ -72,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     test = commands.add_parser(
         "test", parents=[common, lockdir], help="run the selected entries' suites; other arguments go to pytest"
     )
-    test.add_argument("--local", action="store_true", help="on this machine, in a venv made from the lock")
+    where = test.add_mutually_exclusive_group()
+    where.add_argument("--local", action="store_true", help="on this machine, in a venv made from the lock")
+    where.add_argument("--in-place", action="store_true", help="with this interpreter as it is: no lock, unlocked")
     test.add_argument("--keep", action="store_true", help="keep the container afterwards, for debugging")
     test.add_argument("--reports", type=Path, default=Path("reports"), help="where reports are written")
 
@@ -144,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             selected = _selected(args, passthrough)
             return test_entries(
                 selected,
-                local=args.local,
+                mode="local" if args.local else "in-place" if args.in_place else "container",
                 lockdir=args.lockdir,
                 reports=args.reports,
                 pytest_args=passthrough,

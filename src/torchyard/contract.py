@@ -20,6 +20,8 @@ BUILTIN_CASES = "TORCHYARD_BUILTIN_CASES"  # "0" leaves the built-in corpus out
 SUITES = "TORCHYARD_SUITES"  # comma-separated: the suites that must each pass at least one test
 COMPILE_MODES = "TORCHYARD_COMPILE_MODES"  # comma-separated torch.compile modes, each a backend column
 VENDOR_RECORD = "TORCHYARD_VENDOR_RECORD"
+# Set (to the entry's lockfile path, or empty when it has none) for a run in an unlocked environment.
+UNLOCKED = "TORCHYARD_UNLOCKED"
 INDUCTOR_CACHE = "TORCHYARD_INDUCTOR_CACHE"
 
 # Inside the image (the Dockerfile creates these; a unit test checks that it does).

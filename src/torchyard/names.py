@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-AcceleratorName = Literal["cpu", "cuda", "rocm", "xpu"]
+AcceleratorName = Literal["cpu", "cuda", "rocm", "xpu", "mps"]
 ACCELERATOR_NAMES: tuple[AcceleratorName, ...] = get_args(AcceleratorName)
 
 # The `torch.device` type each accelerator targets: HIP masquerades as CUDA inside torch.
-TORCH_DEVICES: dict[AcceleratorName, str] = {"cpu": "cpu", "cuda": "cuda", "rocm": "cuda", "xpu": "xpu"}
+TORCH_DEVICES: dict[AcceleratorName, str] = {"cpu": "cpu", "cuda": "cuda", "rocm": "cuda", "xpu": "xpu", "mps": "mps"}
+
+# Accelerators no container reaches: their entries run natively, in a venv made from their own lock.
+NATIVE_ACCELERATORS: frozenset[AcceleratorName] = frozenset({"mps"})
 
 SuiteName = Literal["export", "compile", "runtime", "parity"]
 SUITE_NAMES: tuple[SuiteName, ...] = get_args(SuiteName)

@@ -29,6 +29,7 @@ class Recorder:
     def __call__(self, args: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
         if "--iidfile" in args:  # the build itself, not the client probes
             kwargs["capture"] = True
+            kwargs["tee"] = False  # the whole log, not the tail the builder keeps for its error line
             try:
                 completed = proc.run(args, **kwargs)
             except Exception as error:

@@ -9,7 +9,7 @@ import docker
 import pytest
 
 from torchyard.commands.build import build_images
-from torchyard.errors import CommandError
+from torchyard.errors import ImageBuildError
 from torchyard.image.plan import BuildOptions
 from torchyard.lock.resolve import lock_entry
 from torchyard.lock.standins import write_wheel
@@ -125,8 +125,11 @@ def test_guarded_install_keeps_the_vendor_bytes(client: docker.DockerClient, whe
 def test_planted_replacement_fails_the_build(
     client: docker.DockerClient, wheels: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(CommandError):
+    with pytest.raises(ImageBuildError) as caught:
         _build(_entry("planted", '["needs-torch", "clobber"]'), tmp_path, wheels, {})
     output = capfd.readouterr()
     assert "vendor guard: vendor package torch 2.13.0+vendor: `import torch` now loads" in output.out + output.err
+    assert str(caught.value).startswith(
+        "entry 'planted': the image build failed: vendor guard: vendor package torch 2.13.0+vendor: `import torch`"
+    )
     assert not client.images.list(name="torchyard/planted")

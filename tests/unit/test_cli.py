@@ -38,12 +38,13 @@ def test_matrix_github_json(matrix: Path, capsys: pytest.CaptureFixture[str]) ->
                 "runs-on": ["self-hosted", "gpu", "cuda"],
                 "session": "test-cuda",
                 "python": "3.12",
+                "native": False,
             }
         ]
     }
 
 
-def test_committed_matrix_has_the_four_entries(capsys: pytest.CaptureFixture[str]) -> None:
+def test_committed_matrix_has_the_five_entries(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["matrix", "--github", "--matrix", str(REPO / "matrix.toml")]) == 0
     include = json.loads(capsys.readouterr().out)["include"]
     assert [(item["name"], item["session"]) for item in include] == [
@@ -51,6 +52,7 @@ def test_committed_matrix_has_the_four_entries(capsys: pytest.CaptureFixture[str
         ("cuda", "test-cuda"),
         ("rocm", "test-rocm"),
         ("xpu", "test-xpu"),
+        ("mps", "test-mps"),
     ]
     assert include[0]["runs-on"] == ["ubuntu-24.04"]
     assert all("self-hosted" in item["runs-on"] for item in include[1:])

@@ -171,7 +171,7 @@ no such host
 def test_an_unreachable_registry_is_one_line_with_the_fix(tree: Path) -> None:
     entry = PLAN.entry("cpu")
     plan = make_plan(tree, base_image=str(entry.accelerator.base_image))
-    output = UNREACHABLE_LOG.format(digest=entry.accelerator.base_image.digest.removeprefix("sha256:"))
+    output = UNREACHABLE_LOG.format(digest=entry.accelerator.require_base_image().digest.removeprefix("sha256:"))
     message = explain_build_failure(entry, plan, CommandError("docker failed", 1, output))
     assert message.startswith(f"entry 'cpu': cannot pull base image {entry.accelerator.base_image}: the registry is")
     assert "`nox -s base-image`" in message and "TORCHYARD_BASE_IMAGES=cpu=torchyard/base:bookworm" in message

@@ -13,7 +13,7 @@ import pytest
 
 from torchyard.errors import LockError
 from torchyard.lock.check import check_entry
-from torchyard.lock.inputs import LockInputs, compile_args, requirements_in
+from torchyard.lock.inputs import LockInputs, compile_args, requirements_in, uv_environment
 from torchyard.lock.install import sync_args
 from torchyard.lock.lockfile import lock_path, read_header
 from torchyard.lock.resolve import lock_entry, uv_version
@@ -115,9 +115,10 @@ def test_every_lock_input_reaches_the_digest_and_uv() -> None:
     inputs = LockInputs.of(vendored, "0.13.9")
     sources = (Source("pypi", "index", "https://pypi.example/simple"),)
 
-    def asked(candidate: LockInputs) -> tuple[tuple[str, ...], str]:
+    def asked(candidate: LockInputs) -> tuple[tuple[str, ...], str, dict[str, str]]:
         urls = [f"file:///standin/{name}" for name, _ in candidate.pinned_vendor()]
-        return compile_args(candidate, sources, Path("/o"), excludes=None), requirements_in(candidate, urls)
+        args = compile_args(candidate, sources, Path("/o"), excludes=None)
+        return args, requirements_in(candidate, urls), uv_environment(candidate)
 
     changed_values: dict[str, Any] = {
         "entry": "other",
@@ -130,6 +131,7 @@ def test_every_lock_input_reaches_the_digest_and_uv() -> None:
         "vendor": (("torch", "9.9.9"),),
         "uv": "9.9.9",
         "project": ("mypkg-dep>=1",),
+        "deployment_target": "14.0",
     }
     assert set(changed_values) == {field.name for field in dataclasses.fields(LockInputs)}
     for name, value in changed_values.items():
@@ -137,7 +139,10 @@ def test_every_lock_input_reaches_the_digest_and_uv() -> None:
         assert changed.digest() != inputs.digest(), name
         if name not in RECORD_ONLY and name != "indexes":  # indexes reach uv through the machine's sources
             assert asked(changed) != asked(inputs), name
-    assert set(inputs.record()) == {name.replace("_", "-") for name in changed_values} - {"project"}
+    assert set(inputs.record()) == {name.replace("_", "-") for name in changed_values} - {
+        "project",
+        "deployment-target",
+    }
 
 
 @pytest.mark.real_subprocess

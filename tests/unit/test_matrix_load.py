@@ -40,7 +40,14 @@ def test_valid_matrix_becomes_a_typed_plan() -> None:
 
 def test_committed_matrix_is_valid() -> None:
     plan = load_plan(Path(__file__).parents[2] / "matrix.toml")
-    assert [entry.name for entry in plan.entries] == ["cpu", "cuda", "rocm", "xpu"]
+    assert [entry.name for entry in plan.entries] == ["cpu", "cuda", "rocm", "xpu", "mps"]
+    mps = plan.entry("mps").accelerator
+    assert (mps.native, mps.base_image, mps.platform, mps.deployment_target) == (
+        True,
+        None,
+        "aarch64-apple-darwin",
+        "14.0",
+    )
 
 
 @pytest.mark.parametrize(
@@ -108,7 +115,7 @@ def test_committed_matrix_is_valid() -> None:
         (
             "[accelerators.cuda]",
             "[accelerators.tpu]",
-            'matrix.toml: accelerators > tpu: expected one of cpu, cuda, rocm, xpu, got "tpu"',
+            'matrix.toml: accelerators > tpu: expected one of cpu, cuda, rocm, xpu, mps, got "tpu"',
         ),
         (
             'runs-on = ["self-hosted", "gpu", "cuda"]',
@@ -293,3 +300,19 @@ def test_a_folder_where_matrix_toml_belongs_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "matrix.toml").mkdir()
     with pytest.raises(ConfigError, match=r"matrix.toml: cannot read: \[Errno 21\] Is a directory"):
         load_plan(tmp_path / "matrix.toml")
+
+
+def test_a_native_accelerator_has_no_base_image() -> None:
+    native = VALID + '[accelerators.mps]\nindexes = ["pypi"]\nruns-on = ["self-hosted", "macOS"]\n'
+    assert parse(native).accelerators[-1].base_image is None
+    with_base = native.replace("[accelerators.mps]\n", '[accelerators.mps]\nbase-image = "x@sha256:' + "0" * 64 + '"\n')
+    assert error_of(with_base) == (
+        "matrix.toml: accelerators > mps > base-image: mps runs natively (no container reaches its device): remove it"
+    )
+    bad_target = native.replace(
+        'indexes = ["pypi"]\nruns-on = ["self-hosted", "macOS"]',
+        'indexes = ["pypi"]\nruns-on = ["m"]\ndeployment-target = "fourteen"',
+    )
+    assert error_of(bad_target) == (
+        'matrix.toml: accelerators > mps > deployment-target: expected a macOS version such as "14.0", got "fourteen"'
+    )

@@ -16,7 +16,7 @@ NEW = "sha256:" + "a" * 64
 def test_refresh_moves_cut_off_and_digests_keeping_comments(tmp_path: Path) -> None:
     matrix = tmp_path / "matrix.toml"
     matrix.write_text("# a comment people wrote\n" + VALID)
-    current = {image.name: image.digest for image in (a.base_image for a in load_plan(matrix).accelerators)}
+    current = {image.name: image.digest for image in (a.require_base_image() for a in load_plan(matrix).accelerators)}
     resolved = {**current, "debian:bookworm-slim": NEW}
     changes = refresh(matrix, today=dt.date(2027, 1, 4), resolve=resolved.__getitem__)
     text = matrix.read_text()
@@ -27,7 +27,7 @@ def test_refresh_moves_cut_off_and_digests_keeping_comments(tmp_path: Path) -> N
         NEW,
     )
     plan = load_plan(matrix)
-    assert plan.entry("cpu").accelerator.base_image.digest == NEW
+    assert plan.entry("cpu").accelerator.require_base_image().digest == NEW
     assert plan.entry("cuda").exclude_newer == "2026-10-01T00:00:00Z"  # an entry's own cut-off stays
 
 

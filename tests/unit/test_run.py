@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from torchyard.accelerators import HostFacts
+from torchyard.accelerators import ACCELERATORS, HostFacts
+from torchyard.commands import test as test_command
 from torchyard.errors import DeviceUnavailableError
 from torchyard.matrix import load_plan
 from torchyard.matrix.machine import Limits
 from torchyard.run.container import RunPlan, docker_run_args, require_device_runtime, run_user
+from torchyard.run.inplace import run_in_place
 
 PLAN = load_plan(Path(__file__).parents[2] / "matrix.toml")
 HOST = HostFacts(
@@ -134,3 +138,41 @@ def test_an_entry_that_needs_the_network_says_why_and_keeps_the_rest_of_the_seal
         "--pids-limit",
     )  # fmt: skip
     assert seal[10:15] == ("512", "--memory", "8g", "--memory-swap", "8g")
+
+
+def test_a_native_entry_on_the_wrong_host_stops_before_any_venv_or_docker(tmp_path: Path) -> None:
+    def nothing_runs(args: object, **kwargs: object) -> None:
+        raise AssertionError(f"ran {args!r}")
+
+    with pytest.raises(DeviceUnavailableError) as caught:
+        test_command.test_entries(
+            [PLAN.entry("mps")], mode="container", lockdir=tmp_path, reports=tmp_path, pytest_args=[],
+            runner=nothing_runs,  # type: ignore[arg-type]
+            env={},
+        )  # fmt: skip
+    assert str(caught.value).startswith("entry 'mps' needs an mps device: no Apple GPU: MPS runs on macOS")
+
+
+def test_apple_silicon_is_what_mps_needs() -> None:
+    assert ACCELERATORS["mps"].host_problems(HostFacts(system="Darwin", machine="arm64")) == ()
+    assert ACCELERATORS["mps"].NATIVE and not ACCELERATORS["cuda"].NATIVE
+    (problem,) = ACCELERATORS["mps"].host_problems(HostFacts(system="Darwin", machine="x86_64"))
+    assert "this host is Darwin x86_64" in problem
+
+
+def test_in_place_runs_this_interpreter_with_the_lock_to_compare(tmp_path: Path) -> None:
+    seen: dict[str, object] = {}
+
+    def record(args: Sequence[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        seen["args"], seen["env"] = list(args), kwargs["env"]
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    lockdir = tmp_path / "locks"
+    lockdir.mkdir()
+    (lockdir / "cpu.txt").write_text("torch==2.14.1\n")
+    status = run_in_place(PLAN.entry("cpu"), lockdir, tmp_path / "reports", ["-q"], runner=record, env={}, python="/py")
+    args, env = seen["args"], seen["env"]
+    assert status == 0 and isinstance(args, list) and isinstance(env, dict)
+    assert args[:3] == ["/py", "-m", "torchyard.inimage"] and args[3].endswith("torchyard/inimage/suites")
+    assert env["TORCHYARD_UNLOCKED"] == str((lockdir / "cpu.txt").resolve())
+    assert env["TORCHYARD_REPORT_DIR"] == str((tmp_path / "reports" / "cpu-in-place").resolve())

@@ -79,6 +79,16 @@ def test_matrix_keys_the_workflow_reads_are_in_the_json(workflow: str) -> None:
     text = (REPO / workflow).read_text()
     read = set(re.findall(r"matrix\.([a-z][a-z-]*)", text)) - {"toml"}
     include = matrix_include(load_plan(REPO / "matrix.toml").entries)["include"]
-    assert read == {"name", "accelerator", "session", "runs-on"}
+    assert read <= {"name", "accelerator", "session", "runs-on", "native"}
+    assert {"name", "accelerator", "session", "runs-on"} <= read
     for item in include:
         assert read <= set(item), sorted(read - set(item))
+
+
+def test_native_entries_skip_every_docker_step() -> None:
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "ci.yml").read_text())
+    steps = workflow["jobs"]["suites"]["steps"]
+    docker_steps = [step for step in steps if "buildx" in str(step) or "build-" in str(step.get("run", ""))]
+    assert docker_steps and all("!matrix.native" in step.get("if", "") for step in docker_steps)
+    include = matrix_include(load_plan(REPO / "matrix.toml").entries)["include"]
+    assert {item["name"]: item["native"] for item in include}["mps"] is True

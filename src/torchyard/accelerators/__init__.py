@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from torchyard.accelerators import cpu, cuda, rocm, xpu
+from torchyard.accelerators import cpu, cuda, mps, rocm, xpu
 from torchyard.accelerators.protocol import Accelerator, HostFacts
 from torchyard.names import AcceleratorName
 
@@ -11,6 +11,7 @@ ACCELERATORS: dict[AcceleratorName, Accelerator] = {
     "cuda": cuda,
     "rocm": rocm,
     "xpu": xpu,
+    "mps": mps,
 }
 
 

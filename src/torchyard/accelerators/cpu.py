@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Literal
 
 from torchyard.accelerators.protocol import HostFacts
+from torchyard.names import NATIVE_ACCELERATORS
 
 NAME: Literal["cpu"] = "cpu"
+NATIVE = NAME in NATIVE_ACCELERATORS
 VISIBLE_DEVICE_VARIABLES: tuple[str, ...] = ()
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Literal
 
 from torchyard.accelerators.protocol import HostFacts
+from torchyard.names import NATIVE_ACCELERATORS
 
 NAME: Literal["cuda"] = "cuda"
+NATIVE = NAME in NATIVE_ACCELERATORS
 VISIBLE_DEVICE_VARIABLES: tuple[str, ...] = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 CDI_DEVICE = "nvidia.com/gpu=all"
 

@@ -17,11 +17,18 @@ class HostFacts:
     device_nodes: frozenset[str] = frozenset()
     docker_runtimes: frozenset[str] = frozenset()
     cdi_devices: frozenset[str] = frozenset()
+    system: str = "Linux"  # platform.system()
+    machine: str = "x86_64"  # platform.machine()
 
 
 class Accelerator(Protocol):
     @property
     def NAME(self) -> AcceleratorName: ...
+
+    @property
+    def NATIVE(self) -> bool:
+        """Runs natively in a venv made from the entry's lock (no container reaches the device)."""
+        ...
 
     @property
     def VISIBLE_DEVICE_VARIABLES(self) -> tuple[str, ...]: ...

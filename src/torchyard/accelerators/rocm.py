@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Literal
 
 from torchyard.accelerators.protocol import HostFacts, group_add_args
+from torchyard.names import NATIVE_ACCELERATORS
 
 NAME: Literal["rocm"] = "rocm"
+NATIVE = NAME in NATIVE_ACCELERATORS
 VISIBLE_DEVICE_VARIABLES: tuple[str, ...] = (
     "HIP_VISIBLE_DEVICES",
     "ROCR_VISIBLE_DEVICES",

@@ -41,8 +41,15 @@ def build_images(
 ) -> list[Built]:
     """Build (or reuse) each entry's image; `client` and `cli` are found when not given.
 
-    Every lock is checked first (offline): a missing or stale lock stops before Docker is touched.
+    Every lock is checked first (offline): a missing or stale lock stops before Docker is touched. Native
+    entries (MPS) have no image: they are named and left out.
     """
+    for entry in entries:
+        if entry.accelerator.native:
+            print(f"entry {entry.name!r} runs natively ({entry.accelerator.name}): there is no image to build")
+    entries = [entry for entry in entries if not entry.accelerator.native]
+    if not entries:
+        return []
     uv = uv_version(runner)
     for entry in entries:
         require_fresh(entry, lockdir, uv)
@@ -55,7 +62,7 @@ def build_images(
     for position, entry in enumerate(entries, start=1):
         base = resolve_base(entry, overrides)
         local = client.images.list(name=base)
-        base_id = (local[0].id if local else None) or entry.accelerator.base_image.digest
+        base_id = (local[0].id if local else None) or entry.accelerator.require_base_image().digest
         plan = plan_build(
             entry, lockdir, base_image=base, base_id=base_id, uv_version=uv, revision=revision,
             source_date_epoch=epoch, runner=runner,

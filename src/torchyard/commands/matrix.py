@@ -10,7 +10,8 @@ from torchyard.matrix.schema import Entry
 
 
 def matrix_include(entries: Sequence[Entry]) -> dict[str, list[dict[str, Any]]]:
-    """`{"include": [...]}` with one item per entry: what a job needs to pick a runner and a session."""
+    """`{"include": [...]}` with one item per entry: what a job needs to pick a runner and a session, and
+    whether it runs natively (no Docker steps)."""
     return {
         "include": [
             {
@@ -19,6 +20,7 @@ def matrix_include(entries: Sequence[Entry]) -> dict[str, list[dict[str, Any]]]:
                 "runs-on": list(entry.accelerator.runs_on),
                 "session": nox_session(entry.accelerator.name),
                 "python": entry.python,
+                "native": entry.accelerator.native,
             }
             for entry in entries
         ]

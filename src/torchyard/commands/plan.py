@@ -8,13 +8,18 @@ from torchyard.matrix.schema import Entry
 from torchyard.util.markdown import markdown_table
 
 
+def _base(entry: Entry) -> str:
+    base = entry.accelerator.base_image
+    return "native (no image)" if base is None else f"{base.name}@{base.digest[:19]}"
+
+
 def plan_table(entries: Sequence[Entry]) -> str:
     rows = [
         (
             entry.name,
             entry.accelerator.name,
             entry.python,
-            f"{entry.accelerator.base_image.name}@{entry.accelerator.base_image.digest[:19]}",
+            _base(entry),
             ", ".join(index.name for index in entry.indexes),
             ", ".join(entry.suites),
             ", ".join(entry.accelerator.runs_on),

@@ -1,6 +1,7 @@
 """`torchyard test`: per entry, lock check, image (built if needed), suites in a container, reports back.
 
-`--local` runs the same suites on this machine in a venv made from the lock, no Docker.
+Native entries (MPS) and `--local` run the same suites on this machine in a venv made from the lock, no
+Docker; `--in-place` runs them in the current environment, unlocked, and the report says so.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Literal
 
 from torchyard import contract
 from torchyard.commands.build import build_images
@@ -26,6 +28,7 @@ from torchyard.run.container import (
     run_entry,
     run_user,
 )
+from torchyard.run.inplace import run_in_place
 from torchyard.run.reports import read_report
 from torchyard.run.venv import run_local
 from torchyard.util import proc
@@ -41,10 +44,13 @@ def _summarize(report_dir: Path, env: Mapping[str, str]) -> None:
         append_step_summary(table, env)
 
 
+Mode = Literal["container", "local", "in-place"]
+
+
 def test_entries(
     entries: Sequence[Entry],
     *,
-    local: bool,
+    mode: Mode,
     lockdir: Path,
     reports: Path,
     pytest_args: Sequence[str],
@@ -52,13 +58,47 @@ def test_entries(
     runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
 ) -> int:
-    """Run every selected entry; the first non-zero status is the result (all entries still run)."""
-    if local:
+    """Run every selected entry; the first non-zero status is the result (all entries still run).
+
+    `container` runs each entry in its image, except native ones (MPS), which run in a venv made from
+    their lock once the host is shown to have their device; `local` runs every entry in such a venv;
+    `in-place` runs in the current environment, unlocked, and says so in the report.
+    """
+    if mode == "in-place":
         statuses = []
         for entry in entries:
-            statuses.append(run_local(entry, lockdir, reports, pytest_args, runner=runner, env=env))
-            _summarize(reports / f"{entry.name}-local", env)
-        return next((status for status in statuses if status), 0)
+            statuses.append(run_in_place(entry, lockdir, reports, pytest_args, runner=runner, env=env))
+            _summarize(reports / f"{entry.name}-in-place", env)
+        return _first_failure(statuses)
+    native = [entry for entry in entries if entry.accelerator.native or mode == "local"]
+    if mode == "container":
+        host = gather_host_facts(None)
+        for entry in native:
+            require_device_runtime(entry, host)  # before the venv is made: fail fast, and say why
+    statuses = []
+    for entry in native:
+        statuses.append(run_local(entry, lockdir, reports, pytest_args, runner=runner, env=env))
+        _summarize(reports / f"{entry.name}-local", env)
+    contained = [entry for entry in entries if entry not in native]
+    if contained:
+        statuses.append(_in_containers(contained, lockdir, reports, pytest_args, keep=keep, runner=runner, env=env))
+    return _first_failure(statuses)
+
+
+def _first_failure(statuses: Sequence[int]) -> int:
+    return next((status for status in statuses if status), 0)
+
+
+def _in_containers(
+    entries: Sequence[Entry],
+    lockdir: Path,
+    reports: Path,
+    pytest_args: Sequence[str],
+    *,
+    keep: bool,
+    runner: proc.Runner,
+    env: Mapping[str, str],
+) -> int:
     try:
         client = engine(env)
     except DockerUnavailableError as error:

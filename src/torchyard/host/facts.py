@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grp
+import platform
 from pathlib import Path
 
 import docker
@@ -37,4 +38,6 @@ def gather_host_facts(client: docker.DockerClient | None) -> HostFacts:
         device_nodes=frozenset(node for node in DEVICE_NODES if Path(node).exists()),
         docker_runtimes=runtimes,
         cdi_devices=_cdi_devices(CDI_FOLDERS),
+        system=platform.system(),
+        machine=platform.machine(),
     )

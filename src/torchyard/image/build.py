@@ -116,7 +116,9 @@ def explain_build_failure(entry: Entry, plan: BuildPlan, error: CommandError) ->
             f"entry {entry.name!r}: base image {plan.base_image} is not in its registry ({cause(output)}); "
             "check the digest in matrix.toml (`nox -s refresh` moves it) or TORCHYARD_BASE_IMAGES"
         )
-    return f"entry {entry.name!r}: the image build failed: {cause(output) or f'exit status {error.returncode}'}"
+    guard = re.search(r"vendor guard: .*", output)  # the guard's own line says which package and why
+    why = guard[0] if guard else cause(output) or f"exit status {error.returncode}"
+    return f"entry {entry.name!r}: the image build failed: {why}"
 
 
 def _local_image(client: docker.DockerClient, name: str) -> Image | None:

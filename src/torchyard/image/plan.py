@@ -56,7 +56,8 @@ class BuildPlan:
 
 def resolve_base(entry: Entry, overrides: Mapping[str, str]) -> str:
     """The base for this machine: an override by entry name, then by accelerator, else matrix.toml's."""
-    return overrides.get(entry.name) or overrides.get(entry.accelerator.name) or str(entry.accelerator.base_image)
+    matrix_base = str(entry.accelerator.require_base_image())
+    return overrides.get(entry.name) or overrides.get(entry.accelerator.name) or matrix_base
 
 
 def _read_lock(entry: Entry, lockdir: Path) -> bytes:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -110,12 +111,22 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(collector, "torchyard-collector")
         try:
             device = torch_device(settings.accelerator)
-            check_precision(settings.precision, device.type, _capability(settings))
+            check_precision(settings.precision, device.type, _capability(settings), macos=_macos())
+            unlocked = os.environ.get(contract.UNLOCKED)
             config.stash[_manifest_key] = probe(
-                settings.accelerator, settings.vendor_record, settings.precision_settings
+                settings.accelerator,
+                settings.vendor_record,
+                settings.precision_settings,
+                Path(unlocked) if unlocked is not None else None,
             )
         except (ProbeError, PrecisionError) as error:
             pytest.exit(f"torchyard probe: {error}", returncode=contract.PROBE_FAILED)
+
+
+def _macos() -> tuple[int, int] | None:
+    release = platform.mac_ver()[0]
+    parts = [int(part) for part in release.split(".")[:2] if part.isdigit()]
+    return (parts[0], parts[1] if len(parts) > 1 else 0) if parts else None
 
 
 def _capability(settings: _Settings) -> tuple[int, int] | None:

@@ -38,14 +38,20 @@ def check_precision(
     capability: tuple[int, int] | None = None,
     *,
     hip: bool | None = None,
+    macos: tuple[int, int] | None = None,
 ) -> None:
     """Refuse combinations that would not run at the asked precision (`hip`: a ROCm build; default: this
-    torch's build, so the rule can be checked for CUDA on any machine)."""
+    torch's build, so the rule can be checked for CUDA on any machine; `macos`: the Mac's version for MPS).
+
+    MPS has no float64 at all: the reference stays on the CPU, and runs on MPS are float32 or lower."""
     hip = bool(torch.version.hip) if hip is None else hip
     if precision == "fp16" and device_type == "cpu":
         raise PrecisionError(
             "fp16 on the CPU is refused: CPU kernels would silently compute in full precision; use bf16 or fp32"
         )
+    if device_type == "mps" and precision == "bf16" and macos is not None and macos < (14, 0):
+        found = ".".join(str(part) for part in macos)
+        raise PrecisionError(f"bf16 on MPS needs macOS 14 or newer; this Mac runs {found}")
     needs_ampere = precision == "bf16" and device_type == "cuda" and not hip
     if needs_ampere and (capability is None or capability < (8, 0)):
         found = "unknown" if capability is None else f"{capability[0]}.{capability[1]}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import platform
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,12 @@ def check_device(accelerator: str) -> None:
     elif accelerator == "xpu" and not (hasattr(torch, "xpu") and torch.xpu.is_available()):
         raise ProbeError(
             f"entry targets XPU but no XPU device is visible ({build}): pass /dev/dri and the render group"
+        )
+    elif accelerator == "mps" and not torch.backends.mps.is_available():
+        built = "built with MPS" if torch.backends.mps.is_built() else "not built with MPS"
+        raise ProbeError(
+            f"entry targets MPS but no MPS device is available (torch {torch.__version__}, {built}, "
+            f"{platform.system()} {platform.machine()}): MPS needs macOS on Apple silicon"
         )
 
 
@@ -117,8 +124,14 @@ def manifest(accelerator: str, precision_settings: dict[str, object]) -> dict[st
     return info
 
 
-def probe(accelerator: str, vendor_record: Path | None, precision_settings: dict[str, object]) -> dict[str, Any]:
-    """Raise ProbeError when the container cannot honestly test `accelerator`; else the manifest."""
+def probe(
+    accelerator: str,
+    vendor_record: Path | None,
+    precision_settings: dict[str, object],
+    unlocked: Path | None = None,
+) -> dict[str, Any]:
+    """Raise ProbeError when the container cannot honestly test `accelerator`; else the manifest (with
+    the environment's packages and their differences from `unlocked`, the entry's lock, for an unlocked run)."""
     check_device(accelerator)
     if vendor_record is not None:
         if not vendor_record.is_file():
@@ -126,4 +139,51 @@ def probe(accelerator: str, vendor_record: Path | None, precision_settings: dict
         problems = vendor.verify(json.loads(vendor_record.read_text()), deep=False)
         if problems:
             raise ProbeError("; ".join(problems))
-    return manifest(accelerator, precision_settings)
+    info = manifest(accelerator, precision_settings)
+    if unlocked is not None:
+        info.update(unlocked_environment(unlocked))
+    return info
+
+
+def _origin(dist: importlib.metadata.Distribution) -> str:
+    """Where a package came from: its PEP 610 direct URL, else the installer that put it there."""
+    direct = dist.read_text("direct_url.json")
+    if direct:
+        data = json.loads(direct)
+        return "editable " + str(data.get("url")) if data.get("dir_info", {}).get("editable") else str(data.get("url"))
+    return f"index ({(dist.read_text('INSTALLER') or 'unknown installer').strip()})"
+
+
+def lock_pins(text: str) -> dict[str, str]:
+    """`name==version` pins of a hashed lockfile, by normalized name."""
+    pins = {}
+    for line in text.splitlines():
+        match = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", line)
+        if match:
+            pins[re.sub(r"[-_.]+", "-", match[1]).lower()] = match[2]
+    return pins
+
+
+def unlocked_environment(lockfile: Path | str) -> dict[str, Any]:
+    """Every installed package (name, version, origin) and how the set differs from the entry's lock."""
+    packages: dict[str, dict[str, str]] = {}
+    for dist in importlib.metadata.distributions():
+        name = re.sub(r"[-_.]+", "-", dist.metadata["Name"] or "").lower()
+        if name and name not in packages:
+            packages[name] = {"name": name, "version": dist.version, "origin": _origin(dist)}
+    path = Path(lockfile) if str(lockfile) else None
+    pins = lock_pins(path.read_text(encoding="utf-8", errors="replace")) if path and path.is_file() else {}
+    differences = [
+        f"{name}: {packages[name]['version'] if name in packages else 'not installed'} (lock: {pins[name]})"
+        for name in sorted(pins)
+        if name not in packages or packages[name]["version"] != pins[name]
+    ]
+    differences += [
+        f"{name}: {packages[name]['version']} (not in the lock)" for name in sorted(set(packages) - set(pins))
+    ]
+    return {
+        "environment": "unlocked: this environment",
+        "lockfile": str(path) if pins else None,
+        "packages": sorted(packages.values(), key=lambda package: package["name"]),
+        "lock_differences": differences if pins else ["no lockfile to compare with"],
+    }

@@ -30,6 +30,7 @@ class LockInputs:
     vendor: tuple[tuple[str, str], ...]
     uv: str
     project: tuple[str, ...] = ()  # the project's own dependencies (with its extras and groups)
+    deployment_target: str | None = None  # MACOSX_DEPLOYMENT_TARGET: which macOS wheels are acceptable
 
     @classmethod
     def of(cls, entry: Entry, uv_version: str) -> LockInputs:
@@ -44,12 +45,14 @@ class LockInputs:
             vendor=tuple((pin.name, pin.version) for pin in entry.accelerator.vendor),
             uv=uv_version,
             project=entry.project.requirements if entry.project else (),
+            deployment_target=entry.accelerator.deployment_target,
         )
 
     def record(self) -> dict[str, Any]:
         """The JSON the lockfile header records (and the digest covers): one key per field.
 
-        `project` appears only for entries that have one, so other entries' locks keep their digests.
+        `project` and `deployment-target` appear only for entries that have them, so other entries' locks
+        keep their digests.
         """
         record: dict[str, Any] = {
             "entry": self.entry,
@@ -64,6 +67,8 @@ class LockInputs:
         }
         if self.project:
             record["project"] = list(self.project)
+        if self.deployment_target:
+            record["deployment-target"] = self.deployment_target
         return record
 
     def digest(self) -> str:
@@ -90,6 +95,11 @@ def requirements_in(inputs: LockInputs, standin_urls: Sequence[str]) -> str:
         *(f"{name} @ {url}" for name, url in zip(names, standin_urls, strict=True)),
     ]
     return "".join(f"{line}\n" for line in lines)
+
+
+def uv_environment(inputs: LockInputs) -> dict[str, str]:
+    """Variables uv resolves under (macOS wheels are chosen by the deployment target, not an argument)."""
+    return {"MACOSX_DEPLOYMENT_TARGET": inputs.deployment_target} if inputs.deployment_target else {}
 
 
 def compile_args(

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from torchyard.errors import CommandError, LockError
-from torchyard.lock.inputs import LockInputs, compile_args, requirements_in
+from torchyard.lock.inputs import LockInputs, compile_args, requirements_in, uv_environment
 from torchyard.lock.lockfile import lock_path, render_lockfile
 from torchyard.lock.standins import write_wheel
 from torchyard.matrix.machine import Source, sources_for
@@ -73,7 +73,7 @@ def lock_entry(
         output = workdir / "lock.txt"
         indexes = tuple(Index(name, url) for name, url in inputs.indexes)
         args = compile_args(inputs, sources_for(indexes, mirrors), output, excludes=excludes)
-        uv_env = {**env, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"}
+        uv_env = {**env, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", **uv_environment(inputs)}
         try:
             runner(args, cwd=workdir, env=uv_env, capture=True, hint=UV_INSTALL_HINT)
         except CommandError as error:

@@ -28,6 +28,7 @@ from torchyard.matrix.schema import (
 from torchyard.names import (
     ACCELERATOR_NAMES,
     COMPILE_MODES,
+    NATIVE_ACCELERATORS,
     PRECISIONS,
     SUITE_NAMES,
     AcceleratorName,
@@ -108,6 +109,21 @@ def _index_names(table: Table, key: str, known: dict[str, Index]) -> tuple[Index
     return tuple(known[name] for name in names)
 
 
+def _base_image(table: Table, accelerator: str) -> ImageRef | None:
+    if accelerator in NATIVE_ACCELERATORS:
+        if table.value("base-image", required=False) is not None:
+            raise table.error("base-image", f"{accelerator} runs natively (no container reaches its device): remove it")
+        return None
+    return _image(table, "base-image")
+
+
+def _deployment_target(table: Table) -> str | None:
+    target = table.optional_string("deployment-target")
+    if target is not None and not re.fullmatch(r"[1-9][0-9]*\.[0-9]+", target):
+        raise table.error("deployment-target", f'expected a macOS version such as "14.0", got {describe(target)}')
+    return target
+
+
 def _image(table: Table, key: str) -> ImageRef:
     value = table.string(key)
     match = IMAGE_REF.fullmatch(value)
@@ -142,13 +158,14 @@ def _accelerators(
         strategy = table.string("index-strategy", default="first-index")
         configs[name] = AcceleratorConfig(
             name=cast(AcceleratorName, name),
-            base_image=_image(table, "base-image"),
+            base_image=_base_image(table, name),
             indexes=_index_names(table, "indexes", indexes),
             index_strategy=cast(IndexStrategy, _choice(table, "index-strategy", INDEX_STRATEGIES, strategy)),
             platform=table.string("platform", default=DEFAULT_PLATFORM),
             vendor=_vendor(table),
             docker_run=_docker_run(table, allowed_docker_run),
             runs_on=table.string_list("runs-on", non_empty=True) or (),
+            deployment_target=_deployment_target(table),
         )
         table.finish()
     return configs

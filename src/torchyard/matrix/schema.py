@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
-from torchyard.names import AcceleratorName, Precision, SuiteName
+from torchyard.names import NATIVE_ACCELERATORS, AcceleratorName, Precision, SuiteName
 
 IndexStrategy = Literal["first-index", "unsafe-first-match", "unsafe-best-match"]
 INDEX_STRATEGIES: tuple[IndexStrategy, ...] = get_args(IndexStrategy)
@@ -66,13 +66,23 @@ class Project:
 @dataclass(frozen=True)
 class AcceleratorConfig:
     name: AcceleratorName
-    base_image: ImageRef
+    base_image: ImageRef | None  # None for a native accelerator (no image)
     indexes: tuple[Index, ...]
     index_strategy: IndexStrategy
     platform: str
     vendor: tuple[VendorPin, ...]
     docker_run: tuple[str, ...]
     runs_on: tuple[str, ...]
+    deployment_target: str | None = None  # MACOSX_DEPLOYMENT_TARGET for resolving macOS wheels
+
+    @property
+    def native(self) -> bool:
+        return self.name in NATIVE_ACCELERATORS
+
+    def require_base_image(self) -> ImageRef:
+        if self.base_image is None:
+            raise ValueError(f"accelerator {self.name!r} runs natively and has no base image")
+        return self.base_image
 
 
 @dataclass(frozen=True)

@@ -104,12 +104,17 @@ def docker_run_args(
     )  # fmt: skip
 
 
+def _article(name: str) -> str:
+    return "an" if name in ("mps", "xpu") else "a"  # said as letters: "an M-P-S", "an X-P-U"
+
+
 def require_device_runtime(entry: Entry, host: HostFacts) -> None:
     """A GPU entry on a host without that GPU's runtime stops here: never a run that tests the CPU."""
     problems = ACCELERATORS[entry.accelerator.name].host_problems(host)
     if problems:
         raise DeviceUnavailableError(
-            f"entry {entry.name!r} needs a {entry.accelerator.name} device: {'; '.join(problems)}"
+            f"entry {entry.name!r} needs {_article(entry.accelerator.name)} {entry.accelerator.name} device: "
+            + "; ".join(problems)
         )
 
 

@@ -44,7 +44,7 @@ QUERY_SECRET = re.compile(
     r"|x-amz-credential|x-amz-security-token)=)[^&\s'\"]+",
     re.IGNORECASE,
 )
-TAIL_LINES = 40
+TAIL_LINES = 400  # enough for BuildKit to print the failing step, its context and its summary
 
 
 def redact(text: str, env: Mapping[str, str] | None = None) -> str:

@@ -71,7 +71,7 @@ def to_device(call: Call, device: torch.device, dtype: torch.dtype | None = None
         if not isinstance(value, torch.Tensor):
             return value
         if dtype is not None and value.is_floating_point():
-            return value.to(device=device, dtype=dtype)
+            return value.to(dtype=dtype).to(device)  # cast on the CPU first: MPS has no float64 to move
         return value.to(device)
 
     args, kwargs = pytree.tree_map(move, (call.args, dict(call.kwargs)))

@@ -87,7 +87,7 @@ def _eager_cpu(case: Case, calls: list[Call], dtype: torch.dtype) -> tuple[list[
 def make_reference(case: Case, calls: list[Call], *, device: torch.device, dtype: torch.dtype) -> Reference:
     """float64 on the CPU, else float32 on the CPU (saying why); eager on the device gives the dtypes."""
     try:
-        module = copy.deepcopy(case.module()).to(device=device, dtype=dtype)
+        module = copy.deepcopy(case.module()).to(dtype=dtype).to(device)
         with torch.no_grad():
             first = to_device(calls[0], device, dtype)
             expected = [leaf.dtype for leaf in leaves(module(*first.args, **first.kwargs))]
@@ -158,7 +158,7 @@ def evaluate(
     result.bounds = vars(bounds)
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        module = copy.deepcopy(case.module()).to(device=device, dtype=dtype)
+        module = copy.deepcopy(case.module()).to(dtype=dtype).to(device)
         device_calls = [to_device(call, device, dtype) for call in calls]
         run = (runner or runner_for(backend))(case, module, device_calls, device, workdir)
     except Exception as error:

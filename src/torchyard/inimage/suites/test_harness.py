@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from torchyard.inimage.parity.backends import RUNNERS, BackendRun, Runner, leave
 from torchyard.inimage.parity.harness import Result, evaluate, make_reference
 from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.precision import PrecisionError, check_precision
+from torchyard.inimage.probe import ProbeError, check_device, unlocked_environment
 from torchyard.names import BACKEND_NAMES
 
 pytestmark = pytest.mark.harness
@@ -338,3 +340,31 @@ def test_user_cases_load_from_a_named_module(tmp_path: Path, monkeypatch: pytest
     (tmp_path / "bad_cases.py").write_text("CASES = [1]\n")
     with pytest.raises(CaseLoadError, match="must define CASES"):
         load_cases(["bad_cases"], use_entry_points=False)
+
+
+def test_mps_precision_rules() -> None:
+    with pytest.raises(PrecisionError, match=r"bf16 on MPS needs macOS 14 or newer; this Mac runs 13.6"):
+        check_precision("bf16", "mps", macos=(13, 6))
+    check_precision("bf16", "mps", macos=(14, 0))
+    check_precision("fp16", "mps", macos=(13, 0))
+
+
+def test_an_mps_entry_off_apple_silicon_fails_closed() -> None:
+    if torch.backends.mps.is_available():
+        pytest.skip("this machine has an MPS device: the missing-device path cannot be shown here")
+    with pytest.raises(ProbeError, match=r"entry targets MPS but no MPS device is available .* MPS needs macOS"):
+        check_device("mps")
+
+
+def test_an_unlocked_manifest_lists_every_package_and_the_lock_differences(tmp_path: Path) -> None:
+    lock = tmp_path / "lock.txt"
+    lock.write_text(
+        f"torch=={version('torch')} \\\n    --hash=sha256:00\nnot-installed-here==1.0 \\\n    --hash=sha256:11\n"
+    )
+    info = unlocked_environment(lock)
+    assert info["environment"] == "unlocked: this environment"
+    packages = {package["name"]: package for package in info["packages"]}
+    assert packages["torch"]["version"] == version("torch") and packages["pytest"]["origin"]
+    assert "not-installed-here: not installed (lock: 1.0)" in info["lock_differences"]
+    assert not any(line.startswith("torch:") for line in info["lock_differences"])
+    assert unlocked_environment("")["lock_differences"] == ["no lockfile to compare with"]

@@ -1,0 +1,58 @@
+"""Run an entry's suites with the current interpreter and whatever it has installed: no lock sync, no
+container. For machines that already have their stack (a vendor-provisioned GPU box, a board, a locked-down
+node). The report's environment manifest says "unlocked: this environment", lists every package with its
+origin, and names the differences from the entry's lock.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from importlib.resources import as_file, files
+from pathlib import Path
+
+from torchyard import contract
+from torchyard.lock.lockfile import lock_path
+from torchyard.matrix.schema import Entry
+from torchyard.run.environment import entry_environment
+from torchyard.run.reports import exclusive_run, fresh_folder
+from torchyard.util import proc
+
+
+def in_place_environment(entry: Entry, lockdir: Path, report_dir: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """The contract's variables, plus the lock to compare this environment with (empty when it has none)."""
+    lock = lock_path(lockdir, entry)
+    return {
+        **env,
+        **entry_environment(entry, str(report_dir)),
+        contract.UNLOCKED: str(lock.resolve()) if lock.is_file() else "",
+    }
+
+
+def run_in_place(
+    entry: Entry,
+    lockdir: Path,
+    reports: Path,
+    extra: Sequence[str],
+    *,
+    runner: proc.Runner = proc.run,
+    env: Mapping[str, str] = os.environ,
+    python: str = sys.executable,
+) -> int:
+    """pytest with torchyard's suites in this interpreter; the run fails closed like any other."""
+    report_dir = (reports / f"{entry.name}-in-place").resolve()
+    workdir = entry.project.root if entry.project is not None else Path.cwd()
+    print(f"running {entry.name} in place with {python} (unlocked); reports in {report_dir}", file=sys.stderr)
+    with as_file(files("torchyard.inimage.suites")) as suites, exclusive_run(report_dir):
+        fresh_folder(report_dir)
+        args = contract.pytest_args(
+            suites_dir=str(suites),
+            report_dir=str(report_dir),
+            suites=entry.suites,
+            project_tests=entry.tests,
+            extra=extra,
+        )
+        command = [python, "-m", "torchyard.inimage", *args]
+        run_env = in_place_environment(entry, lockdir, report_dir, env)
+        return runner(command, env=run_env, cwd=workdir, check=False).returncode
