@@ -42,6 +42,13 @@ def lint(session: nox.Session) -> None:
     )
     session.run("hadolint", "src/torchyard/image/Dockerfile")
     session.run("actionlint")
+    # The workflow `torchyard init` writes into an adopter's repository passes actionlint too.
+    adopter = Path(session.create_tmp()) / "adopter"
+    adopter.mkdir(exist_ok=True)
+    (adopter / "pyproject.toml").write_text('[project]\nname = "adopter"\nversion = "0"\nrequires-python = ">=3.11"\n')
+    with session.chdir(adopter):
+        session.run("torchyard", "init", "--force", silent=True)
+    session.run("actionlint", str(adopter / ".github" / "workflows" / "torchyard.yml"))
 
 
 @nox.session(name="lint-stack")

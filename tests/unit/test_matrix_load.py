@@ -316,3 +316,19 @@ def test_a_native_accelerator_has_no_base_image() -> None:
     assert error_of(bad_target) == (
         'matrix.toml: accelerators > mps > deployment-target: expected a macOS version such as "14.0", got "fourteen"'
     )
+
+
+def test_compile_modes_become_backend_columns_in_the_run_environment() -> None:
+    from torchyard.run.environment import entry_environment
+
+    text = VALID.replace(
+        'requirements = ["torch==2.14.*", "pytest"]',
+        'requirements = ["torch==2.14.*", "pytest"]\ncompile-modes = ["default", "max-autotune-no-cudagraphs"]',
+    )
+    entry = parse(text).entry("cpu")
+    assert entry.compile_modes == ("default", "max-autotune-no-cudagraphs")
+    assert entry_environment(entry, "/reports")["TORCHYARD_COMPILE_MODES"] == "default,max-autotune-no-cudagraphs"
+    assert error_of(text.replace('"max-autotune-no-cudagraphs"', '"fastest"')) == (
+        'matrix.toml: entry "cpu" > compile-modes[1]: expected one of default, reduce-overhead, max-autotune, '
+        'max-autotune-no-cudagraphs, got "fastest"'
+    )

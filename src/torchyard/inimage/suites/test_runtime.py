@@ -9,11 +9,12 @@ import pytest
 
 from torchyard.inimage.cases import Case
 from torchyard.inimage.plugin import Evaluations, conclude
+from torchyard.names import BACKEND_SUITES
 
 pytestmark = pytest.mark.runtime
 
 
-@pytest.mark.parametrize("backend", ["executorch-portable", "executorch-xnnpack", "tensorrt"])
+@pytest.mark.parametrize("backend", [backend for backend, suite in BACKEND_SUITES.items() if suite == "runtime"])
 def test_runtime_loads_and_runs(
     case: Case, backend: str, evaluations: Evaluations, request: pytest.FixtureRequest
 ) -> None:
