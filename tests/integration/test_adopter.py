@@ -26,11 +26,22 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A venv with torchyard installed from the wheel built from this checkout; returns its bin/."""
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     scratch = tmp_path_factory.mktemp("wheel")
     proc.run(["uv", "build", "--wheel", "--out-dir", str(scratch / "dist"), str(REPO)])
-    (wheel,) = (scratch / "dist").glob("torchyard-*.whl")
+    (built,) = (scratch / "dist").glob("torchyard-*.whl")
+    return built
+
+
+def test_uvx_runs_the_wheel_from_anywhere(wheel: Path, tmp_path: Path) -> None:
+    completed = proc.run(["uvx", "--from", str(wheel), "torchyard", "--version"], cwd=tmp_path, capture=True)
+    assert completed.stdout.strip() == "torchyard 0.1.0"
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv with torchyard installed from the wheel built from this checkout; returns its bin/."""
+    scratch = tmp_path_factory.mktemp("venv")
     venv = scratch / "venv"
     proc.run(["uv", "venv", "--quiet", "--python", "3.11", str(venv)])
     proc.run(["uv", "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), str(wheel)])
@@ -66,6 +77,9 @@ def test_adopter_project_end_to_end(
     run_in(project, installed, ["nox", "-s", "lock"], machine_env)
     assert "torch" in (project / "lockfiles" / "cpu.txt").read_text()
     run_in(project, installed, ["nox", "-s", "lock", "--", "--check"], machine_env)
+    include = run_in(project, installed, ["torchyard", "matrix", "--github"], machine_env).strip().splitlines()[-1]
+    assert json.loads(include)["include"][0]["session"] == "test-cpu"
+    assert "| cpu " in run_in(project, installed, ["nox", "-s", "doctor", "--", "--accelerator", "cpu"], machine_env)
 
     run_in(project, installed, ["nox", "-s", "test-cpu"], machine_env)
     reports = project / "reports" / "cpu"

@@ -96,12 +96,17 @@ class _Settings:
 _settings_key = pytest.StashKey[_Settings]()
 _collector_key = pytest.StashKey["_Collector"]()
 _manifest_key = pytest.StashKey[dict[str, Any]]()
+_cases_key = pytest.StashKey[list[Case]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     for suite in (*SUITE_NAMES, HARNESS, PROJECT):
         config.addinivalue_line("markers", f"{suite}: the {suite} suite")
     config.stash[_settings_key] = settings = _Settings.from_config(config)
+    try:  # once, here: a broken cases module is one line, not a collection error per suite
+        config.stash[_cases_key] = load_cases(settings.case_modules, builtin=settings.builtin_cases)
+    except CaseLoadError as error:
+        pytest.exit(f"torchyard: {error}", returncode=pytest.ExitCode.USAGE_ERROR)
     # Each xdist worker compiles into its own inductor cache: no two processes write one directory.
     worker = getattr(config, "workerinput", {}).get("workerid", "main")
     cache_root = Path(os.environ.get(contract.INDUCTOR_CACHE, settings.report_dir / ".inductor-cache"))
@@ -148,10 +153,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     settings = metafunc.config.stash[_settings_key]
     if "case" in metafunc.fixturenames:
-        try:
-            cases = load_cases(settings.case_modules, builtin=settings.builtin_cases)
-        except CaseLoadError as error:
-            raise pytest.UsageError(str(error)) from None
+        cases = metafunc.config.stash[_cases_key]
         metafunc.parametrize("case", cases, ids=[case.name for case in cases])
     if "parity_backend" in metafunc.fixturenames:
         metafunc.parametrize("parity_backend", settings.parity_backends)

@@ -368,3 +368,21 @@ def test_an_unlocked_manifest_lists_every_package_and_the_lock_differences(tmp_p
     assert "not-installed-here: not installed (lock: 1.0)" in info["lock_differences"]
     assert not any(line.startswith("torch:") for line in info["lock_differences"])
     assert unlocked_environment("")["lock_differences"] == ["no lockfile to compare with"]
+
+
+def test_a_cases_module_that_raises_is_one_line(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(SKIPPING_SUITE)
+    pytester.makepyfile(broken_cases="raise RuntimeError('boom at import')\n")
+    pytester.makepyfile(test_uses_cases="def test_case(case):\n    pass\n")
+    result = pytester.runpytest_subprocess(
+        "--torchyard-cases=broken_cases", f"--torchyard-report-dir={pytester.path}/r"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    output = result.stdout.str() + result.stderr.str()
+    assert "torchyard: cases module 'broken_cases' cannot be imported: RuntimeError: boom at import" in output
+    assert "Traceback" not in output and "ERROR collecting" not in output
+
+
+def test_the_builtin_corpus_can_be_left_out() -> None:
+    assert load_cases([], use_entry_points=False, builtin=False) == []
+    assert {case.name for case in load_cases([], use_entry_points=False)} >= {"mlp", "dict_observation_policy"}
