@@ -170,7 +170,11 @@ def test_in_place_runs_this_interpreter_with_the_lock_to_compare(tmp_path: Path)
     lockdir = tmp_path / "locks"
     lockdir.mkdir()
     (lockdir / "cpu.txt").write_text("torch==2.14.1\n")
+    stale = tmp_path / "reports" / "cpu-in-place" / "parity.md"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("the last run's table\n")
     status = run_in_place(PLAN.entry("cpu"), lockdir, tmp_path / "reports", ["-q"], runner=record, env={}, python="/py")
+    assert not stale.exists()  # a run starts from an empty reports folder
     args, env = seen["args"], seen["env"]
     assert status == 0 and isinstance(args, list) and isinstance(env, dict)
     assert args[:3] == ["/py", "-m", "torchyard.inimage"] and args[3].endswith("torchyard/inimage/suites")

@@ -84,16 +84,34 @@ def stage_context(
     (context / "project").mkdir(exist_ok=True)
     if plan.project_root is None:
         return
-    source = context.parent / "project-source"
-    for name in plan.project_sources:
-        target = source / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes((plan.project_root / name).read_bytes())
-    print(f"building the project's wheel from {len(plan.project_sources)} files", file=sys.stderr, flush=True)
-    try:
-        runner(wheel_build_args(source, context / "project", sources), env={**env, "UV_NO_PROGRESS": "1"})
-    except CommandError as error:
-        raise ImageBuildError(f"entry {plan.entry!r}: the project's wheel did not build ({error})") from None
+    build_project_wheel(
+        plan.entry, plan.project_root, plan.project_sources, context / "project", sources, runner=runner, env=env
+    )
+
+
+def build_project_wheel(
+    entry: str,
+    root: Path,
+    names: Sequence[str],
+    out_dir: Path,
+    sources: Sequence[Source],
+    *,
+    runner: proc.Runner,
+    env: Mapping[str, str],
+) -> list[Path]:
+    """Build the project's wheel from exactly `names` (its tracked source, copied aside) into `out_dir`."""
+    with tempfile.TemporaryDirectory(prefix="torchyard-project-") as scratch:
+        source = Path(scratch)
+        for name in names:
+            target = source / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes((root / name).read_bytes())
+        print(f"building the project's wheel from {len(names)} files", file=sys.stderr, flush=True)
+        try:
+            runner(wheel_build_args(source, out_dir, sources), env={**env, "UV_NO_PROGRESS": "1"})
+        except CommandError as error:
+            raise ImageBuildError(f"entry {entry!r}: the project's wheel did not build ({error})") from None
+    return sorted(out_dir.glob("*.whl"))
 
 
 UNREACHABLE = re.compile(r"no such host|dial tcp|connection refused|i/o timeout|TLS handshake|server misbehaving")

@@ -16,7 +16,7 @@ from torchyard import contract
 from torchyard.lock.lockfile import lock_path
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
-from torchyard.run.reports import exclusive_run, fresh_folder
+from torchyard.run.interpreter import run_suites
 from torchyard.util import proc
 
 
@@ -44,15 +44,14 @@ def run_in_place(
     report_dir = (reports / f"{entry.name}-in-place").resolve()
     workdir = entry.project.root if entry.project is not None else Path.cwd()
     print(f"running {entry.name} in place with {python} (unlocked); reports in {report_dir}", file=sys.stderr)
-    with as_file(files("torchyard.inimage.suites")) as suites, exclusive_run(report_dir):
-        fresh_folder(report_dir)
-        args = contract.pytest_args(
-            suites_dir=str(suites),
-            report_dir=str(report_dir),
-            suites=entry.suites,
-            project_tests=entry.tests,
+    with as_file(files("torchyard.inimage.suites")) as suites:
+        return run_suites(
+            entry,
+            python=python,
+            suites_dir=suites,
+            report_dir=report_dir,
             extra=extra,
+            env=in_place_environment(entry, lockdir, report_dir, env),
+            workdir=workdir,
+            runner=runner,
         )
-        command = [python, "-m", "torchyard.inimage", *args]
-        run_env = in_place_environment(entry, lockdir, report_dir, env)
-        return runner(command, env=run_env, cwd=workdir, check=False).returncode

@@ -10,8 +10,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from torchyard import contract
-from torchyard.image.build import wheel_build_args
+from torchyard.image.build import build_project_wheel
 from torchyard.image.context import inimage_files, project_files
 from torchyard.lock.check import require_fresh
 from torchyard.lock.install import sync_args
@@ -20,6 +19,7 @@ from torchyard.lock.resolve import uv_version
 from torchyard.matrix.machine import extra_find_links, load_mirrors, sources_for
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
+from torchyard.run.interpreter import run_suites
 from torchyard.util import proc
 
 VENVS = Path(".torchyard") / "venvs"
@@ -73,33 +73,28 @@ def run_local(
         print(
             f"[3/{steps}] building and installing {entry.project.name} (no dependencies)", file=sys.stderr, flush=True
         )
-        with tempfile.TemporaryDirectory(prefix="torchyard-project-") as scratch:
-            source = Path(scratch) / "source"
-            for name in project_files(entry.project.root, runner):
-                (source / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(entry.project.root / name, source / name)
-            out = Path(scratch) / "wheels"
-            runner(wheel_build_args(source, out, sources), env=uv_env)
-            wheels = [str(wheel) for wheel in sorted(out.glob("*.whl"))]
+        with tempfile.TemporaryDirectory(prefix="torchyard-wheels-") as out:
+            names = project_files(entry.project.root, runner)
+            wheels = build_project_wheel(
+                entry.name, entry.project.root, names, Path(out), sources, runner=runner, env=uv_env
+            )
             install = ["uv", "pip", "install", "--quiet", "--python", str(python), "--no-deps", "--no-config"]
-            runner([*install, "--reinstall", *wheels], env=uv_env)
+            runner([*install, "--reinstall", *map(str, wheels)], env=uv_env)
     report_dir = (reports / f"{entry.name}-local").resolve()
     print(f"[{steps}/{steps}] running the {', '.join(entry.suites)} suites; reports in {report_dir}", file=sys.stderr)
-    suites_dir = venv.absolute() / "torchyard-inimage" / "torchyard" / "inimage" / "suites"
-    args = contract.pytest_args(
-        suites_dir=str(suites_dir),
-        report_dir=str(report_dir),
-        suites=entry.suites,
-        project_tests=entry.tests,
-        extra=extra,
-    )
     # The venv's own tools (ExecuTorch's flatc, say) on PATH, as in the image.
     run_env = {
         **env,
         **entry_environment(entry, str(report_dir)),
         "PATH": f"{(venv / 'bin').absolute()}{os.pathsep}{env.get('PATH', '')}",
     }
-    completed = runner(
-        [str(python.absolute()), "-m", "torchyard.inimage", *args], env=run_env, cwd=workdir, check=False
+    return run_suites(
+        entry,
+        python=str(python.absolute()),
+        suites_dir=venv.absolute() / "torchyard-inimage" / "torchyard" / "inimage" / "suites",
+        report_dir=report_dir,
+        extra=extra,
+        env=run_env,
+        workdir=workdir,
+        runner=runner,
     )
-    return completed.returncode
