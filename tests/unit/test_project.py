@@ -161,3 +161,8 @@ def test_build_plan_carries_the_tests_and_is_keyed_by_the_source(tmp_path: Path)
     second = plan()[0]
     (root / "notes" / "draft.log").write_text("changed again, still ignored\n")
     assert plan()[0] == second
+
+
+def test_a_project_requirement_that_is_not_pep_508_is_one_line(tmp_path: Path) -> None:
+    root = project_tree(tmp_path, PYPROJECT.replace('"numpy"', '"numpy >>= 2"'))
+    assert "pyproject.toml: not a PEP 508 requirement: 'numpy >>= 2'" in error_of(root)

@@ -8,18 +8,23 @@ layer. Only static metadata can be locked: `dynamic = ["dependencies"]` is refus
 from __future__ import annotations
 
 import difflib
-import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
 from torchyard.errors import ConfigError
 from torchyard.matrix.schema import Project
 
 
-def _normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+def _requirement_name(line: str, file: str) -> str:
+    try:
+        return canonicalize_name(Requirement(line).name)
+    except InvalidRequirement:
+        raise ConfigError(f"{file}: not a PEP 508 requirement: {line!r}") from None
 
 
 def read_pyproject(path: Path) -> dict[str, Any]:
@@ -75,7 +80,7 @@ def load_project(root: Path, extras: Sequence[str], groups: Sequence[str], tests
         raise ConfigError(f"{file}: [project] with a name is required (PEP 621)")
     if "dependencies" in table.get("dynamic", []):
         raise ConfigError(f"{file}: project.dynamic lists dependencies: torchyard locks static dependencies only")
-    name = _normalize(table["name"])
+    name = canonicalize_name(table["name"])
     requirements = _strings(table.get("dependencies", []), f"{file}: project.dependencies")
     optional = table.get("optional-dependencies", {})
     for extra in extras:
@@ -88,8 +93,7 @@ def load_project(root: Path, extras: Sequence[str], groups: Sequence[str], tests
         requirements += _group(data.get("dependency-groups", {}), group, file)
     # An extra or group that names the project itself (`mypkg[test]`) is the project: it is installed
     # from source, so only its other requirements are locked.
-    own = re.compile(rf"^{re.escape(name)}(?![A-Za-z0-9._-])", re.IGNORECASE)
-    locked = tuple(dict.fromkeys(line for line in requirements if not own.match(_normalize(line.split(";")[0]))))
+    locked = tuple(dict.fromkeys(line for line in requirements if _requirement_name(line, file) != name))
     for test_path in tests:
         if not (root / test_path).exists():
             raise ConfigError(f"{file}: the entry's tests path {test_path!r} does not exist under {root}")
