@@ -3,11 +3,20 @@ missing: CI starts dockerd before running them (.ci/run)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import bcrypt
 import docker
 import pytest
 
@@ -56,3 +65,75 @@ def in_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 def machine_env(local_base: str) -> dict[str, str]:
     """This machine's settings: the cpu entry on the local base; local wheel folders when set."""
     return {**os.environ, "TORCHYARD_BASE_IMAGES": f"cpu={local_base}"}
+
+
+@dataclass(frozen=True)
+class LoopbackRegistry:
+    """A real OCI registry (Debian's docker-registry) on 127.0.0.1, with basic auth (htpasswd)."""
+
+    host: str
+    username: str
+    password: str
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"username": self.username, "password": self.password}
+
+
+REGISTRY_CONFIG = """\
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: {root}/data
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:{port}
+  secret: torchyard-test-{port}
+auth:
+  htpasswd:
+    realm: torchyard-test
+    path: {root}/htpasswd
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def loopback_registry(password: str = "torchyard-test-pw-5c1e") -> Iterator[LoopbackRegistry]:
+    """Start `docker-registry serve` on a free loopback port (Docker trusts loopback without TLS); stop
+    it and remove its storage afterwards."""
+    with tempfile.TemporaryDirectory(prefix="torchyard-registry-") as folder:
+        root, port = Path(folder), _free_port()
+        (root / "htpasswd").write_text("ci:" + bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=5)).decode())
+        (root / "config.yml").write_text(REGISTRY_CONFIG.format(root=root, port=port))
+        server = subprocess.Popen(["docker-registry", "serve", str(root / "config.yml")], stderr=subprocess.PIPE)
+        try:
+            for _ in range(100):
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1)
+                except urllib.error.HTTPError as error:
+                    if error.code == 401:  # up, and asking for credentials
+                        break
+                except OSError:
+                    time.sleep(0.1)
+            else:
+                raise RuntimeError(f"docker-registry did not start on port {port}")
+            yield LoopbackRegistry(f"127.0.0.1:{port}", "ci", password)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+            if server.stderr is not None:
+                server.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def registry() -> Iterator[LoopbackRegistry]:
+    with loopback_registry() as running:
+        yield running

@@ -94,3 +94,16 @@ def test_double_dash_separates_pytest_arguments(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr("torchyard.cli.test_entries", fake_test)
     assert main(["test", "--matrix", str(REPO / "matrix.toml"), "cpu", "-q", "--", "-k", "cuda", "rocm"]) == 0
     assert seen == {"entries": ["cpu"], "pytest": ["-q", "-k", "cuda", "rocm"]}
+
+
+def test_push_without_a_registry_is_one_line_before_any_work(
+    matrix: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TORCHYARD_MACHINE_FILE", str(tmp_path / "none.toml"))
+    monkeypatch.delenv("TORCHYARD_REGISTRY", raising=False)
+    status = main(["build", "--matrix", str(matrix), "--lockdir", str(tmp_path), "--push", "cpu"])
+    assert status == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "torchyard: --push needs a registry: set TORCHYARD_REGISTRY (host[:port]/path) or [registry] name in "
+        "machine.toml"
+    )

@@ -12,8 +12,9 @@ import pytest
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.host.engine import DockerCli
 from torchyard.image import plan as image_plan
-from torchyard.image.build import docker_build_args, explain_build_failure
+from torchyard.image.build import cache_sources, docker_build_args, explain_build_failure, how_built
 from torchyard.image.plan import BuildOptions, BuildPlan, plan_build, resolve_base
+from torchyard.image.registry import Registry
 from torchyard.matrix import load_plan
 
 REPO = Path(__file__).parents[2]
@@ -114,26 +115,49 @@ def test_buildkit_args(tree: Path) -> None:
     assert "--tag" not in args  # tagged only after the build succeeds
 
 
-def test_buildx_loads_or_pushes(tree: Path) -> None:
+def test_buildx_loads_into_the_engine_and_exports_cache(tree: Path) -> None:
+    """Both builders leave the image in the engine; pushing is a separate step, the same for both."""
     plan = make_plan(tree)
     common = {"context": Path("/c"), "iidfile": Path("/i"), "secrets": {}, "host_network": False}
     loaded = docker_build_args(plan, BUILDX, options=BuildOptions(), **common)  # type: ignore[arg-type]
     assert loaded[:3] == ("/usr/bin/docker", "buildx", "build") and loaded[-2:] == ("--load", "/c")
-    pushed = docker_build_args(plan, BUILDX, options=BuildOptions(push=True, cache_to=("type=gha",)), **common)  # type: ignore[arg-type]
-    assert pushed[-8:] == ("--cache-to", "type=gha", "--tag", plan.tag, "--tag", plan.alias, "--push", "/c")
+    exported = docker_build_args(plan, BUILDX, options=BuildOptions(push=True, cache_to=("type=gha",)), **common)  # type: ignore[arg-type]
+    assert exported[-4:] == ("--cache-to", "type=gha", "--load", "/c") and "--push" not in exported
 
 
-def test_push_needs_buildx(tree: Path) -> None:
-    with pytest.raises(ImageBuildError, match="need `docker buildx`"):
-        docker_build_args(
-            make_plan(tree),
-            BUILDKIT,
-            context=Path("/c"),
-            iidfile=Path("/i"),
-            secrets={},
-            host_network=False,
-            options=BuildOptions(push=True),
-        )
+def test_cache_export_needs_buildx_but_push_does_not(tree: Path) -> None:
+    common = {"context": Path("/c"), "iidfile": Path("/i"), "secrets": {}, "host_network": False}
+    pushed = docker_build_args(make_plan(tree), BUILDKIT, options=BuildOptions(push=True), **common)  # type: ignore[arg-type]
+    assert "--push" not in pushed and "--load" not in pushed
+    with pytest.raises(ImageBuildError, match="--cache-to needs `docker buildx`"):
+        docker_build_args(make_plan(tree), BUILDKIT, options=BuildOptions(cache_to=("type=gha",)), **common)  # type: ignore[arg-type]
+
+
+def test_cache_sources_are_this_runner_then_the_registry(tree: Path) -> None:
+    plan = make_plan(tree)
+    registry = Registry("127.0.0.1:5000/team")
+    assert cache_sources(plan, BuildOptions(), None, local_alias=False).cache_from == ()
+    assert cache_sources(plan, BuildOptions(), registry, local_alias=True).cache_from == (
+        plan.alias,
+        f"127.0.0.1:5000/team/{plan.alias}",
+    )
+    named = BuildOptions(cache_from=("type=gha",))
+    assert cache_sources(plan, named, registry, local_alias=True) == named  # what the caller named wins
+
+
+BUILD_LOG = """\
+#8 [4/9] COPY lock.txt /opt/torchyard/lock.txt
+#8 CACHED
+
+#9 [5/9] RUN uv pip install --python /opt/torchyard/venv/bin/python --no-deps --no-config "${hashes[@]}"
+#9 {how}
+"""
+
+
+def test_how_built_reads_the_dependency_layer() -> None:
+    assert how_built(BUILD_LOG.replace("{how}", "CACHED")) == "cache"
+    assert how_built(BUILD_LOG.replace("{how}", "0.312 Installed 98 packages")) == "cold"
+    assert how_built("") == "cold"
 
 
 def test_an_unreadable_lockfile_is_one_line(tmp_path: Path) -> None:

@@ -9,17 +9,18 @@ from pathlib import Path
 
 import docker
 
-from torchyard.errors import CommandError
+from torchyard.errors import CommandError, ImageBuildError
 from torchyard.host.engine import DockerCli, build_client, engine
-from torchyard.image.build import Built, build_image, build_summary
+from torchyard.image.build import NO_REGISTRY, Built, build_image, build_summary
 from torchyard.image.debootstrap import DEFAULT_TAG, bootstrap_base
 from torchyard.image.plan import BuildOptions, plan_build, resolve_base
+from torchyard.image.registry import DIGEST, load_registry
 from torchyard.lock.check import require_fresh
 from torchyard.lock.resolve import uv_version
 from torchyard.matrix.machine import load_base_overrides
 from torchyard.matrix.schema import Entry
 from torchyard.util import proc
-from torchyard.util.markdown import markdown_table
+from torchyard.util.markdown import append_step_summary, markdown_table
 
 
 def _git(args: Sequence[str], runner: proc.Runner, fallback: str) -> str:
@@ -50,6 +51,9 @@ def build_images(
     entries = [entry for entry in entries if not entry.accelerator.native]
     if not entries:
         return []
+    registry = load_registry(env)
+    if options.push and registry is None:
+        raise ImageBuildError(NO_REGISTRY)  # before any lock check or layer
     uv = uv_version(runner)
     for entry in entries:
         require_fresh(entry, lockdir, uv)
@@ -61,16 +65,27 @@ def build_images(
     built = []
     for position, entry in enumerate(entries, start=1):
         base = resolve_base(entry, overrides)
-        local = client.images.list(name=base)
-        base_id = (local[0].id if local else None) or entry.accelerator.require_base_image().digest
+        base_id = base_identity(base, client) or entry.accelerator.require_base_image().digest
         plan = plan_build(
             entry, lockdir, base_image=base, base_id=base_id, uv_version=uv, revision=revision,
             source_date_epoch=epoch, runner=runner,
         )  # fmt: skip
         print(f"[{position}/{len(entries)}] {entry.name}: {plan.tag}", file=sys.stderr, flush=True)
-        built.append(build_image(entry, plan, client, cli, options=options, runner=runner, env=env))
-    sys.stdout.write(markdown_table(("entry", "image", "size", "seconds", "cache hit"), build_summary(built)))
+        built.append(build_image(entry, plan, client, cli, options=options, registry=registry, runner=runner, env=env))
+    table = markdown_table(("entry", "image", "size", "seconds", "image came from"), build_summary(built))
+    sys.stdout.write(table)
+    append_step_summary(f"### torchyard images\n\n{table}", env)
     return built
+
+
+def base_identity(base: str, client: docker.DockerClient) -> str | None:
+    """What the base contributes to the image's tag: its pinned digest when the reference has one (the
+    same on every runner, pulled or not), else the local image's ID (a per-machine base)."""
+    _, _, digest = base.partition("@")
+    if DIGEST.fullmatch(digest):
+        return digest
+    local = client.images.list(name=base)
+    return local[0].id if local else None
 
 
 def make_base(tag: str = DEFAULT_TAG, *, runner: proc.Runner = proc.run, env: Mapping[str, str] = os.environ) -> str:

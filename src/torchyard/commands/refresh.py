@@ -1,15 +1,15 @@
 """`torchyard refresh`: move the pins in matrix.toml, for review in a pull request.
 
 - `exclude-newer` (the lock cut-off) becomes today, midnight UTC;
-- each accelerator's base image keeps its name and tag and gets the digest the registry serves now
-  (`docker buildx imagetools inspect`, so this needs a registry: the scheduled workflow has one).
+- each accelerator's base image keeps its name and tag and gets the digest its registry serves for that
+  tag now, read through the engine from the registry API (a multi-platform index keeps the index's own
+  digest). Credentials are Docker's own (`docker login`), or the machine registry's from the environment.
 The file is edited as text, value by value, so comments and layout stay as people wrote them.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import re
 import sys
@@ -17,14 +17,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from torchyard.errors import ConfigError, TorchyardError
-from torchyard.host.engine import build_client
+from torchyard.host.engine import engine
+from torchyard.image.registry import DIGEST, load_registry, registry_host, remote_digest
 from torchyard.matrix import load_plan, parse_plan
 from torchyard.matrix.machine import allowed_docker_run
-from torchyard.util import proc
 from torchyard.util.atomic import write_atomically
 
 EXCLUDE_NEWER = re.compile(r"(?m)^exclude-newer\s*=\s*\S+$")
-DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def bump_exclude_newer(text: str, today: dt.date) -> str:
@@ -42,29 +41,21 @@ def replace_digest(text: str, name: str, old: str, new: str) -> str:
     return text.replace(before, f'"{name}@{new}"')
 
 
-def registry_digest(cli_path: str, name: str, runner: proc.Runner = proc.run) -> str:
-    """The digest the registry serves for `name` now (the multi-platform index where there is one)."""
-    output = runner([cli_path, "buildx", "imagetools", "inspect", name, "--format", "{{json .Manifest}}"], capture=True)
-    digest = json.loads(output.stdout).get("digest", "")
-    if not DIGEST.fullmatch(digest):
-        raise TorchyardError(f"registry gave no digest for {name}")
-    return str(digest)
-
-
 def refresh(
     matrix: Path,
     *,
     today: dt.date | None = None,
     resolve: Callable[[str], str] | None = None,
-    runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
 ) -> list[tuple[str, str, str]]:
     """Rewrite `matrix` in place (atomically); returns (image, old digest, new digest) per change."""
     if resolve is None:
-        cli = build_client(env, runner)
+        client = engine(env)
+        registry = load_registry(env)
 
         def resolve(name: str) -> str:
-            return registry_digest(cli.path, name, runner)
+            own = registry is not None and registry_host(name) == registry.host
+            return remote_digest(client, name, registry.auth if own and registry is not None else None)
 
     allowed = allowed_docker_run(env)
     plan = load_plan(matrix, allowed_docker_run=allowed)

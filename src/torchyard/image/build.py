@@ -14,8 +14,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import docker
 import docker.errors
@@ -24,6 +25,7 @@ from docker.models.images import Image
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.host.engine import DockerCli
 from torchyard.image.plan import BuildOptions, BuildPlan
+from torchyard.image.registry import Registry, Transfer, client_environment, pull, push
 from torchyard.image.serve import served
 from torchyard.matrix.machine import Source, extra_find_links, index_args, load_mirrors, sources_for
 from torchyard.matrix.schema import Entry
@@ -55,13 +57,14 @@ def docker_build_args(
         args += ["--network", "host"]
     for ref in options.cache_from:
         args += ["--cache-from", ref]
-    if options.cache_to or options.push:
+    if options.cache_to:
         if cli.builder != "buildx":
-            raise ImageBuildError("--push and --cache-to need `docker buildx` (this client builds with plain BuildKit)")
+            raise ImageBuildError(
+                "--cache-to needs `docker buildx` (this client builds with plain BuildKit; its images carry their "
+                "layer cache inline, so pushing them shares it: `torchyard build --push`)"
+            )
         args += [item for ref in options.cache_to for item in ("--cache-to", ref)]
-    if options.push:
-        args += ["--tag", plan.tag, "--tag", plan.alias, "--push"]
-    elif cli.builder == "buildx":
+    if cli.builder == "buildx":
         args.append("--load")
     args.append(str(context))
     return tuple(args)
@@ -185,13 +188,67 @@ def _ca_bundle(env: Mapping[str, str]) -> Path | None:
     return None
 
 
+Origin = Literal["local", "pulled", "cache", "cold"]
+ORIGIN_WORDS: dict[Origin, str] = {
+    "local": "found on this runner",
+    "pulled": "pulled from the registry",
+    "cache": "built from cache",
+    "cold": "built cold",
+}
+NO_REGISTRY = "--push needs a registry: set TORCHYARD_REGISTRY (host[:port]/path) or [registry] name in machine.toml"
+# The dependency layer's step: CACHED in the build's output means no wheel was downloaded or installed.
+DEPENDENCY_STEP = "uv pip install --python /opt/torchyard/venv/bin/python --no-deps --no-config"
+
+
 @dataclass(frozen=True)
 class Built:
     entry: str
     tag: str
     size_bytes: int
     seconds: float
-    reused: bool
+    origin: Origin
+    pushed: tuple[Transfer, ...] = ()
+    pulled: Transfer | None = None
+
+    @property
+    def reused(self) -> bool:
+        return self.origin in {"local", "pulled"}
+
+
+def how_built(output: str) -> Origin:
+    """ "cache" when the build's dependency layer came from a cache (local or the registry's), else "cold"."""
+    for line in output.splitlines():
+        if DEPENDENCY_STEP in line and line.startswith("#"):
+            step = line.split()[0]
+            if re.search(rf"(?m)^{re.escape(step)} CACHED$", output):
+                return "cache"
+    return "cold"
+
+
+def cache_sources(plan: BuildPlan, options: BuildOptions, registry: Registry | None, local_alias: bool) -> BuildOptions:
+    """Where the build may take layers from: what the caller named, else this runner's last image of the
+    entry and the registry's (its layer cache travels inline with it)."""
+    if options.cache_from:
+        return options
+    sources = [plan.alias] if local_alias else []
+    if registry is not None:
+        sources.append(registry.ref(plan.alias))
+    return BuildOptions(options.push, tuple(sources), options.cache_to)
+
+
+def publish(
+    client: docker.DockerClient, registry: Registry | None, plan: BuildPlan, env: Mapping[str, str]
+) -> tuple[Transfer, ...]:
+    """Push the content-addressed tag and the entry's alias to the machine's registry."""
+    if registry is None:
+        raise ImageBuildError(NO_REGISTRY)
+    image = client.images.get(plan.tag)
+    transfers = []
+    for local in (plan.tag, plan.alias):
+        repository, _, tag = registry.ref(local).rpartition(":")
+        image.tag(repository, tag)
+        transfers.append(push(client, registry, registry.ref(local), env))
+    return tuple(transfers)
 
 
 def build_image(
@@ -201,20 +258,31 @@ def build_image(
     cli: DockerCli,
     *,
     options: BuildOptions = NO_OPTIONS,
+    registry: Registry | None = None,
     runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
 ) -> Built:
-    """Build `plan` unless its tag exists; the base is checked before the first layer (the caller has
-    checked the lock)."""
+    """Reuse `plan`'s image when this runner has it, else pull it from the registry by its
+    content-addressed tag, else build it (taking layers from the registry's cache); `--push` publishes
+    it. The base is checked before the first layer (the caller has checked the lock)."""
     started = time.monotonic()
     existing = _local_image(client, plan.tag)
-    if existing is not None and not options.push:
+    origin: Origin = "local"
+    pulled = None
+    if existing is None and registry is not None:
+        pulled = pull(client, registry, registry.ref(plan.tag), env)
+        if pulled is not None:
+            existing = client.images.get(registry.ref(plan.tag))
+            existing.tag(plan.tag)
+            origin = "pulled"
+    if existing is not None:
         existing.tag(plan.alias)
-        return Built(entry.name, plan.tag, existing.attrs["Size"], time.monotonic() - started, reused=True)
+        pushed = publish(client, registry, plan, env) if options.push else ()
+        seconds = time.monotonic() - started
+        return Built(entry.name, plan.tag, existing.attrs["Size"], seconds, origin, pushed, pulled)
     check_base(client, plan)
     check_free_disk(client, plan)
-    if _local_image(client, plan.alias) is not None and not options.cache_from:
-        options = replace(options, cache_from=(plan.alias,))
+    options = cache_sources(plan, options, registry, _local_image(client, plan.alias) is not None)
     index_sources = sources_for(entry.indexes, load_mirrors(env))
     sources = [*index_sources, *(Source("local", "find-links", f) for f in extra_find_links(env))]
     with (
@@ -234,20 +302,27 @@ def build_image(
         )
         print(f"building {plan.tag} for entry {entry.name!r} from {plan.base_image}", file=sys.stderr, flush=True)
         try:
-            runner(args, env=cli.build_env(env), tee=True)
+            with client_environment(registry, cli.build_env(env)) as build_env:
+                completed = runner(args, env=build_env, tee=True)
         except CommandError as error:
             raise ImageBuildError(explain_build_failure(entry, plan, error)) from None
         image_id = iidfile.read_text().strip() if iidfile.exists() else ""
-    if options.push:
-        return Built(entry.name, plan.tag, 0, time.monotonic() - started, reused=False)
     image = client.images.get(image_id)
     image.tag(plan.tag)
     image.tag(plan.alias)
-    return Built(entry.name, plan.tag, image.attrs["Size"], time.monotonic() - started, reused=False)
+    origin = how_built(completed.stdout or "")
+    pushed = publish(client, registry, plan, env) if options.push else ()
+    return Built(entry.name, plan.tag, image.attrs["Size"], time.monotonic() - started, origin, pushed)
 
 
 def build_summary(rows: Sequence[Built]) -> list[tuple[str, str, str, str, str]]:
-    return [
-        (row.entry, row.tag, f"{row.size_bytes / 1e9:.2f} GB", f"{row.seconds:.1f}", "yes" if row.reused else "no")
-        for row in rows
-    ]
+    """Per entry: its image, size, seconds and where the image came from (a miss says built cold or from cache)."""
+    table = []
+    for row in rows:
+        origin = ORIGIN_WORDS[row.origin]
+        if row.pulled is not None:
+            origin += f" ({row.pulled.bytes / 1e6:.0f} MB in {row.pulled.layers} layers)"
+        if row.pushed:
+            origin += ", pushed"
+        table.append((row.entry, row.tag, f"{row.size_bytes / 1e9:.2f} GB", f"{row.seconds:.1f}", origin))
+    return table

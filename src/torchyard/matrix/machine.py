@@ -5,7 +5,8 @@ Two sources, the environment winning over the file:
 - `TORCHYARD_MIRRORS="pypi=file:///srv/pypi/simple nvidia=/srv/wheels"` (whitespace-separated), and
   `TORCHYARD_BASE_IMAGES="cpu=torchyard/base:bookworm"` (by entry name or accelerator);
 - `$TORCHYARD_MACHINE_FILE`, else `$XDG_CONFIG_HOME/torchyard/machine.toml` (`~/.config/...`), with
-  `[mirrors]` and `[base-images]` tables of the same `name = "value"` pairs.
+  `[mirrors]` and `[base-images]` tables of the same `name = "value"` pairs;
+- `TORCHYARD_REGISTRY` or `[registry] name`: the registry the runners share images and layers through.
 A target with a scheme (`https://`, `http://`, `file://`) is a PEP 503 index; a plain path is a flat
 folder of wheels (uv's `--find-links`). Mirrors change where files come from, never which files:
 the lock's hashes still have to match.
@@ -28,7 +29,10 @@ ENV_VAR = "TORCHYARD_MIRRORS"
 FIND_LINKS_ENV = "TORCHYARD_FIND_LINKS"
 BASES_ENV_VAR = "TORCHYARD_BASE_IMAGES"
 FILE_ENV_VAR = "TORCHYARD_MACHINE_FILE"
-TABLES = ("mirrors", "base-images", "limits", "allow")
+REGISTRY_ENV = "TORCHYARD_REGISTRY"
+TABLES = ("mirrors", "base-images", "limits", "allow", "registry")
+# host[:port][/path], lower case as the distribution spec wants; no scheme, no user, no tag.
+REGISTRY_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*")
 MEMORY = re.compile(r"[1-9][0-9]*[bkmg]?")
 DEFAULT_PIDS = 4096
 
@@ -102,6 +106,28 @@ def allowed_docker_run(env: Mapping[str, str] = os.environ) -> frozenset[str]:
     if not all(isinstance(flag, str) and flag.startswith("-") for flag in flags):
         raise ConfigError(f'{path}: allow > docker-run: expected flags such as "--privileged"')
     return frozenset(flags)
+
+
+def load_registry_name(env: Mapping[str, str] = os.environ) -> str | None:
+    """The registry this machine's runners share (`TORCHYARD_REGISTRY`, else `[registry] name`), or None."""
+    path = machine_file(env)
+    if env.get(REGISTRY_ENV):
+        name, origin = env[REGISTRY_ENV], REGISTRY_ENV
+    else:
+        table = _machine_data(path).get("registry", {})
+        if not isinstance(table, dict) or set(table) - {"name"} or not isinstance(table.get("name", ""), str):
+            raise ConfigError(f'{path}: registry: expected name = "host[:port]/path" only')
+        if "name" not in table:
+            return None
+        name, origin = table["name"], f"{path}: registry > name"
+    if not REGISTRY_NAME.fullmatch(name):
+        shown = "a value with credentials (not shown)" if "@" in name else repr(name)
+        raise ConfigError(
+            f"{origin}: expected host[:port]/path such as ghcr.io/my-org or 127.0.0.1:5000/team, got {shown} "
+            "(no scheme and no credentials: those come from `docker login` or TORCHYARD_REGISTRY_USERNAME and "
+            "TORCHYARD_REGISTRY_PASSWORD)"
+        )
+    return name
 
 
 def machine_file(env: Mapping[str, str]) -> Path:

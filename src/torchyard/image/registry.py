@@ -1,0 +1,165 @@
+"""Images in an OCI registry that many runners share: names, credentials, pull, push and digests.
+
+The registry is a machine setting (`TORCHYARD_REGISTRY`, else `[registry] name` in machine.toml), never
+matrix.toml: a pull request that edits the matrix must not redirect where a runner pushes. Its
+credentials come from Docker's own store (`docker login`, credential helpers) or from
+`TORCHYARD_REGISTRY_USERNAME` / `TORCHYARD_REGISTRY_PASSWORD`; they go to the engine in the API's auth
+header and to the build client through a private, temporary Docker config, never into an argument
+list, a label, a layer or a log line.
+
+Pulls, pushes and digests go through the Docker SDK (the engine speaks the registry API, with its own
+mirrors, TLS settings and credential helpers); what the engine streams back is shown as one line per
+layer, and the bytes moved are counted.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+
+from torchyard.errors import ConfigError, ImageBuildError, TorchyardError
+from torchyard.matrix.machine import load_registry_name
+from torchyard.util.proc import redact
+
+USERNAME_ENV = "TORCHYARD_REGISTRY_USERNAME"
+PASSWORD_ENV = "TORCHYARD_REGISTRY_PASSWORD"
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+MISSING = re.compile(r"manifest unknown|not found|does not exist|name unknown", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Registry:
+    """Where this machine's runners share images: `host[:port][/path]`, and how to log in to it."""
+
+    name: str
+    auth: dict[str, str] | None = None  # from the environment; None: Docker's own credential store
+
+    @property
+    def host(self) -> str:
+        return self.name.split("/", 1)[0]
+
+    def ref(self, local: str) -> str:
+        """The registry's name for a local `torchyard/<entry>:<tag>`."""
+        return f"{self.name}/{local}"
+
+
+def load_registry(env: Mapping[str, str] = os.environ) -> Registry | None:
+    """The machine's registry with its credentials from the environment, or None when none is set."""
+    name = load_registry_name(env)
+    if name is None:
+        return None
+    username, password = env.get(USERNAME_ENV, ""), env.get(PASSWORD_ENV, "")
+    if bool(username) != bool(password):
+        missing = PASSWORD_ENV if username else USERNAME_ENV
+        raise ConfigError(f"{missing} is not set: registry credentials from the environment need both variables")
+    return Registry(name, {"username": username, "password": password} if username else None)
+
+
+def registry_host(reference: str) -> str:
+    """The registry host of an image reference (Docker Hub when the first part is not a host)."""
+    first, slash, _ = reference.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "docker.io"
+
+
+@contextmanager
+def client_environment(registry: Registry | None, env: Mapping[str, str]) -> Iterator[dict[str, str]]:
+    """`env` for the build client: with credentials from the environment, a private Docker config
+    holding only them (mode 0600, removed afterwards), so BuildKit pulls the base and the cache with
+    them; otherwise `env` as it is (Docker's own store)."""
+    if registry is None or registry.auth is None:
+        yield dict(env)
+        return
+    token = base64.b64encode(f"{registry.auth['username']}:{registry.auth['password']}".encode()).decode()
+    with tempfile.TemporaryDirectory(prefix="torchyard-docker-config-") as folder:
+        config = Path(folder) / "config.json"
+        descriptor = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            json.dump({"auths": {registry.host: {"auth": token}}}, handle)
+        yield {**env, "DOCKER_CONFIG": folder}
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """What one pull or push moved: the layers and their bytes (compressed, as the registry holds them)."""
+
+    reference: str
+    layers: int
+    bytes: int
+
+
+def _follow(events: Iterator[dict[str, Any]], reference: str, verb: str, env: Mapping[str, str]) -> Transfer:
+    """Show the engine's stream as one line per finished layer; an error event raises, redacted."""
+    sizes: dict[str, int] = {}
+    done = 0
+    for event in events:
+        if "error" in event:
+            detail = redact(str(event.get("error", "")), env)
+            if MISSING.search(detail):
+                raise LookupError(detail)
+            raise TorchyardError(f"{verb} {reference} failed: {detail}")
+        layer, status = str(event.get("id", "")), str(event.get("status", ""))
+        total = (event.get("progressDetail") or {}).get("total")
+        if layer and isinstance(total, int) and status in {"Downloading", "Pushing"}:
+            sizes[layer] = max(sizes.get(layer, 0), total)
+        if layer and status in {"Pull complete", "Pushed", "Already exists", "Layer already exists"}:
+            done += 1
+            print(f"  {verb} {reference}: layer {layer} {status.lower()}", file=sys.stderr, flush=True)
+    return Transfer(reference, done, sum(sizes.values()))
+
+
+def pull(client: docker.DockerClient, registry: Registry, reference: str, env: Mapping[str, str]) -> Transfer | None:
+    """Pull `reference`; None when the registry does not have it (a miss, not an error)."""
+    repository, _, tag = reference.rpartition(":")
+    print(f"pulling {reference}", file=sys.stderr, flush=True)
+    try:
+        events = client.api.pull(repository, tag, stream=True, decode=True, auth_config=registry.auth)
+        return _follow(events, reference, "pull", env)
+    except LookupError:
+        return None
+    except docker.errors.NotFound:
+        return None
+    except docker.errors.APIError as error:
+        detail = redact(str(error.explanation or error), env)
+        if MISSING.search(detail):
+            return None
+        raise TorchyardError(f"cannot pull {reference} from {registry.host}: {detail}") from None
+
+
+def push(client: docker.DockerClient, registry: Registry, reference: str, env: Mapping[str, str]) -> Transfer:
+    """Push a local `reference` (already tagged with the registry's name)."""
+    repository, _, tag = reference.rpartition(":")
+    print(f"pushing {reference}", file=sys.stderr, flush=True)
+    try:
+        events = client.api.push(repository, tag, stream=True, decode=True, auth_config=registry.auth)
+        return _follow(events, reference, "push", env)
+    except (LookupError, docker.errors.APIError) as error:
+        raise ImageBuildError(f"cannot push {reference} to {registry.host}: {redact(str(error), env)}") from None
+
+
+def remote_digest(client: docker.DockerClient, reference: str, auth: dict[str, str] | None = None) -> str:
+    """The digest the registry serves for `reference` now: the multi-platform index's own digest where
+    there is one (never one platform's manifest), as the engine reads it from the registry API."""
+    try:
+        data = client.images.get_registry_data(reference, auth_config=auth)
+    except docker.errors.NotFound:
+        raise TorchyardError(f"{reference}: not in its registry (manifest unknown)") from None
+    except docker.errors.APIError as error:
+        raise TorchyardError(f"{reference}: the registry did not answer: {redact(str(error.explanation))}") from None
+    digest = str(data.attrs.get("Descriptor", {}).get("digest", ""))
+    if not DIGEST.fullmatch(digest):
+        raise TorchyardError(f"{reference}: the registry answered {digest!r}, not a sha256 digest")
+    return digest
