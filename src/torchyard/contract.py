@@ -22,7 +22,8 @@ COMPILE_MODES = "TORCHYARD_COMPILE_MODES"  # comma-separated torch.compile modes
 VENDOR_RECORD = "TORCHYARD_VENDOR_RECORD"
 # Set (to the entry's lockfile path, or empty when it has none) for a run in an unlocked environment.
 UNLOCKED = "TORCHYARD_UNLOCKED"
-INDUCTOR_CACHE = "TORCHYARD_INDUCTOR_CACHE"
+INDUCTOR_CACHE = "TORCHYARD_INDUCTOR_CACHE"  # the entry's cache root: inductor's caches and artifacts/
+ARTIFACT_CACHE = "TORCHYARD_ARTIFACT_CACHE"  # "off": lower every program again
 
 # Inside the image (the Dockerfile creates these; a unit test checks that it does).
 IMAGE_REPORTS = "/reports"

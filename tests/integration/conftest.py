@@ -84,6 +84,8 @@ REGISTRY_CONFIG = """\
 version: 0.1
 log:
   level: warn
+  accesslog:
+    disabled: true
 storage:
   filesystem:
     rootdirectory: {root}/data
@@ -113,7 +115,8 @@ def loopback_registry(password: str = "torchyard-test-pw-5c1e") -> Iterator[Loop
         root, port = Path(folder), _free_port()
         (root / "htpasswd").write_text("ci:" + bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=5)).decode())
         (root / "config.yml").write_text(REGISTRY_CONFIG.format(root=root, port=port))
-        server = subprocess.Popen(["docker-registry", "serve", str(root / "config.yml")], stderr=subprocess.PIPE)
+        log = (root / "registry.log").open("wb")
+        server = subprocess.Popen(["docker-registry", "serve", str(root / "config.yml")], stderr=log, stdout=log)
         try:
             for _ in range(100):
                 try:
@@ -129,8 +132,7 @@ def loopback_registry(password: str = "torchyard-test-pw-5c1e") -> Iterator[Loop
         finally:
             server.terminate()
             server.wait(timeout=30)
-            if server.stderr is not None:
-                server.stderr.close()
+            log.close()
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,7 @@ import torch
 
 from torchyard import contract
 from torchyard.inimage.cases import Case, CaseLoadError, base_backend, load_cases
+from torchyard.inimage.parity.artifacts import ArtifactCache
 from torchyard.inimage.parity.harness import Reference, Result, evaluate, make_reference
 from torchyard.inimage.parity.report import write_reports
 from torchyard.inimage.parity.tolerances import Tolerances, load_tolerances
@@ -109,8 +110,10 @@ def pytest_configure(config: pytest.Config) -> None:
         pytest.exit(f"torchyard: {error}", returncode=pytest.ExitCode.USAGE_ERROR)
     # Each xdist worker compiles into its own inductor cache: no two processes write one directory.
     worker = getattr(config, "workerinput", {}).get("workerid", "main")
-    cache_root = Path(os.environ.get(contract.INDUCTOR_CACHE, settings.report_dir / ".inductor-cache"))
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root / worker)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root(settings) / worker)
+    # inductor's FX graph and AOTAutograd caches live there too: a warm volume skips their compiles.
+    os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
+    os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "1")
     if _is_controller(config):
         config.stash[_collector_key] = collector = _Collector()
         config.pluginmanager.register(collector, "torchyard-collector")
@@ -126,6 +129,18 @@ def pytest_configure(config: pytest.Config) -> None:
             )
         except (ProbeError, PrecisionError) as error:
             pytest.exit(f"torchyard probe: {error}", returncode=contract.PROBE_FAILED)
+
+
+def cache_root(settings: _Settings) -> Path:
+    """The entry's cache (a named volume in a container, `.torchyard/cache/<entry>` for a venv)."""
+    return Path(os.environ.get(contract.INDUCTOR_CACHE, settings.report_dir / ".inductor-cache"))
+
+
+def artifact_cache(settings: _Settings) -> ArtifactCache:
+    """Lowered programs by content, shared by every worker and run of the entry (`off` turns it off)."""
+    if os.environ.get(contract.ARTIFACT_CACHE) == "off":
+        return ArtifactCache(None)
+    return ArtifactCache(cache_root(settings) / "artifacts")
 
 
 def _macos() -> tuple[int, int] | None:
@@ -171,6 +186,7 @@ class Evaluations:
         self.dtype = DTYPES[settings.precision]
         self.workdir = workdir
         self._results: dict[tuple[str, str], Result] = {}
+        self.cache = artifact_cache(settings)
         self._references: dict[str, Reference] = {}
 
     def result(self, case: Case, backend: str) -> Result:
@@ -186,6 +202,7 @@ class Evaluations:
                 tolerances=self.settings.tolerances,
                 workdir=self.workdir / case.name,
                 reference=self._references[case.name],
+                cache=self.cache,
             )
         return self._results[key]
 

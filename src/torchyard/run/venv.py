@@ -10,6 +10,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from torchyard import contract
 from torchyard.image.build import build_project_wheel
 from torchyard.image.context import inimage_files, project_files
 from torchyard.lock.check import require_fresh
@@ -23,6 +24,7 @@ from torchyard.run.interpreter import run_suites
 from torchyard.util import proc
 
 VENVS = Path(".torchyard") / "venvs"
+CACHES = Path(".torchyard") / "cache"
 
 
 def stage_inimage(venv: Path, python: str) -> Path:
@@ -87,6 +89,8 @@ def run_local(
         **env,
         **entry_environment(entry, str(report_dir)),
         "PATH": f"{(venv / 'bin').absolute()}{os.pathsep}{env.get('PATH', '')}",
+        # Outside the reports folder (emptied every run), so inductor's caches and the artifacts stay warm.
+        contract.INDUCTOR_CACHE: str((CACHES / entry.name).absolute()),
     }
     return run_suites(
         entry,

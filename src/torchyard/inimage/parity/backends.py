@@ -8,6 +8,7 @@ outputs as a flat list of tensor leaves so they compare leaf by leaf.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import statistics
 import time
@@ -20,6 +21,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from torchyard.inimage.cases import Call, Case, base_backend
+from torchyard.inimage.parity.artifacts import ArtifactCache, Unkeyable, artifact_key
 
 WARMUP = 2
 REPEATS = 7
@@ -140,20 +142,56 @@ def export_program(case: Case, module: torch.nn.Module, call: Call) -> torch.exp
     return torch.export.export(module, call.args, kwargs=dict(call.kwargs), dynamic_shapes=dynamic)
 
 
+def lowering_key(
+    case: Case, backend: str, module: torch.nn.Module, call: Call, device: torch.device, *, options: dict[str, Any]
+) -> str | None:
+    """The artifact cache's key for lowering `module` for `call` (None when its code cannot be read)."""
+    dtype = next((value.dtype for value in module.state_dict().values() if value.is_floating_point()), torch.float32)
+    try:
+        return artifact_key(
+            case_name=case.name,
+            backend=backend,
+            options=options,
+            module=module,
+            inputs=(call.args, dict(call.kwargs)),
+            dynamic_shapes=case.dynamic_shapes() if case.dynamic_shapes else None,
+            device=device,
+            dtype=dtype,
+        )
+    except Unkeyable:
+        return None
+
+
+NO_CACHE = ArtifactCache(None)
+
+
 def run_export(
-    case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Path
+    case: Case,
+    module: torch.nn.Module,
+    calls: list[Call],
+    device: torch.device,
+    workdir: Path,
+    *,
+    cache: ArtifactCache = NO_CACHE,
 ) -> BackendRun:
-    """torch.export, saved to a .pt2 and loaded back (saving is where no-input programs used to break)."""
+    """torch.export, saved to a .pt2 and loaded back (saving is where no-input programs used to break);
+    the .pt2 comes from the artifact cache when nothing that decides it changed."""
     artifact = workdir / f"{case.name}.pt2"
+    state: list[str] = []
+
+    def save(path: Path) -> dict[str, Any]:
+        torch.export.save(export_program(case, module, calls[0]), path)
+        return {}
 
     def build() -> torch.nn.Module:
-        torch.export.save(export_program(case, module, calls[0]), artifact)
+        key = lowering_key(case, "export", module, calls[0], device, options={})
+        state.append(cache.materialize(key, ".pt2", artifact, save)[1])
         return torch.export.load(artifact).module()
 
     program, compile_seconds = _timed(build, device)
     with torch.no_grad():
         outputs, seconds, latency = _run_all(_call(program), calls, device)  # type: ignore[arg-type]
-    return BackendRun(outputs, compile_seconds, seconds, artifact, latency_ms=latency)
+    return BackendRun(outputs, compile_seconds, seconds, artifact, {"cache": state[0]}, latency_ms=latency)
 
 
 def inductor_runner(mode: str) -> Runner:
@@ -177,15 +215,22 @@ def inductor_runner(mode: str) -> Runner:
     return run_inductor
 
 
-def flat_inputs(program: torch.export.ExportedProgram, call: Call) -> list[Any]:
-    """The call's leaves in the order the exported program takes them (keyword inputs reordered)."""
+def keyword_order(program: torch.export.ExportedProgram, call: Call) -> list[str]:
+    """The order in which the exported program takes the call's keyword inputs."""
     from torch.export._tree_utils import reorder_kwargs
 
-    kwargs = reorder_kwargs(dict(call.kwargs), program.call_spec.in_spec) if call.kwargs else {}
+    return list(reorder_kwargs(dict(call.kwargs), program.call_spec.in_spec)) if call.kwargs else []
+
+
+def flat_inputs(order: list[str], call: Call) -> list[Any]:
+    """The call's leaves in the order the exported program takes them (keyword inputs reordered)."""
+    kwargs = {name: call.kwargs[name] for name in order}
     return list(pytree.tree_leaves((call.args, kwargs)))
 
 
-def _run_executorch(case: Case, module: torch.nn.Module, calls: list[Call], workdir: Path, xnnpack: bool) -> BackendRun:
+def _run_executorch(
+    case: Case, module: torch.nn.Module, calls: list[Call], workdir: Path, *, xnnpack: bool, cache: ArtifactCache
+) -> BackendRun:
     from executorch.exir import to_edge_transform_and_lower
     from executorch.runtime import Runtime
 
@@ -197,35 +242,57 @@ def _run_executorch(case: Case, module: torch.nn.Module, calls: list[Call], work
     artifact = workdir / f"{case.name}-{'xnnpack' if xnnpack else 'portable'}.pte"
     cpu = torch.device("cpu")
     cpu_calls = [to_device(call, cpu) for call in calls]
-    exported: list[torch.export.ExportedProgram] = []
+    module = module.cpu()
+    lowered: list[tuple[dict[str, Any], str]] = []
+
+    def lower(path: Path) -> dict[str, Any]:
+        exported = export_program(case, module, cpu_calls[0])
+        program = to_edge_transform_and_lower(exported, partitioner=partitioners)
+        path.write_bytes(program.to_executorch().buffer)
+        return {"keyword-order": keyword_order(exported, cpu_calls[0])}
 
     def build() -> object:
-        exported.append(export_program(case, module.cpu(), cpu_calls[0]))
-        program = to_edge_transform_and_lower(exported[0], partitioner=partitioners)
-        artifact.write_bytes(program.to_executorch().buffer)
+        backend = "executorch-xnnpack" if xnnpack else "executorch-portable"
+        options = {"partitioners": [type(partitioner).__name__ for partitioner in partitioners]}
+        key = lowering_key(case, backend, module, cpu_calls[0], cpu, options=options)
+        lowered.append(cache.materialize(key, ".pte", artifact, lower))
         # The runtime reads the file back: the .pte on disk is what is tested, not an in-memory copy.
         return Runtime.get().load_program(artifact).load_method("forward")
 
     method, compile_seconds = _timed(build, cpu)
+    meta, state = lowered[0]
+    order = meta["keyword-order"]
 
     def invoke(call: Call) -> object:
-        return method.execute(flat_inputs(exported[0], call))  # type: ignore[attr-defined]
+        return method.execute(flat_inputs(order, call))  # type: ignore[attr-defined]
 
     outputs, seconds, latency = _run_all(invoke, cpu_calls, cpu)
-    notes = {"pte_bytes": artifact.stat().st_size}
+    notes = {"pte_bytes": artifact.stat().st_size, "cache": state}
     return BackendRun(outputs, compile_seconds, seconds, artifact, notes, latency_ms=latency)
 
 
 def run_executorch_portable(
-    case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Path
+    case: Case,
+    module: torch.nn.Module,
+    calls: list[Call],
+    device: torch.device,
+    workdir: Path,
+    *,
+    cache: ArtifactCache = NO_CACHE,
 ) -> BackendRun:
-    return _run_executorch(case, module, calls, workdir, xnnpack=False)
+    return _run_executorch(case, module, calls, workdir, xnnpack=False, cache=cache)
 
 
 def run_executorch_xnnpack(
-    case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Path
+    case: Case,
+    module: torch.nn.Module,
+    calls: list[Call],
+    device: torch.device,
+    workdir: Path,
+    *,
+    cache: ArtifactCache = NO_CACHE,
 ) -> BackendRun:
-    return _run_executorch(case, module, calls, workdir, xnnpack=True)
+    return _run_executorch(case, module, calls, workdir, xnnpack=True, cache=cache)
 
 
 def run_tensorrt(
@@ -260,8 +327,14 @@ RUNNERS: dict[str, Runner] = {
 }
 
 
-def runner_for(backend: str) -> Runner:
-    """The runner of a backend name; `inductor:<mode>` is inductor in that torch.compile mode."""
+CACHED = ("export", "executorch-portable", "executorch-xnnpack")
+
+
+def runner_for(backend: str, cache: ArtifactCache = NO_CACHE) -> Runner:
+    """The runner of a backend name; `inductor:<mode>` is inductor in that torch.compile mode. Backends
+    whose artifacts are files (.pt2, .pte) take them from `cache` when nothing that decides them changed."""
     if base_backend(backend) == "inductor" and ":" in backend:
         return inductor_runner(backend.split(":", 1)[1])
+    if backend in CACHED:
+        return functools.partial(RUNNERS[backend], cache=cache)  # type: ignore[call-arg]
     return RUNNERS[backend]

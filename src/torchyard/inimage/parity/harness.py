@@ -17,7 +17,9 @@ from typing import Any, Literal
 import torch
 
 from torchyard.inimage.cases import Call, Case
+from torchyard.inimage.parity.artifacts import ArtifactCache
 from torchyard.inimage.parity.backends import (
+    NO_CACHE,
     BackendRun,
     Runner,
     leaf_paths,
@@ -50,6 +52,7 @@ class Result:
     reference: str = ""
     error_types: list[str] = field(default_factory=list)  # the exception's class and bases, for known failures
     error_message: str = ""
+    cache: str = ""  # what the artifact cache did: hit, miss, rebuilt, off, unkeyable ("" when no artifact)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -135,6 +138,7 @@ def evaluate(
     workdir: Path,
     reference: Reference | None = None,
     runner: Runner | None = None,
+    cache: ArtifactCache | None = None,
 ) -> Result:
     """Run `case` on `backend` and compare; never raises for a backend's or a model's own failure."""
     dtype_name = str(dtype).removeprefix("torch.")
@@ -160,7 +164,7 @@ def evaluate(
     try:
         module = copy.deepcopy(case.module()).to(dtype=dtype).to(device)
         device_calls = [to_device(call, device, dtype) for call in calls]
-        run = (runner or runner_for(backend))(case, module, device_calls, device, workdir)
+        run = (runner or runner_for(backend, cache or NO_CACHE))(case, module, device_calls, device, workdir)
     except Exception as error:
         result.status = "error"
         result.reason = describe_error(error)
@@ -169,6 +173,7 @@ def evaluate(
         return result
     result.compile_seconds, result.run_seconds, result.latency_ms = run.compile_seconds, run.run_seconds, run.latency_ms
     result.artifact = str(run.artifact) if run.artifact else None
+    result.cache = str(run.notes.get("cache", ""))
     counts = [len(outputs) for outputs in run.outputs]
     if counts != [len(expected) for expected in reference.outputs]:
         result.status = "failed"

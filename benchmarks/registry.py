@@ -1,0 +1,107 @@
+"""Two runners, one registry, on the real engine; prints a Markdown table of seconds, bytes and ratios.
+
+A loopback registry (Debian's docker-registry, basic auth) stands for the registry beside the runners:
+- runner A: no image of the entry, no build cache; the base comes from the registry by digest; a cold
+  build, then `--push`;
+- runner B (fresh): every image of the entry, the base's registry name and the whole build cache are
+  removed; B builds a source-only change (a new content tag) from the registry's inline layer cache;
+- runner B again: the entry's images removed; the unchanged image is pulled by its content-addressed tag.
+
+Run from the repository root: `python benchmarks/registry.py [ENTRY]` (default cpu), with
+TORCHYARD_FIND_LINKS where wheels lie on disk. It removes the entry's local images and prunes the build
+cache: it is a benchmark, not something to run next to other builds.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import docker
+
+from torchyard.commands.build import build_images
+from torchyard.image import plan as image_plan
+from torchyard.image.debootstrap import DEFAULT_TAG
+from torchyard.image.plan import BuildOptions
+from torchyard.matrix import load_plan
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.integration.conftest import copy_tree, loopback_registry
+
+
+def fresh_runner(client: docker.DockerClient, entry: str) -> None:
+    """What a runner that never built `entry` has: none of its images, no build cache."""
+    for image in client.images.list():
+        for tag in image.tags:
+            if f"torchyard/{entry}:" in tag or "torchyard-bench/base" in tag:
+                client.images.remove(tag, force=True)
+    client.api.prune_builds(all=True)
+
+
+def main(entry_name: str) -> None:
+    client = docker.from_env()
+    rows: list[tuple[str, str]] = []
+    with loopback_registry() as registry, tempfile.TemporaryDirectory() as folder:
+        tree = copy_tree(Path(folder))
+        os.chdir(tree)
+        repository = f"{registry.host}/torchyard-bench/base"
+        client.images.get(DEFAULT_TAG).tag(repository, "bookworm")
+        events = list(client.api.push(repository, "bookworm", stream=True, decode=True, auth_config=registry.auth))
+        digest = next(event["aux"]["Digest"] for event in events if "aux" in event)
+        env = {
+            **os.environ,
+            "TORCHYARD_BASE_IMAGES": f"{entry_name}={repository}@{digest}",
+            "TORCHYARD_REGISTRY": f"{registry.host}/team",
+            "TORCHYARD_REGISTRY_USERNAME": registry.username,
+            "TORCHYARD_REGISTRY_PASSWORD": registry.password,
+        }
+        entry = load_plan(Path("matrix.toml")).entry(entry_name)
+        lockdir = Path("lockfiles")
+
+        fresh_runner(client, entry_name)
+        started = time.monotonic()
+        (cold,) = build_images([entry], lockdir, BuildOptions(), env=env)
+        cold_seconds = time.monotonic() - started
+        started = time.monotonic()
+        (pushed,) = build_images([entry], lockdir, BuildOptions(push=True), env=env)
+        push_seconds = time.monotonic() - started
+        pushed_bytes = sum(transfer.bytes for transfer in pushed.pushed)
+
+        fresh_runner(client, entry_name)
+        changed = Path(folder) / "changed.py"
+        changed.write_text("# a source-only change\n")
+        shipped = image_plan.inimage_files()
+        image_plan.inimage_files = lambda: (*shipped, ("torchyard/bench_change.py", changed))  # type: ignore[assignment]
+        started = time.monotonic()
+        (cached,) = build_images([entry], lockdir, BuildOptions(), env=env)
+        cached_seconds = time.monotonic() - started
+        image_plan.inimage_files = lambda: shipped  # type: ignore[assignment]
+
+        for image in client.images.list():
+            for tag in image.tags:
+                if f"torchyard/{entry_name}:" in tag:
+                    client.images.remove(tag, force=True)
+        started = time.monotonic()
+        (pulled,) = build_images([entry], lockdir, BuildOptions(), env=env)
+        pull_seconds = time.monotonic() - started
+        assert pulled.pulled is not None and pulled.tag == cold.tag
+
+        rows += [
+            ("image size", f"{cold.size_bytes / 1e9:.2f} GB"),
+            (f"runner A: cold build ({cold.origin})", f"{cold_seconds:.1f} s"),
+            ("runner A: push (tag and alias)", f"{push_seconds:.1f} s, {pushed_bytes / 1e9:.2f} GB"),
+            (f"runner B: source-only change from the registry cache ({cached.origin})", f"{cached_seconds:.1f} s"),
+            ("runner B: pull of the existing tag", f"{pull_seconds:.1f} s, {pulled.pulled.bytes / 1e9:.2f} GB"),
+            ("ratio cold build / runner B cache build", f"{cold_seconds / cached_seconds:.1f}x"),
+            ("ratio cold build / runner B pull", f"{cold_seconds / pull_seconds:.1f}x"),
+        ]
+    print(f"\n| measure ({entry_name}) | value |\n|---|---|")
+    for measure, value in rows:
+        print(f"| {measure} | {value} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "cpu")

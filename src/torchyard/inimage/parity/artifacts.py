@@ -1,0 +1,289 @@
+"""Lowered programs cached by content: `.pt2` and `.pte` files keyed by everything that decides them.
+
+The key is a sha256 over:
+- the backend and its options;
+- the installed torch, executorch, torchao, torch-tensorrt, tensorrt and numpy versions;
+- the device (type, name, compute capability, driver) and the dtype;
+- the case's name, its dynamic shapes, and the first call's input tree (structure, shapes, dtypes, and
+  the values of leaves that are not tensors);
+- the module's weights and buffers, byte for byte;
+- the module's code: each class's source, and the module-level functions, classes and constants its
+  methods name, followed transitively. Code from packages whose version is in the key (torch and the
+  others above, the standard library) counts by that version.
+
+Code whose source cannot be read gives no key: that case is never cached. A hit copies the cached file
+into the run's folder, and the backend loads it, runs it and compares it like a fresh one: a cache can
+only save the lowering, never a comparison. A miss lowers and stores. Every write goes to a temporary
+file in the cache folder and then `os.replace`, so concurrent writers of one key leave one whole file.
+Each entry has a JSON sidecar with the artifact's sha256; an entry whose bytes do not match is corrupt:
+it is removed and rebuilt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import inspect
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+VERSIONED = ("torch", "executorch", "torchao", "torch_tensorrt", "tensorrt", "numpy")
+DISTRIBUTIONS = ("torch", "executorch", "torchao", "torch-tensorrt", "tensorrt", "numpy")
+SIMPLE = (int, float, str, bool, bytes, type(None))
+FORMAT = 1
+
+
+class Unkeyable(Exception):
+    """The module's code cannot be read (defined interactively, say): it is not cached."""
+
+
+def versions() -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    for name in DISTRIBUTIONS:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def _nvidia_driver() -> str | None:
+    try:
+        return Path("/proc/driver/nvidia/version").read_text().splitlines()[0].strip()
+    except (OSError, IndexError):
+        return None
+
+
+def device_identity(device: torch.device) -> dict[str, Any]:
+    """What the device is, as far as a lowered program can depend on it."""
+    identity: dict[str, Any] = {"type": device.type, "machine": platform.machine()}
+    if device.type == "cuda" and torch.cuda.is_available():
+        index = device.index or 0
+        identity |= {
+            "name": torch.cuda.get_device_name(index),
+            "capability": list(torch.cuda.get_device_capability(index)),
+            "cuda": torch.version.cuda,
+            "hip": torch.version.hip,
+            "driver": _nvidia_driver(),
+        }
+    elif device.type == "xpu" and torch.xpu.is_available():
+        identity |= {"name": torch.xpu.get_device_name(device.index or 0)}
+    return identity
+
+
+def _versioned(obj: object) -> bool:
+    """Code whose version is already in the key: the packages above and the standard library."""
+    top = (getattr(obj, "__module__", None) or "").split(".")[0]
+    return top in VERSIONED or top in sys.stdlib_module_names or top in {"builtins", "__future__", ""}
+
+
+class _CodeWalk:
+    """The sources a module's behaviour depends on, found from its classes through the globals they name."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.seen: set[int] = set()
+
+    def add(self, obj: object) -> None:
+        if id(obj) in self.seen:
+            return
+        self.seen.add(id(obj))
+        if isinstance(obj, type):
+            self._class(obj)
+        elif isinstance(obj, types.FunctionType):
+            self._function(obj)
+        elif isinstance(obj, types.ModuleType):
+            if not _versioned(types.SimpleNamespace(__module__=obj.__name__)):
+                self.parts.append(f"module {obj.__name__}\0{_source(obj)}")
+        elif isinstance(obj, SIMPLE) or (
+            isinstance(obj, tuple | frozenset) and all(isinstance(v, SIMPLE) for v in obj)
+        ):
+            self.parts.append(repr(obj))
+        elif isinstance(obj, torch.Tensor):
+            self.parts.append(tensor_digest(obj))
+
+    def _class(self, klass: type) -> None:
+        if _versioned(klass):
+            self.parts.append(f"{klass.__module__}.{klass.__qualname__}")
+            return
+        self.parts.append(f"class {klass.__qualname__}\0{_source(klass)}")
+        for base in klass.__mro__[1:]:
+            self.add(base)
+        for value in vars(klass).values():
+            function = getattr(value, "__func__", value)  # staticmethod, classmethod
+            if isinstance(value, property):
+                for accessor in (value.fget, value.fset):
+                    if accessor is not None:
+                        self.add(accessor)
+            elif isinstance(function, types.FunctionType):
+                self._names(function)
+
+    def _function(self, function: types.FunctionType) -> None:
+        if _versioned(function):
+            self.parts.append(f"{function.__module__}.{function.__qualname__}")
+            return
+        self.parts.append(f"function {function.__qualname__}\0{_source(function)}")
+        self._names(function)
+
+    def _names(self, function: types.FunctionType) -> None:
+        """Every global the function's code (nested code included) names, and its closure's cells."""
+        codes = [function.__code__]
+        while codes:
+            code = codes.pop()
+            codes += [const for const in code.co_consts if isinstance(const, types.CodeType)]
+            for name in code.co_names:  # attribute names (`x.view`) are here too; only globals resolve
+                if name in function.__globals__:
+                    self.add(function.__globals__[name])
+        for cell in function.__closure__ or ():
+            try:
+                self.add(cell.cell_contents)
+            except ValueError:  # an empty cell
+                continue
+
+
+def _source(obj: Any) -> str:
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError) as error:
+        raise Unkeyable(f"no source for {getattr(obj, '__qualname__', obj)!r}") from error
+
+
+def tensor_digest(tensor: torch.Tensor) -> str:
+    data = tensor.detach().to("cpu").contiguous().reshape(-1)
+    digest = hashlib.sha256(f"{data.dtype}{tuple(tensor.shape)}".encode())
+    digest.update(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"")
+    return digest.hexdigest()
+
+
+def _input_spec(call_args: object) -> list[Any]:
+    flat, spec = pytree.tree_flatten(call_args)
+    described: list[Any] = [str(spec)]
+    for leaf in flat:
+        if isinstance(leaf, torch.Tensor):
+            described.append([str(leaf.dtype), list(leaf.shape), leaf.is_contiguous(), leaf.stride()])
+        else:
+            described.append(repr(leaf))
+    return described
+
+
+def artifact_key(
+    *,
+    case_name: str,
+    backend: str,
+    options: dict[str, Any],
+    module: torch.nn.Module,
+    inputs: object,
+    dynamic_shapes: object,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> str:
+    """The content key of one lowering; raises `Unkeyable` when the module's code cannot be read."""
+    walk = _CodeWalk()
+    for klass in dict.fromkeys(type(sub) for sub in module.modules()):
+        walk.add(klass)
+    weights = [(name, tensor_digest(value)) for name, value in module.state_dict(keep_vars=False).items()]
+    document = {
+        "format": FORMAT,
+        "case": case_name,
+        "backend": backend,
+        "options": options,
+        "versions": versions(),
+        "python": platform.python_version(),
+        "device": device_identity(device),
+        "dtype": str(dtype),
+        "inputs": _input_spec(inputs),
+        "dynamic-shapes": repr(dynamic_shapes),
+        "weights": weights,
+        "code": hashlib.sha256("\0\0".join(walk.parts).encode()).hexdigest(),
+    }
+    return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class Hit:
+    path: Path
+    meta: dict[str, Any]
+
+
+class ArtifactCache:
+    """A folder of `<key><suffix>` files with `<key>.json` sidecars; `root=None` turns caching off."""
+
+    def __init__(self, root: Path | None) -> None:
+        self.root = root
+        self.rebuilt: set[str] = set()  # keys whose entry was corrupt in this process
+
+    def lookup(self, key: str, suffix: str) -> Hit | None:
+        if self.root is None:
+            return None
+        artifact, sidecar = self.root / f"{key}{suffix}", self.root / f"{key}.json"
+        try:
+            meta = json.loads(sidecar.read_text())
+            if file_digest(artifact) == meta["sha256"]:
+                return Hit(artifact, meta)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # unreadable sidecar: corrupt, as is a digest mismatch
+        self.rebuilt.add(key)
+        for path in (artifact, sidecar):
+            path.unlink(missing_ok=True)
+        return None
+
+    def store(self, key: str, suffix: str, source: Path, meta: dict[str, Any]) -> None:
+        """Copy `source` in under `key`, atomically; the sidecar (written last) makes the entry whole."""
+        if self.root is None:
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        digest = file_digest(source)
+        with source.open("rb") as data:
+            _replace(self.root / f"{key}{suffix}", lambda handle: shutil.copyfileobj(data, handle))
+        sidecar = json.dumps({**meta, "sha256": digest, "suffix": suffix}, sort_keys=True).encode()
+        _replace(self.root / f"{key}.json", lambda handle: handle.write(sidecar))
+
+    def materialize(
+        self, key: str | None, suffix: str, target: Path, build: Callable[[Path], dict[str, Any]]
+    ) -> tuple[dict[str, Any], str]:
+        """Make `target` hold the artifact: copied from the cache on a hit, else written by `build(target)`
+        (which returns the sidecar's fields) and stored. Returns the fields and what the cache did:
+        "hit", "miss", "rebuilt" (a corrupt entry was replaced), "off" or "unkeyable"."""
+        if key is None or self.root is None:
+            return build(target), "off" if self.root is None else "unkeyable"
+        hit = self.lookup(key, suffix)
+        if hit is not None:
+            shutil.copyfile(hit.path, target)
+            return hit.meta, "hit"
+        meta = build(target)
+        self.store(key, suffix, target, meta)
+        return meta, "rebuilt" if key in self.rebuilt else "miss"
+
+
+def _replace(target: Path, write: Callable[[Any], object]) -> None:
+    """Write a temporary file beside `target`, then rename it over `target` (atomic on one filesystem)."""
+    descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            write(handle)
+        Path(temporary).replace(target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
