@@ -19,11 +19,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, cast
 
 import docker
 
 from torchyard.commands.build import build_images
 from torchyard.image import plan as image_plan
+from torchyard.image.context import inimage_files
 from torchyard.image.debootstrap import DEFAULT_TAG
 from torchyard.image.plan import BuildOptions
 from torchyard.matrix import load_plan
@@ -73,12 +75,13 @@ def main(entry_name: str) -> None:
         fresh_runner(client, entry_name)
         changed = Path(folder) / "changed.py"
         changed.write_text("# a source-only change\n")
-        shipped = image_plan.inimage_files()
-        image_plan.inimage_files = lambda: (*shipped, ("torchyard/bench_change.py", changed))  # type: ignore[assignment]
+        shipped = inimage_files()
+        plan_module = cast(Any, image_plan)  # the files the next plan reads, with one changed
+        plan_module.inimage_files = lambda: (*shipped, ("torchyard/bench_change.py", changed))
         started = time.monotonic()
         (cached,) = build_images([entry], lockdir, BuildOptions(), env=env)
         cached_seconds = time.monotonic() - started
-        image_plan.inimage_files = lambda: shipped  # type: ignore[assignment]
+        plan_module.inimage_files = inimage_files
 
         for image in client.images.list():
             for tag in image.tags:
@@ -87,7 +90,8 @@ def main(entry_name: str) -> None:
         started = time.monotonic()
         (pulled,) = build_images([entry], lockdir, BuildOptions(), env=env)
         pull_seconds = time.monotonic() - started
-        assert pulled.pulled is not None and pulled.tag == cold.tag
+        if pulled.pulled is None or pulled.tag != cold.tag:
+            raise SystemExit("runner B did not pull the image runner A pushed (did the source change meanwhile?)")
 
         rows += [
             ("image size", f"{cold.size_bytes / 1e9:.2f} GB"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ from torchyard.commands.plan import plan_table
 from torchyard.commands.prune import prune
 from torchyard.commands.refresh import refresh
 from torchyard.commands.test import test_entries
+from torchyard.contract import REUSE_RESULTS
 from torchyard.errors import TorchyardError, UsageError
 from torchyard.image.debootstrap import DEFAULT_TAG
 from torchyard.image.plan import BuildOptions
@@ -76,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--local", action="store_true", help="on this machine, in a venv made from the lock")
     where.add_argument("--in-place", action="store_true", help="with this interpreter as it is: no lock, unlocked")
     test.add_argument("--keep", action="store_true", help="keep the container afterwards, for debugging")
+    test.add_argument(
+        "--reuse-results",
+        action="store_true",
+        help="replay the last verdicts (marked replayed) when nothing that decides them changed",
+    )
     test.add_argument("--reports", type=Path, default=Path("reports"), help="where reports are written")
 
     doctor_command = commands.add_parser("doctor", help="what this host offers each accelerator, and what to fix")
@@ -151,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 reports=args.reports,
                 pytest_args=passthrough,
                 keep=args.keep,
+                env={**os.environ, REUSE_RESULTS: "1"} if args.reuse_results else os.environ,
             )
         return 0
     except TorchyardError as error:

@@ -24,6 +24,8 @@ VENDOR_RECORD = "TORCHYARD_VENDOR_RECORD"
 UNLOCKED = "TORCHYARD_UNLOCKED"
 INDUCTOR_CACHE = "TORCHYARD_INDUCTOR_CACHE"  # the entry's cache root: inductor's caches and artifacts/
 ARTIFACT_CACHE = "TORCHYARD_ARTIFACT_CACHE"  # "off": lower every program again
+REUSE_RESULTS = "TORCHYARD_REUSE_RESULTS"  # "1": replay the last verdicts when nothing deciding them changed
+IMAGE_ID = "TORCHYARD_IMAGE_ID"  # the image a container runs, for the replay fingerprint
 
 # Inside the image (the Dockerfile creates these; a unit test checks that it does).
 IMAGE_REPORTS = "/reports"

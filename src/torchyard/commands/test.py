@@ -119,6 +119,7 @@ def _in_containers(
             volume=inductor_volume(entry),
             user=run_user(os.getuid(), os.getgid()),
             limits=limits,
+            image_id=str(client.images.get(image.tag).id),
         )
         print(f"running {entry.name} in {plan.name}; reports in {plan.reports}", file=sys.stderr, flush=True)
         status = run_entry(

@@ -41,6 +41,7 @@ class RunPlan:
     volume: str
     user: str
     limits: Limits = field(default_factory=Limits)
+    image_id: str = ""  # for result replay: the image is part of what decides the verdicts
 
 
 def sealing_args(limits: Limits, *, network: bool = False) -> tuple[str, ...]:
@@ -89,6 +90,7 @@ def docker_run_args(
         "--mount", f"type=volume,source={plan.volume},target={contract.IMAGE_CACHE}",
         "--workdir", contract.IMAGE_PROJECT,
         *(arg for key, value in sorted(suite_env.items()) for arg in ("--env", f"{key}={value}")),
+        *replay_args(plan, env),
         *sealing_args(plan.limits, network=entry.network is not None),
         *accelerator.docker_run_args(host),
         *visible_device_args(accelerator.VISIBLE_DEVICE_VARIABLES, env),
@@ -102,6 +104,13 @@ def docker_run_args(
             extra=pytest_args,
         ),
     )  # fmt: skip
+
+
+def replay_args(plan: RunPlan, env: Mapping[str, str]) -> tuple[str, ...]:
+    """With `--reuse-results`, the container may replay verdicts; it needs the image's ID to know when not."""
+    if env.get(contract.REUSE_RESULTS) != "1":
+        return ()
+    return ("--env", f"{contract.REUSE_RESULTS}=1", "--env", f"{contract.IMAGE_ID}={plan.image_id}")
 
 
 def _article(name: str) -> str:

@@ -21,7 +21,6 @@ it is removed and rebuilt.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib.metadata
 import inspect
@@ -66,10 +65,20 @@ def _nvidia_driver() -> str | None:
         return None
 
 
+def _cpu_model() -> str:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor()
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
+
+
 def device_identity(device: torch.device) -> dict[str, Any]:
     """What the device is, as far as a lowered program can depend on it."""
     identity: dict[str, Any] = {"type": device.type, "machine": platform.machine()}
-    if device.type == "cuda" and torch.cuda.is_available():
+    if device.type == "cpu":
+        identity["processor"] = _cpu_model()
+    elif device.type == "cuda" and torch.cuda.is_available():
         index = device.index or 0
         identity |= {
             "name": torch.cuda.get_device_name(index),
@@ -219,12 +228,6 @@ def file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-@dataclasses.dataclass(frozen=True)
-class Hit:
-    path: Path
-    meta: dict[str, Any]
-
-
 class ArtifactCache:
     """A folder of `<key><suffix>` files with `<key>.json` sidecars; `root=None` turns caching off."""
 
@@ -232,18 +235,27 @@ class ArtifactCache:
         self.root = root
         self.rebuilt: set[str] = set()  # keys whose entry was corrupt in this process
 
-    def lookup(self, key: str, suffix: str) -> Hit | None:
+    def lookup(self, key: str, suffix: str, target: Path) -> dict[str, Any] | None:
+        """Copy the entry's artifact to `target` and return its sidecar's fields, or None on a miss. The
+        digest is taken of exactly the bytes copied: a corrupt entry (or one a concurrent writer replaced
+        between the sidecar and the file) is removed and reported as a miss, never used."""
         if self.root is None:
             return None
         artifact, sidecar = self.root / f"{key}{suffix}", self.root / f"{key}.json"
         try:
             meta = json.loads(sidecar.read_text())
-            if file_digest(artifact) == meta["sha256"]:
-                return Hit(artifact, meta)
+            digest = hashlib.sha256()
+            with artifact.open("rb") as source, target.open("wb") as copy:
+                for block in iter(lambda: source.read(1 << 20), b""):
+                    digest.update(block)
+                    copy.write(block)
+            if digest.hexdigest() == meta["sha256"]:
+                return dict(meta)
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError):
-            pass  # unreadable sidecar: corrupt, as is a digest mismatch
+            pass  # an unreadable sidecar is as corrupt as a digest mismatch
+        target.unlink(missing_ok=True)
         self.rebuilt.add(key)
         for path in (artifact, sidecar):
             path.unlink(missing_ok=True)
@@ -268,10 +280,9 @@ class ArtifactCache:
         "hit", "miss", "rebuilt" (a corrupt entry was replaced), "off" or "unkeyable"."""
         if key is None or self.root is None:
             return build(target), "off" if self.root is None else "unkeyable"
-        hit = self.lookup(key, suffix)
+        hit = self.lookup(key, suffix, target)
         if hit is not None:
-            shutil.copyfile(hit.path, target)
-            return hit.meta, "hit"
+            return hit, "hit"
         meta = build(target)
         self.store(key, suffix, target, meta)
         return meta, "rebuilt" if key in self.rebuilt else "miss"

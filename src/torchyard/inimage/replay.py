@@ -1,0 +1,141 @@
+"""Result replay (off by default; `torchyard test --reuse-results`): when nothing that decides a run's
+verdicts changed, the previous run's reports are handed back, marked as replayed, instead of running.
+
+What decides the verdicts, all in the fingerprint:
+- the environment: the image's ID (a container) or every installed distribution and its version (a venv);
+- torchyard's in-image side (suites, harness, built-in cases, tolerances), the entry's case modules and
+  the project's test files, byte for byte;
+- the pytest arguments and the entry's settings (accelerator, precision, suites, tolerances, cases,
+  compile modes);
+- the device and its driver.
+Any difference reruns everything. A replayed run's reports keep their original timestamps and say, in
+parity.md, parity.json and on the console, that they are replayed and from when. A run that fails to
+start (exit 3 and up) is never stored.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from torchyard import contract
+
+STORED = ("junit.xml", "parity.json", "parity.md", "env.json")
+INIMAGE = Path(__file__).parent
+FORMAT = 1
+
+
+def _files(paths: Iterable[Path]) -> list[tuple[str, str]]:
+    digests = []
+    for root in paths:
+        candidates = sorted(root.rglob("*")) if root.is_dir() else [root]
+        for path in candidates:
+            if path.is_file() and "__pycache__" not in path.parts:
+                digests.append((str(path), hashlib.sha256(path.read_bytes()).hexdigest()))
+    return digests
+
+
+def _case_files(env: Mapping[str, str]) -> list[Path]:
+    files = []
+    for name in contract.split_list(env, contract.CASES):
+        spec = importlib.util.find_spec(name.split(":", 1)[0])
+        if spec is not None and spec.origin:
+            files.append(Path(spec.origin))
+    return files
+
+
+def _environment_identity(env: Mapping[str, str]) -> object:
+    if env.get(contract.IMAGE_ID):
+        return env[contract.IMAGE_ID]
+    return sorted(
+        (distribution.metadata["Name"] or "", distribution.version)
+        for distribution in importlib.metadata.distributions()
+    )
+
+
+def fingerprint(argv: Sequence[str], env: Mapping[str, str], device: Mapping[str, Any]) -> str:
+    """What decides this run's verdicts, as one sha256."""
+    test_paths = [Path(arg) for arg in argv if not arg.startswith("-") and Path(arg).exists()]
+    settings = {
+        name: env.get(name, "")
+        for name in (
+            contract.ACCELERATOR, contract.PRECISION, contract.SUITES, contract.TOLERANCES, contract.CASES,
+            contract.BUILTIN_CASES, contract.COMPILE_MODES,
+        )
+    }  # fmt: skip
+    document = {
+        "format": FORMAT,
+        "environment": _environment_identity(env),
+        "inimage": _files([INIMAGE]),
+        "cases": _files(_case_files(env)),
+        "tests": _files(test_paths),
+        "argv": list(argv),
+        "settings": settings,
+        "device": dict(device),
+    }
+    return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def replay(store: Path, key: str, report_dir: Path) -> int | None:
+    """Hand back the stored reports for `key` into `report_dir`; None when there are none."""
+    entry = store / key
+    try:
+        record = json.loads((entry / "record.json").read_text())
+    except (OSError, ValueError):
+        return None
+    when = str(record["started"])
+    report_dir.mkdir(parents=True, exist_ok=True)
+    for name in STORED:
+        if (entry / name).is_file():
+            shutil.copyfile(entry / name, report_dir / name)
+    note = {"replayed": True, "original-run": when, "fingerprint": key}
+    parity_json = report_dir / "parity.json"
+    if parity_json.is_file():
+        data = json.loads(parity_json.read_text())
+        if isinstance(data, dict):
+            parity_json.write_text(json.dumps({**data, "replay": note}, indent=2, sort_keys=True))
+    line = f"**Replayed**: nothing ran; these are the verdicts of the run of {when} (same fingerprint {key[:16]})."
+    parity_md = report_dir / "parity.md"
+    if parity_md.is_file():
+        parity_md.write_text(f"{line}\n\n{parity_md.read_text()}")
+    print(f"torchyard: replayed the verdicts of the run of {when}: nothing that decides them changed")
+    return int(record["status"])
+
+
+def save(store: Path, key: str, report_dir: Path, status: int, started: dt.datetime) -> None:
+    """Keep this run's reports under `key` (a whole folder, renamed into place)."""
+    if status >= contract.PROBE_FAILED or status < 0:
+        return
+    store.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=store, prefix=f".{key[:16]}-"))
+    try:
+        for name in STORED:
+            if (report_dir / name).is_file():
+                shutil.copyfile(report_dir / name, staging / name)
+        (staging / "record.json").write_text(json.dumps({"status": status, "started": started.isoformat()}))
+        target = store / key
+        if target.exists():
+            shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+    except OSError as error:
+        print(f"torchyard: the run's verdicts were not kept for replay: {error}", file=sys.stderr)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def store_for(env: Mapping[str, str], report_dir: Path) -> Path:
+    return Path(env.get(contract.INDUCTOR_CACHE) or report_dir / ".inductor-cache") / "results"
+
+
+def enabled(env: Mapping[str, str] = os.environ) -> bool:
+    return env.get(contract.REUSE_RESULTS) == "1"

@@ -1,0 +1,175 @@
+"""The artifact cache can fail safely: a hit is still compared, a corrupt or half-written entry is never
+used, concurrent writers leave one whole entry, and a change to what decides a program changes its key."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+from torchyard.inimage.cases import Case
+from torchyard.inimage.cases.builtin import CASES
+from torchyard.inimage.parity.artifacts import ArtifactCache, artifact_key, file_digest
+from torchyard.inimage.parity.backends import lowering_key
+from torchyard.inimage.parity.harness import Result, evaluate
+from torchyard.inimage.parity.tolerances import load_tolerances
+
+pytestmark = pytest.mark.harness
+
+CPU = torch.device("cpu")
+MLP = next(case for case in CASES if case.name == "mlp")
+BACKENDS = ["export", "executorch-portable"]
+
+
+def run(case: Case, backend: str, cache: ArtifactCache, workdir: Path) -> Result:
+    if backend.startswith("executorch") and importlib.util.find_spec("executorch") is None:
+        pytest.skip("executorch is not installed here")
+    return evaluate(
+        case, backend, device=CPU, dtype=torch.float32, tolerances=load_tolerances(), workdir=workdir, cache=cache
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_miss_stores_and_a_hit_loads_the_same_program(backend: str, tmp_path: Path) -> None:
+    cache = ArtifactCache(tmp_path / "cache")
+    first = run(MLP, backend, cache, tmp_path / "first")
+    second = run(MLP, backend, cache, tmp_path / "second")
+    assert (first.cache, first.status) == ("miss", "passed"), first.reason
+    assert (second.cache, second.status) == ("hit", "passed"), second.reason
+    assert first.artifact and second.artifact
+    assert file_digest(Path(first.artifact)) == file_digest(Path(second.artifact))  # the run's own copy
+
+
+def test_a_wrong_program_under_the_right_key_is_still_caught(tmp_path: Path) -> None:
+    """A cache must never hide a wrong value: a hit is run and compared like a fresh program."""
+    cache = ArtifactCache(tmp_path / "cache")
+    module = MLP.module()
+    call = MLP.calls()[0]
+    key = lowering_key(MLP, "export", module, call, CPU, options={})
+    assert key is not None
+    poisoned = MLP.module()
+    with torch.no_grad():
+        for parameter in poisoned.parameters():
+            parameter.mul_(1.01)
+    wrong = tmp_path / "wrong.pt2"
+    torch.export.save(torch.export.export(poisoned, call.args), wrong)
+    cache.store(key, ".pt2", wrong, {})
+    result = run(MLP, "export", cache, tmp_path / "run")
+    assert result.cache == "hit"
+    assert result.status == "failed" and "relative L2 error" in result.reason
+
+
+def test_a_corrupt_entry_is_rebuilt(tmp_path: Path) -> None:
+    cache = ArtifactCache(tmp_path / "cache")
+    assert run(MLP, "export", cache, tmp_path / "first").cache == "miss"
+    (stored,) = (tmp_path / "cache").glob("*.pt2")
+    stored.write_bytes(stored.read_bytes()[:-64] + b"\0" * 64)  # a disk error, or a writer killed mid-file
+    result = run(MLP, "export", cache, tmp_path / "second")
+    assert (result.cache, result.status) == ("rebuilt", "passed"), result.reason
+    assert run(MLP, "export", cache, tmp_path / "third").cache == "hit"
+
+
+def test_a_sidecar_that_is_not_json_is_a_corrupt_entry(tmp_path: Path) -> None:
+    cache = ArtifactCache(tmp_path / "cache")
+    (tmp_path / "a.bin").write_bytes(b"program")
+    cache.store("k" * 64, ".pt2", tmp_path / "a.bin", {})
+    (tmp_path / "cache" / f"{'k' * 64}.json").write_text("{not json")
+    assert cache.lookup("k" * 64, ".pt2", tmp_path / "copy.pt2") is None
+    assert not list((tmp_path / "cache").iterdir()) and not (tmp_path / "copy.pt2").exists()
+
+
+def test_concurrent_writers_leave_one_whole_entry(tmp_path: Path) -> None:
+    """Writers of one key race; a reader gets one writer's whole program or a miss, never a mix."""
+    cache = ArtifactCache(tmp_path / "cache")
+    sources = []
+    for writer in range(8):
+        source = tmp_path / f"program-{writer}.bin"
+        source.write_bytes(bytes([writer]) * 200_000)
+        sources.append(source)
+    key, start = "c" * 64, threading.Barrier(16)
+    whole = {source.read_bytes() for source in sources}
+    seen: list[bool] = []
+
+    def write(source: Path) -> None:
+        start.wait()
+        for _ in range(10):
+            cache.store(key, ".pte", source, {"writer": source.name})
+
+    def read(reader: int) -> None:
+        start.wait()
+        copy = tmp_path / f"copy-{reader}.pte"
+        for _ in range(40):
+            if cache.lookup(key, ".pte", copy) is not None:
+                seen.append(copy.read_bytes() in whole)
+
+    threads = [threading.Thread(target=write, args=(source,)) for source in sources]
+    threads += [threading.Thread(target=read, args=(reader,)) for reader in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(seen)
+    cache.store(key, ".pte", sources[0], {})
+    assert cache.lookup(key, ".pte", tmp_path / "final.pte") is not None
+    assert (tmp_path / "final.pte").read_bytes() == sources[0].read_bytes()
+    assert not [path for path in (tmp_path / "cache").iterdir() if path.name.startswith(".")]  # no temp left
+
+
+MODEL = """\
+import torch
+
+SCALE = {scale}
+
+
+def helper(x):
+    return x * SCALE + {offset}
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return helper(self.linear(x))
+
+
+class Other(torch.nn.Module):
+    def forward(self, x):
+        return x + {other}
+"""
+
+
+def _load(tmp_path: Path, name: str, scale: float = 2.0, offset: float = 0.0, other: float = 1.0) -> ModuleType:
+    path = tmp_path / f"{name}.py"
+    path.write_text(MODEL.format(scale=scale, offset=offset, other=other))
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _key(source: ModuleType, seed: int = 0, shape: tuple[int, ...] = (2, 4)) -> str:
+    torch.manual_seed(seed)
+    model = source.Model()
+    return artifact_key(
+        case_name="model", backend="export", options={}, module=model, inputs=((torch.zeros(shape),), {}),
+        dynamic_shapes=None, device=CPU, dtype=torch.float32,
+    )  # fmt: skip
+
+
+def test_the_key_follows_code_weights_and_inputs_and_nothing_else(tmp_path: Path) -> None:
+    base = _key(_load(tmp_path, "model_a"))
+    assert _key(_load(tmp_path, "model_b")) == base  # same code, weights and inputs: the same program
+    assert _key(_load(tmp_path, "model_c", other=5.0)) == base  # another class in the file changed: not this one
+    assert _key(_load(tmp_path, "model_d", offset=1.0)) != base  # a helper that forward calls changed
+    assert _key(_load(tmp_path, "model_e", scale=3.0)) != base  # a constant that helper reads changed
+    assert _key(_load(tmp_path, "model_f"), seed=1) != base  # other weights
+    assert _key(_load(tmp_path, "model_g"), shape=(3, 4)) != base  # other input shapes

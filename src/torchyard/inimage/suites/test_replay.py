@@ -1,0 +1,68 @@
+"""Result replay can fail safely: any change to what decides the verdicts reruns, a replay says so, and a
+run that could not start is never kept."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+from torchyard import contract
+from torchyard.inimage import replay
+
+pytestmark = pytest.mark.harness
+
+ENV = {
+    contract.ACCELERATOR: "cpu",
+    contract.PRECISION: "fp32",
+    contract.SUITES: "parity",
+    contract.IMAGE_ID: "sha256:a",
+}
+DEVICE = {"type": "cpu", "processor": "some cpu"}
+
+
+def test_the_fingerprint_changes_with_everything_that_decides_verdicts(tmp_path: Path) -> None:
+    tests = tmp_path / "test_project.py"
+    tests.write_text("def test_a():\n    pass\n")
+    argv = [str(tests), "-m", "parity"]
+    base = replay.fingerprint(argv, ENV, DEVICE)
+    assert replay.fingerprint(argv, dict(ENV), dict(DEVICE)) == base
+    changed = [
+        replay.fingerprint(argv, {**ENV, contract.IMAGE_ID: "sha256:b"}, DEVICE),  # another image
+        replay.fingerprint(argv, {**ENV, contract.TOLERANCES: '{"float32.export": {"max-rel-l2": 1}}'}, DEVICE),
+        replay.fingerprint(argv, {**ENV, contract.PRECISION: "bf16"}, DEVICE),
+        replay.fingerprint([*argv, "-k", "mlp"], ENV, DEVICE),
+        replay.fingerprint(argv, ENV, {**DEVICE, "processor": "another cpu"}),
+    ]
+    tests.write_text("def test_a():\n    assert False\n")
+    changed.append(replay.fingerprint(argv, ENV, DEVICE))  # the project's test changed
+    assert base not in changed and len(set(changed)) == len(changed)
+
+
+def test_a_replay_hands_back_the_reports_marked_with_their_time(tmp_path: Path) -> None:
+    reports, store = tmp_path / "reports", tmp_path / "store"
+    reports.mkdir()
+    (reports / "parity.json").write_text(json.dumps({"results": []}))
+    (reports / "parity.md").write_text("### parity\n")
+    (reports / "junit.xml").write_text("<testsuites/>")
+    started = dt.datetime(2026, 11, 30, 7, 0, tzinfo=dt.UTC)
+    replay.save(store, "k" * 64, reports, 1, started)
+    assert replay.replay(store, "j" * 64, tmp_path / "other") is None  # another fingerprint: a real run
+    again = tmp_path / "again"
+    assert replay.replay(store, "k" * 64, again) == 1  # the stored status, failures included
+    assert json.loads((again / "parity.json").read_text())["replay"] == {
+        "replayed": True,
+        "original-run": started.isoformat(),
+        "fingerprint": "k" * 64,
+    }
+    assert (again / "parity.md").read_text().startswith("**Replayed**: nothing ran; these are the verdicts of the run")
+    assert (again / "junit.xml").read_text() == "<testsuites/>"
+
+
+def test_a_run_that_could_not_start_is_never_kept(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    replay.save(tmp_path / "store", "k" * 64, reports, contract.PROBE_FAILED, dt.datetime.now(dt.UTC))
+    assert replay.replay(tmp_path / "store", "k" * 64, tmp_path / "again") is None
