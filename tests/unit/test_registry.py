@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from torchyard.errors import ConfigError
-from torchyard.image.registry import Registry, client_environment, load_registry, registry_host
+from torchyard.image.registry import Registry, client_environment, load_registry, pull, registry_host
 
 
 def test_no_registry_unless_the_machine_names_one(tmp_path: Path) -> None:
@@ -82,3 +82,30 @@ def test_the_build_client_gets_a_private_config_only_with_environment_credential
         auth = json.loads(config.read_text())["auths"]["reg.example:5000"]["auth"]
         assert base64.b64decode(auth).decode() == "ci:s3cret-pw"
     assert not config.exists() and not config.parent.exists()
+
+
+class _Unreachable:
+    """An engine whose registry answers every pull with an error (a stand-in for docker.APIClient)."""
+
+    def __init__(self, events: list[dict[str, str]]) -> None:
+        self.events = events
+
+    def pull(self, *args: object, **kwargs: object) -> list[dict[str, str]]:
+        return self.events
+
+
+@pytest.mark.parametrize(
+    ("event", "said"),
+    [
+        ({"error": "manifest unknown: manifest unknown"}, ""),
+        ({"error": "unauthorized: authentication required"}, "building it instead"),
+        ({"error": "Get http://reg.example/v2/: dial tcp: connection refused"}, "building it instead"),
+    ],
+)
+def test_a_registry_that_cannot_give_the_image_is_a_miss(
+    event: dict[str, str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = type("Client", (), {"api": _Unreachable([event])})()
+    assert pull(client, Registry("reg.example/ci"), "reg.example/ci/torchyard/cpu:0123", {}) is None
+    err = capsys.readouterr().err
+    assert (said in err) if said else "building" not in err

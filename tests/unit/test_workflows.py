@@ -85,10 +85,36 @@ def test_matrix_keys_the_workflow_reads_are_in_the_json(workflow: str) -> None:
         assert read <= set(item), sorted(read - set(item))
 
 
-def test_native_entries_skip_every_docker_step() -> None:
-    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "ci.yml").read_text())
-    steps = workflow["jobs"]["suites"]["steps"]
-    docker_steps = [step for step in steps if "buildx" in str(step) or "build-" in str(step.get("run", ""))]
+@pytest.mark.parametrize("workflow", [".github/workflows/ci.yml", "src/torchyard/templates/torchyard.yml"])
+def test_native_entries_skip_every_docker_step(workflow: str) -> None:
+    document = yaml.safe_load((REPO / workflow).read_text())
+    steps = document["jobs"]["suites"]["steps"]
+    docker_steps = [step for step in steps if "build-" in str(step.get("run", ""))]
     assert docker_steps and all("!matrix.native" in step.get("if", "") for step in docker_steps)
     include = matrix_include(load_plan(REPO / "matrix.toml").entries)["include"]
     assert {item["name"]: item["native"] for item in include}["mps"] is True
+
+
+PINNED = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40} # v\d+(\.\d+)*$")
+
+
+@pytest.mark.parametrize(
+    "workflow", [*(path.relative_to(REPO).as_posix() for path in WORKFLOWS), "src/torchyard/templates/torchyard.yml"]
+)
+def test_every_action_is_pinned_by_commit_with_its_tag(workflow: str) -> None:
+    uses = re.findall(r"uses: (.+)", (REPO / workflow).read_text())
+    assert uses and all(PINNED.match(use) for use in uses), [use for use in uses if not PINNED.match(use)]
+    assert "astral-sh/uv" in (REPO / workflow).read_text()  # where each commit was copied from is named
+
+
+@pytest.mark.parametrize("workflow", [".github/workflows/ci.yml", "src/torchyard/templates/torchyard.yml"])
+def test_only_pushes_publish_images_and_credentials_stay_in_secrets(workflow: str) -> None:
+    document = yaml.safe_load((REPO / workflow).read_text())
+    job = document["jobs"]["suites"]
+    assert job["env"]["TORCHYARD_REGISTRY"] == "${{ vars.TORCHYARD_REGISTRY }}"
+    (build,) = [step for step in job["steps"] if "build-" in str(step.get("run", ""))]
+    assert "github.event_name == 'push'" in build["env"]["PUSH"]
+    for step in job["steps"]:
+        for name, value in step.get("env", {}).items():
+            if "PASSWORD" in name or "USERNAME" in name:
+                assert value.startswith("${{ secrets."), (name, value)

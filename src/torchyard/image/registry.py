@@ -122,21 +122,21 @@ def _follow(events: Iterator[dict[str, Any]], reference: str, verb: str, env: Ma
 
 
 def pull(client: docker.DockerClient, registry: Registry, reference: str, env: Mapping[str, str]) -> Transfer | None:
-    """Pull `reference`; None when the registry does not have it (a miss, not an error)."""
+    """Pull `reference`; None when the registry does not have it. A registry that cannot be read (down,
+    or no credentials, as in a fork's pull request) is a miss too, said in one line: the image is then
+    built, which gives the same content."""
     repository, _, tag = reference.rpartition(":")
     print(f"pulling {reference}", file=sys.stderr, flush=True)
     try:
         events = client.api.pull(repository, tag, stream=True, decode=True, auth_config=registry.auth)
         return _follow(events, reference, "pull", env)
-    except LookupError:
+    except (LookupError, docker.errors.NotFound):
         return None
-    except docker.errors.NotFound:
+    except (docker.errors.APIError, TorchyardError) as error:
+        detail = redact(str(getattr(error, "explanation", None) or error), env)
+        if not MISSING.search(detail):
+            print(f"torchyard: cannot pull {reference} ({detail}); building it instead", file=sys.stderr)
         return None
-    except docker.errors.APIError as error:
-        detail = redact(str(error.explanation or error), env)
-        if MISSING.search(detail):
-            return None
-        raise TorchyardError(f"cannot pull {reference} from {registry.host}: {detail}") from None
 
 
 def push(client: docker.DockerClient, registry: Registry, reference: str, env: Mapping[str, str]) -> Transfer:

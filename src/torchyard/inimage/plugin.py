@@ -28,6 +28,7 @@ from torchyard.inimage.parity.report import write_reports
 from torchyard.inimage.parity.tolerances import Tolerances, load_tolerances
 from torchyard.inimage.precision import DTYPES, PrecisionError, check_precision, pin_precision
 from torchyard.inimage.probe import ProbeError, probe, torch_device
+from torchyard.inimage.workers import pin_worker_device
 from torchyard.names import BACKEND_NAMES, HARNESS, PROJECT, SUITE_NAMES, Precision
 
 RECORD_KEY = "torchyard"
@@ -110,6 +111,7 @@ def pytest_configure(config: pytest.Config) -> None:
         pytest.exit(f"torchyard: {error}", returncode=pytest.ExitCode.USAGE_ERROR)
     # Each xdist worker compiles into its own inductor cache: no two processes write one directory.
     worker = getattr(config, "workerinput", {}).get("workerid", "main")
+    pin_worker_device(settings.accelerator, worker)  # before torch touches the device
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root(settings) / worker)
     # inductor's FX graph and AOTAutograd caches live there too: a warm volume skips their compiles.
     os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
@@ -160,6 +162,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     already say which suite they belong to)."""
     known = (*SUITE_NAMES, HARNESS, PROJECT)
     for item in items:
+        case = getattr(item, "callspec", None) and item.callspec.params.get("case")  # type: ignore[attr-defined]
+        if isinstance(case, Case):  # one worker per case: its reference and warm compiler are reused
+            item.add_marker(pytest.mark.xdist_group(case.name))
         outside = SUITES_DIR not in Path(str(item.path)).parents
         if outside and not any(item.get_closest_marker(name) for name in known):
             item.add_marker(PROJECT)

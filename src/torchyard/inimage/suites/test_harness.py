@@ -17,6 +17,7 @@ from torchyard.inimage.parity.harness import Result, evaluate, make_reference
 from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.precision import PrecisionError, check_precision
 from torchyard.inimage.probe import ProbeError, check_device, unlocked_environment
+from torchyard.inimage.workers import pin_worker_device, xdist_args
 from torchyard.names import BACKEND_NAMES
 
 pytestmark = pytest.mark.harness
@@ -386,3 +387,18 @@ def test_a_cases_module_that_raises_is_one_line(pytester: pytest.Pytester) -> No
 def test_the_builtin_corpus_can_be_left_out() -> None:
     assert load_cases([], use_entry_points=False, builtin=False) == []
     assert {case.name for case in load_cases([], use_entry_points=False)} >= {"mlp", "dict_observation_policy"}
+
+
+def test_workers_one_per_gpu_none_on_the_cpu() -> None:
+    assert xdist_args([], "cpu", 0) == []
+    assert xdist_args([], "cuda", 1) == []  # one device: in-process, no worker start-up
+    assert xdist_args([], "cuda", 4) == ["-n", "4", "--dist", "loadgroup"]
+    assert xdist_args(["-n", "2"], "cuda", 4) == []  # the caller's choice stands
+    env = {"CUDA_VISIBLE_DEVICES": "2,3"}
+    pin_worker_device("cuda", "gw1", env)
+    assert env == {"CUDA_VISIBLE_DEVICES": "3"}
+    env = {}
+    pin_worker_device("rocm", "gw0", env)
+    assert env == {"HIP_VISIBLE_DEVICES": "0"}
+    pin_worker_device("cpu", "gw0", env)  # nothing to pin on the CPU
+    assert env == {"HIP_VISIBLE_DEVICES": "0"}

@@ -1,0 +1,47 @@
+"""pytest-xdist workers sized to the device: one per GPU, each seeing only its own; none on the CPU.
+
+On the CPU the suites' work is compiling and lowering, which already uses every core: extra workers
+only add start-up (each imports torch and warms its own compiler). With several GPUs, each worker takes
+one device through the accelerator's visible-device variable, set before torch initializes the device.
+Tests are grouped by case (`--dist loadgroup`), so a worker makes a case's reference once and reuses its
+warm compiler state for every backend of that case; the controller merges what the workers report.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, MutableMapping, Sequence
+
+VISIBLE = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
+
+
+def worker_count(accelerator: str, devices: int) -> int:
+    """Workers to start: one per device where there are several GPUs; none (in-process) otherwise."""
+    return devices if accelerator in VISIBLE and devices > 1 else 0
+
+
+def xdist_args(argv: Sequence[str], accelerator: str, devices: int) -> list[str]:
+    """pytest arguments that start the workers, unless the caller chose `-n` (or `--numprocesses`) already."""
+    chosen = any(arg == "-n" or arg.startswith(("-n", "--numprocesses")) for arg in argv)
+    workers = worker_count(accelerator, devices)
+    return [] if chosen or workers == 0 else ["-n", str(workers), "--dist", "loadgroup"]
+
+
+def pin_worker_device(accelerator: str, worker: str, env: MutableMapping[str, str] = os.environ) -> None:
+    """In worker `gwN`, make only the N-th visible device visible (the N-th of what the container got)."""
+    variable = VISIBLE.get(accelerator)
+    if variable is None or not worker.startswith("gw"):
+        return
+    index = int(worker[2:])
+    visible = [item for item in env.get(variable, "").split(",") if item]
+    env[variable] = visible[index % len(visible)] if visible else str(index)
+
+
+def device_count(accelerator: str, env: Mapping[str, str] = os.environ) -> int:
+    if accelerator not in VISIBLE:
+        return 0
+    import torch
+
+    if accelerator == "xpu":
+        return torch.xpu.device_count() if torch.xpu.is_available() else 0
+    return torch.cuda.device_count()  # ROCm's torch answers through torch.cuda too
