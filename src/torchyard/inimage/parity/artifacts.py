@@ -21,6 +21,7 @@ it is removed and rebuilt.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import importlib.metadata
 import inspect
@@ -170,9 +171,11 @@ def _source(obj: Any) -> str:
 
 
 def tensor_digest(tensor: torch.Tensor) -> str:
-    data = tensor.detach().to("cpu").contiguous().reshape(-1)
+    """sha256 of a tensor's dtype, shape and bytes (read straight from memory: numpy is not required)."""
+    data = tensor.detach().to("cpu").contiguous()
     digest = hashlib.sha256(f"{data.dtype}{tuple(tensor.shape)}".encode())
-    digest.update(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"")
+    if data.numel():
+        digest.update(ctypes.string_at(data.data_ptr(), data.numel() * data.element_size()))
     return digest.hexdigest()
 
 

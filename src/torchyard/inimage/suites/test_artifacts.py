@@ -14,7 +14,7 @@ import torch
 
 from torchyard.inimage.cases import Case
 from torchyard.inimage.cases.builtin import CASES
-from torchyard.inimage.parity.artifacts import ArtifactCache, artifact_key, file_digest
+from torchyard.inimage.parity.artifacts import ArtifactCache, artifact_key, file_digest, tensor_digest
 from torchyard.inimage.parity.backends import lowering_key
 from torchyard.inimage.parity.harness import Result, evaluate
 from torchyard.inimage.parity.tolerances import load_tolerances
@@ -173,3 +173,15 @@ def test_the_key_follows_code_weights_and_inputs_and_nothing_else(tmp_path: Path
     assert _key(_load(tmp_path, "model_e", scale=3.0)) != base  # a constant that helper reads changed
     assert _key(_load(tmp_path, "model_f"), seed=1) != base  # other weights
     assert _key(_load(tmp_path, "model_g"), shape=(3, 4)) != base  # other input shapes
+
+
+def test_keys_need_no_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An adopter's lock need not have numpy: torch then refuses `.numpy()`, and keys must still be made."""
+
+    def refuse(self: torch.Tensor, *args: object, **kwargs: object) -> None:
+        raise RuntimeError("Numpy is not available")
+
+    monkeypatch.setattr(torch.Tensor, "numpy", refuse)
+    weights = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    assert tensor_digest(weights) == tensor_digest(weights.clone()) != tensor_digest(weights + 1)
+    assert lowering_key(MLP, "export", MLP.module(), MLP.calls()[0], CPU, options={}) is not None
