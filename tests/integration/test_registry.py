@@ -99,6 +99,7 @@ def test_two_runners_share_images_and_layers_through_the_registry(
     lockdir = tmp_path / "lockfiles"
     lock_entry(entry, lockdir, {})
     _remove_images(client, f"torchyard/{ENTRY}:")
+    client.api.prune_builds(all=True)  # runner A starts cold, whatever this machine built before
     try:
         # Runner A: the base comes from the registry by digest (no per-machine override), then a push.
         (first,) = build_images([entry], lockdir, BuildOptions(push=True), env=runner_env)
