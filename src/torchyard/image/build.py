@@ -216,7 +216,8 @@ class Built:
 
 
 def how_built(output: str) -> Origin:
-    """ "cache" when the build's dependency layer came from a cache (local or the registry's), else "cold"."""
+    """Whether the build's dependency layer came from a cache, local or the registry's ("cache"), or was built
+    ("cold"), read from BuildKit's plain output."""
     for line in output.splitlines():
         if DEPENDENCY_STEP in line and line.startswith("#"):
             step = line.split()[0]
