@@ -32,15 +32,12 @@ from torchyard.image.plan import BuildOptions
 from torchyard.matrix import load_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.integration.conftest import copy_tree, loopback_registry
+from tests.integration.conftest import copy_tree, loopback_registry, remove_images
 
 
 def fresh_runner(client: docker.DockerClient, entry: str) -> None:
     """What a runner that never built `entry` has: none of its images, no build cache."""
-    for image in client.images.list():
-        for tag in image.tags:
-            if f"torchyard/{entry}:" in tag or "torchyard-bench/base" in tag:
-                client.images.remove(tag, force=True)
+    remove_images(client, f"torchyard/{entry}:", "torchyard-bench/base")
     client.api.prune_builds(all=True)
 
 

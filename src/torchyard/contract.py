@@ -8,6 +8,7 @@ same run wherever it happens.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from torchyard.names import HARNESS, PROJECT
 
@@ -42,6 +43,12 @@ ENVIRONMENT_JSON = "env.json"
 REPORT_FILES = (JUNIT, PARITY_JSON, PARITY_MARKDOWN, ENVIRONMENT_JSON)
 
 PROBE_FAILED = 3  # the exit status of a run that cannot test what its entry claims
+
+
+def cache_root(env: Mapping[str, str], report_dir: Path) -> Path:
+    """The entry's cache (inductor's caches, artifacts/, results/): the container's named volume, or
+    `.torchyard/cache/<entry>` for a venv; else a folder in the reports, which every run empties."""
+    return Path(env.get(INDUCTOR_CACHE) or report_dir / ".inductor-cache")
 
 
 def marker_expression(suites: Sequence[str], *, project_tests: bool) -> str:

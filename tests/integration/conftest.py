@@ -67,6 +67,14 @@ def machine_env(local_base: str) -> dict[str, str]:
     return {**os.environ, "TORCHYARD_BASE_IMAGES": f"cpu={local_base}"}
 
 
+def remove_images(client: docker.DockerClient, *needles: str) -> None:
+    """What a fresh runner lacks: every local tag containing one of `needles` (and images left untagged)."""
+    for image in client.images.list():
+        for tag in image.tags:
+            if any(needle in tag for needle in needles):
+                client.images.remove(tag, force=True)
+
+
 @dataclass(frozen=True)
 class LoopbackRegistry:
     """A real OCI registry (Debian's docker-registry) on 127.0.0.1, with basic auth (htpasswd)."""

@@ -19,7 +19,7 @@ import docker
 import docker.errors
 import pytest
 
-from tests.integration.conftest import LoopbackRegistry
+from tests.integration.conftest import LoopbackRegistry, remove_images
 from torchyard.commands.build import build_images
 from torchyard.commands.refresh import refresh
 from torchyard.errors import ImageBuildError
@@ -50,14 +50,6 @@ requirements = ["six==1.17.0"]
 
 def _entry(base: str) -> Entry:
     return parse_plan(MATRIX.format(base=base, entry=ENTRY), Path("matrix.toml")).entries[0]
-
-
-def _remove_images(client: docker.DockerClient, *needles: str) -> None:
-    """What a fresh runner lacks: every local tag containing one of `needles` (and images left untagged)."""
-    for image in client.images.list():
-        for tag in image.tags:
-            if any(needle in tag for needle in needles):
-                client.images.remove(tag, force=True)
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +90,7 @@ def test_two_runners_share_images_and_layers_through_the_registry(
     entry = _entry(pushed_base)
     lockdir = tmp_path / "lockfiles"
     lock_entry(entry, lockdir, {})
-    _remove_images(client, f"torchyard/{ENTRY}:")
+    remove_images(client, f"torchyard/{ENTRY}:")
     client.api.prune_builds(all=True)  # runner A starts cold, whatever this machine built before
     try:
         # Runner A: the base comes from the registry by digest (no per-machine override), then a push.
@@ -108,7 +100,7 @@ def test_two_runners_share_images_and_layers_through_the_registry(
         assert image.labels["org.opencontainers.image.base.digest"] == pushed_base.partition("@")[2]
 
         # A fresh runner B: none of this entry's images, no base by that name, no build cache.
-        _remove_images(client, f"torchyard/{ENTRY}:", "torchyard-test/base")
+        remove_images(client, f"torchyard/{ENTRY}:", "torchyard-test/base")
         client.api.prune_builds(all=True)
         changed = tmp_path / "changed.py"
         changed.write_text("# a source-only change: a new tag, the same dependency layer\n")
@@ -123,7 +115,7 @@ def test_two_runners_share_images_and_layers_through_the_registry(
         assert "Downloading" not in log and "Prepared" not in log  # uv fetched no wheel
 
         # Runner B again, on the unchanged entry: the image is pulled by its content-addressed tag.
-        _remove_images(client, f"torchyard/{ENTRY}:")
+        remove_images(client, f"torchyard/{ENTRY}:")
         (third,) = build_images([entry], lockdir, BuildOptions(), env=runner_env)
         assert (third.tag, third.origin) == (first.tag, "pulled")
         assert third.pulled is not None and third.pulled.bytes > 0
@@ -138,7 +130,7 @@ def test_two_runners_share_images_and_layers_through_the_registry(
             saved.write(chunk)
         assert registry.password.encode() not in saved.getvalue()
     finally:
-        _remove_images(client, f"torchyard/{ENTRY}:", "torchyard-test/base")
+        remove_images(client, f"torchyard/{ENTRY}:", "torchyard-test/base")
 
 
 def test_a_base_digest_the_registry_lacks_is_one_line(

@@ -54,8 +54,8 @@ def refresh(
         registry = load_registry(env)
 
         def resolve(name: str) -> str:
-            own = registry is not None and registry_host(name) == registry.host
-            return remote_digest(client, name, registry.auth if own and registry is not None else None)
+            own = registry if registry is not None and registry_host(name) == registry.host else None
+            return remote_digest(client, name, own.auth if own is not None else None)
 
     allowed = allowed_docker_run(env)
     plan = load_plan(matrix, allowed_docker_run=allowed)

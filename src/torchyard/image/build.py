@@ -238,12 +238,11 @@ def cache_sources(plan: BuildPlan, options: BuildOptions, registry: Registry | N
 
 
 def publish(
-    client: docker.DockerClient, registry: Registry | None, plan: BuildPlan, env: Mapping[str, str]
+    client: docker.DockerClient, registry: Registry | None, image: Image, plan: BuildPlan, env: Mapping[str, str]
 ) -> tuple[Transfer, ...]:
     """Push the content-addressed tag and the entry's alias to the machine's registry."""
     if registry is None:
         raise ImageBuildError(NO_REGISTRY)
-    image = client.images.get(plan.tag)
     transfers = []
     for local in (plan.tag, plan.alias):
         repository, _, tag = registry.ref(local).rpartition(":")
@@ -278,7 +277,7 @@ def build_image(
             origin = "pulled"
     if existing is not None:
         existing.tag(plan.alias)
-        pushed = publish(client, registry, plan, env) if options.push else ()
+        pushed = publish(client, registry, existing, plan, env) if options.push else ()
         seconds = time.monotonic() - started
         return Built(entry.name, plan.tag, existing.attrs["Size"], seconds, origin, pushed, pulled)
     check_base(client, plan)
@@ -312,7 +311,7 @@ def build_image(
     image.tag(plan.tag)
     image.tag(plan.alias)
     origin = how_built(completed.stdout or "")
-    pushed = publish(client, registry, plan, env) if options.push else ()
+    pushed = publish(client, registry, image, plan, env) if options.push else ()
     return Built(entry.name, plan.tag, image.attrs["Size"], time.monotonic() - started, origin, pushed)
 
 

@@ -112,7 +112,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # Each xdist worker compiles into its own inductor cache: no two processes write one directory.
     worker = getattr(config, "workerinput", {}).get("workerid", "main")
     pin_worker_device(settings.accelerator, worker)  # before torch touches the device
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_root(settings) / worker)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(contract.cache_root(os.environ, settings.report_dir) / worker)
     # inductor's FX graph and AOTAutograd caches live there too: a warm volume skips their compiles.
     os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
     os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "1")
@@ -133,16 +133,11 @@ def pytest_configure(config: pytest.Config) -> None:
             pytest.exit(f"torchyard probe: {error}", returncode=contract.PROBE_FAILED)
 
 
-def cache_root(settings: _Settings) -> Path:
-    """The entry's cache (a named volume in a container, `.torchyard/cache/<entry>` for a venv)."""
-    return Path(os.environ.get(contract.INDUCTOR_CACHE, settings.report_dir / ".inductor-cache"))
-
-
 def artifact_cache(settings: _Settings) -> ArtifactCache:
     """Lowered programs by content, shared by every worker and run of the entry (`off` turns it off)."""
     if os.environ.get(contract.ARTIFACT_CACHE) == "off":
         return ArtifactCache(None)
-    return ArtifactCache(cache_root(settings) / "artifacts")
+    return ArtifactCache(contract.cache_root(os.environ, settings.report_dir) / "artifacts")
 
 
 def _macos() -> tuple[int, int] | None:

@@ -30,7 +30,6 @@ from typing import Any
 
 from torchyard import contract
 
-STORED = ("junit.xml", "parity.json", "parity.md", "env.json")
 INIMAGE = Path(__file__).parent
 FORMAT = 1
 
@@ -65,7 +64,12 @@ def _environment_identity(env: Mapping[str, str]) -> object:
 
 def fingerprint(argv: Sequence[str], env: Mapping[str, str], device: Mapping[str, Any]) -> str:
     """What decides this run's verdicts, as one sha256."""
-    test_paths = [Path(arg) for arg in argv if not arg.startswith("-") and Path(arg).exists()]
+    # The suites' own folder is part of the in-image side, hashed once with it.
+    test_paths = [
+        Path(arg)
+        for arg in argv
+        if not arg.startswith("-") and Path(arg).exists() and INIMAGE.resolve() not in Path(arg).resolve().parents
+    ]
     settings = {
         name: env.get(name, "")
         for name in (
@@ -95,17 +99,17 @@ def replay(store: Path, key: str, report_dir: Path) -> int | None:
         return None
     when = str(record["started"])
     report_dir.mkdir(parents=True, exist_ok=True)
-    for name in STORED:
+    for name in contract.REPORT_FILES:
         if (entry / name).is_file():
             shutil.copyfile(entry / name, report_dir / name)
     note = {"replayed": True, "original-run": when, "fingerprint": key}
-    parity_json = report_dir / "parity.json"
+    parity_json = report_dir / contract.PARITY_JSON
     if parity_json.is_file():
         data = json.loads(parity_json.read_text())
         if isinstance(data, dict):
             parity_json.write_text(json.dumps({**data, "replay": note}, indent=2, sort_keys=True))
     line = f"**Replayed**: nothing ran; these are the verdicts of the run of {when} (same fingerprint {key[:16]})."
-    parity_md = report_dir / "parity.md"
+    parity_md = report_dir / contract.PARITY_MARKDOWN
     if parity_md.is_file():
         parity_md.write_text(f"{line}\n\n{parity_md.read_text()}")
     print(f"torchyard: replayed the verdicts of the run of {when}: nothing that decides them changed")
@@ -119,7 +123,7 @@ def save(store: Path, key: str, report_dir: Path, status: int, started: dt.datet
     store.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=store, prefix=f".{key[:16]}-"))
     try:
-        for name in STORED:
+        for name in contract.REPORT_FILES:
             if (report_dir / name).is_file():
                 shutil.copyfile(report_dir / name, staging / name)
         (staging / "record.json").write_text(json.dumps({"status": status, "started": started.isoformat()}))
@@ -134,7 +138,7 @@ def save(store: Path, key: str, report_dir: Path, status: int, started: dt.datet
 
 
 def store_for(env: Mapping[str, str], report_dir: Path) -> Path:
-    return Path(env.get(contract.INDUCTOR_CACHE) or report_dir / ".inductor-cache") / "results"
+    return contract.cache_root(env, report_dir) / "results"
 
 
 def enabled(env: Mapping[str, str] = os.environ) -> bool:

@@ -93,9 +93,9 @@ def device_identity(device: torch.device) -> dict[str, Any]:
     return identity
 
 
-def _versioned(obj: object) -> bool:
+def _versioned(module_name: str) -> bool:
     """Code whose version is already in the key: the packages above and the standard library."""
-    top = (getattr(obj, "__module__", None) or "").split(".")[0]
+    top = module_name.split(".", maxsplit=1)[0]
     return top in VERSIONED or top in sys.stdlib_module_names or top in {"builtins", "__future__", ""}
 
 
@@ -115,7 +115,7 @@ class _CodeWalk:
         elif isinstance(obj, types.FunctionType):
             self._function(obj)
         elif isinstance(obj, types.ModuleType):
-            if not _versioned(types.SimpleNamespace(__module__=obj.__name__)):
+            if not _versioned(obj.__name__):
                 self.parts.append(f"module {obj.__name__}\0{_source(obj)}")
         elif isinstance(obj, SIMPLE) or (
             isinstance(obj, tuple | frozenset) and all(isinstance(v, SIMPLE) for v in obj)
@@ -125,7 +125,7 @@ class _CodeWalk:
             self.parts.append(tensor_digest(obj))
 
     def _class(self, klass: type) -> None:
-        if _versioned(klass):
+        if _versioned(klass.__module__):
             self.parts.append(f"{klass.__module__}.{klass.__qualname__}")
             return
         self.parts.append(f"class {klass.__qualname__}\0{_source(klass)}")
@@ -141,7 +141,7 @@ class _CodeWalk:
                 self._names(function)
 
     def _function(self, function: types.FunctionType) -> None:
-        if _versioned(function):
+        if _versioned(function.__module__ or ""):
             self.parts.append(f"{function.__module__}.{function.__qualname__}")
             return
         self.parts.append(f"function {function.__qualname__}\0{_source(function)}")

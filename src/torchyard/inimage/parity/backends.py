@@ -137,9 +137,12 @@ def run_eager(
     return BackendRun(outputs, 0.0, seconds, latency_ms=latency)
 
 
+def dynamic_shapes(case: Case) -> object:
+    return case.dynamic_shapes() if case.dynamic_shapes else None
+
+
 def export_program(case: Case, module: torch.nn.Module, call: Call) -> torch.export.ExportedProgram:
-    dynamic = case.dynamic_shapes() if case.dynamic_shapes else None
-    return torch.export.export(module, call.args, kwargs=dict(call.kwargs), dynamic_shapes=dynamic)
+    return torch.export.export(module, call.args, kwargs=dict(call.kwargs), dynamic_shapes=dynamic_shapes(case))
 
 
 def lowering_key(
@@ -154,7 +157,7 @@ def lowering_key(
             options=options,
             module=module,
             inputs=(call.args, dict(call.kwargs)),
-            dynamic_shapes=case.dynamic_shapes() if case.dynamic_shapes else None,
+            dynamic_shapes=dynamic_shapes(case),
             device=device,
             dtype=dtype,
         )
@@ -228,9 +231,18 @@ def flat_inputs(order: list[str], call: Call) -> list[Any]:
     return list(pytree.tree_leaves((call.args, kwargs)))
 
 
-def _run_executorch(
-    case: Case, module: torch.nn.Module, calls: list[Call], workdir: Path, *, xnnpack: bool, cache: ArtifactCache
+def run_executorch(
+    case: Case,
+    module: torch.nn.Module,
+    calls: list[Call],
+    device: torch.device,
+    workdir: Path,
+    *,
+    xnnpack: bool,
+    cache: ArtifactCache = NO_CACHE,
 ) -> BackendRun:
+    """Lowered to a .pte (portable kernels, or XNNPACK-delegated), written to disk and run by ExecuTorch's
+    runtime on the CPU whatever the entry's device."""
     from executorch.exir import to_edge_transform_and_lower
     from executorch.runtime import Runtime
 
@@ -271,30 +283,6 @@ def _run_executorch(
     return BackendRun(outputs, compile_seconds, seconds, artifact, notes, latency_ms=latency)
 
 
-def run_executorch_portable(
-    case: Case,
-    module: torch.nn.Module,
-    calls: list[Call],
-    device: torch.device,
-    workdir: Path,
-    *,
-    cache: ArtifactCache = NO_CACHE,
-) -> BackendRun:
-    return _run_executorch(case, module, calls, workdir, xnnpack=False, cache=cache)
-
-
-def run_executorch_xnnpack(
-    case: Case,
-    module: torch.nn.Module,
-    calls: list[Call],
-    device: torch.device,
-    workdir: Path,
-    *,
-    cache: ArtifactCache = NO_CACHE,
-) -> BackendRun:
-    return _run_executorch(case, module, calls, workdir, xnnpack=True, cache=cache)
-
-
 def run_tensorrt(
     case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Path
 ) -> BackendRun:
@@ -321,8 +309,8 @@ RUNNERS: dict[str, Runner] = {
     "eager": run_eager,
     "export": run_export,
     "inductor": inductor_runner("default"),
-    "executorch-portable": run_executorch_portable,
-    "executorch-xnnpack": run_executorch_xnnpack,
+    "executorch-portable": functools.partial(run_executorch, xnnpack=False),
+    "executorch-xnnpack": functools.partial(run_executorch, xnnpack=True),
     "tensorrt": run_tensorrt,
 }
 
