@@ -53,6 +53,20 @@ def test_cpu_image_builds_then_is_reused(
     assert image.attrs["Config"]["User"] == "1000"  # the image's unprivileged user, by id
     history = " ".join(str(layer.get("CreatedBy", "")) for layer in image.history())
     assert "BEGIN CERTIFICATE" not in history and "index-args" not in history.replace("uv-index-args", "")
+    script = "; ".join(  # is torch's bytecode in the image, and valid for the source as it lies there?
+        [
+            "import importlib.util, os, torch",
+            "data = open(importlib.util.cache_from_source(torch.__file__), 'rb').read(16)",
+            "stat = os.stat(torch.__file__)",
+            "stamp = (int(stat.st_mtime) & 0xFFFFFFFF, stat.st_size & 0xFFFFFFFF)",
+            "flags, *header = (int.from_bytes(data[i : i + 4], 'little') for i in (4, 8, 12))",
+            "print(bool(flags & 1) or tuple(header) == stamp)",
+        ]
+    )
+    checked = client.containers.run(
+        first.tag, ["-c", script], entrypoint=["/opt/torchyard/venv/bin/python"], remove=True
+    )
+    assert checked.strip() == b"True", "the dependency layer has no valid bytecode: every run would compile torch"
     (second,) = build_images([entry], Path("lockfiles"), BuildOptions(), env=machine_env)
     assert (second.tag, second.reused) == (first.tag, True)
 

@@ -59,8 +59,8 @@ def make_plan(requirements: str = '["app"]', vendored: str = '["needs-torch"]') 
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("wheels")
     write_wheel(folder, "app", "1.0", requires=["lib>=1"])
-    write_wheel(folder, "lib", "1.0")
-    write_wheel(folder, "lib", "2.0")
+    write_wheel(folder, "lib", "1.0", files={"lib/__init__.py": b"VERSION = 1\n"})
+    write_wheel(folder, "lib", "2.0", files={"lib/__init__.py": b"VERSION = 2\n"})
     write_wheel(folder, "torch", "2.13.0", requires=["vendor-only-dep"])
     write_wheel(folder, "torch", "2.14.0", requires=["vendor-only-dep"])
     write_wheel(folder, "vendor-only-dep", "1.0")
@@ -271,3 +271,5 @@ def test_a_static_pep503_mirror_installs_but_cannot_lock(
     subprocess.run([*sync_args(lockfile, str(venv / "bin" / "python"), [index])], check=True, capture_output=True)
     installed = subprocess.run(["uv", "pip", "list", "--python", str(venv)], capture_output=True, text=True, check=True)
     assert "app" in installed.stdout and "lib" in installed.stdout
+    # Compiled at install, as the suites' start-up wants: nothing else in this venv writes bytecode.
+    assert list(venv.glob("lib/python*/site-packages/lib/__pycache__/__init__.*.pyc"))

@@ -23,6 +23,8 @@ def sync_args(
         "--require-hashes",
         "--no-config",
         "--index-strategy", index_strategy,
+        # Once, at install (then only what changed): the suites' start-up imports torch and ExecuTorch.
+        "--compile-bytecode",
     ]  # fmt: skip
     args += index_args(sources, find_links)
     return tuple(args)

@@ -17,6 +17,7 @@ from torchyard.inimage.parity.harness import Result, evaluate, make_reference
 from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.precision import PrecisionError, check_precision
 from torchyard.inimage.probe import ProbeError, check_device, unlocked_environment
+from torchyard.inimage.suites.inner import run_pytest
 from torchyard.inimage.workers import pin_worker_device, xdist_args
 from torchyard.names import BACKEND_NAMES
 
@@ -264,7 +265,7 @@ def test_export(request, tmp_path):
 def test_a_different_error_under_a_known_failure_fails(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(SKIPPING_SUITE)
     pytester.makepyfile(test_wrong=WRONG_ERROR_SUITE)
-    result = pytester.runpytest_subprocess(f"--torchyard-report-dir={pytester.path}/r", "-p", "no:cacheprovider")
+    result = run_pytest(pytester, f"--torchyard-report-dir={pytester.path}/r", "-p", "no:cacheprovider")
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*expected the known failure SpecViolationError matching 'mismatched', got error*"])
 
@@ -279,9 +280,7 @@ def test_a_selected_suite_with_nothing_passed_fails_the_run(pytester: pytest.Pyt
             "@pytest.mark.compile\ndef test_compile():\n    pass\n"
         )
     )
-    result = pytester.runpytest_subprocess(
-        f"--torchyard-report-dir={pytester.path}/r", "--torchyard-suites=export,compile"
-    )
+    result = run_pytest(pytester, f"--torchyard-report-dir={pytester.path}/r", "--torchyard-suites=export,compile")
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*suite export: no test passed; skip reasons: no exporter here*"])
     assert "suite compile" not in result.stdout.str()
@@ -292,9 +291,7 @@ def test_cuda_entry_without_a_cuda_device_fails_before_testing(pytester: pytest.
         pytest.skip("this machine has a CUDA device: the missing-device path cannot be shown here")
     pytester.makeconftest(SKIPPING_SUITE)
     pytester.makepyfile(test_never="def test_never():\n    raise AssertionError('must not run')\n")
-    result = pytester.runpytest_subprocess(
-        "--torchyard-accelerator", "cuda", f"--torchyard-report-dir={pytester.path}/r"
-    )
+    result = run_pytest(pytester, "--torchyard-accelerator", "cuda", f"--torchyard-report-dir={pytester.path}/r")
     assert result.ret == 3
     result.stderr.fnmatch_lines(["*torchyard probe: entry targets CUDA but *"])
     assert "must not run" not in result.stdout.str()
@@ -303,21 +300,21 @@ def test_cuda_entry_without_a_cuda_device_fails_before_testing(pytester: pytest.
 def test_all_skipped_run_fails(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(SKIPPING_SUITE)
     pytester.makepyfile(test_skips="import pytest\n\ndef test_a():\n    pytest.skip('no device')\n")
-    result = pytester.runpytest_subprocess(f"--torchyard-report-dir={pytester.path}/r")
+    result = run_pytest(pytester, f"--torchyard-report-dir={pytester.path}/r")
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*FAILED: suite project: no test passed; skip reasons: no device*"])
 
 
 def test_no_test_collected_fails(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(SKIPPING_SUITE)
-    result = pytester.runpytest_subprocess(f"--torchyard-report-dir={pytester.path}/r")
+    result = run_pytest(pytester, f"--torchyard-report-dir={pytester.path}/r")
     assert result.ret == 1
 
 
 def test_fp16_on_cpu_stops_the_run(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(SKIPPING_SUITE)
     pytester.makepyfile(test_ok="def test_ok():\n    pass\n")
-    result = pytester.runpytest_subprocess("--torchyard-precision", "fp16", f"--torchyard-report-dir={pytester.path}/r")
+    result = run_pytest(pytester, "--torchyard-precision", "fp16", f"--torchyard-report-dir={pytester.path}/r")
     assert result.ret == 3
     result.stderr.fnmatch_lines(["*fp16 on the CPU is refused*"])
 
@@ -375,9 +372,7 @@ def test_a_cases_module_that_raises_is_one_line(pytester: pytest.Pytester) -> No
     pytester.makeconftest(SKIPPING_SUITE)
     pytester.makepyfile(broken_cases="raise RuntimeError('boom at import')\n")
     pytester.makepyfile(test_uses_cases="def test_case(case):\n    pass\n")
-    result = pytester.runpytest_subprocess(
-        "--torchyard-cases=broken_cases", f"--torchyard-report-dir={pytester.path}/r"
-    )
+    result = run_pytest(pytester, "--torchyard-cases=broken_cases", f"--torchyard-report-dir={pytester.path}/r")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     output = result.stdout.str() + result.stderr.str()
     assert "torchyard: cases module 'broken_cases' cannot be imported: RuntimeError: boom at import" in output
