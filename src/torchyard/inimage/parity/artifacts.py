@@ -22,6 +22,7 @@ it is removed and rebuilt.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import importlib.metadata
 import inspect
@@ -163,6 +164,7 @@ class _CodeWalk:
                 continue
 
 
+@functools.cache  # a class's source is found by parsing its whole file: once a run, not once a backend
 def _source(obj: Any) -> str:
     try:
         return inspect.getsource(obj)
