@@ -33,16 +33,38 @@ class Call:
 
 @dataclass(frozen=True)
 class KnownFailure:
-    """An upstream bug a backend hits on a case: the exception type it raises (by name, matched against
-    the exception's class and its bases) and a regular expression its message must contain. Any other
-    error on that backend is a real failure; a backend that starts working fails until this is removed."""
+    """An upstream bug a backend hits on a case, stated exactly enough that any other outcome fails.
+
+    Either an error: the exception type it raises (`raises`, by name, matched against the exception's
+    class and its bases) and a regular expression its message must contain (`match`). Or wrong values:
+    `computes`, a model factory (seeded as the case's is, so the same weights) whose eager outputs the
+    backend gives instead of the case's; the parity suite then expects the backend to miss the case's
+    reference and to meet that model's, within the same bounds. Suites that do not compare values see no
+    failure there. Any other outcome on that backend is a real failure, and a backend that starts
+    working fails until this is removed.
+    """
 
     reason: str
-    raises: str
-    match: str
+    raises: str = ""
+    match: str = ""
+    computes: Callable[[], torch.nn.Module] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.computes is not None) == bool(self.raises or self.match):
+            raise ValueError(
+                f"known failure {self.reason!r}: give the error (raises and match) or what the backend "
+                "computes instead (computes), one of the two"
+            )
+        if self.computes is None and not (self.raises and self.match):
+            raise ValueError(f"known failure {self.reason!r}: an error needs both raises and match")
 
     def matches(self, error_types: Sequence[str], message: str) -> bool:
         return self.raises in error_types and re.search(self.match, message) is not None
+
+    def expectation(self) -> str:
+        if self.computes is not None:
+            return f"the known wrong values (what {getattr(self.computes, '__qualname__', 'computes')} computes)"
+        return f"the known failure {self.raises} matching {self.match!r}"
 
 
 def base_backend(backend: str) -> str:
@@ -82,6 +104,7 @@ class Case:
             if not isinstance(known, KnownFailure):
                 raise ValueError(
                     f"case {self.name!r}: known_failures[{backend!r}] must be a KnownFailure(reason, raises, match)"
+                    " or a KnownFailure(reason, computes=...)"
                 )
         for key, bounds in self.tolerances.items():
             dtype, _, backend = key.partition(".")
@@ -92,6 +115,10 @@ class Case:
             unknown = set(bounds) - set(TOLERANCE_FIELDS)
             if unknown:
                 raise ValueError(f"case {self.name!r}: tolerance {key!r}: unknown fields {sorted(unknown)}")
+
+    def known_failure(self, backend: str) -> KnownFailure | None:
+        """What is known to fail on `backend` (`inductor:<mode>` falls back to inductor's)."""
+        return self.known_failures.get(backend) or self.known_failures.get(base_backend(backend))
 
     def applies_to(self, backend: str) -> bool:
         return self.backends is None or backend in self.backends or base_backend(backend) in self.backends
