@@ -81,8 +81,8 @@ def run_local(
                 entry.name, entry.project.root, names, Path(out), sources, runner=runner, env=uv_env
             )
             install = ["uv", "pip", "install", "--quiet", "--python", str(python), "--no-deps", "--no-config"]
-            install += ["--compile-bytecode"]  # as the lock's packages: the suites import it at start-up
-            runner([*install, "--reinstall", *map(str, wheels)], env=uv_env)
+            # Bytecode as the lock's packages have it: the suites import the project at start-up.
+            runner([*install, "--compile-bytecode", "--reinstall", *map(str, wheels)], env=uv_env)
     report_dir = (reports / f"{entry.name}-local").resolve()
     print(f"[{steps}/{steps}] running the {', '.join(entry.suites)} suites; reports in {report_dir}", file=sys.stderr)
     # The venv's own tools (ExecuTorch's flatc, say) on PATH, as in the image.

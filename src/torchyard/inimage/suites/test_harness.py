@@ -258,9 +258,9 @@ def test_known_wrong_values_are_exact(tmp_path: Path) -> None:
     known = case.known_failure("executorch-xnnpack")
     assert known is not None and known.computes is erf_gelu_block
 
-    def on_xnnpack(runner: Runner, name: str) -> Result:
+    def on_xnnpack(runner: Runner, name: str, dtype: torch.dtype = torch.float32) -> Result:
         return evaluate(
-            case, "executorch-xnnpack", device=CPU, dtype=torch.float32, tolerances=TOLERANCES,
+            case, "executorch-xnnpack", device=CPU, dtype=dtype, tolerances=TOLERANCES,
             workdir=tmp_path / name, runner=runner,
         )  # fmt: skip
 
@@ -272,10 +272,7 @@ def test_known_wrong_values_are_exact(tmp_path: Path) -> None:
     fixed = on_xnnpack(computing(case.make_module), "fixed")
     assert (fixed.status, fixed.known_values) == ("passed", False)
     # bfloat16's bounds are wider than the bug: both GELUs pass, and the two cannot be told apart.
-    coarse = evaluate(
-        case, "executorch-xnnpack", device=CPU, dtype=torch.bfloat16, tolerances=TOLERANCES,
-        workdir=tmp_path / "bf16", runner=computing(erf_gelu_block),
-    )  # fmt: skip
+    coarse = on_xnnpack(computing(erf_gelu_block), "bf16", dtype=torch.bfloat16)
     assert (coarse.status, coarse.known_values) == ("passed", True), coarse.reason
 
 
