@@ -77,6 +77,20 @@ def test_a_container_killed_for_memory_says_so(
     assert not client.containers.list(all=True, filters={"name": plan.name})
 
 
+def test_a_failing_test_gives_its_status_and_whole_reports(
+    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The in-image entry point ends without the interpreter's teardown: the status, the last lines of
+    output and the reports must still all be there."""
+    planted = "def test_passes():\n    assert True\n\n\ndef test_fails():\n    assert 1 == 2\n"
+    status, plan = _run_with_mounted_test(tmp_path, machine_env, client, planted)
+    out = capfd.readouterr().out
+    assert status == 1, out
+    assert out.strip().splitlines()[-1].startswith("1 failed, 1 passed"), out[-2000:]  # pytest's last line
+    junit = (plan.reports / "junit.xml").read_text()
+    assert 'failures="1"' in junit and 'name="test_fails"' in junit and 'name="test_passes"' in junit
+
+
 HOSTILE = """
 import errno
 import socket

@@ -6,16 +6,36 @@ test what its entry claims.
 
 from __future__ import annotations
 
-import datetime as dt
+import atexit
+import logging
 import os
 import sys
-from pathlib import Path
 
-import pytest
+_STATUS: list[int] = []
 
-from torchyard import contract
-from torchyard.inimage import replay
-from torchyard.inimage.workers import device_count, xdist_args
+
+def _exit_without_teardown() -> None:
+    """The last exit handler (registered before any other): once `main` has returned, every report is
+    written and every other handler has run (inductor's workers stopped, ExecuTorch's temporary flatc
+    removed), so the process ends here with `main`'s status instead of tearing down torch's and
+    ExecuTorch's modules one by one, which takes a second or more and checks nothing."""
+    if _STATUS:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_STATUS[0])
+
+
+atexit.register(_exit_without_teardown)  # before the imports below: handlers run last-registered first
+
+import datetime as dt  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from torchyard import contract  # noqa: E402
+from torchyard.inimage import replay  # noqa: E402
+from torchyard.inimage.workers import device_count, xdist_args  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
@@ -39,4 +59,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    _STATUS.append(main(sys.argv[1:]))
+    sys.exit(_STATUS[0])

@@ -8,6 +8,7 @@ pinning and reports as torchyard's suites.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import platform
@@ -163,6 +164,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         outside = SUITES_DIR not in Path(str(item.path)).parents
         if outside and not any(item.get_closest_marker(name) for name in known):
             item.add_marker(PROJECT)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What is alive once the tests are collected (torch's modules, the cases, the items) lives the
+    whole run: `gc.freeze` takes it out of the cyclic collector's sight, so each full collection (one
+    every few thousand allocations, and pytest's own at the end) walks only what the tests create.
+    Garbage the tests make is still collected; this saved about 2 s of a 17 s warm run on the CPU."""
+    gc.freeze()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

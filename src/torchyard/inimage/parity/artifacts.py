@@ -17,6 +17,14 @@ only save the lowering, never a comparison. A miss lowers and stores. Every writ
 file in the cache folder and then `os.replace`, so concurrent writers of one key leave one whole file.
 Each entry has a JSON sidecar with the artifact's sha256; an entry whose bytes do not match is corrupt:
 it is removed and rebuilt.
+
+A lowering that fails with the case's declared known failure (ExecuTorch's verifier rejecting a
+program, say) is recorded too: a sidecar with the error's class names, message and one-line description
+(and the sha256 of those), no artifact. A later run with the same key and the same known failure
+declared raises it again (`RecordedFailure`) instead of lowering again to fail again; the suites judge it
+as they judge a fresh one. Any other failure is never recorded, and a record is used only while the
+case still declares a known failure that matches it: remove the declaration and the program is lowered
+afresh.
 """
 
 from __future__ import annotations
@@ -39,6 +47,9 @@ from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
+
+from torchyard.inimage.cases import KnownFailure
+from torchyard.inimage.parity.errors import RecordedFailure, describe_error, error_types
 
 VERSIONED = ("torch", "executorch", "torchao", "torch_tensorrt", "tensorrt", "numpy")
 DISTRIBUTIONS = ("torch", "executorch", "torchao", "torch-tensorrt", "tensorrt", "numpy")
@@ -249,6 +260,10 @@ class ArtifactCache:
         artifact, sidecar = self.root / f"{key}{suffix}", self.root / f"{key}.json"
         try:
             meta = json.loads(sidecar.read_text())
+            if "failure" in meta:  # a recorded known failure: no artifact, its fields are what is checked
+                if _failure_digest(meta["failure"]) == meta["sha256"]:
+                    return dict(meta)
+                raise ValueError("a failure record whose fields do not match its digest")
             digest = hashlib.sha256()
             with artifact.open("rb") as source, target.open("wb") as copy:
                 for block in iter(lambda: source.read(1 << 20), b""):
@@ -277,20 +292,50 @@ class ArtifactCache:
         sidecar = json.dumps({**meta, "sha256": digest, "suffix": suffix}, sort_keys=True).encode()
         _replace(self.root / f"{key}.json", lambda handle: handle.write(sidecar))
 
+    def store_failure(self, key: str, suffix: str, error: BaseException) -> None:
+        """Record that lowering under `key` failed with `error` (a sidecar alone, written atomically)."""
+        if self.root is None:
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        failure = {"types": error_types(error), "message": str(error), "description": describe_error(error)}
+        record = {"failure": failure, "sha256": _failure_digest(failure), "suffix": suffix}
+        _replace(self.root / f"{key}.json", lambda handle: handle.write(json.dumps(record, sort_keys=True).encode()))
+        (self.root / f"{key}{suffix}").unlink(missing_ok=True)  # an older artifact under this key is stale
+
     def materialize(
-        self, key: str | None, suffix: str, target: Path, build: Callable[[Path], dict[str, Any]]
+        self,
+        key: str | None,
+        suffix: str,
+        target: Path,
+        build: Callable[[Path], dict[str, Any]],
+        *,
+        known: KnownFailure | None = None,
     ) -> tuple[dict[str, Any], str]:
         """Make `target` hold the artifact: copied from the cache on a hit, else written by `build(target)`
         (which returns the sidecar's fields) and stored. Returns the fields and what the cache did:
-        "hit", "miss", "rebuilt" (a corrupt entry was replaced), "off" or "unkeyable"."""
+        "hit", "miss", "rebuilt" (a corrupt entry was replaced), "off" or "unkeyable".
+
+        `known` is the case's known failure on this backend: a build that fails with it is recorded, and a
+        record that it still matches is raised again as a `RecordedFailure`."""
         if key is None or self.root is None:
             return build(target), "off" if self.root is None else "unkeyable"
         hit = self.lookup(key, suffix, target)
-        if hit is not None:
+        if hit is not None and "failure" not in hit:
             return hit, "hit"
-        meta = build(target)
+        if hit is not None and known is not None and known.matches(hit["failure"]["types"], hit["failure"]["message"]):
+            raise RecordedFailure(**hit["failure"])
+        try:
+            meta = build(target)
+        except Exception as error:
+            if known is not None and known.matches(error_types(error), str(error)):
+                self.store_failure(key, suffix, error)
+            raise
         self.store(key, suffix, target, meta)
         return meta, "rebuilt" if key in self.rebuilt else "miss"
+
+
+def _failure_digest(failure: object) -> str:
+    return hashlib.sha256(json.dumps(failure, sort_keys=True).encode()).hexdigest()
 
 
 def _replace(target: Path, write: Callable[[Any], object]) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from torchyard.inimage.parity.backends import (
     to_device,
     unavailable_reason,
 )
+from torchyard.inimage.parity.errors import RecordedFailure, describe_error, error_types
 from torchyard.inimage.parity.metrics import Comparison, compare_statistics, compare_values
 from torchyard.inimage.parity.tolerances import Tolerances
 
@@ -75,14 +75,6 @@ class Reference:
     expected_dtypes: list[torch.dtype]
     kind: str
     error: str = ""
-
-
-def describe_error(error: BaseException) -> str:
-    """One line: the exception, its first message line, and where it was raised."""
-    message = str(error).strip().splitlines()
-    frames = traceback.extract_tb(error.__traceback__)
-    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
-    return f"{type(error).__name__}: {message[0] if message else ''}{where}"
 
 
 def _eager_cpu(case: Case, calls: list[Call], dtype: torch.dtype) -> tuple[list[list[torch.Tensor]], list[str]]:
@@ -173,8 +165,9 @@ def evaluate(
     except Exception as error:
         result.status = "error"
         result.reason = describe_error(error)
-        result.error_types = [klass.__name__ for klass in type(error).__mro__]
+        result.error_types = error_types(error)
         result.error_message = str(error)
+        result.cache = "hit" if isinstance(error, RecordedFailure) else ""
         return result
     result.compile_seconds, result.run_seconds, result.latency_ms = run.compile_seconds, run.run_seconds, run.latency_ms
     result.artifact = str(run.artifact) if run.artifact else None

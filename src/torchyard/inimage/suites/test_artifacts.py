@@ -12,10 +12,11 @@ from types import ModuleType
 import pytest
 import torch
 
-from torchyard.inimage.cases import Case
+from torchyard.inimage.cases import Case, KnownFailure
 from torchyard.inimage.cases.builtin import CASES
 from torchyard.inimage.parity.artifacts import ArtifactCache, artifact_key, file_digest, tensor_digest
 from torchyard.inimage.parity.backends import lowering_key
+from torchyard.inimage.parity.errors import RecordedFailure
 from torchyard.inimage.parity.harness import Result, evaluate
 from torchyard.inimage.parity.tolerances import load_tolerances
 
@@ -118,6 +119,83 @@ def test_concurrent_writers_leave_one_whole_entry(tmp_path: Path) -> None:
     assert cache.lookup(key, ".pte", tmp_path / "final.pte") is not None
     assert (tmp_path / "final.pte").read_bytes() == sources[0].read_bytes()
     assert not [path for path in (tmp_path / "cache").iterdir() if path.name.startswith(".")]  # no temp left
+
+
+class VerifierError(RuntimeError):
+    """Stands for a lowering's own error (ExecuTorch's SpecViolationError, say)."""
+
+
+KNOWN = KnownFailure("the verifier rejects it (upstream 1.0)", raises="VerifierError", match=r"rejects node \d+")
+OTHER = KnownFailure("another bug", raises="VerifierError", match="something else")
+
+
+def materialize(cache: ArtifactCache, target: Path, calls: list[int], known: KnownFailure | None) -> None:
+    """Lower under one key with a lowering that always fails with `VerifierError`, counting the lowerings."""
+
+    def build(path: Path) -> dict[str, object]:
+        calls.append(1)
+        raise VerifierError("rejects node 7")
+
+    cache.materialize("f" * 64, ".pte", target, build, known=known)
+
+
+def test_a_known_lowering_failure_is_recorded_and_raised_again(tmp_path: Path) -> None:
+    cache, calls = ArtifactCache(tmp_path / "cache"), list[int]()
+    with pytest.raises(VerifierError):
+        materialize(cache, tmp_path / "first.pte", calls, KNOWN)
+    with pytest.raises(RecordedFailure) as recorded:
+        materialize(cache, tmp_path / "second.pte", calls, KNOWN)
+    assert len(calls) == 1  # the second run did not lower again
+    assert recorded.value.types[:2] == ["VerifierError", "RuntimeError"]
+    assert recorded.value.message == "rejects node 7" and KNOWN.matches(recorded.value.types, recorded.value.message)
+    assert [path.suffix for path in (tmp_path / "cache").iterdir()] == [".json"]  # a record, no artifact
+
+
+def test_only_a_declared_known_failure_is_recorded_and_used(tmp_path: Path) -> None:
+    cache, calls = ArtifactCache(tmp_path / "cache"), list[int]()
+    for known in (None, OTHER):  # no declaration, or one the error does not match: nothing is recorded
+        with pytest.raises(VerifierError):
+            materialize(cache, tmp_path / "run.pte", calls, known)
+    assert not (tmp_path / "cache").exists()
+    with pytest.raises(VerifierError):
+        materialize(cache, tmp_path / "run.pte", calls, KNOWN)  # recorded now
+    for known in (None, OTHER):  # the declaration removed or changed: lowered afresh, not replayed
+        with pytest.raises(VerifierError):
+            materialize(cache, tmp_path / "run.pte", calls, known)
+    assert len(calls) == 5
+
+
+def test_a_tampered_failure_record_is_lowered_again(tmp_path: Path) -> None:
+    cache, calls = ArtifactCache(tmp_path / "cache"), list[int]()
+    with pytest.raises(VerifierError):
+        materialize(cache, tmp_path / "run.pte", calls, KNOWN)
+    (sidecar,) = (tmp_path / "cache").iterdir()
+    sidecar.write_text(sidecar.read_text().replace("rejects node 7", "rejects node 8"))
+    with pytest.raises(VerifierError):
+        materialize(cache, tmp_path / "run.pte", calls, KNOWN)
+    assert len(calls) == 2 and cache.rebuilt == {"f" * 64}
+
+
+class Branch(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y: torch.Tensor = self.linear(x)
+        return y * 2 if y.sum() > 0 else y  # data-dependent: torch.export refuses to guard on it
+
+
+def test_the_harness_judges_a_recorded_failure_as_the_fresh_one(tmp_path: Path) -> None:
+    known = KnownFailure("export cannot branch on data", raises="RuntimeError", match="data-dependent expression")
+    case = Case("branch", Branch, lambda generator: (torch.randn(2, 4, generator=generator),))
+    case = Case(**{**vars(case), "known_failures": {"export": known}})
+    cache = ArtifactCache(tmp_path / "cache")
+    fresh, recorded = (run(case, "export", cache, tmp_path / name) for name in ("first", "second"))
+    assert (fresh.status, fresh.cache, recorded.status, recorded.cache) == ("error", "", "error", "hit")
+    assert recorded.error_types == fresh.error_types and recorded.error_message == fresh.error_message
+    assert known.matches(recorded.error_types, recorded.error_message)
+    assert recorded.reason == f"{fresh.reason} (recorded by an earlier run of this same lowering)"
 
 
 MODEL = """\
