@@ -27,6 +27,7 @@ INDUCTOR_CACHE = "TORCHYARD_INDUCTOR_CACHE"  # the entry's cache root: inductor'
 ARTIFACT_CACHE = "TORCHYARD_ARTIFACT_CACHE"  # "off": lower every program again
 REUSE_RESULTS = "TORCHYARD_REUSE_RESULTS"  # "1": replay the last verdicts when nothing deciding them changed
 IMAGE_ID = "TORCHYARD_IMAGE_ID"  # the image a container runs, for the replay fingerprint
+AUTOLOAD_OFF = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"  # pytest's own: no plugin loads unless named with -p
 
 # Inside the image (the Dockerfile creates these; a unit test checks that it does).
 IMAGE_REPORTS = "/reports"
@@ -74,6 +75,15 @@ def pytest_args(
         f"--junitxml={report_dir}/{JUNIT}",
         *extra,
     )  # fmt: skip
+
+
+def plugin_environment(*, project_tests: Sequence[str], extra: Sequence[str]) -> dict[str, str]:
+    """torchyard's suites alone, with no pytest arguments of the caller's: pytest loads torchyard's plugin
+    and pytest-xdist (for workers), not the third-party plugins the image happens to have through its
+    dependencies (hypothesis's, anyio's, hydra's, via ExecuTorch: about 2 s of imports every run, one of
+    them at the very end). A project's own tests, or arguments that may name a plugin's options, keep
+    pytest's plugin autoloading as it is."""
+    return {} if project_tests or extra else {AUTOLOAD_OFF: "1"}
 
 
 def suite_environment(

@@ -82,6 +82,20 @@ def test_cpu_run_args() -> None:
     assert args == (*common("cpu"), *tail("cpu", ALL))
 
 
+def test_third_party_plugins_load_only_for_a_project_or_the_callers_arguments() -> None:
+    """torchyard's suites alone load torchyard's plugin (and xdist), not what the image has besides."""
+    autoload_off = ("--env", "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1")
+
+    def has_autoload_off(args: tuple[str, ...]) -> bool:
+        return any(args[i : i + 2] == autoload_off for i in range(len(args) - 1))
+
+    cpu = PLAN.entry("cpu")
+    assert has_autoload_off(docker_run_args(cpu, run_plan("cpu"), HOST, {}, []))
+    assert not has_autoload_off(docker_run_args(cpu, run_plan("cpu"), HOST, {}, ["--timeout=60"]))
+    with_tests = dataclasses.replace(cpu, tests=("tests",))
+    assert not has_autoload_off(docker_run_args(with_tests, run_plan("cpu"), HOST, {}, []))
+
+
 def test_cuda_run_args_pass_visible_devices() -> None:
     args = docker_run_args(PLAN.entry("cuda"), run_plan("cuda"), HOST, {"CUDA_VISIBLE_DEVICES": "0"}, ["-q"])
     assert args == (
@@ -179,4 +193,5 @@ def test_in_place_runs_this_interpreter_with_the_lock_to_compare(tmp_path: Path)
     assert status == 0 and isinstance(args, list) and isinstance(env, dict)
     assert args[:3] == ["/py", "-m", "torchyard.inimage"] and args[3].endswith("torchyard/inimage/suites")
     assert env["TORCHYARD_UNLOCKED"] == str((lockdir / "cpu.txt").resolve())
+    assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD" not in env  # the caller passed -q: plugins may be theirs
     assert env["TORCHYARD_REPORT_DIR"] == str((tmp_path / "reports" / "cpu-in-place").resolve())

@@ -35,11 +35,12 @@ import pytest  # noqa: E402
 
 from torchyard import contract  # noqa: E402
 from torchyard.inimage import replay  # noqa: E402
-from torchyard.inimage.workers import device_count, xdist_args  # noqa: E402
+from torchyard.inimage.workers import device_count, xdist_args, xdist_plugin_args  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
     accelerator = os.environ.get(contract.ACCELERATOR, "cpu")
+    argv = [*xdist_plugin_args(), *argv]
     argv = [*argv, *xdist_args(argv, accelerator, device_count(accelerator))]
     if not replay.enabled():
         return int(pytest.main(argv))

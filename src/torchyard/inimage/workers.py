@@ -27,6 +27,16 @@ def xdist_args(argv: Sequence[str], accelerator: str, devices: int) -> list[str]
     return [] if chosen or workers == 0 else ["-n", str(workers), "--dist", "loadgroup"]
 
 
+def xdist_plugin_args(env: Mapping[str, str] = os.environ) -> list[str]:
+    """`-p xdist.plugin` where plugin autoloading is off (torchyard's suites alone) and xdist is installed:
+    workers must still start where there are several GPUs."""
+    if not env.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        return []
+    import importlib.util
+
+    return ["-p", "xdist.plugin"] if importlib.util.find_spec("xdist") is not None else []
+
+
 def pin_worker_device(accelerator: str, worker: str, env: MutableMapping[str, str] = os.environ) -> None:
     """In worker `gwN`, make only the N-th visible device visible (the N-th of what the container got)."""
     variable = VISIBLE.get(accelerator)

@@ -81,7 +81,10 @@ def docker_run_args(
 ) -> tuple[str, ...]:
     """`docker run` arguments, from the accelerator's module and matrix.toml (pure, so tests pin them)."""
     accelerator = ACCELERATORS[entry.accelerator.name]
-    suite_env = entry_environment(entry, contract.IMAGE_REPORTS)
+    suite_env = {
+        **entry_environment(entry, contract.IMAGE_REPORTS),
+        **contract.plugin_environment(project_tests=entry.tests, extra=pytest_args),
+    }
     return (
         "run", "--name", plan.name, "--init",
         "--label", f"dev.torchyard.entry={entry.name}",

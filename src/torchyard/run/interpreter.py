@@ -33,4 +33,5 @@ def run_suites(
     )
     with exclusive_run(report_dir):
         fresh_folder(report_dir)
-        return runner([python, "-m", "torchyard.inimage", *args], env=env, cwd=workdir, check=False).returncode
+        run_env = {**env, **contract.plugin_environment(project_tests=entry.tests, extra=extra)}
+        return runner([python, "-m", "torchyard.inimage", *args], env=run_env, cwd=workdir, check=False).returncode

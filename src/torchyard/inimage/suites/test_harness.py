@@ -19,7 +19,7 @@ from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.precision import PrecisionError, check_precision
 from torchyard.inimage.probe import ProbeError, check_device, unlocked_environment
 from torchyard.inimage.suites.inner import run_pytest
-from torchyard.inimage.workers import pin_worker_device, xdist_args
+from torchyard.inimage.workers import pin_worker_device, xdist_args, xdist_plugin_args
 from torchyard.names import BACKEND_NAMES
 
 pytestmark = pytest.mark.harness
@@ -498,6 +498,15 @@ def test_a_cases_module_that_raises_is_one_line(pytester: pytest.Pytester) -> No
 def test_the_builtin_corpus_can_be_left_out() -> None:
     assert load_cases([], use_entry_points=False, builtin=False) == []
     assert {case.name for case in load_cases([], use_entry_points=False)} >= {"mlp", "dict_observation_policy"}
+
+
+def test_workers_start_with_plugin_autoloading_off(pytester: pytest.Pytester) -> None:
+    """torchyard's suites alone run with pytest's plugin autoloading off; xdist is then named, and loads."""
+    args = xdist_plugin_args({contract.AUTOLOAD_OFF: "1"})
+    assert args == ["-p", "xdist.plugin"] and xdist_plugin_args({}) == []
+    pytester.makepyfile("def test_one():\n    pass\n")
+    result = run_pytest(pytester, *args, "-n", "0", "-p", "no:cacheprovider", "-p", "no:torchyard.inimage.plugin")
+    assert result.ret == 0, result.stderr.lines  # `-n` is an option only xdist's plugin adds
 
 
 def test_workers_one_per_gpu_none_on_the_cpu() -> None:
