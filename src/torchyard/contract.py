@@ -32,6 +32,11 @@ AUTOLOAD_OFF = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"  # pytest's own: no plugin loads
 # Inside the image (the Dockerfile creates these; a unit test checks that it does).
 IMAGE_REPORTS = "/reports"
 IMAGE_CACHE = "/cache/inductor"
+# inductor keeps its precompiled C++ headers in `<temp dir>/torchinductor_<user>/`, outside its cache
+# folder and so on the run's private /tmp; the entry's volume is mounted there too (the user's name fixed
+# by LOGNAME), so a warm container does not compile them again (4 s of every run on the CPU).
+IMAGE_LOGNAME = "torchyard"
+IMAGE_INDUCTOR_DEFAULT = f"/tmp/torchinductor_{IMAGE_LOGNAME}"
 IMAGE_PROJECT = "/workspace"
 IMAGE_HOME = "/home/torchyard"
 IMAGE_SUITES = "/opt/torchyard/inimage/torchyard/inimage/suites"

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import docker
@@ -89,6 +90,27 @@ def test_a_failing_test_gives_its_status_and_whole_reports(
     assert out.strip().splitlines()[-1].startswith("1 failed, 1 passed"), out[-2000:]  # pytest's last line
     junit = (plan.reports / "junit.xml").read_text()
     assert 'failures="1"' in junit and 'name="test_fails"' in junit and 'name="test_passes"' in junit
+
+
+def test_inductors_precompiled_headers_land_in_the_entrys_volume(
+    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient
+) -> None:
+    """inductor puts its precompiled headers in `<temp>/torchinductor_<user>`, not in its cache folder: in
+    a container that is the private /tmp, gone after each run, unless the volume is mounted there too."""
+    marker = f"planted-{uuid.uuid4().hex[:8]}"
+    planted = (
+        "from pathlib import Path\n"
+        "from torch._inductor.runtime.cache_dir_utils import default_cache_dir\n\n\n"
+        "def test_write_where_the_headers_go():\n"
+        f"    (Path(default_cache_dir()) / '{marker}').write_text('x')\n"
+    )
+    status, plan = _run_with_mounted_test(tmp_path, machine_env, client, planted)
+    assert status == 0
+    listing = client.containers.run(
+        "torchyard/base:bookworm", ["ls", "/volume"], remove=True,
+        mounts=[docker.types.Mount("/volume", plan.volume, type="volume")],
+    )  # fmt: skip
+    assert marker in bytes(listing).decode().split()
 
 
 HOSTILE = """

@@ -43,6 +43,8 @@ def common(entry: str, suites: str = "export,compile,runtime,parity") -> tuple[s
         "--user", "1000:1000",
         "--mount", f"type=bind,source=/src/reports/{entry},target=/reports",
         "--mount", f"type=volume,source=torchyard-inductor-{entry},target=/cache/inductor",
+        "--mount", f"type=volume,source=torchyard-inductor-{entry},target=/tmp/torchinductor_torchyard",
+        "--env", "LOGNAME=torchyard",
         "--workdir", "/workspace",
         "--env", f"TORCHYARD_ACCELERATOR={entry}",
         "--env", "TORCHYARD_BUILTIN_CASES=1",

@@ -91,6 +91,8 @@ def docker_run_args(
         "--user", plan.user,
         "--mount", f"type=bind,source={plan.reports},target={contract.IMAGE_REPORTS}",
         "--mount", f"type=volume,source={plan.volume},target={contract.IMAGE_CACHE}",
+        "--mount", f"type=volume,source={plan.volume},target={contract.IMAGE_INDUCTOR_DEFAULT}",
+        "--env", f"LOGNAME={contract.IMAGE_LOGNAME}",
         "--workdir", contract.IMAGE_PROJECT,
         *(arg for key, value in sorted(suite_env.items()) for arg in ("--env", f"{key}={value}")),
         *replay_args(plan, env),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.forkserver
 
 # pytester puts sys.modules back as it found them after each test: a forkserver module first imported
 # inside a test would be dropped with its server, and the next test would start (and preload) another.
@@ -43,15 +44,30 @@ TIMEOUT_S = 600.0
 ISOLATED = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
+def _forkserver() -> multiprocessing.context.ForkServerContext | None:
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return None
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    return context
+
+
+def start_server() -> None:
+    """Start the server now, without waiting for it: it imports on another core while the run's first
+    tests run, and is warm by the time the harness's whole runs need it (1 s of a 12 s warm run here).
+    Preloading ExecuTorch as well made the run slower: its imports then compete with the tests' own."""
+    if _forkserver() is not None:
+        multiprocessing.forkserver.ensure_running()
+
+
 def run_pytest(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     """`pytester.runpytest_subprocess(*args)` with torchyard's plugin alone, forked from the warm server."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
+    context = _forkserver()
+    if context is None:
         with pytest.MonkeyPatch.context() as patch:
             for name, value in ISOLATED.items():
                 patch.setenv(name, value)
             return pytester.runpytest_subprocess(*args)
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
     run = Path(tempfile.mkdtemp(prefix="runpytest-", dir=pytester.path))
     out, err = run / "stdout", run / "stderr"
     child = context.Process(
