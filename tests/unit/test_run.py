@@ -12,10 +12,12 @@ import pytest
 from torchyard.accelerators import ACCELERATORS, HostFacts
 from torchyard.commands import test as test_command
 from torchyard.errors import DeviceUnavailableError
+from torchyard.lock.install import sync_args
 from torchyard.matrix import load_plan
 from torchyard.matrix.machine import Limits
 from torchyard.run.container import RunPlan, docker_run_args, require_device_runtime, run_user
 from torchyard.run.inplace import run_in_place
+from torchyard.run.venv import compiled_for, mark_compiled
 
 PLAN = load_plan(Path(__file__).parents[2] / "matrix.toml")
 HOST = HostFacts(
@@ -197,3 +199,16 @@ def test_in_place_runs_this_interpreter_with_the_lock_to_compare(tmp_path: Path)
     assert env["TORCHYARD_UNLOCKED"] == str((lockdir / "cpu.txt").resolve())
     assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD" not in env  # the caller passed -q: plugins may be theirs
     assert env["TORCHYARD_REPORT_DIR"] == str((tmp_path / "reports" / "cpu-in-place").resolve())
+
+
+def test_bytecode_is_compiled_once_per_lock(tmp_path: Path) -> None:
+    lockfile, venv = tmp_path / "cpu.txt", tmp_path / "venv"
+    lockfile.write_text("torch==2.14.1 --hash=sha256:aa\n")
+    venv.mkdir()
+    assert not compiled_for(venv, lockfile)  # a new venv: its first sync compiles
+    mark_compiled(venv, lockfile)
+    assert compiled_for(venv, lockfile)  # the same lock again: nothing to install, nothing to compile
+    lockfile.write_text("torch==2.14.2 --hash=sha256:bb\n")
+    assert not compiled_for(venv, lockfile)  # a new lock compiles again
+    assert "--compile-bytecode" in sync_args(lockfile, "python", [])
+    assert "--compile-bytecode" not in sync_args(lockfile, "python", [], compile_bytecode=False)
