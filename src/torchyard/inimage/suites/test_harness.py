@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
+import sys
+import weakref
 from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -16,6 +20,7 @@ from torchyard.inimage.cases.builtin import CASES, Attention, erf_gelu_block
 from torchyard.inimage.parity.backends import RUNNERS, BackendRun, Runner, leaves
 from torchyard.inimage.parity.harness import Result, evaluate, make_reference
 from torchyard.inimage.parity.tolerances import load_tolerances
+from torchyard.inimage.plugin import _Freezer
 from torchyard.inimage.precision import PrecisionError, check_precision
 from torchyard.inimage.probe import ProbeError, check_device, unlocked_environment
 from torchyard.inimage.suites.inner import run_pytest
@@ -507,6 +512,27 @@ def test_workers_start_with_plugin_autoloading_off(pytester: pytest.Pytester) ->
     pytester.makepyfile("def test_one():\n    pass\n")
     result = run_pytest(pytester, *args, "-n", "0", "-p", "no:cacheprovider", "-p", "no:torchyard.inimage.plugin")
     assert result.ret == 0, result.stderr.lines  # `-n` is an option only xdist's plugin adds
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_the_collector_freezes_after_imports_and_frees_young_cycles_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    freezer = _Freezer()
+    freezer.freeze()
+    frozen = gc.get_freeze_count()
+    freezer.after_test()  # no test imported anything: nothing more is frozen
+    assert gc.get_freeze_count() == frozen
+    garbage = _Cycle()
+    gone = weakref.ref(garbage)
+    del garbage  # a reference cycle: only the cyclic collector frees it
+    for index in range(_Freezer.NEW_MODULES):  # as if a test had imported a library
+        monkeypatch.setitem(sys.modules, f"torchyard_planted_module_{index}", ModuleType("planted"))
+    freezer.after_test()
+    assert gc.get_freeze_count() > frozen
+    assert gone() is None  # freed before the freeze, not kept for the rest of the run
 
 
 def test_workers_one_per_gpu_none_on_the_cpu() -> None:
