@@ -4,8 +4,9 @@
   plan with every layer cached;
 - a source-only change: torchyard's Dockerfile (dependencies keyed by the lock) against a naive one
   (`COPY . .` then install) on the same change;
-- image size against the naive image and against the installed payload (the venv);
-- the cpu suites in a container with a cold inductor cache (new volume) and then warm.
+- image size against the naive image and against the installed payload (the venv).
+
+The suites' cold and warm runs are `benchmarks/suites.py`'s, through `torchyard test` itself.
 
 Run from the repository root with TORCHYARD_BASE_IMAGES=cpu=torchyard/base:bookworm (and
 TORCHYARD_FIND_LINKS where wheels lie on disk): `python benchmarks/images.py`.
@@ -13,7 +14,6 @@ TORCHYARD_FIND_LINKS where wheels lie on disk): `python benchmarks/images.py`.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
@@ -24,13 +24,11 @@ from pathlib import Path
 
 import docker
 
-from torchyard import contract
 from torchyard.commands.build import build_images
 from torchyard.image import context as image_context
 from torchyard.image import plan as image_plan
 from torchyard.image.plan import BuildOptions
 from torchyard.matrix import load_plan
-from torchyard.run.environment import entry_environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.integration.conftest import copy_tree
@@ -85,21 +83,6 @@ def naive_build(tree: Path, tag: str) -> None:
             server.terminate()
 
 
-def suite_seconds(client: docker.DockerClient, image: str, volume: str, reports: Path) -> float:
-    reports.mkdir(parents=True, exist_ok=True)
-    reports.chmod(0o777)
-    entry = load_plan(REPO / "matrix.toml").entry("cpu")
-    command = contract.pytest_args(
-        suites_dir=contract.IMAGE_SUITES, report_dir=contract.IMAGE_REPORTS, suites=entry.suites, extra=["-q"]
-    )
-    started = time.perf_counter()
-    client.containers.run(
-        image, list(command), remove=True, user="1000:1000", environment=entry_environment(entry, "/reports"),
-        volumes={str(reports): {"bind": "/reports", "mode": "rw"}, volume: {"bind": "/cache/inductor", "mode": "rw"}},
-    )  # fmt: skip
-    return time.perf_counter() - started
-
-
 def main() -> int:
     client = docker.from_env()
     entry = load_plan(REPO / "matrix.toml").entry("cpu")
@@ -135,15 +118,6 @@ def main() -> int:
         rows.append(("image size, naive", f"{naive_size / 1e9:.2f} GB"))
         rows.append(("installed payload (the venv)", f"{int(bytes(payload).decode()) / 1e9:.2f} GB"))
         rows.append(("ratio torchyard image / payload", f"{ours_size / int(bytes(payload).decode()):.2f}x"))
-        volume = "torchyard-bench-inductor"
-        with contextlib.suppress(docker.errors.NotFound):
-            client.volumes.get(volume).remove(force=True)
-        cold = suite_seconds(client, built.tag, volume, Path(scratch) / "r1")
-        warm = suite_seconds(client, built.tag, volume, Path(scratch) / "r2")
-        rows.append(("cpu suites in the container, cold inductor cache", f"{cold:.0f} s"))
-        rows.append(("cpu suites in the container, warm inductor cache (named volume)", f"{warm:.0f} s"))
-        rows.append(("ratio cold / warm", f"{cold / warm:.2f}x"))
-        client.volumes.get(volume).remove(force=True)
         for tag in ("torchyard-bench/naive:1", "torchyard-bench/naive:2"):
             client.images.remove(tag, force=True)
     print("| measure | value |\n|---|---|")
