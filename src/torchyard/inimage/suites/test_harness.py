@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import importlib.util
 import sys
 import weakref
 from collections.abc import Callable
@@ -508,7 +509,11 @@ def test_the_builtin_corpus_can_be_left_out() -> None:
 def test_workers_start_with_plugin_autoloading_off(pytester: pytest.Pytester) -> None:
     """torchyard's suites alone run with pytest's plugin autoloading off; xdist is then named, and loads."""
     args = xdist_plugin_args({contract.AUTOLOAD_OFF: "1"})
-    assert args == ["-p", "xdist.plugin"] and xdist_plugin_args({}) == []
+    assert xdist_plugin_args({}) == []
+    if importlib.util.find_spec("xdist") is None:  # an adopter's lock need not have it
+        assert args == []
+        pytest.skip("pytest-xdist is not installed in this image")
+    assert args == ["-p", "xdist.plugin"]
     pytester.makepyfile("def test_one():\n    pass\n")
     result = run_pytest(pytester, *args, "-n", "0", "-p", "no:cacheprovider", "-p", "no:torchyard.inimage.plugin")
     assert result.ret == 0, result.stderr.lines  # `-n` is an option only xdist's plugin adds
