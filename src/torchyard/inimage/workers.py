@@ -9,8 +9,11 @@ warm compiler state for every backend of that case; the controller merges what t
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Mapping, MutableMapping, Sequence
+
+from torchyard import contract
 
 VISIBLE = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
 
@@ -30,10 +33,8 @@ def xdist_args(argv: Sequence[str], accelerator: str, devices: int) -> list[str]
 def xdist_plugin_args(env: Mapping[str, str] = os.environ) -> list[str]:
     """`-p xdist.plugin` where plugin autoloading is off (torchyard's suites alone) and xdist is installed:
     workers must still start where there are several GPUs."""
-    if not env.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+    if not env.get(contract.AUTOLOAD_OFF):
         return []
-    import importlib.util
-
     return ["-p", "xdist.plugin"] if importlib.util.find_spec("xdist") is not None else []
 
 

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from torchyard import contract
+
 # What torchyard's plugin imports, not the plugin itself: pytest rewrites the asserts of a plugin it
 # loads, and warns when that plugin was imported before it could.
 PRELOAD = [
@@ -41,7 +43,7 @@ PRELOAD = [
 TIMEOUT_S = 600.0
 # The runs test torchyard's plugin alone: the third-party plugins an image happens to have (hypothesis,
 # anyio, hydra's) are not loaded into them, each a second of imports and assertion rewriting per run.
-ISOLATED = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+ISOLATED = {contract.AUTOLOAD_OFF: "1"}
 
 
 def _forkserver() -> multiprocessing.context.ForkServerContext | None:
