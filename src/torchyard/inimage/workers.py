@@ -48,7 +48,7 @@ def pin_worker_device(accelerator: str, worker: str, env: MutableMapping[str, st
     env[variable] = visible[index % len(visible)] if visible else str(index)
 
 
-def device_count(accelerator: str, env: Mapping[str, str] = os.environ) -> int:
+def device_count(accelerator: str) -> int:
     if accelerator not in VISIBLE:
         return 0
     import torch

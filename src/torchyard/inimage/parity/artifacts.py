@@ -37,13 +37,12 @@ import inspect
 import json
 import os
 import platform
-import shutil
 import sys
 import tempfile
 import types
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch.utils import _pytree as pytree
@@ -55,6 +54,7 @@ VERSIONED = ("torch", "executorch", "torchao", "torch_tensorrt", "tensorrt", "nu
 DISTRIBUTIONS = ("torch", "executorch", "torchao", "torch-tensorrt", "tensorrt", "numpy")
 SIMPLE = (int, float, str, bool, bytes, type(None))
 FORMAT = 1
+T = TypeVar("T")
 
 
 class Unkeyable(Exception):
@@ -264,12 +264,9 @@ class ArtifactCache:
                 if _failure_digest(meta["failure"]) == meta["sha256"]:
                     return dict(meta)
                 raise ValueError("a failure record whose fields do not match its digest")
-            digest = hashlib.sha256()
             with artifact.open("rb") as source, target.open("wb") as copy:
-                for block in iter(lambda: source.read(1 << 20), b""):
-                    digest.update(block)
-                    copy.write(block)
-            if digest.hexdigest() == meta["sha256"]:
+                copied = _copy_hashing(source, copy)
+            if copied == meta["sha256"]:
                 return dict(meta)
         except FileNotFoundError:
             return None
@@ -286,9 +283,8 @@ class ArtifactCache:
         if self.root is None:
             return
         self.root.mkdir(parents=True, exist_ok=True)
-        digest = file_digest(source)
-        with source.open("rb") as data:
-            _replace(self.root / f"{key}{suffix}", lambda handle: shutil.copyfileobj(data, handle))
+        with source.open("rb") as data:  # read once: the digest is of exactly the bytes stored
+            digest = _replace(self.root / f"{key}{suffix}", lambda handle: _copy_hashing(data, handle))
         sidecar = json.dumps({**meta, "sha256": digest, "suffix": suffix}, sort_keys=True).encode()
         _replace(self.root / f"{key}.json", lambda handle: handle.write(sidecar))
 
@@ -334,17 +330,28 @@ class ArtifactCache:
         return meta, "rebuilt" if key in self.rebuilt else "miss"
 
 
+def _copy_hashing(source: Any, target: Any) -> str:
+    """Copy one open binary file to another in blocks; the sha256 of the bytes copied."""
+    digest = hashlib.sha256()
+    for block in iter(lambda: source.read(1 << 20), b""):
+        digest.update(block)
+        target.write(block)
+    return digest.hexdigest()
+
+
 def _failure_digest(failure: object) -> str:
     return hashlib.sha256(json.dumps(failure, sort_keys=True).encode()).hexdigest()
 
 
-def _replace(target: Path, write: Callable[[Any], object]) -> None:
-    """Write a temporary file beside `target`, then rename it over `target` (atomic on one filesystem)."""
+def _replace(target: Path, write: Callable[[Any], T]) -> T:
+    """Write a temporary file beside `target`, then rename it over `target` (atomic on one filesystem);
+    what `write` returned."""
     descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
     try:
         with os.fdopen(descriptor, "wb") as handle:
-            write(handle)
+            written = write(handle)
         Path(temporary).replace(target)
+        return written
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
