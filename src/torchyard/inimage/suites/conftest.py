@@ -2,16 +2,57 @@
 with `-p torchyard.inimage.plugin` on the command line (`torchyard.contract.pytest_args`)."""
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from torchyard.inimage.suites.inner import start_server
+from torchyard.inimage.suites.inner import Beside, Job, start_server
 
 pytest_plugins = ["pytester"]
+
+BESIDE = "beside"
+_beside_key = pytest.StashKey[Beside]()
+_job_key = pytest.StashKey[int]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{BESIDE}(target, *args): target(workdir, *args) runs in a child beside the run, started at collection; "
+        "the test takes its value from the `beside` fixture and runs last",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests whose work runs beside the others run last, when that work is most likely done."""
+    items.sort(key=lambda item: item.get_closest_marker(BESIDE) is not None)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The harness's whole-run tests fork from one server (`inner`): start it as soon as they are
-    selected, so that its imports overlap the tests that run before them."""
+    selected, so that its imports overlap the tests that run before them; then the work beside the run."""
     if any(Path(str(item.path)).name == "test_harness.py" for item in session.items):
         start_server()
+    jobs: list[Job] = []
+    for item in session.items:
+        marker = item.get_closest_marker(BESIDE)
+        if marker is not None:
+            item.stash[_job_key] = len(jobs)
+            jobs.append(Job(marker.args[0], tuple(marker.args[1:])))
+    if jobs:
+        # An xdist worker collects every test but runs its share: it does a job when its test asks.
+        session.stash[_beside_key] = Beside(jobs, forked=not hasattr(session.config, "workerinput"))
+
+
+@pytest.fixture
+def beside(request: pytest.FixtureRequest) -> Any:
+    """The value of this test's work beside the run (its `beside` marker)."""
+    index = request.node.stash.get(_job_key, None)
+    if index is None:
+        pytest.fail(f"{request.node.nodeid} asks for `beside` but has no `{BESIDE}` marker")
+    return request.session.stash[_beside_key].result(index)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _beside_key in session.stash:
+        session.stash[_beside_key].stop()

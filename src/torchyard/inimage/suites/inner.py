@@ -1,4 +1,4 @@
-"""Whole pytest runs for the harness's own tests, forked from an interpreter that imported torch once.
+"""Work for the harness's own tests in children forked from an interpreter that imported torch once.
 
 The harness tests check what a run does as a whole (its exit status, a probe that stops it before any
 test, its last lines), so each needs a pytest session of its own in a process of its own. Starting a
@@ -6,12 +6,18 @@ fresh interpreter for each costs an interpreter and `import torch`, seconds ever
 forkserver imports the modules named in PRELOAD once, in a process that touches no device and starts no
 thread, and forks one child per run from it: the child starts with torch imported, nothing initialised.
 
-Where there is no forkserver (not on POSIX), the run is pytester's plain subprocess.
+The same server forks `Beside`'s child: self-tests whose work would hold the run up for seconds (a fresh
+lowering imports ExecuTorch's compiler, which a warm run otherwise never needs) run there, on a core the
+suites leave idle, while the suites go on; the tests that check that work take its results at the end.
+
+Where there is no forkserver (not on POSIX), a run is pytester's plain subprocess and `Beside`'s work is
+done in the test that asks for it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing
 import multiprocessing.forkserver
 
@@ -20,10 +26,16 @@ import multiprocessing.forkserver
 # Imported here, at collection, it and its one server outlive every test.
 import multiprocessing.popen_forkserver
 import os
+import shutil
 import sys
 import tempfile
+import threading
 import time
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,6 +53,7 @@ PRELOAD = [
     "torchyard.inimage.probe",
 ]
 TIMEOUT_S = 600.0
+OUTPUT = "output.txt"  # what `Beside`'s child prints, in its folder
 # The runs test torchyard's plugin alone: the third-party plugins an image happens to have (hypothesis,
 # anyio, hydra's) are not loaded into them, each a second of imports and assertion rewriting per run.
 ISOLATED = {contract.AUTOLOAD_OFF: "1"}
@@ -108,3 +121,103 @@ def _child(args: tuple[str, ...], cwd: str, env: dict[str, str], out: str, err: 
     sys.stdout.flush()
     sys.stderr.flush()
     sys.exit(status)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """`target(workdir, *args)`, in a fresh folder: its return value is sent back, so it must pickle."""
+
+    target: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+
+
+class Beside:
+    """Jobs run one after another in one child forked from the warm server, started at once and left to
+    run beside the tests; `result(index)` waits for a job's value. A job that raises fails the test that
+    asks for it, with the child's traceback; so does a child that dies or outlives TIMEOUT_S. Not forked
+    (or with no forkserver), a job is done when its result is asked for, in this process."""
+
+    def __init__(self, jobs: list[Job], *, forked: bool = True) -> None:
+        self._jobs = jobs
+        self._workdir = Path(tempfile.mkdtemp(prefix="torchyard-beside-"))
+        self._results: dict[int, tuple[bool, Any]] = {}
+        self._context = _forkserver() if forked else None
+        self._process: multiprocessing.process.BaseProcess | None = None
+        self._receive: Connection | None = None
+        self._starting: threading.Thread | None = None
+        if self._context is not None:
+            # Starting a child waits for the server to have imported torch: a thread waits instead of the run.
+            self._starting = threading.Thread(target=self._start, args=(self._context,), name="torchyard-beside")
+            self._starting.start()
+
+    def _start(self, context: multiprocessing.context.ForkServerContext) -> None:
+        receive, send = context.Pipe(duplex=False)
+        process = context.Process(target=_serve, args=(self._jobs, self._workdir, send), name="torchyard-beside")
+        process.start()
+        send.close()  # the child holds the other end: its exit is the end of the pipe
+        self._process, self._receive = process, receive
+
+    def result(self, index: int) -> Any:
+        if self._starting is None:  # no forkserver: the work is done here, now
+            if index not in self._results:
+                self._results[index] = _outcome(self._jobs[index], self._workdir / str(index))
+        else:
+            self._starting.join()
+            self._collect(index)
+        ok, value = self._results[index]
+        if not ok:
+            pytest.fail(f"the work this test checks failed beside the run:\n{value}{self._output()}", pytrace=False)
+        return value
+
+    def _output(self) -> str:
+        """The end of what the child printed (its output goes to a file, not into the run's)."""
+        text = "\n".join(_lines(self._workdir / OUTPUT)[-40:])
+        return f"\n--- the child's output, last lines ---\n{text}" if text else ""
+
+    def _collect(self, index: int) -> None:
+        assert self._process is not None and self._receive is not None, "the child failed to start"
+        deadline = time.monotonic() + TIMEOUT_S
+        while index not in self._results:
+            if not self._receive.poll(max(0.0, deadline - time.monotonic())):
+                self.stop()
+                pytest.fail(f"the work beside the run did not end within {TIMEOUT_S:.0f} s", pytrace=False)
+            try:
+                done, ok, value = self._receive.recv()
+            except EOFError:
+                self._process.join()
+                status = self._process.exitcode
+                pytest.fail(f"the child beside the run ended (status {status}) before job {index}{self._output()}")
+            self._results[done] = (ok, value)
+
+    def stop(self) -> None:
+        """Ends the child, done or not (at the end of a run that stopped before taking every result)."""
+        if self._starting is not None:
+            self._starting.join()
+        if self._process is not None:
+            if len(self._results) == len(self._jobs):  # done: let it end as it would, handlers and all
+                self._process.join(TIMEOUT_S)
+            if self._process.is_alive():
+                self._process.kill()
+                self._process.join()
+        if self._receive is not None:
+            self._receive.close()
+        shutil.rmtree(self._workdir, ignore_errors=True)
+
+
+def _outcome(job: Job, workdir: Path) -> tuple[bool, Any]:
+    workdir.mkdir(parents=True)
+    try:
+        return True, job.target(workdir, *job.args)
+    except BaseException:
+        return False, traceback.format_exc()
+
+
+def _serve(jobs: list[Job], workdir: Path, send: Connection) -> None:
+    """In the forked child: output to a file, then each job in turn, each outcome sent once it is known."""
+    target = os.open(workdir / OUTPUT, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    for fd in (1, 2):
+        os.dup2(target, fd)
+    os.close(target)
+    for index, job in enumerate(jobs):
+        send.send((index, *_outcome(job, workdir / str(index))))
+    send.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import importlib.util
+import os
 import sys
 import weakref
 from collections.abc import Callable
@@ -18,13 +19,14 @@ import torch
 from torchyard import contract
 from torchyard.inimage.cases import Call, Case, CaseLoadError, KnownFailure, load_cases
 from torchyard.inimage.cases.builtin import CASES, Attention, erf_gelu_block
+from torchyard.inimage.parity import backends
 from torchyard.inimage.parity.backends import RUNNERS, BackendRun, Runner, leaves
 from torchyard.inimage.parity.harness import Result, evaluate, make_reference
 from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.plugin import _Freezer
 from torchyard.inimage.precision import PrecisionError, check_precision
 from torchyard.inimage.probe import ProbeError, check_device, unlocked_environment
-from torchyard.inimage.suites.inner import run_pytest
+from torchyard.inimage.suites.inner import Beside, Job, run_pytest
 from torchyard.inimage.workers import pin_worker_device, xdist_args, xdist_plugin_args
 from torchyard.names import BACKEND_NAMES
 
@@ -553,3 +555,64 @@ def test_workers_one_per_gpu_none_on_the_cpu() -> None:
     assert env == {"HIP_VISIBLE_DEVICES": "0"}
     pin_worker_device("cpu", "gw0", env)  # nothing to pin on the CPU
     assert env == {"HIP_VISIBLE_DEVICES": "0"}
+
+
+def doubled(workdir: Path, value: int) -> tuple[int, bool]:
+    return value * 2, workdir.is_dir()
+
+
+def raises(workdir: Path) -> None:
+    print("said before failing")
+    raise ValueError("planted in the child")
+
+
+def dies(workdir: Path) -> None:
+    os._exit(3)
+
+
+def test_work_beside_the_run_returns_its_values_and_its_failures_fail() -> None:
+    """The tests that lower afresh trust `Beside`: a job that raises, or a child that dies, must fail the
+    test that asks for it, never pass it or hang it."""
+    beside = Beside([Job(doubled, (21,)), Job(raises), Job(doubled, (1,)), Job(dies), Job(doubled, (5,))])
+    try:
+        assert beside.result(2) == (2, True)  # in any order, each job in a folder of its own
+        assert beside.result(0) == (42, True)
+        with pytest.raises(pytest.fail.Exception, match=r"(?s)ValueError: planted in the child.*said before failing"):
+            beside.result(1)
+        for job in (3, 4):  # the child is gone: the job that killed it, and every job after it
+            with pytest.raises(pytest.fail.Exception, match=rf"ended \(status 3\) before job {job}"):
+                beside.result(job)
+    finally:
+        beside.stop()
+    here = Beside([Job(doubled, (21,)), Job(raises)], forked=False)  # as in an xdist worker: done when asked
+    try:
+        assert here.result(0) == (42, True)
+        with pytest.raises(pytest.fail.Exception, match="ValueError: planted in the child"):
+            here.result(1)
+    finally:
+        here.stop()
+
+
+def pte_loaded_both_ways(workdir: Path) -> list[list[float]]:
+    """The MLP lowered to a .pte, run as loaded from the extension and as loaded by `executorch.runtime`,
+    and in eager PyTorch."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    case = BY_NAME["mlp"]
+    module, (call, *_) = case.module(), case.calls()
+    path = workdir / "mlp.pte"
+    path.write_bytes(to_edge_transform_and_lower(torch.export.export(module, call.args)).to_executorch().buffer)
+    with torch.no_grad():
+        eager = module(*call.args)
+    runs = [load(path)(list(call.args))[0] for load in (backends.load_pte_by_extension, backends.load_pte_by_runtime)]
+    return [output.flatten().tolist() for output in (*runs, eager)]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("executorch") is None, reason="executorch is not installed here")
+@pytest.mark.beside.with_args(pte_loaded_both_ways)
+def test_a_pte_runs_alike_from_the_extension_and_from_executorch_runtime(beside: list[list[float]]) -> None:
+    """Warm runs load a .pte from ExecuTorch's extension directly (its public wrapper imports the whole
+    compiler); both must run the same program to the same values."""
+    by_extension, by_runtime, eager = beside
+    assert by_extension == by_runtime
+    assert torch.allclose(torch.tensor(by_extension), torch.tensor(eager), rtol=1e-4, atol=1e-5)
