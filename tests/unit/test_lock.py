@@ -273,3 +273,30 @@ def test_a_static_pep503_mirror_installs_but_cannot_lock(
     assert "app" in installed.stdout and "lib" in installed.stdout
     # Compiled at install, as the suites' start-up wants: nothing else in this venv writes bytecode.
     assert list(venv.glob("lib/python*/site-packages/lib/__pycache__/__init__.*.pyc"))
+
+
+@pytest.mark.real_subprocess
+def test_an_offline_sync_checks_a_synced_venv_without_reading_any_index(
+    tmp_path: Path, wheels: Path, mirrors: dict[str, Source]
+) -> None:
+    """`torchyard test --local` syncs a venv that already has its lock offline: uv then reads no index.
+    A venv that drifted from its lock, with no wheel in uv's cache, fails offline (and is synced online)."""
+    app, _ = make_plan()
+    lockfile = lock_entry(app, tmp_path / "lock", mirrors)
+    venv = tmp_path / "venv"
+    python = str(venv / "bin" / "python")
+    env = {**os.environ, "UV_CACHE_DIR": str(tmp_path / "uv-cache")}
+    subprocess.run(["uv", "venv", "--quiet", str(venv)], check=True, env=env)
+    index = Source("pypi", "index", simple_index(wheels, tmp_path / "index"))
+    subprocess.run(sync_args(lockfile, python, [index]), check=True, capture_output=True, env=env)
+    gone = Source("pypi", "index", "http://127.0.0.1:9/simple")  # nothing listens: reading it fails
+    online = sync_args(lockfile, python, [gone], compile_bytecode=False)
+    offline = sync_args(lockfile, python, [gone], compile_bytecode=False, offline=True)
+
+    def status(args: tuple[str, ...], environment: dict[str, str]) -> int:
+        return subprocess.run(args, check=False, capture_output=True, env=environment).returncode
+
+    assert status(online, {**env, "UV_HTTP_RETRIES": "0"}) != 0  # online, uv reads the index all the same
+    assert status(offline, env) == 0
+    subprocess.run(["uv", "pip", "uninstall", "--python", python, "lib"], check=True, capture_output=True, env=env)
+    assert status(offline, {**env, "UV_CACHE_DIR": str(tmp_path / "empty-cache")}) != 0

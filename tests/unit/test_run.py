@@ -12,12 +12,11 @@ import pytest
 from torchyard.accelerators import ACCELERATORS, HostFacts
 from torchyard.commands import test as test_command
 from torchyard.errors import DeviceUnavailableError
-from torchyard.lock.install import sync_args
 from torchyard.matrix import load_plan
 from torchyard.matrix.machine import Limits
 from torchyard.run.container import RunPlan, docker_run_args, require_device_runtime, run_user
 from torchyard.run.inplace import run_in_place
-from torchyard.run.venv import compiled_for, mark_compiled
+from torchyard.run.venv import sync_venv
 
 PLAN = load_plan(Path(__file__).parents[2] / "matrix.toml")
 HOST = HostFacts(
@@ -201,14 +200,35 @@ def test_in_place_runs_this_interpreter_with_the_lock_to_compare(tmp_path: Path)
     assert env["TORCHYARD_REPORT_DIR"] == str((tmp_path / "reports" / "cpu-in-place").resolve())
 
 
-def test_bytecode_is_compiled_once_per_lock(tmp_path: Path) -> None:
+class SyncRunner:
+    """Records each `uv pip sync` and answers the offline ones with `offline_status`."""
+
+    def __init__(self, offline_status: int = 0) -> None:
+        self.offline_status = offline_status
+        self.calls: list[Sequence[str]] = []
+
+    def __call__(self, args: Sequence[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        self.calls.append(args)
+        status = self.offline_status if "--offline" in args else 0
+        return subprocess.CompletedProcess(list(args), status, "", "")
+
+
+def sync(venv: Path, lockfile: Path, runner: SyncRunner) -> list[tuple[bool, bool]]:
+    """(offline, compiles) of each sync `sync_venv` runs."""
+    runner.calls.clear()
+    sync_venv(venv, lockfile, [], find_links=[], index_strategy="first-index", runner=runner, env={})
+    return [("--offline" in call, "--compile-bytecode" in call) for call in runner.calls]
+
+
+def test_a_lock_is_synced_online_and_compiled_once_then_checked_offline(tmp_path: Path) -> None:
     lockfile, venv = tmp_path / "cpu.txt", tmp_path / "venv"
     lockfile.write_text("torch==2.14.1 --hash=sha256:aa\n")
     venv.mkdir()
-    assert not compiled_for(venv, lockfile)  # a new venv: its first sync compiles
-    mark_compiled(venv, lockfile)
-    assert compiled_for(venv, lockfile)  # the same lock again: nothing to install, nothing to compile
+    runner = SyncRunner()
+    assert sync(venv, lockfile, runner) == [(False, True)]  # a new venv: online, and its bytecode compiled
+    assert sync(venv, lockfile, runner) == [(True, False)]  # the same lock again: offline, nothing compiled
     lockfile.write_text("torch==2.14.2 --hash=sha256:bb\n")
-    assert not compiled_for(venv, lockfile)  # a new lock compiles again
-    assert "--compile-bytecode" in sync_args(lockfile, "python", [])
-    assert "--compile-bytecode" not in sync_args(lockfile, "python", [], compile_bytecode=False)
+    assert sync(venv, lockfile, runner) == [(False, True)]  # a new lock: online, compiled
+    drifted = SyncRunner(offline_status=2)  # the venv was edited by hand, and uv's cache lacks the wheel
+    assert sync(venv, lockfile, drifted) == [(True, False), (False, False)]
+    assert sync(venv, lockfile, runner) == [(True, False)]
