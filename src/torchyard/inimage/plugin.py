@@ -9,6 +9,7 @@ pinning and reports as torchyard's suites.
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
 import platform
@@ -23,7 +24,7 @@ import pytest
 import torch
 
 from torchyard import contract
-from torchyard.inimage.cases import Case, CaseLoadError, load_cases
+from torchyard.inimage.cases import Case, CaseLoadError, base_backend, load_cases
 from torchyard.inimage.parity.artifacts import ArtifactCache
 from torchyard.inimage.parity.harness import Reference, Result, evaluate, make_reference
 from torchyard.inimage.parity.report import write_reports
@@ -172,6 +173,11 @@ class _Freezer:
     collections (one every few thousand allocations, and pytest's own at the end) walk only what the tests
     make: on the CPU this saved about 2 s of a 17 s warm run, and 0.6 s more of a 9.5 s one.
 
+    The in-image entry point starts with the collector off (`__main__`): importing torch, pytest and the
+    plugins allocates millions of objects and frees almost none, and the collector walked them four times
+    over (0.2 s of every run). It is turned on with the first freeze, once the tests are collected (or
+    when the test loop starts, in an xdist controller, which collects nothing).
+
     Frozen: what is alive once the tests are collected (torch's modules, the cases, the items), and again
     after any test that imported libraries (torch.export's machinery, ExecuTorch, dynamo load lazily, from
     inside the first test that needs them). Before each freeze the young generations are collected, so
@@ -187,6 +193,7 @@ class _Freezer:
         gc.collect(1)
         gc.freeze()
         self.modules = len(sys.modules)
+        gc.enable()
 
     def after_test(self) -> None:
         if len(sys.modules) >= self.modules + self.NEW_MODULES:
@@ -196,9 +203,33 @@ class _Freezer:
 _FREEZER = _Freezer()
 
 
+# What a backend imports the first time it runs, imported once the tests are collected while the collector
+# is still off and then frozen with the rest: inside the first test, the collector walked the growing heap
+# four times (0.25 s of a warm run on the CPU, for torch.compile's first use). Imported only where a
+# selected test runs that backend, so nothing is imported that the run would not have imported anyway.
+FIRST_USE = {"inductor": ("torch._dynamo", "torch._inductor.compile_fx")}
+
+
+def _first_use_imports(items: list[pytest.Item]) -> None:
+    backends = set()
+    for item in items:
+        backend = getattr(item, "callspec", None) and item.callspec.params.get("backend")  # type: ignore[attr-defined]
+        if isinstance(backend, str):
+            backends.add(base_backend(backend))
+    for backend in sorted(backends & FIRST_USE.keys()):
+        for module in FIRST_USE[backend]:
+            importlib.import_module(module)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
+    _first_use_imports(session.items)
     _FREEZER.freeze()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    gc.enable()  # already on where the tests were collected here; an xdist controller collects none
 
 
 @pytest.hookimpl(trylast=True)

@@ -527,6 +527,7 @@ class _Cycle:
 
 
 def test_the_collector_freezes_after_imports_and_frees_young_cycles_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert gc.isenabled()  # the entry point starts with it off: it must be on once tests run
     freezer = _Freezer()
     freezer.freeze()
     frozen = gc.get_freeze_count()
