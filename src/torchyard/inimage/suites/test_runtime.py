@@ -1,4 +1,4 @@
-"""Runtimes without eager PyTorch in the loop: a .pte written to disk, loaded by executorch.runtime and
+"""Runtimes without eager PyTorch in the loop: a .pte written to disk, loaded by ExecuTorch's C++ runtime and
 run; Torch-TensorRT engines on CUDA."""
 
 from __future__ import annotations
