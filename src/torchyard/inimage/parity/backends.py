@@ -242,7 +242,7 @@ def load_pte(path: Path) -> Callable[[list[Any]], Any]:
     calls; where a release lays it out otherwise, the wrapper is used."""
     try:
         return load_pte_by_extension(path)
-    except (ImportError, AttributeError):
+    except (ImportError, AttributeError, TypeError):  # not there, or not called so in this release
         return load_pte_by_runtime(path)
 
 

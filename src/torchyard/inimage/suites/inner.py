@@ -54,6 +54,7 @@ PRELOAD = [
 ]
 TIMEOUT_S = 600.0
 OUTPUT = "output.txt"  # what `Beside`'s child prints, in its folder
+GRACE_S = 10.0  # for `Beside`'s child to end by itself once it has sent every result
 # The runs test torchyard's plugin alone: the third-party plugins an image happens to have (hypothesis,
 # anyio, hydra's) are not loaded into them, each a second of imports and assertion rewriting per run.
 ISOLATED = {contract.AUTOLOAD_OFF: "1"}
@@ -145,17 +146,21 @@ class Beside:
         self._process: multiprocessing.process.BaseProcess | None = None
         self._receive: Connection | None = None
         self._starting: threading.Thread | None = None
+        self._unstarted = ""
         if self._context is not None:
             # Starting a child waits for the server to have imported torch: a thread waits instead of the run.
             self._starting = threading.Thread(target=self._start, args=(self._context,), name="torchyard-beside")
             self._starting.start()
 
     def _start(self, context: multiprocessing.context.ForkServerContext) -> None:
-        receive, send = context.Pipe(duplex=False)
-        process = context.Process(target=_serve, args=(self._jobs, self._workdir, send), name="torchyard-beside")
-        process.start()
-        send.close()  # the child holds the other end: its exit is the end of the pipe
-        self._process, self._receive = process, receive
+        try:
+            receive, send = context.Pipe(duplex=False)
+            process = context.Process(target=_serve, args=(self._jobs, self._workdir, send), name="torchyard-beside")
+            process.start()
+            send.close()  # the child holds the other end: its exit is the end of the pipe
+            self._process, self._receive = process, receive
+        except Exception:  # each test that asks for a job fails with it
+            self._unstarted = traceback.format_exc()
 
     def result(self, index: int) -> Any:
         if self._starting is None:  # no forkserver: the work is done here, now
@@ -175,7 +180,8 @@ class Beside:
         return f"\n--- the child's output, last lines ---\n{text}" if text else ""
 
     def _collect(self, index: int) -> None:
-        assert self._process is not None and self._receive is not None, "the child failed to start"
+        if self._process is None or self._receive is None:
+            pytest.fail(f"the child beside the run did not start:\n{self._unstarted}", pytrace=False)
         deadline = time.monotonic() + TIMEOUT_S
         while index not in self._results:
             if not self._receive.poll(max(0.0, deadline - time.monotonic())):
@@ -195,7 +201,7 @@ class Beside:
             self._starting.join()
         if self._process is not None:
             if len(self._results) == len(self._jobs):  # done: let it end as it would, handlers and all
-                self._process.join(TIMEOUT_S)
+                self._process.join(GRACE_S)
             if self._process.is_alive():
                 self._process.kill()
                 self._process.join()
