@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -86,9 +87,16 @@ def test_source_only_change_rebuilds_only_the_top_layers(
     (before,) = build_images([entry], Path("lockfiles"), BuildOptions(), env=machine_env)
     source.write_text("# a second source-only change\n")
     recorder = Recorder()
+    started = time.time_ns()  # a local engine: its events since now, by this clock
     (after,) = build_images([entry], Path("lockfiles"), BuildOptions(), runner=recorder, env=machine_env)
     try:
         assert after.tag != before.tag and not after.reused
+        filters = {"type": "container", "event": "create"}
+        events = client.events(since=started // 10**9, until=time.time_ns() // 10**9 + 1, decode=True, filters=filters)
+        base = client.images.get(before.tag).labels["org.opencontainers.image.base.name"]
+        created = [event for event in events if event.get("from") == base and event["timeNano"] >= started]
+        # The entry's last image came from this very base: the rebuild starts no container to look at it.
+        assert not created, created
         (log,) = recorder.output
         Path(os.environ.get("TORCHYARD_BUILD_LOG", "/dev/null")).write_text(log)
         install_step = next(
