@@ -1,20 +1,23 @@
 """The cpu entry's suites end to end, cold, warm, after a one-case change and replayed; Markdown table out.
 
-For each mode (the container, `nox -s test-cpu`'s path; and `--local`), in one run:
+For each mode (the container, `nox -s test-cpu`'s path; and `--local`), in one run, each measure taken
+`--repeats` times (3 by default; the table gives the median and the range, and each ratio per repeat):
 - cold: the entry's cache removed (the container's named volume, or `.torchyard/cache/cpu`): every
   program is lowered and compiled again;
 - warm: the same run again: .pt2/.pte files come from the artifact cache, inductor from its own caches;
-- one case changed: the built-in `uint8_image` case's normalisation mean edited (its key changes; a
-  container also gets a source-only image rebuild), then restored;
-- replayed: `--reuse-results` twice; the second hands back the first's verdicts.
+- one case changed: the built-in `uint8_image` case's normalisation mean edited, to another value each
+  repeat (its keys change; a container also gets a source-only image rebuild), then restored;
+- replayed: `--reuse-results` after a first such run, which hands back that run's verdicts.
 Every run must exit 0 (the suites pass); the table gives seconds and ratios. Run from the repository root
 with TORCHYARD_BASE_IMAGES=cpu=torchyard/base:bookworm: `python benchmarks/suites.py`.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -26,7 +29,7 @@ import docker.errors
 REPO = Path(__file__).resolve().parents[1]
 BUILTIN = REPO / "src" / "torchyard" / "inimage" / "cases" / "builtin.py"
 ORIGINAL = 'register_buffer("mean", torch.tensor([0.485, 0.456, 0.406])'
-CHANGED = 'register_buffer("mean", torch.tensor([0.5, 0.5, 0.5])'
+CHANGED = 'register_buffer("mean", torch.tensor([0.5, 0.5, {blue}])'
 
 
 def timed(*args: str) -> float:
@@ -46,33 +49,55 @@ def cold_cache(mode: str) -> None:
         docker.from_env().volumes.get("torchyard-inductor-cpu").remove(force=True)
 
 
-def measure(mode: str) -> dict[str, float]:
+def measure(mode: str, repeats: int) -> dict[str, list[float]]:
+    """Each measure `repeats` times: cold, then warm, then one case changed (a different change each time,
+    so each is a real change), then back; replayed last, once per repeat after a first replay."""
     flags = ("--local",) if mode == "local" else ()
     timed(*flags)  # the image or venv exists and is current before anything is timed
-    cold_cache(mode)
-    seconds = {"cold": timed(*flags), "warm": timed(*flags)}
     text = BUILTIN.read_text()
     assert ORIGINAL in text
+    seconds: dict[str, list[float]] = {"cold": [], "warm": [], "one case changed": [], "replayed": []}
     try:
-        BUILTIN.write_text(text.replace(ORIGINAL, CHANGED))
-        seconds["one case changed"] = timed(*flags)
+        for repeat in range(repeats):
+            cold_cache(mode)
+            seconds["cold"].append(timed(*flags))
+            seconds["warm"].append(timed(*flags))
+            BUILTIN.write_text(text.replace(ORIGINAL, CHANGED.format(blue=0.5 - repeat / 100)))
+            seconds["one case changed"].append(timed(*flags))
+            BUILTIN.write_text(text)
     finally:
         BUILTIN.write_text(text)
     timed(*flags, "--reuse-results")
-    seconds["replayed"] = timed(*flags, "--reuse-results")
+    seconds["replayed"] = [timed(*flags, "--reuse-results") for _ in range(repeats)]
     return seconds
 
 
+def spread(values: list[float], unit: str, digits: int) -> str:
+    """The median, and the range when there is more than one value."""
+    median = statistics.median(values)
+    if len(values) == 1:
+        return f"{median:.{digits}f}{unit}"
+    return f"{median:.{digits}f}{unit} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3, help="times each measure is taken (default 3)")
+    repeats = parser.parse_args().repeats
     rows = []
     for mode in ("container", "local"):
-        seconds = measure(mode)
-        rows += [(f"{mode}: {name}", f"{value:.1f} s") for name, value in seconds.items()]
+        seconds = measure(mode, repeats)
+        rows += [(f"{mode}: {name}", spread(values, " s", 1)) for name, values in seconds.items()]
+        pairs = list(zip(seconds["cold"], seconds["warm"], seconds["one case changed"], strict=True))
         rows += [
-            (f"{mode}: cold / warm", f"{seconds['cold'] / seconds['warm']:.2f}x"),
-            (f"{mode}: one case changed / warm", f"{seconds['one case changed'] / seconds['warm']:.2f}x"),
-            (f"{mode}: cold / replayed", f"{seconds['cold'] / seconds['replayed']:.1f}x"),
+            (f"{mode}: cold / warm", spread([cold / warm for cold, warm, _ in pairs], "x", 2)),
+            (f"{mode}: one case changed / warm", spread([one / warm for _, warm, one in pairs], "x", 2)),
+            (
+                f"{mode}: cold / replayed",
+                f"{statistics.median(seconds['cold']) / statistics.median(seconds['replayed']):.1f}x",
+            ),
         ]
+    print(f"\n{repeats} of each; median (range); ratios per repeat (cold, warm and one case taken together)")
     print("\n| measure | value |\n|---|---|")
     for measure_name, value in rows:
         print(f"| {measure_name} | {value} |")
