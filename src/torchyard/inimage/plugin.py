@@ -155,12 +155,18 @@ def _capability(settings: _Settings) -> tuple[int, int] | None:
     return None
 
 
+def _param(item: pytest.Item, name: str) -> object:
+    """A parametrized test's value for `name` (None where it has none)."""
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get(name) if callspec is not None else None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests outside torchyard's suites are the project's own: they carry the `project` marker (unless they
     already say which suite they belong to)."""
     known = (*SUITE_NAMES, HARNESS, PROJECT)
     for item in items:
-        case = getattr(item, "callspec", None) and item.callspec.params.get("case")  # type: ignore[attr-defined]
+        case = _param(item, "case")
         if isinstance(case, Case):  # one worker per case: its reference and warm compiler are reused
             item.add_marker(pytest.mark.xdist_group(case.name))
         outside = SUITES_DIR not in Path(str(item.path)).parents
@@ -213,7 +219,7 @@ FIRST_USE = {"inductor": ("torch._dynamo", "torch._inductor.compile_fx")}
 def _first_use_imports(items: list[pytest.Item]) -> None:
     backends = set()
     for item in items:
-        backend = getattr(item, "callspec", None) and item.callspec.params.get("backend")  # type: ignore[attr-defined]
+        backend = _param(item, "backend")
         if isinstance(backend, str):
             backends.add(base_backend(backend))
     for backend in sorted(backends & FIRST_USE.keys()):

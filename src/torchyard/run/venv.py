@@ -29,16 +29,6 @@ CACHES = Path(".torchyard") / "cache"
 SYNC_STAMP = ".torchyard-synced"  # in the venv: the sha256 of the lock last synced into it, bytecode and all
 
 
-def synced_from(venv: Path, lockfile: Path) -> bool:
-    """Whether this very lock was synced into the venv before (its bytecode compiled)."""
-    stamp = venv / SYNC_STAMP
-    return stamp.is_file() and stamp.read_text().strip() == hashlib.sha256(lockfile.read_bytes()).hexdigest()
-
-
-def mark_synced(venv: Path, lockfile: Path) -> None:
-    (venv / SYNC_STAMP).write_text(hashlib.sha256(lockfile.read_bytes()).hexdigest() + "\n")
-
-
 def sync_venv(
     venv: Path,
     lockfile: Path,
@@ -54,7 +44,8 @@ def sync_venv(
     took 0.35 s; no index asked about every package: 0.15 s here, seconds on a slow link). Only where the
     venv was changed by hand and uv's cache lacks a wheel does that fail: the sync then goes online (a
     package reinstalled so gets its bytecode at its first import, where the run may write it)."""
-    again = synced_from(venv, lockfile)
+    stamp, digest = venv / SYNC_STAMP, hashlib.sha256(lockfile.read_bytes()).hexdigest()
+    again = stamp.is_file() and stamp.read_text().strip() == digest
 
     def sync(*, compile_bytecode: bool, offline: bool = False) -> tuple[str, ...]:
         return sync_args(
@@ -62,14 +53,14 @@ def sync_venv(
             compile_bytecode=compile_bytecode, offline=offline,
         )  # fmt: skip
 
-    if again and runner(sync(compile_bytecode=False, offline=True), env=env, capture=True, check=False).returncode == 0:
-        return
     if again:
+        if runner(sync(compile_bytecode=False, offline=True), env=env, capture=True, check=False).returncode == 0:
+            return
         print(
             "the venv differs from its lock, and uv's cache cannot make it up offline: syncing online", file=sys.stderr
         )
     runner(sync(compile_bytecode=not again), env=env)
-    mark_synced(venv, lockfile)
+    stamp.write_text(digest + "\n")
 
 
 def stage_inimage(venv: Path, python: str) -> Path:

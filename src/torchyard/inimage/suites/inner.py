@@ -114,14 +114,20 @@ def _child(args: tuple[str, ...], cwd: str, env: dict[str, str], out: str, err: 
     os.environ.clear()
     os.environ.update(env)
     sys.path.insert(0, cwd)  # as `python -m pytest` run from there has it
-    for fd, path in ((1, out), (2, err)):
-        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.dup2(target, fd)
-        os.close(target)
+    _output_to(out, 1)
+    _output_to(err, 2)
     status = int(pytest.main(list(args)))
     sys.stdout.flush()
     sys.stderr.flush()
     sys.exit(status)
+
+
+def _output_to(path: str, *fds: int) -> None:
+    """In a forked child: what it writes to `fds` goes to the file at `path` (made afresh, owner only)."""
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    for fd in fds:
+        os.dup2(target, fd)
+    os.close(target)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,14 +148,14 @@ class Beside:
         self._jobs = jobs
         self._workdir = Path(tempfile.mkdtemp(prefix="torchyard-beside-"))
         self._results: dict[int, tuple[bool, Any]] = {}
-        self._context = _forkserver() if forked else None
+        context = _forkserver() if forked else None
         self._process: multiprocessing.process.BaseProcess | None = None
         self._receive: Connection | None = None
         self._starting: threading.Thread | None = None
         self._unstarted = ""
-        if self._context is not None:
+        if context is not None:
             # Starting a child waits for the server to have imported torch: a thread waits instead of the run.
-            self._starting = threading.Thread(target=self._start, args=(self._context,), name="torchyard-beside")
+            self._starting = threading.Thread(target=self._start, args=(context,), name="torchyard-beside")
             self._starting.start()
 
     def _start(self, context: multiprocessing.context.ForkServerContext) -> None:
@@ -220,10 +226,7 @@ def _outcome(job: Job, workdir: Path) -> tuple[bool, Any]:
 
 def _serve(jobs: list[Job], workdir: Path, send: Connection) -> None:
     """In the forked child: output to a file, then each job in turn, each outcome sent once it is known."""
-    target = os.open(workdir / OUTPUT, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    for fd in (1, 2):
-        os.dup2(target, fd)
-    os.close(target)
+    _output_to(str(workdir / OUTPUT), 1, 2)
     for index, job in enumerate(jobs):
         send.send((index, *_outcome(job, workdir / str(index))))
     send.close()

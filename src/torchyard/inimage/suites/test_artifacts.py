@@ -16,7 +16,7 @@ import torch
 from torchyard.inimage.cases import Case, KnownFailure
 from torchyard.inimage.cases.builtin import CASES
 from torchyard.inimage.parity.artifacts import ArtifactCache, artifact_key, file_digest, tensor_digest
-from torchyard.inimage.parity.backends import lowering_key
+from torchyard.inimage.parity.backends import lowering_key, unavailable_reason
 from torchyard.inimage.parity.errors import RecordedFailure
 from torchyard.inimage.parity.harness import Result, evaluate
 from torchyard.inimage.parity.tolerances import load_tolerances
@@ -29,8 +29,6 @@ BACKENDS = ["export", "executorch-portable"]
 
 
 def run(case: Case, backend: str, cache: ArtifactCache, workdir: Path) -> Result:
-    if backend.startswith("executorch") and importlib.util.find_spec("executorch") is None:
-        pytest.skip("executorch is not installed here")
     return evaluate(
         case, backend, device=CPU, dtype=torch.float32, tolerances=load_tolerances(), workdir=workdir, cache=cache
     )
@@ -41,9 +39,9 @@ def run(case: Case, backend: str, cache: ArtifactCache, workdir: Path) -> Result
 # run. A fresh lowering is the one thing a warm run would otherwise never do: its imports (ExecuTorch's
 # compiler, torch.export's tracer) took 3 s of a 9 s warm run here.
 def beside_unless_missing(backend: str) -> Any:
-    if backend.startswith("executorch") and importlib.util.find_spec("executorch") is None:
-        return pytest.param(backend, marks=pytest.mark.skip(reason="executorch is not installed here"))
-    return pytest.param(backend, marks=pytest.mark.beside.with_args(miss_then_hit, backend))
+    reason = unavailable_reason(backend, CPU)
+    marks = pytest.mark.skip(reason=reason) if reason else pytest.mark.beside.with_args(miss_then_hit, backend)
+    return pytest.param(backend, marks=marks)
 
 
 def miss_then_hit(workdir: Path, backend: str) -> list[Result]:

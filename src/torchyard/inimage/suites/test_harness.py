@@ -609,8 +609,11 @@ def pte_loaded_both_ways(workdir: Path) -> list[list[float]]:
     return [output.flatten().tolist() for output in (*runs, eager)]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("executorch") is None, reason="executorch is not installed here")
-@pytest.mark.beside.with_args(pte_loaded_both_ways)
+NO_EXECUTORCH = backends.unavailable_reason("executorch-portable", CPU)
+
+
+# Skipped, not started beside the run, where it cannot run.
+@(pytest.mark.skip(reason=NO_EXECUTORCH) if NO_EXECUTORCH else pytest.mark.beside.with_args(pte_loaded_both_ways))
 def test_a_pte_runs_alike_from_the_extension_and_from_executorch_runtime(beside: list[list[float]]) -> None:
     """Warm runs load a .pte from ExecuTorch's extension directly (its public wrapper imports the whole
     compiler); both must run the same program to the same values."""
