@@ -232,3 +232,21 @@ def test_a_lock_is_synced_online_and_compiled_once_then_checked_offline(tmp_path
     drifted = SyncRunner(offline_status=2)  # the venv was edited by hand, and uv's cache lacks the wheel
     assert sync(venv, lockfile, drifted) == [(True, False), (False, False)]
     assert sync(venv, lockfile, runner) == [(True, False)]
+
+
+def test_a_sync_stamp_planted_as_a_link_is_neither_trusted_nor_written_through(tmp_path: Path) -> None:
+    lockfile, venv = tmp_path / "cpu.txt", tmp_path / "venv"
+    lockfile.write_text("torch==2.14.1 --hash=sha256:aa\n")
+    venv.mkdir()
+    runner = SyncRunner()
+    assert sync(venv, lockfile, runner) == [(False, True)]
+    stamp = venv / ".torchyard-synced"
+    saying_synced, precious = tmp_path / "saying-synced", tmp_path / "precious"
+    saying_synced.write_text(stamp.read_text())
+    precious.write_text("precious\n")
+    for target in (saying_synced, precious):
+        stamp.unlink()
+        stamp.symlink_to(target)
+        assert sync(venv, lockfile, runner) == [(False, True)]  # not trusted: online, compiled
+        assert not stamp.is_symlink()  # replaced, not followed
+    assert precious.read_text() == "precious\n"

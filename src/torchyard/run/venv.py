@@ -23,6 +23,7 @@ from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
 from torchyard.run.interpreter import run_suites
 from torchyard.util import proc
+from torchyard.util.atomic import write_atomically
 
 VENVS = Path(".torchyard") / "venvs"
 CACHES = Path(".torchyard") / "cache"
@@ -45,7 +46,8 @@ def sync_venv(
     venv was changed by hand and uv's cache lacks a wheel does that fail: the sync then goes online (a
     package reinstalled so gets its bytecode at its first import, where the run may write it)."""
     stamp, digest = venv / SYNC_STAMP, hashlib.sha256(lockfile.read_bytes()).hexdigest()
-    again = stamp.is_file() and stamp.read_text().strip() == digest
+    # A stamp that is a link is not this venv's own: it is never read, and the write below replaces it.
+    again = stamp.is_file() and not stamp.is_symlink() and stamp.read_text().strip() == digest
 
     def sync(*, compile_bytecode: bool, offline: bool = False) -> tuple[str, ...]:
         return sync_args(
@@ -60,7 +62,7 @@ def sync_venv(
             "the venv differs from its lock, and uv's cache cannot make it up offline: syncing online", file=sys.stderr
         )
     runner(sync(compile_bytecode=not again), env=env)
-    stamp.write_text(digest + "\n")
+    write_atomically(stamp, digest + "\n")  # never through a link planted where the stamp goes
 
 
 def stage_inimage(venv: Path, python: str) -> Path:
