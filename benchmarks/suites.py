@@ -84,6 +84,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="times each measure is taken (default 3)")
     repeats = parser.parse_args().repeats
+    if repeats < 1:
+        parser.error(f"--repeats must be 1 or more, not {repeats}")
     rows = []
     for mode in ("container", "local"):
         seconds = measure(mode, repeats)
