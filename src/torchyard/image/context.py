@@ -24,6 +24,7 @@ INIMAGE_MODULES = (
     "contract.py",
     "cases.py",
     "util/__init__.py",
+    "util/atomic.py",
     "util/markdown.py",
     "inimage",
 )

@@ -27,6 +27,7 @@ from torchyard import contract
 from torchyard.inimage.cases import Case, CaseLoadError, base_backend, load_cases
 from torchyard.inimage.parity.artifacts import ArtifactCache
 from torchyard.inimage.parity.harness import Reference, Result, evaluate, make_reference
+from torchyard.inimage.parity.inductor_keys import remember as remember_inductor_keys
 from torchyard.inimage.parity.report import write_reports
 from torchyard.inimage.parity.tolerances import Tolerances, load_tolerances
 from torchyard.inimage.precision import DTYPES, PrecisionError, check_precision, pin_precision
@@ -216,20 +217,36 @@ _FREEZER = _Freezer()
 FIRST_USE = {"inductor": ("torch._dynamo", "torch._inductor.compile_fx")}
 
 
-def _first_use_imports(items: list[pytest.Item]) -> None:
-    backends = set()
+# The parameters that name a test's backend: the plugin's own, and the runtime suite's and self-tests'.
+BACKEND_PARAMS = ("compile_backend", "parity_backend", "backend")
+
+
+def selected_backends(items: list[pytest.Item]) -> set[str]:
+    """The backends (`inductor:<mode>` as inductor) the given tests run."""
+    found = set()
     for item in items:
-        backend = _param(item, "backend")
-        if isinstance(backend, str):
-            backends.add(base_backend(backend))
+        for name in BACKEND_PARAMS:
+            backend = _param(item, name)
+            if isinstance(backend, str):
+                found.add(base_backend(backend))
+    return found
+
+
+def _first_use(items: list[pytest.Item], cache: Path) -> None:
+    """The selected backends' first-use imports; for inductor, its cache keys from the entry's cache
+    (`inductor_keys`: 0.3 s a process otherwise)."""
+    backends = selected_backends(items)
     for backend in sorted(backends & FIRST_USE.keys()):
         for module in FIRST_USE[backend]:
             importlib.import_module(module)
+    if "inductor" in backends:
+        remember_inductor_keys(cache)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
-    _first_use_imports(session.items)
+    settings = session.config.stash[_settings_key]
+    _first_use(session.items, contract.cache_root(os.environ, settings.report_dir))
     _FREEZER.freeze()
 
 
