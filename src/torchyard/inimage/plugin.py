@@ -187,17 +187,21 @@ class _Freezer:
 
     Frozen: what is alive once the tests are collected (torch's modules, the cases, the items), and again
     after any test that imported libraries (torch.export's machinery, ExecuTorch, dynamo load lazily, from
-    inside the first test that needs them). Before each freeze the young generations are collected, so
-    what such a test left behind in reference cycles is freed first; an older cycle it left would be kept
-    until the process ends (a few times a run at most). Garbage without cycles is freed as always."""
+    inside the first test that needs them). Before each later freeze the young generations are collected,
+    so what such a test left behind in reference cycles is freed first; an older cycle it left would be
+    kept until the process ends (a few times a run at most). Garbage without cycles is freed as always.
+    The first freeze, after start-up, collects nothing: with the collector off since the start, its young
+    generation is every object the imports made (700,000 on the CPU), and walking them took 0.29 s of
+    every run to free 10,000 left in cycles by the imports (about 2 MB), which are kept instead."""
 
     NEW_MODULES = 50  # imports that make a test "one that imported libraries"
 
     def __init__(self) -> None:
         self.modules = 0
 
-    def freeze(self) -> None:
-        gc.collect(1)
+    def freeze(self, *, collect: bool = True) -> None:
+        if collect:
+            gc.collect(1)
         gc.freeze()
         self.modules = len(sys.modules)
         gc.enable()
@@ -247,7 +251,7 @@ def _first_use(items: list[pytest.Item], cache: Path) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     settings = session.config.stash[_settings_key]
     _first_use(session.items, contract.cache_root(os.environ, settings.report_dir))
-    _FREEZER.freeze()
+    _FREEZER.freeze(collect=gc.isenabled())  # off since start-up (`__main__`): see `_Freezer`
 
 
 @pytest.hookimpl(tryfirst=True)

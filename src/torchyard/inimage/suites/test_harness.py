@@ -6,6 +6,7 @@ import dataclasses
 import gc
 import importlib.util
 import os
+import subprocess
 import sys
 import weakref
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.plugin import _Freezer
 from torchyard.inimage.precision import PrecisionError, check_precision
 from torchyard.inimage.probe import ProbeError, check_device, unlocked_environment
-from torchyard.inimage.suites.inner import Beside, Job, run_pytest
+from torchyard.inimage.suites.inner import PRELOAD, Beside, Job, run_pytest
 from torchyard.inimage.workers import pin_worker_device, xdist_args, xdist_plugin_args
 from torchyard.names import BACKEND_NAMES
 
@@ -556,6 +557,20 @@ def test_workers_one_per_gpu_none_on_the_cpu() -> None:
     assert env == {"HIP_VISIBLE_DEVICES": "0"}
     pin_worker_device("cpu", "gw0", env)  # nothing to pin on the CPU
     assert env == {"HIP_VISIBLE_DEVICES": "0"}
+
+
+def test_the_fork_server_ends_without_tearing_down(tmp_path: Path) -> None:
+    """Its exit handler runs before every handler registered before it (the server's imports'), and ends
+    the process there: what those would have done is never done."""
+    assert PRELOAD[-1] == "torchyard.inimage.suites.server_exit"
+    torn_down = tmp_path / "torn-down"
+    handler = f"import atexit; atexit.register(open, {str(torn_down)!r}, 'w')"
+    script = f"{handler}\nimport torchyard.inimage.suites.server_exit"
+    completed = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stderr
+    assert not torn_down.exists()
+    assert subprocess.run([sys.executable, "-c", handler], check=False).returncode == 0
+    assert torn_down.exists()  # the check can fail: without the module, the handler runs
 
 
 def doubled(workdir: Path, value: int) -> tuple[int, bool]:
