@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from torchyard.inimage.suites.inner import Beside, Job, start_server
+from torchyard.names import HARNESS
 
 pytest_plugins = ["pytester"]
 
@@ -21,6 +22,18 @@ def pytest_configure(config: pytest.Config) -> None:
         f"{BESIDE}(target, *args): target(workdir, *args) runs in a child beside the run, started at collection; "
         "the test takes its value from the `beside` fixture and runs last",
     )
+    if _may_run_harness(config):
+        # Now, not once the tests are collected: its imports then overlap the run's own (torch's dynamo and
+        # inductor), on a core that has nothing else to do yet.
+        start_server()
+
+
+def _may_run_harness(config: pytest.Config) -> bool:
+    """Whether this process may run the harness's tests: it is not an xdist controller (its workers run
+    them), and its marker expression, if any, names them."""
+    distributed = getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput")
+    expression = config.getoption("markexpr", "")
+    return not distributed and (not expression or HARNESS in expression)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -29,8 +42,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """The harness's whole-run tests fork from one server (`inner`): start it as soon as they are
-    selected, so that its imports overlap the tests that run before them; then the work beside the run."""
+    """The harness's whole-run tests fork from one server (`inner`): started at configuration where it
+    could tell, else now that they are selected; then the work beside the run."""
     if any(Path(str(item.path)).name == "test_harness.py" for item in session.items):
         start_server()
     jobs: list[Job] = []

@@ -12,7 +12,8 @@ import weakref
 from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -27,6 +28,7 @@ from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.plugin import _Freezer
 from torchyard.inimage.precision import PrecisionError, check_precision
 from torchyard.inimage.probe import ProbeError, check_device, unlocked_environment
+from torchyard.inimage.suites.conftest import _may_run_harness
 from torchyard.inimage.suites.inner import PRELOAD, Beside, Job, run_pytest
 from torchyard.inimage.workers import pin_worker_device, xdist_args, xdist_plugin_args
 from torchyard.names import BACKEND_NAMES
@@ -571,6 +573,20 @@ def test_the_fork_server_ends_without_tearing_down(tmp_path: Path) -> None:
     assert not torn_down.exists()
     assert subprocess.run([sys.executable, "-c", handler], check=False).returncode == 0
     assert torn_down.exists()  # the check can fail: without the module, the handler runs
+
+
+def test_the_fork_server_starts_at_configuration_where_the_harness_may_run(request: pytest.FixtureRequest) -> None:
+    def config(expression: str, workers: int | None = None, worker: bool = False) -> Any:
+        stub = SimpleNamespace(option=SimpleNamespace(numprocesses=workers), getoption=lambda name, default: expression)
+        if worker:
+            stub.workerinput = {"workerid": "gw0"}
+        return stub
+
+    assert _may_run_harness(request.config)  # this very test is the harness's
+    assert _may_run_harness(config("")) and _may_run_harness(config("export or harness"))
+    assert not _may_run_harness(config("export or compile"))
+    assert not _may_run_harness(config("harness", workers=2))  # an xdist controller: its workers run them
+    assert _may_run_harness(config("harness", workers=2, worker=True))
 
 
 def doubled(workdir: Path, value: int) -> tuple[int, bool]:
