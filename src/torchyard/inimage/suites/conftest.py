@@ -6,10 +6,8 @@ from typing import Any
 
 import pytest
 
-from torchyard.inimage.suites.inner import Beside, Job, start_server
+from torchyard.inimage.suites.inner import Beside, Job, WholeRun, start_server
 from torchyard.names import HARNESS
-
-pytest_plugins = ["pytester"]
 
 BESIDE = "beside"
 _beside_key = pytest.StashKey[Beside]()
@@ -19,8 +17,9 @@ _job_key = pytest.StashKey[int]()
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        f"{BESIDE}(target, *args): target(workdir, *args) runs in a child beside the run, started at collection; "
-        "the test takes its value from the `beside` fixture and runs last",
+        f"{BESIDE}(target, *args) or {BESIDE}(WholeRun(files, args)): target(workdir, *args), or a pytest session "
+        "of its own, runs beside the run, started at collection; the test takes its value from the `beside` "
+        "fixture and runs last",
     )
     if _may_run_harness(config):
         # Now, not once the tests are collected: its imports then overlap the run's own (torch's dynamo and
@@ -46,12 +45,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     could tell, else now that they are selected; then the work beside the run."""
     if any(Path(str(item.path)).name == "test_harness.py" for item in session.items):
         start_server()
-    jobs: list[Job] = []
+    jobs: list[Job | WholeRun] = []
     for item in session.items:
         marker = item.get_closest_marker(BESIDE)
         if marker is not None:
             item.stash[_job_key] = len(jobs)
-            jobs.append(Job(marker.args[0], tuple(marker.args[1:])))
+            work = marker.args[0]
+            jobs.append(work if isinstance(work, WholeRun) else Job(work, tuple(marker.args[1:])))
     if jobs:
         # An xdist worker collects every test but runs its share: it does a job when its test asks.
         session.stash[_beside_key] = Beside(jobs, forked=not hasattr(session.config, "workerinput"))

@@ -1,17 +1,23 @@
-"""Work for the harness's own tests in children forked from an interpreter that imported torch once.
+"""Work for the harness's own tests, beside the run, in children forked from an interpreter that
+imported torch once.
 
 The harness tests check what a run does as a whole (its exit status, a probe that stops it before any
-test, its last lines), so each needs a pytest session of its own in a process of its own. Starting a
-fresh interpreter for each costs an interpreter and `import torch`, seconds every time. multiprocessing's
-forkserver imports the modules named in PRELOAD once, in a process that touches no device and starts no
-thread, and forks one child per run from it: the child starts with torch imported, nothing initialised.
+test, its last lines), so each needs a pytest session of its own in a process of its own (`WholeRun`).
+Starting a fresh interpreter for each costs an interpreter and `import torch`, seconds every time.
+multiprocessing's forkserver imports the modules named in PRELOAD once, in a process that touches no
+device and starts no thread, and forks one child per run from it: the child starts with torch imported,
+nothing initialised.
 
-The same server forks `Beside`'s child: self-tests whose work would hold the run up for seconds (a fresh
-lowering imports ExecuTorch's compiler, which a warm run otherwise never needs) run there, on a core the
-suites leave idle, while the suites go on; the tests that check that work take its results at the end.
+Self-tests whose work would hold the run up for seconds (a fresh lowering imports ExecuTorch's compiler,
+which a warm run otherwise never needs) run in one more child the same server forks (`Job`s). `Beside`
+runs both kinds on one lane, the jobs first, while the suites go on in the run's own process: on this
+2-core machine the run's process keeps one core busy and the lane the other, and the tests that check
+the lane's work take its results at the end. The whole runs went there last: inside their own tests they
+held the run's process waiting (1.2 s of a warm run), and after a one-case change, which lowers that case
+in the run's process, they now fill a core that was idle.
 
-Where there is no forkserver (not on POSIX), a run is pytester's plain subprocess and `Beside`'s work is
-done in the test that asks for it.
+Where there is no forkserver (not on POSIX), a whole run is a plain subprocess and the work is done in
+the test that asks for it.
 """
 
 from __future__ import annotations
@@ -21,18 +27,18 @@ import dataclasses
 import multiprocessing
 import multiprocessing.forkserver
 
-# pytester puts sys.modules back as it found them after each test: a forkserver module first imported
-# inside a test would be dropped with its server, and the next test would start (and preload) another.
-# Imported here, at collection, it and its one server outlive every test.
+# What starts a process through the server, imported here, at collection, once: a module first imported
+# inside a test that puts sys.modules back afterwards (pytester does) would take its server with it.
 import multiprocessing.popen_forkserver
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -77,32 +83,51 @@ def start_server() -> None:
         multiprocessing.forkserver.ensure_running()
 
 
-def run_pytest(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    """`pytester.runpytest_subprocess(*args)` with torchyard's plugin alone, forked from the warm server."""
-    context = _forkserver()
-    if context is None:
-        with pytest.MonkeyPatch.context() as patch:
-            for name, value in ISOLATED.items():
-                patch.setenv(name, value)
-            return pytester.runpytest_subprocess(*args)
-    run = Path(tempfile.mkdtemp(prefix="runpytest-", dir=pytester.path))
-    out, err = run / "stdout", run / "stderr"
-    child = context.Process(
-        target=_child,
-        args=((f"--basetemp={run / 'tmp'}", *args), str(pytester.path), {**os.environ, **ISOLATED}, str(out), str(err)),
-        name="torchyard-inner-pytest",
-    )
-    started = time.monotonic()
-    child.start()
-    child.join(TIMEOUT_S)
-    if child.exitcode is None:
-        child.kill()
-        child.join()
-        pytest.fail(f"the inner pytest run did not end within {TIMEOUT_S:.0f} s: {' '.join(args)}")
-    status: int | pytest.ExitCode = child.exitcode
-    with contextlib.suppress(ValueError):  # else a status of the run's own, or a signal (negative)
-        status = pytest.ExitCode(status)
-    return pytest.RunResult(status, _lines(out), _lines(err), time.monotonic() - started)
+@dataclasses.dataclass(frozen=True)
+class WholeRun:
+    """A pytest session of its own over `files` (name and source; `conftest.py` among them where wanted),
+    with torchyard's plugin alone and `args` ("{workdir}" in one stands for the run's folder); its value is
+    the session's `pytest.RunResult`. Its environment is the one the run had when the tests were collected,
+    as pytester makes it for a subprocess run (no PYTEST_ADDOPTS, a home of its own, no colours)."""
+
+    files: tuple[tuple[str, str], ...]
+    args: tuple[str, ...] = ()
+    unset: tuple[str, ...] = ()  # variables of the run's environment the session must not see
+
+    def run(self, workdir: Path, env: dict[str, str], context: Any) -> pytest.RunResult:
+        for name, source in self.files:
+            (workdir / name).write_text(source, encoding="utf-8")
+        (workdir / "home").mkdir()
+        env = {name: value for name, value in env.items() if name not in self.unset}
+        env.update(HOME=str(workdir / "home"), USERPROFILE=str(workdir / "home"))
+        args = (f"--basetemp={workdir / 'tmp'}", *(arg.format(workdir=workdir) for arg in self.args))
+        out, err = workdir / "stdout", workdir / "stderr"
+        started = time.monotonic()
+        if context is None:  # no forkserver: a plain subprocess, as pytester's
+            command = [sys.executable, "-m", "pytest", *args]
+            with out.open("wb") as stdout, err.open("wb") as stderr:
+                completed = subprocess.run(
+                    command, cwd=workdir, env=env, stdout=stdout, stderr=stderr, timeout=TIMEOUT_S, check=False
+                )
+            status: int | pytest.ExitCode = completed.returncode
+        else:
+            child = context.Process(target=_child, args=(args, str(workdir), env, str(out), str(err)))
+            child.start()
+            child.join(TIMEOUT_S)
+            if child.exitcode is None:
+                child.kill()
+                child.join()
+                raise TimeoutError(f"the whole run did not end within {TIMEOUT_S:.0f} s: {' '.join(args)}")
+            status = child.exitcode
+        with contextlib.suppress(ValueError):  # else a status of the run's own, or a signal (negative)
+            status = pytest.ExitCode(status)
+        return pytest.RunResult(status, _lines(out), _lines(err), time.monotonic() - started)
+
+
+def whole_run_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment a whole run gets, taken from `environ` as pytester changes it for a subprocess run."""
+    dropped = {"PYTEST_ADDOPTS", "TOX_ENV_DIR"}
+    return {**{k: v for k, v in environ.items() if k not in dropped}, "PY_COLORS": "0", **ISOLATED}
 
 
 def _lines(path: Path) -> list[str]:
@@ -140,45 +165,117 @@ class Job:
 
 
 class Beside:
-    """Jobs run one after another in one child forked from the warm server, started at once and left to
-    run beside the tests; `result(index)` waits for a job's value. A job that raises fails the test that
-    asks for it, with the child's traceback; so does a child that dies or outlives TIMEOUT_S. Not forked
-    (or with no forkserver), a job is done when its result is asked for, in this process."""
+    """Work beside the run, on one lane a thread drives, started at once: first the `Job`s, one after
+    another in one child forked from the warm server; then the `WholeRun`s, each forked from the server in
+    turn. `result(index)` waits for an item's value. A job that raises fails the test that asks for it,
+    with the child's traceback and output; so does a child that dies, and any work that outlives
+    TIMEOUT_S. Where the run is not forked (an xdist worker, or no forkserver), each item is done when its
+    result is asked for, in this process (a whole run still in a process of its own)."""
 
-    def __init__(self, jobs: list[Job], *, forked: bool = True) -> None:
-        self._jobs = jobs
+    def __init__(self, work: list[Job | WholeRun], *, forked: bool = True) -> None:
+        self._work = work
         self._workdir = Path(tempfile.mkdtemp(prefix="torchyard-beside-"))
+        self._environment = whole_run_environment(os.environ)  # now: before any test changes it
+        self._server = _forkserver()
         self._results: dict[int, tuple[bool, Any]] = {}
-        context = _forkserver() if forked else None
-        self._process: multiprocessing.process.BaseProcess | None = None
-        self._receive: Connection | None = None
-        self._starting: threading.Thread | None = None
-        self._unstarted = ""
-        if context is not None:
-            # Starting a child waits for the server to have imported torch: a thread waits instead of the run.
-            self._starting = threading.Thread(target=self._start, args=(context,), name="torchyard-beside")
-            self._starting.start()
+        self._claimed: set[int] = set()  # whole runs a lane has taken
+        self._done = threading.Condition()
+        self._stopping = threading.Event()
+        self._child: multiprocessing.process.BaseProcess | None = None
+        self._lane: threading.Thread | None = None
+        if forked and self._server is not None:
+            self._lane = threading.Thread(target=self._drive, name="torchyard-beside", daemon=True)
+            self._lane.start()
 
-    def _start(self, context: multiprocessing.context.ForkServerContext) -> None:
+    def _drive(self) -> None:
         try:
-            receive, send = context.Pipe(duplex=False)
-            process = context.Process(target=_serve, args=(self._jobs, self._workdir, send), name="torchyard-beside")
-            process.start()
+            jobs = [index for index, item in enumerate(self._work) if isinstance(item, Job)]
+            if jobs:
+                self._run_child(jobs)
+            while (index := self._claim(last=False)) is not None:
+                self._finish(index, self._do(index))
+        finally:
+            with self._done:
+                self._done.notify_all()
+
+    def _run_child(self, jobs: list[int]) -> None:
+        """The jobs in one child; each outcome as it comes (read here, so the child never waits on a pipe)."""
+        assert self._server is not None
+        try:
+            receive, send = self._server.Pipe(duplex=False)
+            work = [(index, self._work[index]) for index in jobs]
+            child = self._server.Process(target=_serve, args=(work, self._workdir, send), name="torchyard-beside")
+            child.start()
             send.close()  # the child holds the other end: its exit is the end of the pipe
-            self._process, self._receive = process, receive
-        except Exception:  # each test that asks for a job fails with it
-            self._unstarted = traceback.format_exc()
+        except Exception:
+            for index in jobs:
+                self._finish(index, (False, f"the child beside the run did not start:\n{traceback.format_exc()}"))
+            return
+        self._child = child
+        with receive:
+            while True:
+                try:
+                    done, ok, value = receive.recv()
+                except EOFError:
+                    break
+                self._finish(done, (ok, value if ok else value + self._output()))
+        child.join()
+        for index in jobs:
+            if index not in self._results:
+                status = child.exitcode
+                self._finish(
+                    index,
+                    (False, f"the child beside the run ended (status {status}) before job {index}{self._output()}"),
+                )
+
+    def _do(self, index: int) -> tuple[bool, Any]:
+        """Item `index`, here (a whole run in a process of its own)."""
+        item = self._work[index]
+        if isinstance(item, WholeRun):
+            return _outcome(
+                lambda workdir: item.run(workdir, self._environment, self._server), self._workdir / str(index)
+            )
+        return _outcome(lambda workdir: item.target(workdir, *item.args), self._workdir / str(index))
+
+    def _claim(self, *, last: bool) -> int | None:
+        """A whole run no one has taken, now taken: the lane takes them first to last, a test that waits
+        takes them last to first."""
+        with self._done:
+            pending = [
+                index
+                for index, item in enumerate(self._work)
+                if isinstance(item, WholeRun) and index not in self._claimed and not self._stopping.is_set()
+            ]
+            if not pending:
+                return None
+            index = pending[-1] if last else pending[0]
+            self._claimed.add(index)
+            return index
+
+    def _finish(self, index: int, outcome: tuple[bool, Any]) -> None:
+        with self._done:
+            self._results[index] = outcome
+            self._done.notify_all()
 
     def result(self, index: int) -> Any:
-        if self._starting is None:  # no forkserver: the work is done here, now
+        if self._lane is None:  # done here, now
             if index not in self._results:
-                self._results[index] = _outcome(self._jobs[index], self._workdir / str(index))
+                self._results[index] = self._do(index)
         else:
-            self._starting.join()
-            self._collect(index)
+            lane = self._lane
+            # Rather than wait, this process does whole runs the lane has not reached: the two then share
+            # what is left (the run's own process had nothing left to do but wait).
+            while index not in self._results and (mine := self._claim(last=True)) is not None:
+                self._finish(mine, self._do(mine))
+            with self._done:
+                ended = self._done.wait_for(lambda: index in self._results or not lane.is_alive(), TIMEOUT_S)
+            if index not in self._results:
+                self.stop()
+                why = f"did not end within {TIMEOUT_S:.0f} s" if not ended else "was stopped before it"
+                pytest.fail(f"the work beside the run {why}", pytrace=False)
         ok, value = self._results[index]
         if not ok:
-            pytest.fail(f"the work this test checks failed beside the run:\n{value}{self._output()}", pytrace=False)
+            pytest.fail(value, pytrace=False)
         return value
 
     def _output(self) -> str:
@@ -186,48 +283,33 @@ class Beside:
         text = "\n".join(_lines(self._workdir / OUTPUT)[-40:])
         return f"\n--- the child's output, last lines ---\n{text}" if text else ""
 
-    def _collect(self, index: int) -> None:
-        if self._process is None or self._receive is None:
-            pytest.fail(f"the child beside the run did not start:\n{self._unstarted}", pytrace=False)
-        deadline = time.monotonic() + TIMEOUT_S
-        while index not in self._results:
-            if not self._receive.poll(max(0.0, deadline - time.monotonic())):
-                self.stop()
-                pytest.fail(f"the work beside the run did not end within {TIMEOUT_S:.0f} s", pytrace=False)
-            try:
-                done, ok, value = self._receive.recv()
-            except EOFError:
-                self._process.join()
-                status = self._process.exitcode
-                pytest.fail(f"the child beside the run ended (status {status}) before job {index}{self._output()}")
-            self._results[done] = (ok, value)
-
     def stop(self) -> None:
-        """Ends the child, done or not (at the end of a run that stopped before taking every result)."""
-        if self._starting is not None:
-            self._starting.join()
-        if self._process is not None:
-            if len(self._results) == len(self._jobs):  # done: let it end as it would, handlers and all
-                self._process.join(GRACE_S)
-            if self._process.is_alive():
-                self._process.kill()
-                self._process.join()
-        if self._receive is not None:
-            self._receive.close()
+        """Ends the lane, done or not (at the end of a run that stopped before taking every result): the child
+        is killed; a whole run under way is let finish, and no other starts."""
+        self._stopping.set()
+        if self._lane is not None:
+            child = self._child
+            if child is not None and child.is_alive() and len(self._results) < len(self._work):
+                child.kill()
+            self._lane.join(GRACE_S + TIMEOUT_S)
         shutil.rmtree(self._workdir, ignore_errors=True)
 
 
-def _outcome(job: Job, workdir: Path) -> tuple[bool, Any]:
+def _outcome(work: Callable[[Path], Any], workdir: Path) -> tuple[bool, Any]:
     workdir.mkdir(parents=True)
     try:
-        return True, job.target(workdir, *job.args)
+        return True, work(workdir)
     except BaseException:
-        return False, traceback.format_exc()
+        return False, f"the work this test checks failed beside the run:\n{traceback.format_exc()}"
 
 
-def _serve(jobs: list[Job], workdir: Path, send: Connection) -> None:
-    """In the forked child: output to a file, then each job in turn, each outcome sent once it is known."""
+def _serve(jobs: list[tuple[int, Job]], workdir: Path, send: Connection) -> None:
+    """In the forked child: output to a file, then each job in turn (in the folder its index names), each
+    outcome sent with that index once it is known."""
     _output_to(str(workdir / OUTPUT), 1, 2)
-    for index, job in enumerate(jobs):
-        send.send((index, *_outcome(job, workdir / str(index))))
+    for index, job in jobs:
+        outcome = _outcome(lambda folder, job=job: job.target(folder, *job.args), workdir / str(index))  # type: ignore[misc]
+        sys.stdout.flush()  # what the job printed is in the output file before its outcome is read
+        sys.stderr.flush()
+        send.send((index, *outcome))
     send.close()

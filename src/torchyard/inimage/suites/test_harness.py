@@ -29,7 +29,7 @@ from torchyard.inimage.plugin import _Freezer
 from torchyard.inimage.precision import PrecisionError, check_precision
 from torchyard.inimage.probe import ProbeError, check_device, unlocked_environment
 from torchyard.inimage.suites.conftest import _may_run_harness
-from torchyard.inimage.suites.inner import PRELOAD, Beside, Job, run_pytest
+from torchyard.inimage.suites.inner import PRELOAD, Beside, Job, WholeRun
 from torchyard.inimage.workers import pin_worker_device, xdist_args, xdist_plugin_args
 from torchyard.names import BACKEND_NAMES
 
@@ -164,11 +164,25 @@ pytest_plugins = ["torchyard.inimage.plugin"]
 """
 
 
+# The settings the whole runs these tests start read from their own options, never from this run's.
+OWN_SETTINGS = (contract.SUITES, contract.CASES, contract.TOLERANCES, contract.COMPILE_MODES)
+REPORTS = "--torchyard-report-dir={workdir}/r"
+
+
 @pytest.fixture(autouse=True)
 def _own_settings_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The runs these tests start read their settings from their own options, not from this run's."""
-    for name in (contract.SUITES, contract.CASES, contract.TOLERANCES, contract.COMPILE_MODES):
+    for name in OWN_SETTINGS:
         monkeypatch.delenv(name, raising=False)
+
+
+def whole_run(*args: str, conftest: str = SKIPPING_SUITE, **modules: str) -> pytest.MarkDecorator:
+    """This test's whole run, beside the suites (`inner.Beside`): a pytest session of its own over a
+    conftest.py and `modules` (name: source), with `args`; the test takes its `pytest.RunResult` from
+    the `beside` fixture."""
+    files = ((("conftest.py", conftest),) if conftest else ()) + tuple(
+        (f"{name}.py", source) for name, source in modules.items()
+    )
+    return pytest.mark.beside.with_args(WholeRun(files, args, unset=OWN_SETTINGS))
 
 
 def test_every_backend_name_has_a_runner() -> None:
@@ -337,10 +351,9 @@ def test_runs(request, tmp_path):
 """
 
 
-def test_known_wrong_values_xfail_only_as_known_and_only_where_values_are_compared(pytester: pytest.Pytester) -> None:
-    pytester.makeconftest(SKIPPING_SUITE)
-    pytester.makepyfile(test_known_values=KNOWN_VALUES_SUITE)
-    result = run_pytest(pytester, f"--torchyard-report-dir={pytester.path}/r", "-v")
+@whole_run(REPORTS, "-v", test_known_values=KNOWN_VALUES_SUITE)
+def test_known_wrong_values_xfail_only_as_known_and_only_where_values_are_compared(beside: pytest.RunResult) -> None:
+    result = beside
     assert result.ret == 1
     result.stdout.fnmatch_lines(
         [
@@ -389,59 +402,62 @@ def test_export(request, tmp_path):
 """
 
 
-def test_a_different_error_under_a_known_failure_fails(pytester: pytest.Pytester) -> None:
-    pytester.makeconftest(SKIPPING_SUITE)
-    pytester.makepyfile(test_wrong=WRONG_ERROR_SUITE)
-    result = run_pytest(pytester, f"--torchyard-report-dir={pytester.path}/r", "-p", "no:cacheprovider")
+@whole_run(REPORTS, "-p", "no:cacheprovider", test_wrong=WRONG_ERROR_SUITE)
+def test_a_different_error_under_a_known_failure_fails(beside: pytest.RunResult) -> None:
+    result = beside
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*expected the known failure SpecViolationError matching 'mismatched', got error*"])
 
 
-def test_a_selected_suite_with_nothing_passed_fails_the_run(pytester: pytest.Pytester) -> None:
-    pytester.makeconftest(SKIPPING_SUITE)
-    pytester.makepyfile(
-        test_mixed=(
-            "import pytest\n\n"
-            "@pytest.mark.harness\ndef test_self():\n    pass\n\n"
-            "@pytest.mark.export\ndef test_export():\n    pytest.skip('no exporter here')\n\n"
-            "@pytest.mark.compile\ndef test_compile():\n    pass\n"
-        )
-    )
-    result = run_pytest(pytester, f"--torchyard-report-dir={pytester.path}/r", "--torchyard-suites=export,compile")
+@whole_run(
+    REPORTS,
+    "--torchyard-suites=export,compile",
+    test_mixed=(
+        "import pytest\n\n"
+        "@pytest.mark.harness\ndef test_self():\n    pass\n\n"
+        "@pytest.mark.export\ndef test_export():\n    pytest.skip('no exporter here')\n\n"
+        "@pytest.mark.compile\ndef test_compile():\n    pass\n"
+    ),
+)
+def test_a_selected_suite_with_nothing_passed_fails_the_run(beside: pytest.RunResult) -> None:
+    result = beside
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*suite export: no test passed; skip reasons: no exporter here*"])
     assert "suite compile" not in result.stdout.str()
 
 
-def test_cuda_entry_without_a_cuda_device_fails_before_testing(pytester: pytest.Pytester) -> None:
-    if torch.cuda.is_available():
-        pytest.skip("this machine has a CUDA device: the missing-device path cannot be shown here")
-    pytester.makeconftest(SKIPPING_SUITE)
-    pytester.makepyfile(test_never="def test_never():\n    raise AssertionError('must not run')\n")
-    result = run_pytest(pytester, "--torchyard-accelerator", "cuda", f"--torchyard-report-dir={pytester.path}/r")
+@(
+    pytest.mark.skip(reason="this machine has a CUDA device: the missing-device path cannot be shown here")
+    if torch.cuda.is_available()
+    else whole_run(
+        "--torchyard-accelerator",
+        "cuda",
+        REPORTS,
+        test_never="def test_never():\n    raise AssertionError('must not run')\n",
+    )
+)
+def test_cuda_entry_without_a_cuda_device_fails_before_testing(beside: pytest.RunResult) -> None:
+    result = beside
     assert result.ret == 3
     result.stderr.fnmatch_lines(["*torchyard probe: entry targets CUDA but *"])
     assert "must not run" not in result.stdout.str()
 
 
-def test_all_skipped_run_fails(pytester: pytest.Pytester) -> None:
-    pytester.makeconftest(SKIPPING_SUITE)
-    pytester.makepyfile(test_skips="import pytest\n\ndef test_a():\n    pytest.skip('no device')\n")
-    result = run_pytest(pytester, f"--torchyard-report-dir={pytester.path}/r")
+@whole_run(REPORTS, test_skips="import pytest\n\ndef test_a():\n    pytest.skip('no device')\n")
+def test_all_skipped_run_fails(beside: pytest.RunResult) -> None:
+    result = beside
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*FAILED: suite project: no test passed; skip reasons: no device*"])
 
 
-def test_no_test_collected_fails(pytester: pytest.Pytester) -> None:
-    pytester.makeconftest(SKIPPING_SUITE)
-    result = run_pytest(pytester, f"--torchyard-report-dir={pytester.path}/r")
-    assert result.ret == 1
+@whole_run(REPORTS)
+def test_no_test_collected_fails(beside: pytest.RunResult) -> None:
+    assert beside.ret == 1
 
 
-def test_fp16_on_cpu_stops_the_run(pytester: pytest.Pytester) -> None:
-    pytester.makeconftest(SKIPPING_SUITE)
-    pytester.makepyfile(test_ok="def test_ok():\n    pass\n")
-    result = run_pytest(pytester, "--torchyard-precision", "fp16", f"--torchyard-report-dir={pytester.path}/r")
+@whole_run("--torchyard-precision", "fp16", REPORTS, test_ok="def test_ok():\n    pass\n")
+def test_fp16_on_cpu_stops_the_run(beside: pytest.RunResult) -> None:
+    result = beside
     assert result.ret == 3
     result.stderr.fnmatch_lines(["*fp16 on the CPU is refused*"])
 
@@ -495,11 +511,14 @@ def test_an_unlocked_manifest_lists_every_package_and_the_lock_differences(tmp_p
     assert unlocked_environment("")["lock_differences"] == ["no lockfile to compare with"]
 
 
-def test_a_cases_module_that_raises_is_one_line(pytester: pytest.Pytester) -> None:
-    pytester.makeconftest(SKIPPING_SUITE)
-    pytester.makepyfile(broken_cases="raise RuntimeError('boom at import')\n")
-    pytester.makepyfile(test_uses_cases="def test_case(case):\n    pass\n")
-    result = run_pytest(pytester, "--torchyard-cases=broken_cases", f"--torchyard-report-dir={pytester.path}/r")
+@whole_run(
+    "--torchyard-cases=broken_cases",
+    REPORTS,
+    broken_cases="raise RuntimeError('boom at import')\n",
+    test_uses_cases="def test_case(case):\n    pass\n",
+)
+def test_a_cases_module_that_raises_is_one_line(beside: pytest.RunResult) -> None:
+    result = beside
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     output = result.stdout.str() + result.stderr.str()
     assert "torchyard: cases module 'broken_cases' cannot be imported: RuntimeError: boom at import" in output
@@ -511,17 +530,24 @@ def test_the_builtin_corpus_can_be_left_out() -> None:
     assert {case.name for case in load_cases([], use_entry_points=False)} >= {"mlp", "dict_observation_policy"}
 
 
-def test_workers_start_with_plugin_autoloading_off(pytester: pytest.Pytester) -> None:
+XDIST = importlib.util.find_spec("xdist") is not None  # an adopter's lock need not have it
+
+
+@(
+    whole_run(
+        *xdist_plugin_args({contract.AUTOLOAD_OFF: "1"}),
+        *("-n", "0", "-p", "no:cacheprovider", "-p", "no:torchyard.inimage.plugin"),
+        conftest="",
+        test_one="def test_one():\n    pass\n",
+    )
+    if XDIST
+    else pytest.mark.skip(reason="pytest-xdist is not installed in this image")
+)
+def test_workers_start_with_plugin_autoloading_off(beside: pytest.RunResult) -> None:
     """torchyard's suites alone run with pytest's plugin autoloading off; xdist is then named, and loads."""
-    args = xdist_plugin_args({contract.AUTOLOAD_OFF: "1"})
     assert xdist_plugin_args({}) == []
-    if importlib.util.find_spec("xdist") is None:  # an adopter's lock need not have it
-        assert args == []
-        pytest.skip("pytest-xdist is not installed in this image")
-    assert args == ["-p", "xdist.plugin"]
-    pytester.makepyfile("def test_one():\n    pass\n")
-    result = run_pytest(pytester, *args, "-n", "0", "-p", "no:cacheprovider", "-p", "no:torchyard.inimage.plugin")
-    assert result.ret == 0, result.stderr.lines  # `-n` is an option only xdist's plugin adds
+    assert xdist_plugin_args({contract.AUTOLOAD_OFF: "1"}) == ["-p", "xdist.plugin"]
+    assert beside.ret == 0, beside.stderr.lines  # `-n` is an option only xdist's plugin adds
 
 
 class _Cycle:
@@ -600,6 +626,35 @@ def raises(workdir: Path) -> None:
 
 def dies(workdir: Path) -> None:
     os._exit(3)
+
+
+ENVIRONMENT_SEEN = """
+import os
+
+def test_environment():
+    assert os.environ.get("TORCHYARD_PLANTED") == "at collection"
+    assert "TORCHYARD_UNSET" not in os.environ
+    assert 1 == 2
+"""
+
+
+def test_whole_runs_beside_the_run_see_the_environment_of_collection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole run started beside the run gets the environment the run had when `Beside` was made (at
+    collection), not that of whichever test is running when it starts; and its failures are its own."""
+    monkeypatch.setenv("TORCHYARD_PLANTED", "at collection")
+    monkeypatch.setenv("TORCHYARD_UNSET", "seen")
+    run = WholeRun((("test_seen.py", ENVIRONMENT_SEEN),), ("-p", "no:cacheprovider"), unset=("TORCHYARD_UNSET",))
+    for forked in (True, False):
+        beside = Beside([run, Job(doubled, (2,))], forked=forked)
+        try:
+            monkeypatch.setenv("TORCHYARD_PLANTED", "by a later test")
+            assert beside.result(1) == (4, True)
+            result = beside.result(0)
+            assert result.ret == pytest.ExitCode.TESTS_FAILED
+            result.stdout.fnmatch_lines(["*assert 1 == 2*"])  # failed where it was meant to, not before
+        finally:
+            beside.stop()
+            monkeypatch.setenv("TORCHYARD_PLANTED", "at collection")
 
 
 def test_work_beside_the_run_returns_its_values_and_its_failures_fail() -> None:
