@@ -61,7 +61,7 @@ PRELOAD = [
 ]
 TIMEOUT_S = 600.0
 OUTPUT = "output.txt"  # what `Beside`'s child prints, in its folder
-GRACE_S = 10.0  # for `Beside`'s child to end by itself once it has sent every result
+GRACE_S = 10.0  # beyond a whole run's TIMEOUT_S, for a stopped lane to end
 # The runs test torchyard's plugin alone: the third-party plugins an image happens to have (hypothesis,
 # anyio, hydra's) are not loaded into them, each a second of imports and assertion rewriting per run.
 ISOLATED = {contract.AUTOLOAD_OFF: "1"}
@@ -76,9 +76,9 @@ def _forkserver() -> multiprocessing.context.ForkServerContext | None:
 
 
 def start_server() -> None:
-    """Start the server now, without waiting for it: it imports on another core while the run's first
-    tests run, and is warm by the time the harness's whole runs need it (1 s of a 12 s warm run here).
-    Preloading ExecuTorch as well made the run slower: its imports then compete with the tests' own."""
+    """Start the server now, without waiting for it: it imports on another core while the run does its
+    own imports, and is warm by the time the lane beside the run needs it. Preloading ExecuTorch as well
+    made the run slower: its imports then compete with the tests' own."""
     if _forkserver() is not None:
         multiprocessing.forkserver.ensure_running()
 
