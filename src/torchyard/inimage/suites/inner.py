@@ -100,7 +100,7 @@ class WholeRun:
         (workdir / "home").mkdir()
         env = {name: value for name, value in env.items() if name not in self.unset}
         env.update(HOME=str(workdir / "home"), USERPROFILE=str(workdir / "home"))
-        args = (f"--basetemp={workdir / 'tmp'}", *(arg.format(workdir=workdir) for arg in self.args))
+        args = (f"--basetemp={workdir / 'tmp'}", *(arg.replace("{workdir}", str(workdir)) for arg in self.args))
         out, err = workdir / "stdout", workdir / "stderr"
         started = time.monotonic()
         if context is None:  # no forkserver: a plain subprocess, as pytester's
