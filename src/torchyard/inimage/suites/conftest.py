@@ -1,7 +1,6 @@
 """The stack suites run inside images (or in a venv with `torchyard test --local`); the plugin comes in
 with `-p torchyard.inimage.plugin` on the command line (`torchyard.contract.pytest_args`)."""
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,10 +40,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """The harness's whole-run tests fork from one server (`inner`): started at configuration where it
-    could tell, else now that they are selected; then the work beside the run."""
-    if any(Path(str(item.path)).name == "test_harness.py" for item in session.items):
-        start_server()
+    """The work beside the run (`inner.Beside`), which forks from the server (started at configuration,
+    or by the first fork here, where configuration could not tell)."""
     jobs: list[Job | WholeRun] = []
     for item in session.items:
         marker = item.get_closest_marker(BESIDE)

@@ -163,6 +163,9 @@ class Job:
     target: Callable[..., Any]
     args: tuple[Any, ...] = ()
 
+    def __call__(self, workdir: Path) -> Any:
+        return self.target(workdir, *self.args)
+
 
 class Beside:
     """Work beside the run, on one lane a thread drives, started at once: first the `Job`s, one after
@@ -235,7 +238,7 @@ class Beside:
             return _outcome(
                 lambda workdir: item.run(workdir, self._environment, self._server), self._workdir / str(index)
             )
-        return _outcome(lambda workdir: item.target(workdir, *item.args), self._workdir / str(index))
+        return _outcome(item, self._workdir / str(index))
 
     def _claim(self, *, last: bool) -> int | None:
         """A whole run no one has taken, now taken: the lane takes them first to last, a test that waits
@@ -244,9 +247,9 @@ class Beside:
             pending = [
                 index
                 for index, item in enumerate(self._work)
-                if isinstance(item, WholeRun) and index not in self._claimed and not self._stopping.is_set()
+                if isinstance(item, WholeRun) and index not in self._claimed
             ]
-            if not pending:
+            if not pending or self._stopping.is_set():
                 return None
             index = pending[-1] if last else pending[0]
             self._claimed.add(index)
@@ -308,7 +311,7 @@ def _serve(jobs: list[tuple[int, Job]], workdir: Path, send: Connection) -> None
     outcome sent with that index once it is known."""
     _output_to(str(workdir / OUTPUT), 1, 2)
     for index, job in jobs:
-        outcome = _outcome(lambda folder, job=job: job.target(folder, *job.args), workdir / str(index))  # type: ignore[misc]
+        outcome = _outcome(job, workdir / str(index))
         sys.stdout.flush()  # what the job printed is in the output file before its outcome is read
         sys.stderr.flush()
         send.send((index, *outcome))
