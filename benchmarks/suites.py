@@ -10,6 +10,10 @@ For each mode (the container, `nox -s test-cpu`'s path; and `--local`), in one r
 - replayed: `--reuse-results` after a first such run, which hands back that run's verdicts.
 Every run must exit 0 (the suites pass); the table gives seconds and ratios. Run from the repository root
 with TORCHYARD_BASE_IMAGES=cpu=torchyard/base:bookworm: `python benchmarks/suites.py`.
+
+`--in-place ENTRY` measures `torchyard test --in-place --entry ENTRY` alone, with the current interpreter
+and its stack (a GPU machine that has one, with no Docker): cold is its cache `.torchyard/cache/ENTRY`
+removed.
 """
 
 from __future__ import annotations
@@ -32,43 +36,51 @@ ORIGINAL = 'register_buffer("mean", torch.tensor([0.485, 0.456, 0.406])'
 CHANGED = 'register_buffer("mean", torch.tensor([0.5, 0.5, {blue}])'
 
 
-def timed(*args: str) -> float:
+FAILED: list[str] = []  # with --keep-going: each run that exited non-zero
+KEEP_GOING = False
+
+
+def timed(entry: str, *args: str) -> float:
     started = time.monotonic()
-    command = [sys.executable, "-m", "torchyard", "test", "--entry", "cpu", *args]
+    command = [sys.executable, "-m", "torchyard", "test", "--entry", entry, *args]
     completed = subprocess.run(command, cwd=REPO, check=False)
     if completed.returncode != 0:
-        raise SystemExit(f"torchyard test {' '.join(args)} exited {completed.returncode}")
+        failure = f"torchyard test --entry {entry} {' '.join(args)} exited {completed.returncode}"
+        if not KEEP_GOING:
+            raise SystemExit(failure)
+        FAILED.append(failure)
     return time.monotonic() - started
 
 
-def cold_cache(mode: str) -> None:
-    if mode == "local":
-        shutil.rmtree(REPO / ".torchyard" / "cache" / "cpu", ignore_errors=True)
+def cold_cache(mode: str, entry: str) -> None:
+    if mode in ("local", "in-place"):
+        shutil.rmtree(REPO / ".torchyard" / "cache" / entry, ignore_errors=True)
         return
     with contextlib.suppress(docker.errors.NotFound):
-        docker.from_env().volumes.get("torchyard-inductor-cpu").remove(force=True)
+        docker.from_env().volumes.get(f"torchyard-inductor-{entry}").remove(force=True)
 
 
-def measure(mode: str, repeats: int) -> dict[str, list[float]]:
+def measure(mode: str, entry: str, repeats: int) -> dict[str, list[float]]:
     """Each measure `repeats` times: cold, then warm, then one case changed (a different change each time,
     so each is a real change), then back; replayed last, once per repeat after a first replay."""
-    flags = ("--local",) if mode == "local" else ()
-    timed(*flags)  # the image or venv exists and is current before anything is timed
+    flags = {"container": (), "local": ("--local",), "in-place": ("--in-place",)}[mode]
+    if mode != "in-place":
+        timed(entry, *flags)  # the image or venv exists and is current before anything is timed
     text = BUILTIN.read_text()
     assert ORIGINAL in text
     seconds: dict[str, list[float]] = {"cold": [], "warm": [], "one case changed": [], "replayed": []}
     try:
         for repeat in range(repeats):
-            cold_cache(mode)
-            seconds["cold"].append(timed(*flags))
-            seconds["warm"].append(timed(*flags))
+            cold_cache(mode, entry)
+            seconds["cold"].append(timed(entry, *flags))
+            seconds["warm"].append(timed(entry, *flags))
             BUILTIN.write_text(text.replace(ORIGINAL, CHANGED.format(blue=0.5 - repeat / 100)))
-            seconds["one case changed"].append(timed(*flags))
+            seconds["one case changed"].append(timed(entry, *flags))
             BUILTIN.write_text(text)
     finally:
         BUILTIN.write_text(text)
-    timed(*flags, "--reuse-results")
-    seconds["replayed"] = [timed(*flags, "--reuse-results") for _ in range(repeats)]
+    timed(entry, *flags, "--reuse-results")
+    seconds["replayed"] = [timed(entry, *flags, "--reuse-results") for _ in range(repeats)]
     return seconds
 
 
@@ -83,12 +95,20 @@ def spread(values: list[float], unit: str, digits: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="times each measure is taken (default 3)")
-    repeats = parser.parse_args().repeats
+    parser.add_argument("--in-place", metavar="ENTRY", help="measure only `--in-place` runs of this entry")
+    parser.add_argument(
+        "--keep-going", action="store_true", help="time runs that fail too, and list them (a first look at a machine)"
+    )
+    options = parser.parse_args()
+    global KEEP_GOING  # noqa: PLW0603 (the one switch, read by `timed`)
+    KEEP_GOING = options.keep_going
+    repeats = options.repeats
     if repeats < 1:
         parser.error(f"--repeats must be 1 or more, not {repeats}")
     rows = []
-    for mode in ("container", "local"):
-        seconds = measure(mode, repeats)
+    modes = [("in-place", options.in_place)] if options.in_place else [("container", "cpu"), ("local", "cpu")]
+    for mode, entry in modes:
+        seconds = measure(mode, entry, repeats)
         rows += [(f"{mode}: {name}", spread(values, " s", 1)) for name, values in seconds.items()]
         pairs = list(zip(seconds["cold"], seconds["warm"], seconds["one case changed"], strict=True))
         rows += [
@@ -103,6 +123,9 @@ def main() -> None:
     print("\n| measure | value |\n|---|---|")
     for measure_name, value in rows:
         print(f"| {measure_name} | {value} |")
+    if FAILED:
+        print("\nruns that failed (their times are in the table):\n" + "\n".join(f"- {line}" for line in FAILED))
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ PROBE_FAILED = 3  # the exit status of a run that cannot test what its entry cla
 
 def cache_root(env: Mapping[str, str], report_dir: Path) -> Path:
     """The entry's cache (inductor's caches, artifacts/, results/): the container's named volume, or
-    `.torchyard/cache/<entry>` for a venv; else a folder in the reports, which every run empties."""
+    `.torchyard/cache/<entry>` for a venv and in place; else a folder in the reports, which every run empties."""
     return Path(env.get(INDUCTOR_CACHE) or report_dir / ".inductor-cache")
 
 

@@ -198,6 +198,8 @@ def test_in_place_runs_this_interpreter_with_the_lock_to_compare(tmp_path: Path)
     assert env["TORCHYARD_UNLOCKED"] == str((lockdir / "cpu.txt").resolve())
     assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD" not in env  # the caller passed -q: plugins may be theirs
     assert env["TORCHYARD_REPORT_DIR"] == str((tmp_path / "reports" / "cpu-in-place").resolve())
+    # the entry's cache outside the reports (which every run empties): a second run is warm, as with --local
+    assert env["TORCHYARD_INDUCTOR_CACHE"] == str((Path(".torchyard") / "cache" / "cpu").absolute())
 
 
 class SyncRunner:

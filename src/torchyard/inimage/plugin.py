@@ -315,7 +315,8 @@ def evaluations(request: pytest.FixtureRequest) -> Iterator[Evaluations]:
 
 def record(request: pytest.FixtureRequest, suite: str, result: Result, outcome: str, reason: str = "") -> None:
     """Attach the result to the test report (JUnit property too) for the controller to collect."""
-    data = {**result.as_dict(), "suite": suite, "outcome": outcome, "reason": reason or result.reason}
+    worker = getattr(request.config, "workerinput", {}).get("workerid", "main")  # which process, merged here
+    data = {**result.as_dict(), "suite": suite, "outcome": outcome, "reason": reason or result.reason, "worker": worker}
     request.node.user_properties.append((RECORD_KEY, json.dumps(data, default=str)))
 
 

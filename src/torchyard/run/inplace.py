@@ -15,18 +15,20 @@ from pathlib import Path
 from torchyard import contract
 from torchyard.lock.lockfile import lock_path
 from torchyard.matrix.schema import Entry
-from torchyard.run.environment import entry_environment
+from torchyard.run.environment import entry_environment, local_cache
 from torchyard.run.interpreter import run_suites
 from torchyard.util import proc
 
 
 def in_place_environment(entry: Entry, lockdir: Path, report_dir: Path, env: Mapping[str, str]) -> dict[str, str]:
-    """The contract's variables, plus the lock to compare this environment with (empty when it has none)."""
+    """The contract's variables, plus the lock to compare this environment with (empty when it has none), and
+    the entry's cache on this machine, as `--local` has it."""
     lock = lock_path(lockdir, entry)
     return {
         **env,
         **entry_environment(entry, str(report_dir)),
         contract.UNLOCKED: str(lock.resolve()) if lock.is_file() else "",
+        contract.INDUCTOR_CACHE: local_cache(entry),
     }
 
 

@@ -20,13 +20,12 @@ from torchyard.lock.lockfile import lock_path
 from torchyard.lock.resolve import uv_version
 from torchyard.matrix.machine import Source, extra_find_links, load_mirrors, sources_for
 from torchyard.matrix.schema import Entry
-from torchyard.run.environment import entry_environment
+from torchyard.run.environment import entry_environment, local_cache
 from torchyard.run.interpreter import run_suites
 from torchyard.util import proc
 from torchyard.util.atomic import write_atomically
 
 VENVS = Path(".torchyard") / "venvs"
-CACHES = Path(".torchyard") / "cache"
 SYNC_STAMP = ".torchyard-synced"  # in the venv: the sha256 of the lock last synced into it, bytecode and all
 
 
@@ -130,8 +129,7 @@ def run_local(
         **env,
         **entry_environment(entry, str(report_dir)),
         "PATH": f"{(venv / 'bin').absolute()}{os.pathsep}{env.get('PATH', '')}",
-        # Outside the reports folder (emptied every run), so inductor's caches and the artifacts stay warm.
-        contract.INDUCTOR_CACHE: str((CACHES / entry.name).absolute()),
+        contract.INDUCTOR_CACHE: local_cache(entry),
     }
     return run_suites(
         entry,

@@ -4,6 +4,7 @@ used, concurrent writers leave one whole entry, and a change to what decides a p
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import threading
 from pathlib import Path
@@ -13,24 +14,29 @@ from typing import Any
 import pytest
 import torch
 
+from torchyard import contract
 from torchyard.inimage.cases import Case, KnownFailure
 from torchyard.inimage.cases.builtin import CASES
 from torchyard.inimage.parity.artifacts import ArtifactCache, artifact_key, file_digest, tensor_digest
-from torchyard.inimage.parity.backends import lowering_key, unavailable_reason
+from torchyard.inimage.parity.backends import lowering_key, to_device, unavailable_reason
 from torchyard.inimage.parity.errors import RecordedFailure
 from torchyard.inimage.parity.harness import Result, evaluate
 from torchyard.inimage.parity.tolerances import load_tolerances
+from torchyard.inimage.probe import torch_device
 
 pytestmark = pytest.mark.harness
 
 CPU = torch.device("cpu")
+# The run's own device (the probe has checked it is there): a GPU run shows that a hit of a program lowered
+# for its device is still compared.
+DEVICE = torch_device(os.environ.get(contract.ACCELERATOR, "cpu"))
 MLP = next(case for case in CASES if case.name == "mlp")
 BACKENDS = ["export", "executorch-portable"]
 
 
-def run(case: Case, backend: str, cache: ArtifactCache, workdir: Path) -> Result:
+def run(case: Case, backend: str, cache: ArtifactCache, workdir: Path, device: torch.device = CPU) -> Result:
     return evaluate(
-        case, backend, device=CPU, dtype=torch.float32, tolerances=load_tolerances(), workdir=workdir, cache=cache
+        case, backend, device=device, dtype=torch.float32, tolerances=load_tolerances(), workdir=workdir, cache=cache
     )
 
 
@@ -59,26 +65,28 @@ def test_a_miss_stores_and_a_hit_loads_the_same_program(backend: str, beside: li
     assert file_digest(Path(first.artifact)) == file_digest(Path(second.artifact))  # the run's own copy
 
 
-def wrong_program_under_the_right_key(workdir: Path) -> Result:
+def wrong_program_under_the_right_key(workdir: Path, device_name: str) -> Result:
+    """An MLP with its weights off by 1% exported for `device_name`, stored under the right MLP's key."""
+    device = torch.device(device_name)
     cache = ArtifactCache(workdir / "cache")
-    module = MLP.module()
-    call = MLP.calls()[0]
-    key = lowering_key(MLP, "export", module, call, CPU, options={})
+    call = to_device(MLP.calls()[0], device, torch.float32)
+    key = lowering_key(MLP, "export", MLP.module().to(device), call, device, options={})
     assert key is not None
-    poisoned = MLP.module()
+    poisoned = MLP.module().to(device)
     with torch.no_grad():
         for parameter in poisoned.parameters():
             parameter.mul_(1.01)
     wrong = workdir / "wrong.pt2"
     torch.export.save(torch.export.export(poisoned, call.args), wrong)
     cache.store(key, ".pt2", wrong, {})
-    return run(MLP, "export", cache, workdir / "run")
+    return run(MLP, "export", cache, workdir / "run", device)
 
 
-@pytest.mark.beside.with_args(wrong_program_under_the_right_key)
+@pytest.mark.beside.with_args(wrong_program_under_the_right_key, str(DEVICE))
 def test_a_wrong_program_under_the_right_key_is_still_caught(beside: Result) -> None:
-    """A cache must never hide a wrong value: a hit is run and compared like a fresh program."""
-    assert beside.cache == "hit"
+    """A cache must never hide a wrong value: a hit is run and compared like a fresh program, on the run's
+    device."""
+    assert beside.cache == "hit", beside.reason
     assert beside.status == "failed" and "relative L2 error" in beside.reason
 
 

@@ -27,10 +27,10 @@ from torchyard.inimage.parity.harness import Result, evaluate, make_reference
 from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.plugin import _Freezer
 from torchyard.inimage.precision import PrecisionError, check_precision
-from torchyard.inimage.probe import ProbeError, check_device, unlocked_environment
+from torchyard.inimage.probe import ProbeError, check_device, torch_device, unlocked_environment
 from torchyard.inimage.suites.conftest import _may_run_harness
 from torchyard.inimage.suites.inner import PRELOAD, Beside, Job, WholeRun
-from torchyard.inimage.workers import pin_worker_device, xdist_args, xdist_plugin_args
+from torchyard.inimage.workers import VISIBLE, device_count, pin_worker_device, xdist_args, xdist_plugin_args
 from torchyard.names import BACKEND_NAMES
 
 pytestmark = pytest.mark.harness
@@ -587,6 +587,36 @@ def test_workers_one_per_gpu_none_on_the_cpu() -> None:
     assert env == {"HIP_VISIBLE_DEVICES": "0"}
     pin_worker_device("cpu", "gw0", env)  # nothing to pin on the CPU
     assert env == {"HIP_VISIBLE_DEVICES": "0"}
+
+
+def tf32_error(device: torch.device) -> float:
+    """The relative error of a float32 matrix product on `device` against float64 on the CPU."""
+    generator = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(512, 512, generator=generator, dtype=torch.float64) for _ in range(2))
+    exact = a @ b
+    got = (a.float().to(device) @ b.float().to(device)).cpu().double()
+    return float((got - exact).norm() / exact.norm())
+
+
+def test_float32_matrix_products_on_the_run_device_are_full_precision() -> None:
+    """TF32 (a 10-bit mantissa) puts a 512-deep float32 product about 1e-4 off float64; full float32 about
+    1e-7. The run pinned TF32 off: this checks that the device computed it so."""
+    device = torch_device(os.environ.get(contract.ACCELERATOR, "cpu"))
+    error = tf32_error(device)
+    assert error < 1e-5, f"float32 matmul on {device} is {error:.1e} off float64: TF32 or lower precision is on"
+
+
+def test_a_worker_sees_only_its_own_device(request: pytest.FixtureRequest) -> None:
+    """In an xdist worker on a GPU, the visible-device variable names one device and torch sees one: what
+    `pin_worker_device` set before torch touched the device holds."""
+    accelerator = os.environ.get(contract.ACCELERATOR, "cpu")
+    worker = getattr(request.config, "workerinput", {}).get("workerid")
+    variable = VISIBLE.get(accelerator)
+    if worker is None or variable is None:
+        pytest.skip("no worker's device to check: " + ("not an xdist worker" if worker is None else accelerator))
+    visible = os.environ.get(variable, "")
+    assert visible and "," not in visible, f"{worker}: {variable}={visible!r}"
+    assert device_count(accelerator) == 1, f"{worker}: {variable}={visible!r}"
 
 
 def test_the_fork_server_ends_without_tearing_down(tmp_path: Path) -> None:
