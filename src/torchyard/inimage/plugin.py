@@ -162,9 +162,12 @@ def _param(item: pytest.Item, name: str) -> object:
     return callspec.params.get(name) if callspec is not None else None
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests outside torchyard's suites are the project's own: they carry the `project` marker (unless they
-    already say which suite they belong to)."""
+    already say which suite they belong to). First of the hook's implementations: an xdist worker reads
+    the `xdist_group` marks in its own (registered later, so called earlier unless this one goes first),
+    and a mark added after it groups nothing."""
     known = (*SUITE_NAMES, HARNESS, PROJECT)
     for item in items:
         case = _param(item, "case")

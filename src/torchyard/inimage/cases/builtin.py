@@ -132,8 +132,19 @@ class IntDivide(nn.Module):
 
 
 class Noise(nn.Module):
+    """Noise drawn on the run's device, at its dtype: both come from a one-element buffer the harness moves
+    (a program still with no input). Without them the noise stays on the CPU, and a GPU run compiles C++
+    for the CPU instead of testing its device. A zero-element buffer would do as well, but ExecuTorch 1.5.1
+    cannot load a program holding one (`getTensorDataPtr() failed: 0x23`)."""
+
+    anchor: torch.Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("anchor", torch.zeros(1), persistent=False)
+
     def forward(self) -> torch.Tensor:
-        return torch.randn(64, 64)
+        return torch.randn(64, 64, device=self.anchor.device, dtype=self.anchor.dtype)
 
 
 class IntOnly(nn.Module):

@@ -24,6 +24,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from torchyard.util.atomic import write_atomically
 
@@ -78,16 +79,23 @@ def _package_root(package: str) -> Path | None:
     return None
 
 
+def settable(name: str) -> Any:
+    """torch's key `name` where this torch lets a caller set it (a `prefetchable_cache`), else None: torch
+    2.11 has `triton_key` as Triton's own cached function, called from inside inductor, with no setter."""
+    from torch._inductor import codecache
+
+    key = getattr(codecache, name, None)
+    return key if key is not None and callable(getattr(key, "set", None)) else None
+
+
 def remember(cache: Path) -> dict[str, str]:
     """Set each of `KEYS` in this process from the store in `cache`, or compute and store it: for each, "stored",
     "computed", or "absent" (this torch or this image has no such key to set)."""
-    from torch._inductor import codecache
-
     found: dict[str, str] = {}
     for name, package in KEYS.items():
-        key = getattr(codecache, name, None)
+        key = settable(name)
         root = _package_root(package)
-        if key is None or root is None or not callable(getattr(key, "set", None)):
+        if key is None or root is None:
             found[name] = "absent"
             continue
         value, found[name] = recall(cache / STORE, name, root, key)

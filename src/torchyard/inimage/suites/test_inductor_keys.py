@@ -7,13 +7,13 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
+import torch
 
 from torchyard import contract
 from torchyard.inimage.parity import inductor_keys
-from torchyard.inimage.parity.inductor_keys import STORE, fingerprint, recall, remember
+from torchyard.inimage.parity.inductor_keys import STORE, fingerprint, recall, remember, settable
 from torchyard.inimage.plugin import Evaluations, selected_backends
 
 pytestmark = pytest.mark.harness
@@ -107,11 +107,11 @@ def test_a_stored_key_is_the_one_inductor_uses(tmp_path: Path) -> None:
     """The wiring: a key recalled from the store is what torch's inductor then keys its caches on."""
     from torch._inductor import codecache
 
-    root = inductor_keys._package_root("triton")
-    if root is None:
+    root, key = inductor_keys._package_root("triton"), settable("triton_key")
+    if root is None or key is None:  # no Triton, or a torch that does not let its key be set (2.11)
         assert remember(tmp_path) == {"triton_key": "absent"}
+        assert not (tmp_path / STORE).exists()
         return
-    key: Any = codecache.triton_key  # torch's prefetchable_cache: it can be cleared and set
     own = key()  # this run's (recalled or computed), put back below
     (tmp_path / STORE).write_text(json.dumps({"triton_key": {"fingerprint": fingerprint(root), "value": "planted"}}))
     key.clear()
@@ -140,5 +140,7 @@ def test_the_run_remembers_inductor_keys_in_the_entry_cache(
     root = inductor_keys._package_root("triton")
     if root is None:
         pytest.skip("Triton is not installed here: torch has no Triton key to compute")
+    if settable("triton_key") is None:
+        pytest.skip(f"torch {torch.__version__} does not let a caller set its triton_key: nothing is remembered")
     store = contract.cache_root(os.environ, evaluations.settings.report_dir) / STORE
     assert json.loads(store.read_text())["triton_key"]["fingerprint"] == fingerprint(root)
