@@ -36,6 +36,8 @@ from torchyard.names import BACKEND_NAMES
 pytestmark = pytest.mark.harness
 
 CPU = torch.device("cpu")
+# The run's own device (the probe checked it is there), for the self-tests that must hold on it.
+RUN_DEVICE = torch_device(os.environ.get(contract.ACCELERATOR, "cpu"))
 TOLERANCES = load_tolerances()
 BY_NAME = {case.name: case for case in CASES}
 
@@ -228,10 +230,13 @@ class _Switch(torch.nn.Module):
 def test_faults_that_show_only_when_compiled_or_exported_are_caught(
     when: str, wrong: str, backend: str, problem: str, tmp_path: Path
 ) -> None:
+    """On the run's device: there, inductor compiles what the suites compile (on a GPU, Triton kernels from the
+    warm cache; torch 2.11 spends 40 s or more of every process on its first CPU compile, checking the CPU's
+    vector instructions by starting Python ten times)."""
     case = Case(f"switch_{when}_{wrong}", lambda: _Switch(when, wrong), lambda g: (torch.randn(4, 8, generator=g),))
-    eager = evaluate(case, "eager", device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+    eager = evaluate(case, "eager", device=RUN_DEVICE, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
     assert eager.status == "passed", eager.reason
-    result = evaluate(case, backend, device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+    result = evaluate(case, backend, device=RUN_DEVICE, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
     assert result.status == "failed" and problem in result.reason
 
 
@@ -613,20 +618,20 @@ def test_a_cases_tests_go_to_one_worker(request: pytest.FixtureRequest) -> None:
     assert ours.tryfirst
     if not getattr(request.config, "workerinput", None) or not request.config.getvalue("loadgroup"):
         return  # one process, or not grouped: no ids to check
-    cases = {item.nodeid: item.callspec.params["case"] for item in request.session.items if _has_case(item)}
-    assert cases and all(nodeid.endswith(f"@{case.name}") for nodeid, case in cases.items())
+    cases = {item.nodeid: _case_of(item) for item in request.session.items if _case_of(item) is not None}
+    assert cases and all(case is not None and nodeid.endswith(f"@{case.name}") for nodeid, case in cases.items())
 
 
-def _has_case(item: pytest.Item) -> bool:
-    return isinstance(getattr(getattr(item, "callspec", None), "params", {}).get("case"), Case)
+def _case_of(item: pytest.Item) -> Case | None:
+    case = getattr(getattr(item, "callspec", None), "params", {}).get("case")
+    return case if isinstance(case, Case) else None
 
 
 def test_float32_matrix_products_on_the_run_device_are_full_precision() -> None:
     """TF32 (a 10-bit mantissa) puts a 512-deep float32 product about 1e-4 off float64; full float32 about
     1e-7. The run pinned TF32 off: this checks that the device computed it so."""
-    device = torch_device(os.environ.get(contract.ACCELERATOR, "cpu"))
-    error = tf32_error(device)
-    assert error < 1e-5, f"float32 matmul on {device} is {error:.1e} off float64: TF32 or lower precision is on"
+    error = tf32_error(RUN_DEVICE)
+    assert error < 1e-5, f"float32 matmul on {RUN_DEVICE} is {error:.1e} off float64: TF32 or lower precision is on"
 
 
 def test_a_worker_sees_only_its_own_device(request: pytest.FixtureRequest) -> None:
