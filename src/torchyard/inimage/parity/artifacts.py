@@ -1,4 +1,5 @@
-"""Lowered programs cached by content: `.pt2` and `.pte` files keyed by everything that decides them.
+"""Lowered programs cached by content: `.pt2`, `.pte` and Torch-TensorRT's `.ep` files keyed by everything
+that decides them.
 
 The key is a sha256 over:
 - the backend and its options;
@@ -14,7 +15,8 @@ The key is a sha256 over:
 Code whose source cannot be read gives no key: that case is never cached. A hit copies the cached file
 into the run's folder, and the backend loads it, runs it and compares it like a fresh one: a cache can
 only save the lowering, never a comparison. A miss lowers and stores. Every write goes to a temporary
-file in the cache folder and then `os.replace`, so concurrent writers of one key leave one whole file.
+file in the cache folder and then a rename (`util.atomic`, without fsync: the digest finds a torn
+entry), so concurrent writers of one key leave one whole file.
 Each entry has a JSON sidecar with the artifact's sha256; an entry whose bytes do not match is corrupt:
 it is removed and rebuilt.
 
@@ -35,26 +37,24 @@ import hashlib
 import importlib.metadata
 import inspect
 import json
-import os
 import platform
 import sys
-import tempfile
 import types
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
 
 from torchyard.inimage.cases import KnownFailure
 from torchyard.inimage.parity.errors import RecordedFailure, describe_error, error_types
+from torchyard.util.atomic import replace_atomically
 
 VERSIONED = ("torch", "executorch", "torchao", "torch_tensorrt", "tensorrt", "numpy")
 DISTRIBUTIONS = ("torch", "executorch", "torchao", "torch-tensorrt", "tensorrt", "numpy")
 SIMPLE = (int, float, str, bool, bytes, type(None))
 FORMAT = 1
-T = TypeVar("T")
 
 
 class Unkeyable(Exception):
@@ -284,9 +284,11 @@ class ArtifactCache:
             return
         self.root.mkdir(parents=True, exist_ok=True)
         with source.open("rb") as data:  # read once: the digest is of exactly the bytes stored
-            digest = _replace(self.root / f"{key}{suffix}", lambda handle: _copy_hashing(data, handle))
+            digest = replace_atomically(
+                self.root / f"{key}{suffix}", lambda handle: _copy_hashing(data, handle), durable=False
+            )
         sidecar = json.dumps({**meta, "sha256": digest, "suffix": suffix}, sort_keys=True).encode()
-        _replace(self.root / f"{key}.json", lambda handle: handle.write(sidecar))
+        replace_atomically(self.root / f"{key}.json", lambda handle: handle.write(sidecar), durable=False)
 
     def store_failure(self, key: str, suffix: str, error: BaseException) -> None:
         """Record that lowering under `key` failed with `error` (a sidecar alone, written atomically)."""
@@ -295,7 +297,11 @@ class ArtifactCache:
         self.root.mkdir(parents=True, exist_ok=True)
         failure = {"types": error_types(error), "message": str(error), "description": describe_error(error)}
         record = {"failure": failure, "sha256": _failure_digest(failure), "suffix": suffix}
-        _replace(self.root / f"{key}.json", lambda handle: handle.write(json.dumps(record, sort_keys=True).encode()))
+        replace_atomically(
+            self.root / f"{key}.json",
+            lambda handle: handle.write(json.dumps(record, sort_keys=True).encode()),
+            durable=False,
+        )
         (self.root / f"{key}{suffix}").unlink(missing_ok=True)  # an older artifact under this key is stale
 
     def materialize(
@@ -341,17 +347,3 @@ def _copy_hashing(source: Any, target: Any) -> str:
 
 def _failure_digest(failure: object) -> str:
     return hashlib.sha256(json.dumps(failure, sort_keys=True).encode()).hexdigest()
-
-
-def _replace(target: Path, write: Callable[[Any], T]) -> T:
-    """Write a temporary file beside `target`, then rename it over `target` (atomic on one filesystem);
-    what `write` returned."""
-    descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            written = write(handle)
-        Path(temporary).replace(target)
-        return written
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise

@@ -22,6 +22,7 @@ from torch.utils import _pytree as pytree
 
 from torchyard.inimage.cases import Call, Case, base_backend
 from torchyard.inimage.parity.artifacts import ArtifactCache, Unkeyable, artifact_key
+from torchyard.inimage.parity.errors import describe_error
 
 T = TypeVar("T")
 WARMUP = 2
@@ -317,24 +318,67 @@ def run_executorch(
     return BackendRun(outputs, compile_seconds, seconds, artifact, notes, latency_ms=latency)
 
 
+TENSORRT_OPTIONS = {"enabled_precisions": ["float32"], "format": "exported_program"}
+
+
 def run_tensorrt(
-    case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Path
+    case: Case,
+    module: torch.nn.Module,
+    calls: list[Call],
+    device: torch.device,
+    workdir: Path,
+    *,
+    cache: ArtifactCache = NO_CACHE,
 ) -> BackendRun:
+    """Torch-TensorRT's ahead-of-time compile; the compiled program, its engines and weights inside, kept in
+    the artifact cache (`torch_tensorrt.save` as an exported program) and loaded back on a hit.
+
+    The engines are kept whole, built as a user's would be: Torch-TensorRT's own engine cache stores
+    weight-stripped engines and refits them on a hit, which needs refittable engines, and NVIDIA documents
+    that a refittable engine can compute otherwise than the one a user ships (TensorRT 11.3 known issue: a
+    GEMM bias dropped). The key has everything that decides an engine: the case's code, weights and
+    inputs, the torch, torch-tensorrt and tensorrt versions, and the GPU (name, compute capability,
+    driver). A miss runs the program it compiled; a hit runs the loaded one, compared the same way. Where
+    saving fails, the compiled program is still run and compared, and the cache says why it kept nothing."""
     import torch_tensorrt
 
-    def build() -> object:
-        program = export_program(case, module, calls[0])
-        return torch_tensorrt.dynamo.compile(
-            program,
-            arg_inputs=list(calls[0].args),
-            kwarg_inputs=dict(calls[0].kwargs),
-            enabled_precisions={torch.float32},
-        )
+    artifact = workdir / f"{case.name}.trt.ep"
+    compiled: list[Any] = []
+    state: list[str] = []
 
-    compiled, compile_seconds = _timed(build, device)
+    def save(path: Path) -> dict[str, Any]:
+        program = export_program(case, module, calls[0])
+        compiled.append(
+            torch_tensorrt.dynamo.compile(
+                program,
+                arg_inputs=list(calls[0].args),
+                kwarg_inputs=dict(calls[0].kwargs),
+                enabled_precisions={torch.float32},
+            )
+        )
+        inputs = {"arg_inputs": list(calls[0].args), "kwarg_inputs": dict(calls[0].kwargs)}
+        torch_tensorrt.save(compiled[0], str(path), output_format="exported_program", **inputs)
+        return {}
+
+    def build() -> Any:
+        key = lowering_key(case, "tensorrt", module, calls[0], device, options=TENSORRT_OPTIONS)
+        try:
+            state.append(cache.materialize(key, ".ep", artifact, save, known=case.known_failure("tensorrt"))[1])
+        except Exception as error:
+            if not compiled:
+                raise  # the compile itself failed: that is the result
+            state.append(f"unsaved: {describe_error(error)}")
+            return compiled[0]
+        if compiled:  # built here: run what was compiled, as the user's process would
+            return compiled[0]
+        loaded = torch_tensorrt.load(str(artifact))
+        return loaded.module() if hasattr(loaded, "module") else loaded
+
+    program, compile_seconds = _timed(build, device)
     with torch.no_grad():
-        outputs, seconds, latency = _run_all(_call(compiled), calls, device)  # type: ignore[arg-type]
-    return BackendRun(outputs, compile_seconds, seconds, latency_ms=latency)
+        outputs, seconds, latency = _run_all(_call(program), calls, device)
+    saved = artifact if artifact.is_file() else None
+    return BackendRun(outputs, compile_seconds, seconds, saved, {"cache": state[0]}, latency_ms=latency)
 
 
 Runner = Callable[[Case, torch.nn.Module, list[Call], torch.device, Path], BackendRun]
@@ -349,12 +393,13 @@ RUNNERS: dict[str, Runner] = {
 }
 
 
-CACHED = ("export", "executorch-portable", "executorch-xnnpack")
+CACHED = ("export", "executorch-portable", "executorch-xnnpack", "tensorrt")
 
 
 def runner_for(backend: str, cache: ArtifactCache = NO_CACHE) -> Runner:
     """The runner of a backend name; `inductor:<mode>` is inductor in that torch.compile mode. Backends
-    whose artifacts are files (.pt2, .pte) take them from `cache` when nothing that decides them changed."""
+    whose artifacts are files (.pt2, .pte, Torch-TensorRT's .ep) take them from `cache` when nothing that
+    decides them changed."""
     if base_backend(backend) == "inductor" and ":" in backend:
         return inductor_runner(backend.split(":", 1)[1])
     if backend in CACHED:

@@ -8,7 +8,7 @@ import os
 import sys
 import threading
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,7 +18,7 @@ from torchyard import contract
 from torchyard.inimage.cases import Case, KnownFailure
 from torchyard.inimage.cases.builtin import CASES
 from torchyard.inimage.parity.artifacts import ArtifactCache, artifact_key, file_digest, tensor_digest
-from torchyard.inimage.parity.backends import lowering_key, to_device, unavailable_reason
+from torchyard.inimage.parity.backends import TENSORRT_OPTIONS, lowering_key, runner_for, to_device, unavailable_reason
 from torchyard.inimage.parity.errors import RecordedFailure
 from torchyard.inimage.parity.harness import Result, evaluate
 from torchyard.inimage.parity.tolerances import load_tolerances
@@ -303,3 +303,76 @@ def test_keys_need_no_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
     weights = torch.arange(6, dtype=torch.float32).reshape(2, 3)
     assert tensor_digest(weights) == tensor_digest(weights.clone()) != tensor_digest(weights + 1)
     assert lowering_key(MLP, "export", MLP.module(), MLP.calls()[0], CPU, options={}) is not None
+
+
+class StandInTensorRT(ModuleType):
+    """The four calls of Torch-TensorRT's that its engine cache makes, done by torch.export on the CPU. It
+    checks torchyard's wiring (the key, the store, the load, the comparison), never TensorRT itself, which
+    this machine cannot install: that path has run on no GPU yet."""
+
+    def __init__(self, *, save_fails: bool = False) -> None:
+        super().__init__("torch_tensorrt")
+        self.compiles, self.save_fails = 0, save_fails
+        self.dynamo = SimpleNamespace(compile=self._compile)
+
+    def _compile(self, program: torch.export.ExportedProgram, **options: Any) -> torch.nn.Module:
+        assert options["enabled_precisions"] == {torch.float32}
+        self.compiles += 1
+        return program.module()
+
+    def save(self, module: torch.nn.Module, path: str, *, output_format: str, **inputs: Any) -> None:
+        assert output_format == "exported_program"
+        if self.save_fails:
+            raise RuntimeError("the Python runtime cannot serialize this program")
+        args, kwargs = tuple(inputs["arg_inputs"]), inputs["kwarg_inputs"]
+        torch.export.save(torch.export.export(module, args, kwargs=kwargs), path)
+
+    def load(self, path: str) -> torch.export.ExportedProgram:
+        return torch.export.load(path)
+
+
+def with_tensorrt(case: Case, cache: ArtifactCache, workdir: Path) -> Result:
+    return evaluate(
+        case,
+        "tensorrt",
+        device=CPU,
+        dtype=torch.float32,
+        tolerances=load_tolerances(),
+        workdir=workdir,
+        runner=runner_for("tensorrt", cache),
+    )
+
+
+def test_a_tensorrt_program_is_compiled_once_then_loaded_and_still_compared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    standin = StandInTensorRT()
+    monkeypatch.setitem(sys.modules, "torch_tensorrt", standin)
+    cache = ArtifactCache(tmp_path / "cache")
+    first, second = (with_tensorrt(MLP, cache, tmp_path / name) for name in ("first", "second"))
+    assert (first.cache, first.status, second.cache, second.status) == ("miss", "passed", "hit", "passed")
+    assert standin.compiles == 1  # the second run loaded the stored program
+    assert first.artifact and second.artifact and first.artifact.endswith(".trt.ep")
+    # a wrong program stored under the right key: the hit is run and compared, and fails
+    module, call = MLP.module(), MLP.calls()[0]
+    key = lowering_key(MLP, "tensorrt", module, call, CPU, options=TENSORRT_OPTIONS)
+    assert key is not None
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.mul_(1.01)
+    wrong = tmp_path / "wrong.ep"
+    torch.export.save(torch.export.export(module, call.args), wrong)
+    cache.store(key, ".ep", wrong, {})
+    third = with_tensorrt(MLP, cache, tmp_path / "third")
+    assert third.cache == "hit" and third.status == "failed" and "relative L2 error" in third.reason
+    assert standin.compiles == 1
+
+
+def test_a_tensorrt_program_that_cannot_be_saved_is_still_compared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "torch_tensorrt", StandInTensorRT(save_fails=True))
+    result = with_tensorrt(MLP, ArtifactCache(tmp_path / "cache"), tmp_path / "run")
+    assert result.status == "passed", result.reason
+    assert result.cache.startswith("unsaved: RuntimeError: the Python runtime cannot serialize this program")
+    assert result.artifact is None and not list((tmp_path / "cache").glob("*.ep"))

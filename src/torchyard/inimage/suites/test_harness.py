@@ -671,6 +671,7 @@ def test_the_fork_server_starts_at_configuration_where_the_harness_may_run(reque
     assert _may_run_harness(request.config)  # this very test is the harness's
     assert _may_run_harness(config("")) and _may_run_harness(config("export or harness"))
     assert not _may_run_harness(config("export or compile"))
+    assert not _may_run_harness(config("not harness")) and _may_run_harness(config("not export"))
     assert not _may_run_harness(config("harness", workers=2))  # an xdist controller: its workers run them
     assert _may_run_harness(config("harness", workers=2, worker=True))
 
