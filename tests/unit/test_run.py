@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,11 +12,11 @@ import pytest
 
 from torchyard.accelerators import ACCELERATORS, HostFacts
 from torchyard.commands import test as test_command
-from torchyard.errors import DeviceUnavailableError
+from torchyard.errors import DeviceUnavailableError, UsageError
 from torchyard.matrix import load_plan
 from torchyard.matrix.machine import Limits
 from torchyard.run.container import RunPlan, docker_run_args, require_device_runtime, run_user
-from torchyard.run.inplace import run_in_place
+from torchyard.run.inplace import require_stack, run_in_place
 from torchyard.run.venv import sync_venv
 
 PLAN = load_plan(Path(__file__).parents[2] / "matrix.toml")
@@ -200,6 +201,14 @@ def test_in_place_runs_this_interpreter_with_the_lock_to_compare(tmp_path: Path)
     assert env["TORCHYARD_REPORT_DIR"] == str((tmp_path / "reports" / "cpu-in-place").resolve())
     # the entry's cache outside the reports (which every run empties): a second run is warm, as with --local
     assert env["TORCHYARD_INDUCTOR_CACHE"] == str((Path(".torchyard") / "cache" / "cpu").absolute())
+
+
+def test_in_place_in_an_interpreter_without_the_stack_is_one_line(tmp_path: Path) -> None:
+    entry = PLAN.entry("cpu")
+    with pytest.raises(UsageError, match=r"has no torchyard_no_such_module: install the entry's requirements"):
+        require_stack(entry, tmp_path, sys.executable, required=("pytest", "torchyard_no_such_module"))
+    require_stack(entry, tmp_path, sys.executable, required=("pytest",))  # present: nothing to say
+    require_stack(entry, tmp_path, "/elsewhere/python", required=("torchyard_no_such_module",))  # not ours
 
 
 class SyncRunner:

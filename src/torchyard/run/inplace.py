@@ -6,6 +6,7 @@ origin, and names the differences from the entry's lock.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -13,6 +14,7 @@ from importlib.resources import as_file, files
 from pathlib import Path
 
 from torchyard import contract
+from torchyard.errors import UsageError
 from torchyard.lock.lockfile import lock_path
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment, local_cache
@@ -32,6 +34,24 @@ def in_place_environment(entry: Entry, lockdir: Path, report_dir: Path, env: Map
     }
 
 
+# What the suites cannot start without; the rest (ExecuTorch, Torch-TensorRT) the probe and the skips report.
+STACK = ("torch", "pytest")
+
+
+def require_stack(entry: Entry, lockdir: Path, python: str, required: Sequence[str] = STACK) -> None:
+    """One line, not the suites' traceback, where this interpreter lacks what the suites import first (the
+    interpreter torchyard itself runs in; another one is the caller's to vouch for)."""
+    if python != sys.executable:
+        return
+    missing = [name for name in required if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UsageError(
+            f"--in-place runs the suites of entry {entry.name!r} with this interpreter ({python}), which has no "
+            f"{', '.join(missing)}: install the entry's requirements into it ({lock_path(lockdir, entry)}), "
+            "or run with --local (a venv made from the lock)"
+        )
+
+
 def run_in_place(
     entry: Entry,
     lockdir: Path,
@@ -43,6 +63,7 @@ def run_in_place(
     python: str = sys.executable,
 ) -> int:
     """pytest with torchyard's suites in this interpreter; the run fails closed like any other."""
+    require_stack(entry, lockdir, python)
     report_dir = (reports / f"{entry.name}-in-place").resolve()
     workdir = entry.project.root if entry.project is not None else Path.cwd()
     print(f"running {entry.name} in place with {python} (unlocked); reports in {report_dir}", file=sys.stderr)
