@@ -367,6 +367,7 @@ def run_tensorrt(
         except Exception as error:
             if not compiled:
                 raise  # the compile itself failed: that is the result
+            artifact.unlink(missing_ok=True)  # whatever the failed save left is no program
             state.append(f"unsaved: {describe_error(error)}")
             return compiled[0]
         if compiled:  # built here: run what was compiled, as the user's process would

@@ -323,6 +323,7 @@ class StandInTensorRT(ModuleType):
     def save(self, module: torch.nn.Module, path: str, *, output_format: str, **inputs: Any) -> None:
         assert output_format == "exported_program"
         if self.save_fails:
+            Path(path).write_bytes(b"half a program")
             raise RuntimeError("the Python runtime cannot serialize this program")
         args, kwargs = tuple(inputs["arg_inputs"]), inputs["kwarg_inputs"]
         torch.export.save(torch.export.export(module, args, kwargs=kwargs), path)
