@@ -57,6 +57,11 @@ def _is_controller(config: pytest.Config) -> bool:
     return not hasattr(config, "workerinput")
 
 
+def worker_id(config: pytest.Config) -> str:
+    """This process's xdist worker ("gw0", ...), or "main" where it is none."""
+    return str(getattr(config, "workerinput", {}).get("workerid", "main"))
+
+
 @dataclass(frozen=True)
 class _Settings:
     accelerator: str
@@ -114,7 +119,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except CaseLoadError as error:
         pytest.exit(f"torchyard: {error}", returncode=pytest.ExitCode.USAGE_ERROR)
     # Each xdist worker compiles into its own inductor cache: no two processes write one directory.
-    worker = getattr(config, "workerinput", {}).get("workerid", "main")
+    worker = worker_id(config)
     pin_worker_device(settings.accelerator, worker)  # before torch touches the device
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(contract.cache_root(os.environ, settings.report_dir) / worker)
     # inductor's FX graph and AOTAutograd caches live there too: a warm volume skips their compiles.
@@ -312,14 +317,14 @@ class Evaluations:
 @pytest.fixture(scope="session")
 def evaluations(request: pytest.FixtureRequest) -> Iterator[Evaluations]:
     settings = request.config.stash[_settings_key]
-    worker = getattr(request.config, "workerinput", {}).get("workerid", "main")
+    worker = worker_id(request.config)
     yield Evaluations(settings, settings.report_dir / "artifacts" / worker)
 
 
 def record(request: pytest.FixtureRequest, suite: str, result: Result, outcome: str, reason: str = "") -> None:
     """Attach the result to the test report (JUnit property too) for the controller to collect."""
-    worker = getattr(request.config, "workerinput", {}).get("workerid", "main")  # which process, merged here
-    data = {**result.as_dict(), "suite": suite, "outcome": outcome, "reason": reason or result.reason, "worker": worker}
+    data = {**result.as_dict(), "suite": suite, "outcome": outcome, "reason": reason or result.reason}
+    data["worker"] = worker_id(request.config)  # which process: the controller merges them all
     request.node.user_properties.append((RECORD_KEY, json.dumps(data, default=str)))
 
 

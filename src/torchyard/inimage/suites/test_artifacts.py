@@ -18,7 +18,14 @@ from torchyard import contract
 from torchyard.inimage.cases import Case, KnownFailure
 from torchyard.inimage.cases.builtin import CASES
 from torchyard.inimage.parity.artifacts import ArtifactCache, artifact_key, file_digest, tensor_digest
-from torchyard.inimage.parity.backends import TENSORRT_OPTIONS, lowering_key, runner_for, to_device, unavailable_reason
+from torchyard.inimage.parity.backends import (
+    TENSORRT_OPTIONS,
+    Runner,
+    lowering_key,
+    runner_for,
+    to_device,
+    unavailable_reason,
+)
 from torchyard.inimage.parity.errors import RecordedFailure
 from torchyard.inimage.parity.harness import Result, evaluate
 from torchyard.inimage.parity.tolerances import load_tolerances
@@ -34,9 +41,24 @@ MLP = next(case for case in CASES if case.name == "mlp")
 BACKENDS = ["export", "executorch-portable"]
 
 
-def run(case: Case, backend: str, cache: ArtifactCache, workdir: Path, device: torch.device = CPU) -> Result:
+def run(
+    case: Case,
+    backend: str,
+    cache: ArtifactCache,
+    workdir: Path,
+    device: torch.device = CPU,
+    *,
+    runner: Runner | None = None,
+) -> Result:
     return evaluate(
-        case, backend, device=device, dtype=torch.float32, tolerances=load_tolerances(), workdir=workdir, cache=cache
+        case,
+        backend,
+        device=device,
+        dtype=torch.float32,
+        tolerances=load_tolerances(),
+        workdir=workdir,
+        runner=runner,
+        cache=cache,
     )
 
 
@@ -65,20 +87,27 @@ def test_a_miss_stores_and_a_hit_loads_the_same_program(backend: str, beside: li
     assert file_digest(Path(first.artifact)) == file_digest(Path(second.artifact))  # the run's own copy
 
 
-def wrong_program_under_the_right_key(workdir: Path, device_name: str) -> Result:
-    """An MLP with its weights off by 1% exported for `device_name`, stored under the right MLP's key."""
-    device = torch.device(device_name)
-    cache = ArtifactCache(workdir / "cache")
+def plant_wrong_mlp(
+    cache: ArtifactCache, backend: str, suffix: str, workdir: Path, *, options: dict[str, Any], device: torch.device
+) -> None:
+    """An MLP with its weights off by 1%, exported for `device`, stored under the right MLP's key for
+    `backend` (with its `options`)."""
     call = to_device(MLP.calls()[0], device, torch.float32)
-    key = lowering_key(MLP, "export", MLP.module().to(device), call, device, options={})
+    key = lowering_key(MLP, backend, MLP.module().to(device), call, device, options=options)
     assert key is not None
     poisoned = MLP.module().to(device)
     with torch.no_grad():
         for parameter in poisoned.parameters():
             parameter.mul_(1.01)
-    wrong = workdir / "wrong.pt2"
+    wrong = workdir / f"wrong{suffix}"
     torch.export.save(torch.export.export(poisoned, call.args), wrong)
-    cache.store(key, ".pt2", wrong, {})
+    cache.store(key, suffix, wrong, {})
+
+
+def wrong_program_under_the_right_key(workdir: Path, device_name: str) -> Result:
+    device = torch.device(device_name)
+    cache = ArtifactCache(workdir / "cache")
+    plant_wrong_mlp(cache, "export", ".pt2", workdir, options={}, device=device)
     return run(MLP, "export", cache, workdir / "run", device)
 
 
@@ -333,15 +362,8 @@ class StandInTensorRT(ModuleType):
 
 
 def with_tensorrt(case: Case, cache: ArtifactCache, workdir: Path) -> Result:
-    return evaluate(
-        case,
-        "tensorrt",
-        device=CPU,
-        dtype=torch.float32,
-        tolerances=load_tolerances(),
-        workdir=workdir,
-        runner=runner_for("tensorrt", cache),
-    )
+    """The tensorrt backend's runner named (not looked up by availability: on the CPU it is unavailable)."""
+    return run(case, "tensorrt", cache, workdir, runner=runner_for("tensorrt", cache))
 
 
 def test_a_tensorrt_program_is_compiled_once_then_loaded_and_still_compared(
@@ -355,15 +377,7 @@ def test_a_tensorrt_program_is_compiled_once_then_loaded_and_still_compared(
     assert standin.compiles == 1  # the second run loaded the stored program
     assert first.artifact and second.artifact and first.artifact.endswith(".trt.ep")
     # a wrong program stored under the right key: the hit is run and compared, and fails
-    module, call = MLP.module(), MLP.calls()[0]
-    key = lowering_key(MLP, "tensorrt", module, call, CPU, options=TENSORRT_OPTIONS)
-    assert key is not None
-    with torch.no_grad():
-        for parameter in module.parameters():
-            parameter.mul_(1.01)
-    wrong = tmp_path / "wrong.ep"
-    torch.export.save(torch.export.export(module, call.args), wrong)
-    cache.store(key, ".ep", wrong, {})
+    plant_wrong_mlp(cache, "tensorrt", ".ep", tmp_path, options=TENSORRT_OPTIONS, device=CPU)
     third = with_tensorrt(MLP, cache, tmp_path / "third")
     assert third.cache == "hit" and third.status == "failed" and "relative L2 error" in third.reason
     assert standin.compiles == 1

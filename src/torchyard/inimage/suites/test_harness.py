@@ -25,7 +25,7 @@ from torchyard.inimage.parity import backends
 from torchyard.inimage.parity.backends import RUNNERS, BackendRun, Runner, leaves
 from torchyard.inimage.parity.harness import Result, evaluate, make_reference
 from torchyard.inimage.parity.tolerances import load_tolerances
-from torchyard.inimage.plugin import _Freezer
+from torchyard.inimage.plugin import _Freezer, worker_id
 from torchyard.inimage.precision import PrecisionError, check_precision
 from torchyard.inimage.probe import ProbeError, check_device, torch_device, unlocked_environment
 from torchyard.inimage.suites.conftest import _may_run_harness
@@ -616,15 +616,11 @@ def test_a_cases_tests_go_to_one_worker(request: pytest.FixtureRequest) -> None:
     hook = request.config.pluginmanager.hook.pytest_collection_modifyitems
     (ours,) = [impl for impl in hook.get_hookimpls() if impl.plugin is plugin]
     assert ours.tryfirst
-    if not getattr(request.config, "workerinput", None) or not request.config.getvalue("loadgroup"):
+    if worker_id(request.config) == "main" or not request.config.getvalue("loadgroup"):
         return  # one process, or not grouped: no ids to check
-    cases = {item.nodeid: _case_of(item) for item in request.session.items if _case_of(item) is not None}
-    assert cases and all(case is not None and nodeid.endswith(f"@{case.name}") for nodeid, case in cases.items())
-
-
-def _case_of(item: pytest.Item) -> Case | None:
-    case = getattr(getattr(item, "callspec", None), "params", {}).get("case")
-    return case if isinstance(case, Case) else None
+    cases = {item.nodeid: plugin._param(item, "case") for item in request.session.items}
+    grouped = {nodeid: case for nodeid, case in cases.items() if isinstance(case, Case)}
+    assert grouped and all(nodeid.endswith(f"@{case.name}") for nodeid, case in grouped.items())
 
 
 def test_float32_matrix_products_on_the_run_device_are_full_precision() -> None:
@@ -638,10 +634,10 @@ def test_a_worker_sees_only_its_own_device(request: pytest.FixtureRequest) -> No
     """In an xdist worker on a GPU, the visible-device variable names one device and torch sees one: what
     `pin_worker_device` set before torch touched the device holds."""
     accelerator = os.environ.get(contract.ACCELERATOR, "cpu")
-    worker = getattr(request.config, "workerinput", {}).get("workerid")
+    worker = worker_id(request.config)
     variable = VISIBLE.get(accelerator)
-    if worker is None or variable is None:
-        pytest.skip("no worker's device to check: " + ("not an xdist worker" if worker is None else accelerator))
+    if worker == "main" or variable is None:
+        pytest.skip("no worker's device to check: " + ("not an xdist worker" if worker == "main" else accelerator))
     visible = os.environ.get(variable, "")
     assert visible and "," not in visible, f"{worker}: {variable}={visible!r}"
     assert device_count(accelerator) == 1, f"{worker}: {variable}={visible!r}"
