@@ -13,7 +13,9 @@ with TORCHYARD_BASE_IMAGES=cpu=torchyard/base:bookworm: `python benchmarks/suite
 
 `--in-place ENTRY` measures `torchyard test --in-place --entry ENTRY` alone, with the current interpreter
 and its stack (a GPU machine that has one, with no Docker): cold is its cache `.torchyard/cache/ENTRY`
-removed.
+removed. `--suite NAME` (repeatable) runs only those suites, as `torchyard test --suite` does (a machine
+without ExecuTorch or Torch-TensorRT has no runtime suite to run). `benchmarks/device.sh` runs this on a
+lent GPU machine.
 """
 
 from __future__ import annotations
@@ -60,10 +62,11 @@ def cold_cache(mode: str, entry: str) -> None:
         docker.from_env().volumes.get(f"torchyard-inductor-{entry}").remove(force=True)
 
 
-def measure(mode: str, entry: str, repeats: int) -> dict[str, list[float]]:
+def measure(mode: str, entry: str, repeats: int, suites: list[str]) -> dict[str, list[float]]:
     """Each measure `repeats` times: cold, then warm, then one case changed (a different change each time,
     so each is a real change), then back; replayed last, once per repeat after a first replay."""
     flags = {"container": (), "local": ("--local",), "in-place": ("--in-place",)}[mode]
+    flags += tuple(f"--suite={suite}" for suite in suites)
     if mode != "in-place":
         timed(entry, *flags)  # the image or venv exists and is current before anything is timed
     text = BUILTIN.read_text()
@@ -96,6 +99,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="times each measure is taken (default 3)")
     parser.add_argument("--in-place", metavar="ENTRY", help="measure only `--in-place` runs of this entry")
+    parser.add_argument("--suite", action="append", default=[], help="run only this suite (repeatable)")
     parser.add_argument(
         "--keep-going", action="store_true", help="time runs that fail too, and list them (a first look at a machine)"
     )
@@ -108,7 +112,7 @@ def main() -> None:
     rows = []
     modes = [("in-place", options.in_place)] if options.in_place else [("container", "cpu"), ("local", "cpu")]
     for mode, entry in modes:
-        seconds = measure(mode, entry, repeats)
+        seconds = measure(mode, entry, repeats, options.suite)
         rows += [(f"{mode}: {name}", spread(values, " s", 1)) for name, values in seconds.items()]
         pairs = list(zip(seconds["cold"], seconds["warm"], seconds["one case changed"], strict=True))
         rows += [

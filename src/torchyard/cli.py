@@ -23,10 +23,10 @@ from torchyard.contract import REUSE_RESULTS
 from torchyard.errors import TorchyardError, UsageError
 from torchyard.image.debootstrap import DEFAULT_TAG
 from torchyard.image.plan import BuildOptions
-from torchyard.matrix import Entry, load_plan, select_entries
+from torchyard.matrix import Entry, load_plan, narrow_suites, select_entries
 from torchyard.matrix.machine import MEMORY, allowed_docker_run
 from torchyard.matrix.reader import one_line
-from torchyard.names import ACCELERATOR_NAMES
+from torchyard.names import ACCELERATOR_NAMES, SUITE_NAMES
 from torchyard.util.proc import redact
 
 
@@ -77,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
     where = test.add_mutually_exclusive_group()
     where.add_argument("--local", action="store_true", help="on this machine, in a venv made from the lock")
     where.add_argument("--in-place", action="store_true", help="with this interpreter as it is: no lock, unlocked")
+    test.add_argument(
+        "--suite",
+        action="append",
+        default=[],
+        choices=SUITE_NAMES,
+        help="run only this one of the entry's suites (repeatable; the harness's self-tests always run)",
+    )
     test.add_argument("--keep", action="store_true", help="keep the container afterwards, for debugging")
     test.add_argument(
         "--reuse-results",
@@ -105,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _selected(args: argparse.Namespace, passthrough: list[str] | None = None) -> tuple[Entry, ...]:
-    """The entries that --entry, positional ENTRY arguments and --accelerator select.
+    """The entries that --entry, positional ENTRY arguments and --accelerator select (for `test`, running
+    only the suites `--suite` names, where it names any).
 
     For `test`, words before `--` that name an entry are taken out of `passthrough`; everything else, and
     everything after `--` (the separator itself dropped), goes to pytest.
@@ -118,7 +126,7 @@ def _selected(args: argparse.Namespace, passthrough: list[str] | None = None) ->
         before, after = passthrough[:split], passthrough[split + 1 :]
         names += [word for word in before if word in known]
         passthrough[:] = [word for word in before if word not in known] + after
-    return select_entries(plan, names, args.accelerator)
+    return narrow_suites(plan, select_entries(plan, names, args.accelerator), getattr(args, "suite", ()))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

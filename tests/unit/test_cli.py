@@ -96,6 +96,47 @@ def test_double_dash_separates_pytest_arguments(monkeypatch: pytest.MonkeyPatch)
     assert seen == {"entries": ["cpu"], "pytest": ["-q", "-k", "cuda", "rocm"]}
 
 
+def _entries_run(monkeypatch: pytest.MonkeyPatch) -> dict[str, tuple[str, ...]]:
+    """What `torchyard test` hands the runs: each entry's name and the suites it runs."""
+    seen: dict[str, tuple[str, ...]] = {}
+
+    def fake_test(entries: tuple[Entry, ...], **kwargs: object) -> int:
+        seen.update((entry.name, entry.suites) for entry in entries)
+        return 0
+
+    monkeypatch.setattr("torchyard.cli.test_entries", fake_test)
+    return seen
+
+
+def test_suite_narrows_each_entry_to_the_named_suites_in_its_order(
+    matrix: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = _entries_run(monkeypatch)
+    assert main(["test", "--matrix", str(matrix), "--suite", "parity", "--suite", "export"]) == 0
+    assert seen == {"cpu": ("export", "parity"), "cuda": ("export", "parity")}
+    seen.clear()
+    assert main(["test", "--matrix", str(matrix), "cpu", "--suite", "compile"]) == 0
+    assert seen == {"cpu": ("compile",)}
+    seen.clear()
+    assert main(["test", "--matrix", str(matrix), "cpu"]) == 0  # no --suite: every suite of the entry's
+    assert seen == {"cpu": ("export", "compile", "runtime", "parity")}
+
+
+def test_a_suite_an_entry_does_not_run_is_one_line_before_any_run(
+    matrix: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen = _entries_run(monkeypatch)
+    assert main(["test", "--matrix", str(matrix), "--suite", "runtime", "--suite", "compile", "--suite", "export"]) == 2
+    assert seen == {}
+    assert capsys.readouterr().err == (
+        "torchyard: matrix.toml: entry 'cuda' does not run the runtime, compile suites (its suites: export, parity)\n"
+    )
+    with pytest.raises(SystemExit) as exited:  # not a suite at all: argparse names the choices
+        main(["test", "--matrix", str(matrix), "--suite", "speed"])
+    assert exited.value.code == 2 and "invalid choice: 'speed'" in capsys.readouterr().err
+    assert seen == {}
+
+
 def test_push_without_a_registry_is_one_line_before_any_work(
     matrix: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

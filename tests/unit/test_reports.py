@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 from pathlib import Path
 
 import pytest
 
 from torchyard.errors import UsageError
+from torchyard.inimage.parity.report import write_reports
 from torchyard.run.reports import exclusive_run, fresh_folder, hand_back, read_report
 
 
@@ -71,3 +73,13 @@ def test_one_run_per_reports_folder(tmp_path: Path) -> None:
     other = os.open(tmp_path / "reports" / ".cpu.lock", os.O_RDWR)
     fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free once the run is over
     os.close(other)
+
+
+def test_the_parity_reports_name_the_suites_that_ran(tmp_path: Path) -> None:
+    """A run narrowed with `--suite` says so wherever its verdicts are read: a report that looks whole
+    would pass for a run of every suite."""
+    manifest = {"accelerator": "cuda", "device": "NVIDIA H200", "torch": "2.11.0"}
+    paths = write_reports(tmp_path, [], manifest, {"suites": ["export", "parity"]})
+    title = paths["markdown"].read_text().splitlines()[0]
+    assert title == "### torchyard parity: cuda on NVIDIA H200, torch 2.11.0; suites: export, parity"
+    assert json.loads(paths["json"].read_text())["suites"] == ["export", "parity"]

@@ -410,10 +410,10 @@ def _conclude_run(session: pytest.Session, exitstatus: int) -> None:
     settings = config.stash[_settings_key]
     collector = config.stash[_collector_key]
     manifest: dict[str, Any] = config.stash[_manifest_key]
-    extra = {"precision": settings.precision, "tolerances": settings.tolerances.as_dict()}
+    selected = settings.suites or tuple(suite for suite in SUITE_NAMES if suite in str(config.option.markexpr))
+    extra = {"precision": settings.precision, "tolerances": settings.tolerances.as_dict(), "suites": list(selected)}
     paths = write_reports(settings.report_dir, collector.records, manifest, extra)
     print(f"\ntorchyard: reports in {paths['markdown'].parent} (parity.json, parity.md, env.json)")
-    selected = settings.suites or tuple(suite for suite in SUITE_NAMES if suite in str(config.option.markexpr))
     if any(item.get_closest_marker(PROJECT) for item in session.items):
         selected = (*selected, PROJECT)
     empty = empty_suites(selected, collector.passed)

@@ -10,7 +10,7 @@ from torchyard.matrix.schema import (
     Tolerance,
     VendorPin,
 )
-from torchyard.matrix.select import select_entries
+from torchyard.matrix.select import narrow_suites, select_entries
 
 __all__ = [
     "AcceleratorConfig",
@@ -21,6 +21,7 @@ __all__ = [
     "Tolerance",
     "VendorPin",
     "load_plan",
+    "narrow_suites",
     "parse_plan",
     "select_entries",
 ]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Sequence
 
 from torchyard.errors import UsageError
 from torchyard.matrix.schema import Entry, Plan
-from torchyard.names import ACCELERATOR_NAMES
+from torchyard.names import ACCELERATOR_NAMES, SuiteName
 
 
 def select_entries(plan: Plan, names: Sequence[str] = (), accelerators: Sequence[str] = ()) -> tuple[Entry, ...]:
@@ -34,3 +35,22 @@ def select_entries(plan: Plan, names: Sequence[str] = (), accelerators: Sequence
         wanted = ", ".join([*names, *accelerators])
         raise UsageError(f"{plan.source.name}: no entry matches {wanted}")
     return chosen
+
+
+def narrow_suites(plan: Plan, entries: Sequence[Entry], suites: Sequence[SuiteName]) -> tuple[Entry, ...]:
+    """`entries` running only `suites` (all of theirs when empty), in matrix.toml's order: a machine without
+    ExecuTorch or Torch-TensorRT runs the others. A suite an entry does not run is a `UsageError` naming
+    that entry's `suites`, never a run that leaves it out silently."""
+    if not suites:
+        return tuple(entries)
+    for entry in entries:
+        missing = [suite for suite in suites if suite not in entry.suites]
+        if missing:
+            raise UsageError(
+                f"{plan.source.name}: entry {entry.name!r} does not run the {', '.join(missing)} suite"
+                f"{'s' if len(missing) > 1 else ''} (its suites: {', '.join(entry.suites)})"
+            )
+    return tuple(
+        dataclasses.replace(entry, suites=tuple(suite for suite in entry.suites if suite in suites))
+        for entry in entries
+    )

@@ -58,8 +58,9 @@ def speed_markdown(table: Mapping[str, Mapping[str, Mapping[str, float | None]]]
     return markdown_table(("case (median ms, speedup over eager)", *backends), rows)
 
 
-def markdown(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]) -> str:
-    """The tables a person reads: one row per case x backend (per suite where they differ), then speed."""
+def markdown(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any], suites: Sequence[str] = ()) -> str:
+    """The tables a person reads, under a title that names the run's `suites`: one row per case x backend
+    (per suite where they differ), then speed."""
     rows = []
     for record in records:
         bounds = record.get("bounds") or {}
@@ -88,9 +89,8 @@ def markdown(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]) 
         "reference", "compile s", "median ms", "verdict", "reason",
     )  # fmt: skip
     device = manifest.get("device", "?")
-    title = (
-        f"### torchyard parity: {manifest.get('accelerator', '?')} on {device}, torch {manifest.get('torch', '?')}\n\n"
-    )
+    title = f"### torchyard parity: {manifest.get('accelerator', '?')} on {device}, torch {manifest.get('torch', '?')}"
+    title += f"; suites: {', '.join(suites)}\n\n" if suites else "\n\n"
     counts = {outcome: sum(1 for r in records if r["outcome"] == outcome) for outcome in VERDICTS}
     summary = ", ".join(f"{count} {VERDICTS[outcome]}" for outcome, count in counts.items() if count)
     fallbacks = sorted(
@@ -125,7 +125,7 @@ def write_reports(
         )
         + "\n"
     )
-    table = markdown(ordered, manifest)
+    table = markdown(ordered, manifest, extra.get("suites", ()))
     paths["markdown"].write_text(table)
     paths["env"].write_text(json.dumps(manifest, indent=2, default=str) + "\n")
     return paths
