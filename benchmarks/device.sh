@@ -6,8 +6,9 @@
 #
 #   ENTRY    the matrix entry (default cuda)
 #   PYTHON   the machine's interpreter, with torch and pytest (default python3)
-#   WHEELS   a folder of wheels for what torchyard's host side needs and the machine lacks (the docker
-#            SDK), installed into a folder of their own with no index (default .whl; skipped if absent)
+#   WHEELS   a folder of wheels for what torchyard's host side imports and the machine lacks (the docker
+#            SDK, pathspec), installed into a folder of their own with no index (default .whl; skipped if
+#            absent)
 #   BENCH_S, WORKERS_S  each stage's time limit in seconds (default 300 and 150): a cut-off stage says so
 #
 # The runtime suite needs ExecuTorch or Torch-TensorRT: where the interpreter has neither, it is left out
@@ -23,8 +24,12 @@ export PYTHONUNBUFFERED=1
 site=$(mktemp -d /tmp/torchyard-site.XXXXXX) || exit 2
 trap 'rm -rf "$site"' EXIT
 if [ -d "$WHEELS" ]; then
-    "$PYTHON" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --target "$site" \
-        "$WHEELS"/*.whl || exit 2
+    if "$PYTHON" -m pip --version >/dev/null 2>&1; then
+        "$PYTHON" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --target "$site" \
+            "$WHEELS"/*.whl || exit 2
+    else  # a venv made by uv has no pip
+        uv pip install --quiet --python "$PYTHON" --no-index --no-deps --target "$site" "$WHEELS"/*.whl || exit 2
+    fi
 fi
 export PYTHONPATH="$site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 started=$SECONDS
