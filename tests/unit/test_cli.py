@@ -129,7 +129,7 @@ def test_a_suite_an_entry_does_not_run_is_one_line_before_any_run(
     assert main(["test", "--matrix", str(matrix), "--suite", "runtime", "--suite", "compile", "--suite", "export"]) == 2
     assert seen == {}
     assert capsys.readouterr().err == (
-        "torchyard: matrix.toml: entry 'cuda' does not run the runtime, compile suites (its suites: export, parity)\n"
+        "torchyard: matrix.toml: entry 'cuda' does not run the suites runtime, compile (its suites: export, parity)\n"
     )
     with pytest.raises(SystemExit) as exited:  # not a suite at all: argparse names the choices
         main(["test", "--matrix", str(matrix), "--suite", "speed"])

@@ -47,8 +47,8 @@ def narrow_suites(plan: Plan, entries: Sequence[Entry], suites: Sequence[SuiteNa
         missing = [suite for suite in suites if suite not in entry.suites]
         if missing:
             raise UsageError(
-                f"{plan.source.name}: entry {entry.name!r} does not run the {', '.join(missing)} suite"
-                f"{'s' if len(missing) > 1 else ''} (its suites: {', '.join(entry.suites)})"
+                f"{plan.source.name}: entry {entry.name!r} does not run the suite{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(missing)} (its suites: {', '.join(entry.suites)})"
             )
     return tuple(
         dataclasses.replace(entry, suites=tuple(suite for suite in entry.suites if suite in suites))
