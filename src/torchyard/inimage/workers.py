@@ -16,6 +16,10 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from torchyard import contract
 
 VISIBLE = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
+# Where a runner may have given the job its devices under another name the same runtime reads: HIP takes
+# CUDA_VISIBLE_DEVICES as an alias of HIP_VISIBLE_DEVICES, which wins where both are set (as torch's own
+# device count has it). A worker picks from that list, or it would pick a device that is not the job's.
+ALIASES = {"rocm": ("CUDA_VISIBLE_DEVICES",)}
 
 
 def worker_count(accelerator: str, devices: int) -> int:
@@ -44,7 +48,8 @@ def pin_worker_device(accelerator: str, worker: str, env: MutableMapping[str, st
     if variable is None or not worker.startswith("gw"):
         return
     index = int(worker[2:])
-    visible = [item for item in env.get(variable, "").split(",") if item]
+    given = next((env[name] for name in (variable, *ALIASES.get(accelerator, ())) if name in env), "")
+    visible = [item for item in given.split(",") if item]
     env[variable] = visible[index % len(visible)] if visible else str(index)
 
 

@@ -596,6 +596,14 @@ def test_workers_one_per_gpu_none_on_the_cpu() -> None:
     assert env == {"HIP_VISIBLE_DEVICES": "0"}
     pin_worker_device("cpu", "gw0", env)  # nothing to pin on the CPU
     assert env == {"HIP_VISIBLE_DEVICES": "0"}
+    # A ROCm runner that gave the job GPUs 4 and 5 as CUDA_VISIBLE_DEVICES (HIP reads it too): worker 1
+    # takes 5, never HIP's device 1, another job's; HIP_VISIBLE_DEVICES, where set, is the list HIP uses.
+    env = {"CUDA_VISIBLE_DEVICES": "4,5"}
+    pin_worker_device("rocm", "gw1", env)
+    assert env == {"CUDA_VISIBLE_DEVICES": "4,5", "HIP_VISIBLE_DEVICES": "5"}
+    env = {"CUDA_VISIBLE_DEVICES": "0,1,2,3", "HIP_VISIBLE_DEVICES": "2,3"}
+    pin_worker_device("rocm", "gw0", env)
+    assert env == {"CUDA_VISIBLE_DEVICES": "0,1,2,3", "HIP_VISIBLE_DEVICES": "2"}
 
 
 def tf32_error(device: torch.device) -> float:
