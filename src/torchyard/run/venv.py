@@ -123,7 +123,8 @@ def run_local(
             # Bytecode as the lock's packages have it: the suites import the project at start-up.
             runner([*install, "--compile-bytecode", "--reinstall", *map(str, wheels)], env=uv_env)
     report_dir = (reports / f"{entry.name}-local").resolve()
-    print(f"[{steps}/{steps}] running the {', '.join(entry.suites)} suites; reports in {report_dir}", file=sys.stderr)
+    suites = f"{', '.join(entry.suites)} suite{'s' if len(entry.suites) > 1 else ''}"
+    print(f"[{steps}/{steps}] running the {suites}; reports in {report_dir}", file=sys.stderr)
     # The venv's own tools (ExecuTorch's flatc, say) on PATH, as in the image.
     run_env = {
         **env,
