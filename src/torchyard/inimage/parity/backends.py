@@ -318,7 +318,11 @@ def run_executorch(
     return BackendRun(outputs, compile_seconds, seconds, artifact, notes, latency_ms=latency)
 
 
-TENSORRT_OPTIONS = {"enabled_precisions": ["float32"], "format": "exported_program"}
+# What decides a Torch-TensorRT program beyond the case: its key is made of these, and the compile and the
+# save are given these, so the two cannot drift apart.
+TENSORRT_PRECISIONS = ("float32",)
+TENSORRT_FORMAT = "exported_program"
+TENSORRT_OPTIONS = {"enabled_precisions": list(TENSORRT_PRECISIONS), "format": TENSORRT_FORMAT}
 
 
 def run_tensorrt(
@@ -348,16 +352,10 @@ def run_tensorrt(
 
     def save(path: Path) -> dict[str, Any]:
         program = export_program(case, module, calls[0])
-        compiled.append(
-            torch_tensorrt.dynamo.compile(
-                program,
-                arg_inputs=list(calls[0].args),
-                kwarg_inputs=dict(calls[0].kwargs),
-                enabled_precisions={torch.float32},
-            )
-        )
         inputs = {"arg_inputs": list(calls[0].args), "kwarg_inputs": dict(calls[0].kwargs)}
-        torch_tensorrt.save(compiled[0], str(path), output_format="exported_program", **inputs)
+        precisions = {getattr(torch, name) for name in TENSORRT_PRECISIONS}
+        compiled.append(torch_tensorrt.dynamo.compile(program, **inputs, enabled_precisions=precisions))
+        torch_tensorrt.save(compiled[0], str(path), output_format=TENSORRT_FORMAT, **inputs)
         return {}
 
     def build() -> Any:
