@@ -57,7 +57,7 @@ PRELOAD = [
     "torchyard.inimage.parity.harness",
     "torchyard.inimage.parity.report",
     "torchyard.inimage.probe",
-    "torchyard.inimage.suites.server_exit",  # last: the server's own exit handler, which must run first
+    "torchyard.inimage.suites.server_last",  # last: it freezes the imports above, and its exit handler must run first
 ]
 TIMEOUT_S = 600.0
 OUTPUT = "output.txt"  # what `Beside`'s child prints, in its folder
