@@ -45,6 +45,7 @@ PATTERN_MODULES = (
     "executorch.backends.xnnpack.partition.graphs.sdpa",
     "executorch.backends.xnnpack.partition.graphs.bilinear_2d",
 )
+PYTHON_MODULES = {"_operator", "operator", "builtins"}  # where a plain Python target (getitem) may come from
 Primed = Literal["hit", "miss", "rebuilt", "live", "off", "absent"]
 _primed: list[Primed] = []  # what this process did, once
 
@@ -175,7 +176,7 @@ def _target(target: object) -> dict[str, Any]:
         namespace, name = op._schema.name.split("::", 1)
         return {"edge" if edge else "aten": [namespace, name, op._schema.overload_name or "default"]}
     module, qualname = getattr(target, "__module__", None), getattr(target, "__qualname__", None)
-    if module in {"_operator", "operator", "builtins"} and isinstance(qualname, str):
+    if module in PYTHON_MODULES and isinstance(qualname, str):
         return {"python": [module, qualname]}
     raise Unstorable(f"a target this encoding does not know: {target!r}")
 
@@ -184,7 +185,9 @@ def _resolve(target: dict[str, Any]) -> Any:
     ((kind, value),) = target.items()
     if kind == "name":
         return value
-    if kind == "python":
+    if kind == "python":  # only the modules an encoding names: an entry imports nothing else
+        if value[0] not in PYTHON_MODULES:
+            raise ValueError(f"a target in a module the encoding does not name: {value[0]}")
         return getattr(importlib.import_module(value[0]), value[1])
     if kind == "aten":
         return _op(torch.ops, *value)

@@ -127,14 +127,19 @@ def test_a_pattern_the_encoding_cannot_write_exactly_is_not_stored(tmp_path: Pat
         faithful(sdpa.get_graphs()[0])
 
 
-def test_an_entry_that_does_not_decode_is_not_used(tmp_path: Path) -> None:
-    """An op this torch or ExecuTorch lacks: the modules keep their own functions."""
+@pytest.mark.parametrize(
+    "target",
+    [{"aten": ["aten", "no_such_op", "default"]}, {"python": ["os", "system"]}],
+    ids=["an-op-this-torch-lacks", "a-module-the-encoding-does-not-name"],
+)
+def test_an_entry_that_does_not_decode_is_not_used(tmp_path: Path, target: dict[str, list[str]]) -> None:
+    """An op this torch or ExecuTorch lacks, or a target from a module the encoding never writes (an entry
+    imports nothing else): the modules keep their own functions."""
     store = ArtifactCache(tmp_path / "cache")
     sdpa, bilinear = stand_ins(tmp_path)
     planted = tmp_path / "planted.json"
-    missing = {"aten": ["aten", "no_such_op", "default"]}
     nodes = [["placeholder", "x", {"name": "x"}, {"tuple": []}, {"dict": []}],
-             ["call_function", "y", missing, {"tuple": [{"node": "x"}]}, {"dict": []}],
+             ["call_function", "y", target, {"tuple": [{"node": "x"}]}, {"dict": []}],
              ["output", "output", {"name": "output"}, {"tuple": [{"node": "y"}]}, {"dict": []}]]  # fmt: skip
     planted.write_text(json.dumps({"format": 1, "sdpa": [nodes], "bilinear": []}))
     store.store(pattern_key(sdpa, bilinear), SUFFIX, planted, {})
