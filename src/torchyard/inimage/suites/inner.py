@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import multiprocessing
+import multiprocessing.connection
 import multiprocessing.forkserver
 
 # What starts a process through the server, imported here, at collection, once: a module first imported
@@ -65,6 +66,27 @@ GRACE_S = 10.0  # beyond a whole run's TIMEOUT_S, for a stopped lane to end
 # The runs test torchyard's plugin alone: the third-party plugins an image happens to have (hypothesis,
 # anyio, hydra's) are not loaded into them, each a second of imports and assertion rewriting per run.
 ISOLATED = {contract.AUTOLOAD_OFF: "1"}
+
+
+# multiprocessing's `Process.start` first reads the exit status of every other child of the process that has
+# ended (its `_cleanup`), and a forkserver child's status can be read once: where two threads read it at
+# once, the one that finds the pipe empty records 255 over the real status (python/cpython#130895; two
+# threads starting and joining children got 255 for 18 to 49 of 200 here). The lane's thread and the run's
+# own thread both start and end whole runs, so every start, and every read of a status, holds this lock;
+# waiting for a child to end waits on its sentinel, which reads nothing.
+_REAPING = threading.Lock()
+
+
+def start_child(child: multiprocessing.process.BaseProcess) -> None:
+    with _REAPING:
+        child.start()
+
+
+def status_once_ended(child: multiprocessing.process.BaseProcess, timeout: float | None) -> int | None:
+    """The child's exit status once it has ended; None if it had not within `timeout` seconds."""
+    multiprocessing.connection.wait([child.sentinel], timeout)
+    with _REAPING:
+        return child.exitcode
 
 
 def _forkserver() -> multiprocessing.context.ForkServerContext | None:
@@ -112,13 +134,13 @@ class WholeRun:
             status: int | pytest.ExitCode = completed.returncode
         else:
             child = context.Process(target=_child, args=(args, str(workdir), env, str(out), str(err)))
-            child.start()
-            child.join(TIMEOUT_S)
-            if child.exitcode is None:
+            start_child(child)
+            ended = status_once_ended(child, TIMEOUT_S)
+            if ended is None:
                 child.kill()
-                child.join()
+                status_once_ended(child, None)
                 raise TimeoutError(f"the whole run did not end within {TIMEOUT_S:.0f} s: {' '.join(args)}")
-            status = child.exitcode
+            status = ended
         with contextlib.suppress(ValueError):  # else a status of the run's own, or a signal (negative)
             status = pytest.ExitCode(status)
         return pytest.RunResult(status, _lines(out), _lines(err), time.monotonic() - started)
@@ -208,7 +230,7 @@ class Beside:
             receive, send = self._server.Pipe(duplex=False)
             work = [(index, self._work[index]) for index in jobs]
             child = self._server.Process(target=_serve, args=(work, self._workdir, send), name="torchyard-beside")
-            child.start()
+            start_child(child)
             send.close()  # the child holds the other end: its exit is the end of the pipe
         except Exception:
             for index in jobs:
@@ -222,10 +244,9 @@ class Beside:
                 except EOFError:
                     break
                 self._finish(done, (ok, value if ok else value + self._output()))
-        child.join()
+        status = status_once_ended(child, None)
         for index in jobs:
             if index not in self._results:
-                status = child.exitcode
                 self._finish(
                     index,
                     (False, f"the child beside the run ended (status {status}) before job {index}{self._output()}"),
@@ -292,8 +313,11 @@ class Beside:
         self._stopping.set()
         if self._lane is not None:
             child = self._child
-            if child is not None and child.is_alive() and len(self._results) < len(self._work):
-                child.kill()
+            if child is not None and len(self._results) < len(self._work):
+                with _REAPING:  # `is_alive` reads the status of a child that has ended
+                    alive = child.is_alive()
+                if alive:
+                    child.kill()
             self._lane.join(GRACE_S + TIMEOUT_S)
         shutil.rmtree(self._workdir, ignore_errors=True)
 

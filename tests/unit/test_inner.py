@@ -1,0 +1,43 @@
+"""The lane's children (`torchyard.inimage.suites.inner`): where two threads start and end children of the
+fork server at once, each gets its own child's exit status, never multiprocessing's 255 for a status another
+thread read first (python/cpython#130895)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+
+from torchyard.inimage.suites.inner import start_child, status_once_ended
+
+CHILDREN = 40  # each thread's; without the lock, 18 to 49 of 200 such children came back 255 on 2 cores
+
+
+def test_two_threads_starting_and_ending_children_each_get_the_real_status() -> None:
+    context = multiprocessing.get_context("forkserver")
+    wrong: list[int | None] = []
+
+    def reap(code: int) -> None:
+        for _ in range(CHILDREN):
+            child = context.Process(target=os._exit, args=(code,))
+            start_child(child)
+            status = status_once_ended(child, 60)
+            if status != code:
+                wrong.append(status)
+
+    threads = [threading.Thread(target=reap, args=(code,)) for code in (1, 3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []
+
+
+def test_a_child_that_has_not_ended_has_no_status_yet() -> None:
+    context = multiprocessing.get_context("forkserver")
+    started = context.Event()
+    child = context.Process(target=started.wait)
+    start_child(child)
+    assert status_once_ended(child, 0.05) is None
+    started.set()
+    assert status_once_ended(child, 60) == 0
