@@ -1,6 +1,7 @@
 """The lane's children (`torchyard.inimage.suites.inner`): where two threads start and end children of the
 fork server at once, each gets its own child's exit status, never multiprocessing's 255 for a status another
-thread read first (python/cpython#130895)."""
+thread read first (python/cpython#130895); and the entry point starts the server only where the run's own
+process runs the harness's tests."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import multiprocessing
 import os
 import threading
 
-from torchyard.inimage.suites.inner import start_child, status_once_ended
+from torchyard.inimage.suites.inner import serves_this_run, start_child, status_once_ended
 
 CHILDREN = 40  # each thread's; without the lock, 18 to 49 of 200 such children came back 255 on 2 cores
 
@@ -41,3 +42,12 @@ def test_a_child_that_has_not_ended_has_no_status_yet() -> None:
     assert status_once_ended(child, 0.05) is None
     started.set()
     assert status_once_ended(child, 60) == 0
+
+
+def test_the_entry_point_starts_the_server_only_where_this_process_runs_the_harness() -> None:
+    assert serves_this_run([]) and serves_this_run(["suites", "-p", "torchyard.inimage.plugin"])
+    assert serves_this_run(["-m", "export or compile or harness"])
+    assert not serves_this_run(["-m", "export or compile"]) and not serves_this_run(["-m", "not harness"])
+    assert serves_this_run(["-m", "export", "-m", "harness"])  # pytest keeps the last
+    for distributed in (["-n", "2"], ["-n2"], ["--numprocesses=2"], ["--numprocesses", "auto"]):  # a controller
+        assert not serves_this_run(["-m", "harness", *distributed])

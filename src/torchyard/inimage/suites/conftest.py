@@ -5,8 +5,7 @@ from typing import Any
 
 import pytest
 
-from torchyard.inimage.suites.inner import Beside, Job, WholeRun, start_server
-from torchyard.names import HARNESS
+from torchyard.inimage.suites.inner import Beside, Job, WholeRun, selects_harness, start_server
 
 BESIDE = "beside"
 _beside_key = pytest.StashKey[Beside]()
@@ -31,21 +30,7 @@ def _may_run_harness(config: pytest.Config) -> bool:
     them), and its marker expression, if any, names them."""
     distributed = getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput")
     expression = config.getoption("markexpr", "")
-    return not distributed and (not expression or _selects_harness(expression))
-
-
-def _selects_harness(expression: str) -> bool:
-    """Whether a test marked only `harness` matches the `-m` expression, as pytest itself evaluates it
-    (`not harness` does not); where this pytest's evaluator is not where it was, whether it names it."""
-    try:
-        from _pytest.mark.expression import Expression
-
-        def matches(name: str, /, **kwargs: str | int | bool | None) -> bool:
-            return name == HARNESS
-
-        return bool(Expression.compile(expression).evaluate(matches))
-    except Exception:  # an evaluator moved or changed, or an expression that pytest itself will refuse
-        return HARNESS in expression
+    return not distributed and (not expression or selects_harness(expression))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

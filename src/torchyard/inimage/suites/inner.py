@@ -47,6 +47,7 @@ from typing import Any
 import pytest
 
 from torchyard import contract
+from torchyard.names import HARNESS
 
 # What torchyard's plugin imports, not the plugin itself: pytest rewrites the asserts of a plugin it
 # loads, and warns when that plugin was imported before it could.
@@ -97,10 +98,36 @@ def _forkserver() -> multiprocessing.context.ForkServerContext | None:
     return context
 
 
+def selects_harness(expression: str) -> bool:
+    """Whether a test marked only `harness` matches the `-m` expression, as pytest itself evaluates it
+    (`not harness` does not); where this pytest's evaluator is not where it was, whether it names it."""
+    try:
+        from _pytest.mark.expression import Expression
+
+        def matches(name: str, /, **kwargs: str | int | bool | None) -> bool:
+            return name == HARNESS
+
+        return bool(Expression.compile(expression).evaluate(matches))
+    except Exception:  # an evaluator moved or changed, or an expression that pytest itself will refuse
+        return HARNESS in expression
+
+
+def serves_this_run(argv: list[str]) -> bool:
+    """Whether the entry point starts the server before pytest does anything, from pytest's arguments alone:
+    not for an xdist controller (its workers run the harness's tests), and only where the `-m` expression,
+    if any, selects them. Where this cannot tell, configuration starts it as before."""
+    if any(arg.startswith(("-n", "--numprocesses")) for arg in argv):
+        return False
+    expressions = [argv[index + 1] for index, arg in enumerate(argv[:-1]) if arg == "-m"]
+    return not expressions or selects_harness(expressions[-1])
+
+
 def start_server() -> None:
     """Start the server now, without waiting for it: it imports on another core while the run does its
     own imports, and is warm by the time the lane beside the run needs it. Preloading ExecuTorch as well
-    made the run slower: its imports then compete with the tests' own."""
+    made the run slower: its imports then compete with the tests' own. The in-image entry point calls this
+    before pytest starts (`serves_this_run`), so the server imports torch while the run does, on a core
+    that is otherwise idle until the tests are collected; configuration calls it again (a no-op then)."""
     if _forkserver() is not None:
         multiprocessing.forkserver.ensure_running()
 
