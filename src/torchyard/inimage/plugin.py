@@ -25,7 +25,7 @@ import torch
 
 from torchyard import contract
 from torchyard.inimage.cases import Case, CaseLoadError, base_backend, load_cases
-from torchyard.inimage.parity.artifacts import ArtifactCache
+from torchyard.inimage.parity.artifacts import ArtifactCache, entry_cache
 from torchyard.inimage.parity.harness import Reference, Result, evaluate, make_reference
 from torchyard.inimage.parity.inductor_keys import remember as remember_inductor_keys
 from torchyard.inimage.parity.report import write_reports
@@ -144,9 +144,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def artifact_cache(settings: _Settings) -> ArtifactCache:
     """Lowered programs by content, shared by every worker and run of the entry (`off` turns it off)."""
-    if os.environ.get(contract.ARTIFACT_CACHE) == "off":
-        return ArtifactCache(None)
-    return ArtifactCache(contract.cache_root(os.environ, settings.report_dir) / "artifacts")
+    return entry_cache(os.environ, contract.cache_root(os.environ, settings.report_dir))
 
 
 def _macos() -> tuple[int, int] | None:

@@ -40,13 +40,14 @@ import json
 import platform
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
 
+from torchyard import contract
 from torchyard.inimage.cases import KnownFailure
 from torchyard.inimage.parity.errors import RecordedFailure, describe_error, error_types
 from torchyard.util.atomic import replace_atomically
@@ -242,6 +243,14 @@ def file_digest(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def entry_cache(env: Mapping[str, str], root: Path | None) -> ArtifactCache:
+    """The entry's artifact cache, `artifacts/` under its cache `root`; none where there is no root, or where
+    the run turned the artifact cache off."""
+    if root is None or env.get(contract.ARTIFACT_CACHE) == "off":
+        return ArtifactCache(None)
+    return ArtifactCache(root / "artifacts")
 
 
 class ArtifactCache:

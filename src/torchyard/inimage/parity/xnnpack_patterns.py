@@ -37,7 +37,7 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 
 from torchyard import contract
-from torchyard.inimage.parity.artifacts import ArtifactCache, versions
+from torchyard.inimage.parity.artifacts import ArtifactCache, entry_cache, versions
 
 FORMAT = 1
 SUFFIX = ".patterns.json"
@@ -58,9 +58,7 @@ def store_for(env: Mapping[str, str]) -> ArtifactCache:
     """The entry's artifact cache (the run's environment names its cache root), or none: where the run
     has no cache of its own, or turned the artifact cache off."""
     root = env.get(contract.INDUCTOR_CACHE)
-    if not root or env.get(contract.ARTIFACT_CACHE) == "off":
-        return ArtifactCache(None)
-    return ArtifactCache(Path(root) / "artifacts")
+    return entry_cache(env, Path(root) if root else None)
 
 
 def prime(store: ArtifactCache) -> Primed:
