@@ -100,12 +100,12 @@ def test_third_party_plugins_load_only_for_a_project_or_the_callers_arguments() 
     assert not has_autoload_off(docker_run_args(with_tests, run_plan("cpu"), HOST, {}, []))
 
 
-def test_cuda_run_args_pass_visible_devices() -> None:
-    args = docker_run_args(PLAN.entry("cuda"), run_plan("cuda"), HOST, {"CUDA_VISIBLE_DEVICES": "0"}, ["-q"])
+def test_cuda_run_args_request_the_selected_gpu() -> None:
+    args = docker_run_args(PLAN.entry("cuda"), run_plan("cuda"), HOST, {"CUDA_VISIBLE_DEVICES": "1"}, ["-q"])
     assert args == (
         *common("cuda"),
-        "--gpus", "all", "-e", "NVIDIA_TF32_OVERRIDE=0",
-        "-e", "CUDA_VISIBLE_DEVICES",
+        "--gpus", '"device=1"',
+        "-e", "NVIDIA_DRIVER_CAPABILITIES=compute,utility", "-e", "NVIDIA_TF32_OVERRIDE=0", "--shm-size", "16g",
         *tail("cuda", ALL),
     )  # fmt: skip
 
@@ -134,9 +134,9 @@ def test_xpu_run_args_follow_its_suites() -> None:
 
 def test_gpu_entry_without_its_runtime_fails_before_anything_runs() -> None:
     with pytest.raises(DeviceUnavailableError) as caught:
-        require_device_runtime(PLAN.entry("cuda"), HostFacts())
+        require_device_runtime(PLAN.entry("cuda"), HostFacts(), {})
     assert str(caught.value).startswith("entry 'cuda' needs a cuda device: no NVIDIA container runtime or CDI spec")
-    require_device_runtime(PLAN.entry("cpu"), HostFacts())
+    require_device_runtime(PLAN.entry("cpu"), HostFacts(), {})
 
 
 def test_root_runs_as_the_image_user() -> None:
@@ -172,9 +172,9 @@ def test_a_native_entry_on_the_wrong_host_stops_before_any_venv_or_docker(tmp_pa
 
 
 def test_apple_silicon_is_what_mps_needs() -> None:
-    assert ACCELERATORS["mps"].host_problems(HostFacts(system="Darwin", machine="arm64")) == ()
+    assert ACCELERATORS["mps"].host_problems(HostFacts(system="Darwin", machine="arm64"), {}) == ()
     assert ACCELERATORS["mps"].NATIVE and not ACCELERATORS["cuda"].NATIVE
-    (problem,) = ACCELERATORS["mps"].host_problems(HostFacts(system="Darwin", machine="x86_64"))
+    (problem,) = ACCELERATORS["mps"].host_problems(HostFacts(system="Darwin", machine="x86_64"), {})
     assert "this host is Darwin x86_64" in problem
 
 

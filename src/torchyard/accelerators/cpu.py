@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
-from torchyard.accelerators.protocol import HostFacts
+from torchyard.accelerators.protocol import COMMON_IMAGE_CHECKS, HostFacts
 from torchyard.names import NATIVE_ACCELERATORS
 
 NAME: Literal["cpu"] = "cpu"
 NATIVE = NAME in NATIVE_ACCELERATORS
-VISIBLE_DEVICE_VARIABLES: tuple[str, ...] = ()
+IMAGE_CHECKS = COMMON_IMAGE_CHECKS
 
 
-def docker_run_args(host: HostFacts) -> tuple[str, ...]:
+def docker_run_args(host: HostFacts, env: Mapping[str, str]) -> tuple[str, ...]:
     return ()
 
 
-def host_problems(host: HostFacts) -> tuple[str, ...]:
+def host_problems(host: HostFacts, env: Mapping[str, str]) -> tuple[str, ...]:
     return ()

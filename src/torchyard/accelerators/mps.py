@@ -3,6 +3,7 @@ a venv made from their own lock."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 from torchyard.accelerators.protocol import HostFacts
@@ -10,14 +11,14 @@ from torchyard.names import NATIVE_ACCELERATORS
 
 NAME: Literal["mps"] = "mps"
 NATIVE = NAME in NATIVE_ACCELERATORS
-VISIBLE_DEVICE_VARIABLES: tuple[str, ...] = ()
+IMAGE_CHECKS: tuple[str, ...] = ()  # no image
 
 
-def docker_run_args(host: HostFacts) -> tuple[str, ...]:
+def docker_run_args(host: HostFacts, env: Mapping[str, str]) -> tuple[str, ...]:
     return ()
 
 
-def host_problems(host: HostFacts) -> tuple[str, ...]:
+def host_problems(host: HostFacts, env: Mapping[str, str]) -> tuple[str, ...]:
     if host.system == "Darwin" and host.machine == "arm64":
         return ()
     return (

@@ -8,6 +8,9 @@ from typing import Protocol
 
 from torchyard.names import AcceleratorName
 
+# PCI vendor ids (sysfs `vendor`) of the GPU makers torchyard targets, and the names doctor prints.
+PCI_VENDORS = {"0x10de": "NVIDIA", "0x1002": "AMD", "0x8086": "Intel"}
+
 
 @dataclass(frozen=True)
 class HostFacts:
@@ -16,7 +19,11 @@ class HostFacts:
     group_ids: Mapping[str, int] = field(default_factory=dict)
     device_nodes: frozenset[str] = frozenset()
     docker_runtimes: frozenset[str] = frozenset()
-    cdi_devices: frozenset[str] = frozenset()
+    cdi_enabled: bool = False  # the engine accepts CDI devices (`docker info`: CDISpecDirs)
+    cdi_devices: frozenset[str] = frozenset()  # CDI device names the engine's spec folders define
+    nvidia_hook: bool = False  # nvidia-container-runtime-hook is installed: the engine serves `--gpus`
+    # PCI vendor ids of the host's display and accelerator devices; None where sysfs could not be read.
+    gpu_vendors: frozenset[str] | None = None
     system: str = "Linux"  # platform.system()
     machine: str = "x86_64"  # platform.machine()
 
@@ -31,15 +38,22 @@ class Accelerator(Protocol):
         ...
 
     @property
-    def VISIBLE_DEVICE_VARIABLES(self) -> tuple[str, ...]: ...
-
-    def docker_run_args(self, host: HostFacts) -> tuple[str, ...]:
-        """Device flags for `docker run`, before the matrix's own `docker-run` extras."""
+    def IMAGE_CHECKS(self) -> tuple[str, ...]:
+        """What a built image must hold (names `torchyard.inimage.imagecheck` knows), checked as its last step."""
         ...
 
-    def host_problems(self, host: HostFacts) -> tuple[str, ...]:
+    def docker_run_args(self, host: HostFacts, env: Mapping[str, str]) -> tuple[str, ...]:
+        """Device flags for `docker run` (the job's GPU selection from `env` included), before the matrix's
+        own `docker-run` extras."""
+        ...
+
+    def host_problems(self, host: HostFacts, env: Mapping[str, str]) -> tuple[str, ...]:
         """What the host lacks to run this accelerator's containers, each with the command that fixes it."""
         ...
+
+
+# Every image: inductor compiles C++ (CPU kernels, Triton launchers) against Python's headers.
+COMMON_IMAGE_CHECKS = ("gcc", "python-headers", "torch")
 
 
 def visible_device_args(variables: tuple[str, ...], env: Mapping[str, str]) -> tuple[str, ...]:
@@ -51,4 +65,15 @@ def group_add_args(host: HostFacts, groups: tuple[str, ...]) -> tuple[str, ...]:
     """`--group-add <gid>` by numeric id: group names inside the image need not match the host's."""
     return tuple(
         arg for group in groups if group in host.group_ids for arg in ("--group-add", str(host.group_ids[group]))
+    )
+
+
+def vendor_problems(host: HostFacts, vendor_id: str) -> tuple[str, ...]:
+    """A problem when the host's PCI devices are known and none is this vendor's GPU."""
+    if host.gpu_vendors is None or vendor_id in host.gpu_vendors:
+        return ()
+    found = ", ".join(sorted(PCI_VENDORS.get(vendor, vendor) for vendor in host.gpu_vendors)) or "none"
+    return (
+        f"no {PCI_VENDORS[vendor_id]} GPU on this host (PCI vendor {vendor_id}; display and accelerator devices "
+        f"found: {found}): run the entry on a runner with one",
     )

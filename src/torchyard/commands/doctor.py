@@ -9,7 +9,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from torchyard.accelerators import ACCELERATORS
-from torchyard.accelerators.protocol import visible_device_args
+from torchyard.accelerators.protocol import PCI_VENDORS, HostFacts
 from torchyard.errors import DockerUnavailableError, TorchyardError
 from torchyard.host.engine import build_client, engine
 from torchyard.host.facts import gather_host_facts
@@ -28,6 +28,12 @@ GIVEN_UP = {
 
 def given_up(flags: Sequence[str]) -> list[str]:
     return [reason for flag, reason in GIVEN_UP.items() if flag in flags]
+
+
+def gpu_row(host: HostFacts) -> str:
+    if host.gpu_vendors is None:
+        return "unknown (no /sys/bus/pci)"
+    return ", ".join(sorted(f"{PCI_VENDORS.get(vendor, vendor)} ({vendor})" for vendor in host.gpu_vendors)) or "none"
 
 
 def doctor(
@@ -53,7 +59,10 @@ def doctor(
         facts_rows.append(("image builder", "none"))
     host = gather_host_facts(client)
     facts_rows += [
+        ("GPUs (PCI vendors)", gpu_row(host)),
         ("Docker runtimes", ", ".join(sorted(host.docker_runtimes)) or "-"),
+        ("NVIDIA hook (--gpus)", "installed" if host.nvidia_hook else "absent"),
+        ("CDI in the engine", "on" if host.cdi_enabled else "off"),
         ("CDI devices", ", ".join(sorted(host.cdi_devices)) or "-"),
         ("/dev/kfd", "present" if "/dev/kfd" in host.device_nodes else "absent"),
         ("/dev/dri", "present" if "/dev/dri" in host.device_nodes else "absent"),
@@ -63,8 +72,8 @@ def doctor(
     rows = []
     for name in accelerators:
         module = ACCELERATORS[name]
-        missing = module.host_problems(host)
-        flags = [*module.docker_run_args(host), *visible_device_args(module.VISIBLE_DEVICE_VARIABLES, env)]
+        missing = module.host_problems(host, env)
+        flags = list(module.docker_run_args(host, env))
         rows.append(
             (
                 name,

@@ -74,7 +74,7 @@ def test_entries(
     if mode == "container":
         host = gather_host_facts(None)
         for entry in native:
-            require_device_runtime(entry, host)  # before the venv is made: fail fast, and say why
+            require_device_runtime(entry, host, env)  # before the venv is made: fail fast, and say why
     statuses = []
     for entry in native:
         statuses.append(run_local(entry, lockdir, reports, pytest_args, runner=runner, env=env))
@@ -105,7 +105,7 @@ def _in_containers(
         raise DockerUnavailableError(f"{error}{LOCAL_HINT}") from None
     host = gather_host_facts(client)
     for entry in entries:
-        require_device_runtime(entry, host)  # before any lock check or build: fail fast, and say why
+        require_device_runtime(entry, host, env)  # before any lock check or build: fail fast, and say why
     cli = build_client(env, runner)
     built = build_images(entries, lockdir, BuildOptions(), client=client, cli=cli, runner=runner, env=env)
     rows = []

@@ -20,7 +20,7 @@ import docker.errors
 
 from torchyard import contract
 from torchyard.accelerators import ACCELERATORS
-from torchyard.accelerators.protocol import HostFacts, visible_device_args
+from torchyard.accelerators.protocol import HostFacts
 from torchyard.errors import DeviceUnavailableError, TorchyardError
 from torchyard.matrix.machine import Limits
 from torchyard.matrix.schema import Entry
@@ -97,8 +97,7 @@ def docker_run_args(
         *(arg for key, value in sorted(suite_env.items()) for arg in ("--env", f"{key}={value}")),
         *replay_args(plan, env),
         *sealing_args(plan.limits, network=entry.network is not None),
-        *accelerator.docker_run_args(host),
-        *visible_device_args(accelerator.VISIBLE_DEVICE_VARIABLES, env),
+        *accelerator.docker_run_args(host, env),
         *entry.accelerator.docker_run,
         plan.image,
         *contract.pytest_args(
@@ -122,9 +121,10 @@ def _article(name: str) -> str:
     return "an" if name in ("mps", "xpu") else "a"  # said as letters: "an M-P-S", "an X-P-U"
 
 
-def require_device_runtime(entry: Entry, host: HostFacts) -> None:
-    """A GPU entry on a host without that GPU's runtime stops here: never a run that tests the CPU."""
-    problems = ACCELERATORS[entry.accelerator.name].host_problems(host)
+def require_device_runtime(entry: Entry, host: HostFacts, env: Mapping[str, str]) -> None:
+    """A GPU entry on a host without that GPU (or its runtime, or with an empty GPU selection) stops here:
+    never a run that tests the CPU."""
+    problems = ACCELERATORS[entry.accelerator.name].host_problems(host, env)
     if problems:
         raise DeviceUnavailableError(
             f"entry {entry.name!r} needs {_article(entry.accelerator.name)} {entry.accelerator.name} device: "
@@ -173,7 +173,7 @@ def run_entry(
     env: Mapping[str, str] = os.environ,
 ) -> int:
     """Run the container to completion and return its exit status (the suites' status)."""
-    require_device_runtime(entry, host)
+    require_device_runtime(entry, host, env)
     client.volumes.create(plan.volume, labels={"dev.torchyard.entry": entry.name})
     args = (docker_path, *docker_run_args(entry, plan, host, env, pytest_args))
     status: int | None = None
