@@ -205,3 +205,15 @@ def test_an_unreachable_registry_is_one_line_with_the_fix(tree: Path) -> None:
     assert "is not in its registry" in missing and "`nox -s refresh`" in missing
     other = explain_build_failure(entry, plan, CommandError("docker failed", 1, "#9 ERROR: process did not complete\n"))
     assert other == "entry 'cpu': the image build failed: #9 ERROR: process did not complete"
+
+
+def test_the_plan_names_the_accelerators_system_packages_and_image_checks(tree: Path) -> None:
+    (tree / "lockfiles" / "xpu.txt").write_text("# no lock for xpu is made here (its index is unreachable)\n")
+    xpu = plan_build(
+        PLAN.entry("xpu"), tree / "lockfiles", base_image="b", base_id="i", uv_version="0.13.9",
+        revision="r", source_date_epoch="0",
+    )  # fmt: skip
+    args = dict(xpu.build_args)
+    assert args["SYSTEM_PACKAGES"] == " ".join(PLAN.entry("xpu").accelerator.system_packages)
+    assert args["IMAGE_CHECKS"].split()[-3:] == ["level-zero-loader", "level-zero-driver", "level-zero-headers"]
+    assert dict(make_plan(tree).build_args)["IMAGE_CHECKS"] == "gcc python-headers torch"

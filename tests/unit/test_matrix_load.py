@@ -332,3 +332,24 @@ def test_compile_modes_become_backend_columns_in_the_run_environment() -> None:
         'matrix.toml: entry "cpu" > compile-modes[1]: expected one of default, reduce-overhead, max-autotune, '
         'max-autotune-no-cudagraphs, got "fastest"'
     )
+
+
+def test_system_packages_are_debian_names_with_alternatives() -> None:
+    text = VALID.replace('[accelerators.cpu]\n', '[accelerators.cpu]\nsystem-packages = ["libze1", "libfoo|libbar-2"]\n', 1)
+    assert parse(text).accelerators[0].system_packages == ("libze1", "libfoo|libbar-2")
+    assert error_of(text.replace('"libfoo|libbar-2"', '"libze1; rm -rf /"')) == (
+        "matrix.toml: accelerators > cpu > system-packages[1]: expected a Debian package name, or alternatives "
+        'as "a|b", got "libze1; rm -rf /"'
+    )
+    native = VALID + '[accelerators.mps]\nindexes = ["pypi"]\nruns-on = ["m"]\nsystem-packages = ["x"]\n'
+    assert error_of(native) == (
+        "matrix.toml: accelerators > mps > system-packages: mps runs natively (no image to install into): remove it"
+    )
+
+
+def test_the_shipped_xpu_entry_takes_torch_from_the_xpu_index_alone() -> None:
+    """first-index with the XPU index first: uv takes a package the XPU index has from it alone, so a newer
+    PyPI torch (a CUDA build) cannot win; the image gets Level Zero from apt."""
+    xpu = load_plan(Path(__file__).parents[2] / "matrix.toml").entry("xpu").accelerator
+    assert xpu.index_strategy == "first-index" and xpu.indexes[0].url == "https://download.pytorch.org/whl/xpu"
+    assert {"libze1", "libze-dev"} <= set(xpu.system_packages)

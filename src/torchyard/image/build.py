@@ -118,6 +118,7 @@ def build_project_wheel(
 
 
 UNREACHABLE = re.compile(r"no such host|dial tcp|connection refused|i/o timeout|TLS handshake|server misbehaving")
+STEP_MESSAGE = re.compile(r"^(?:#\d+ \d+\.\d+ )?((?:vendor guard|image check|system packages): .*)$", re.MULTILINE)
 MISSING = re.compile(r"manifest unknown|not found|pull access denied|repository does not exist")
 
 
@@ -137,8 +138,10 @@ def explain_build_failure(entry: Entry, plan: BuildPlan, error: CommandError) ->
             f"entry {entry.name!r}: base image {plan.base_image} is not in its registry ({cause(output)}); "
             "check the digest in matrix.toml (`nox -s refresh` moves it) or TORCHYARD_BASE_IMAGES"
         )
-    guard = re.search(r"vendor guard: .*", output)  # the guard's own line says which package and why
-    why = guard[0] if guard else cause(output) or f"exit status {error.returncode}"
+    # The guard's, the image check's or the system packages' own output line (BuildKit prefixes it with its
+    # step and time) says what and why; the step's echoed command names them too, and is not that line.
+    guard = STEP_MESSAGE.search(output)
+    why = guard[1] if guard else cause(output) or f"exit status {error.returncode}"
     return f"entry {entry.name!r}: the image build failed: {why}"
 
 

@@ -13,6 +13,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from torchyard import __version__
+from torchyard.accelerators import ACCELERATORS
 from torchyard.errors import ImageBuildError
 from torchyard.image.context import files_digest, inimage_files, project_files, select
 from torchyard.lock.lockfile import lock_path, read_header
@@ -95,6 +96,8 @@ def plan_build(
         ("BASE_IMAGE", base_image),
         ("PYTHON", f"python{entry.python}"),
         ("VENDOR_PACKAGES", " ".join(vendor)),
+        ("SYSTEM_PACKAGES", " ".join(entry.accelerator.system_packages)),
+        ("IMAGE_CHECKS", " ".join(ACCELERATORS[entry.accelerator.name].IMAGE_CHECKS)),
         ("UV_VERSION", uv_version),
         ("TORCHYARD_ENTRY", entry.name),
         ("LOCK_DIGEST", fields.get("body-digest", "")),

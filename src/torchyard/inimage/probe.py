@@ -40,25 +40,62 @@ def _build() -> str:
     return "CPU-only"
 
 
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".strip().rstrip(":")
+
+
+def torch_reason(module: Any) -> str:
+    """Why torch says the device is unusable, in its own words: `init()` raises the driver's or runtime's
+    error (a driver too old for this CUDA build, no driver, a missing runtime library), which
+    `is_available()` swallows."""
+    init = getattr(module, "init", None)
+    if init is None:
+        return "torch gives no reason"
+    try:
+        init()
+    except Exception as error:  # torch raises RuntimeError, AssertionError or its own subclasses here
+        return f"torch says: {_first_line(error)}"
+    return f"torch initialized it, and counts {module.device_count()} device(s)"
+
+
+def check_kernel(device: torch.device, build: str) -> None:
+    """One kernel on the device: a ROCm build without the GPU's target (gfx...) or a CUDA build without
+    the GPU's architecture is available and then fails here, not in the middle of a suite."""
+    try:
+        (torch.ones(4, device=device) + 1).sum().item()
+    except Exception as error:
+        arches = ""
+        if device.type == "cuda":
+            arches = f"; this build's GPU targets: {' '.join(torch.cuda.get_arch_list()) or 'none listed'}"
+        raise ProbeError(f"a first kernel on {device} failed ({build}): {_first_line(error)}{arches}") from None
+
+
 def check_device(accelerator: str) -> None:
     build = f"torch {torch.__version__} is a {_build()} build"
-    torch_device(accelerator)  # an unknown name is a ProbeError
+    device = torch_device(accelerator)  # an unknown name is a ProbeError
     if accelerator == "cuda":
         if torch.version.cuda is None or torch.version.hip:
             raise ProbeError(f"entry targets CUDA but {build}")
         if not torch.cuda.is_available():
             raise ProbeError(
-                f"entry targets CUDA but no CUDA device is visible ({build}; torch.cuda.device_count() = "
-                f"{torch.cuda.device_count()}): start the container with --gpus all or the CDI device"
+                f"entry targets CUDA but no CUDA device is usable ({build}; {torch_reason(torch.cuda)}); "
+                "check the driver (this build needs the one its CUDA version names) and the container's GPU "
+                "request (`torchyard doctor`)"
             )
     elif accelerator == "rocm":
         if not torch.version.hip:
             raise ProbeError(f"entry targets ROCm but {build}")
         if not torch.cuda.is_available():
-            raise ProbeError(f"entry targets ROCm but no ROCm device is visible ({build}): pass /dev/kfd and /dev/dri")
+            raise ProbeError(
+                f"entry targets ROCm but no ROCm device is usable ({build}; {torch_reason(torch.cuda)}); "
+                "check /dev/kfd, /dev/dri and the render group (`torchyard doctor`)"
+            )
     elif accelerator == "xpu" and not (hasattr(torch, "xpu") and torch.xpu.is_available()):
+        reason = torch_reason(torch.xpu) if hasattr(torch, "xpu") else "this torch has no torch.xpu"
         raise ProbeError(
-            f"entry targets XPU but no XPU device is visible ({build}): pass /dev/dri and the render group"
+            f"entry targets XPU but no XPU device is usable ({build}; {reason}); check Level Zero and Intel's "
+            "GPU driver in the image, /dev/dri and the render group (`torchyard doctor`)"
         )
     elif accelerator == "mps" and not torch.backends.mps.is_available():
         built = "built with MPS" if torch.backends.mps.is_built() else "not built with MPS"
@@ -66,6 +103,8 @@ def check_device(accelerator: str) -> None:
             f"entry targets MPS but no MPS device is available (torch {torch.__version__}, {built}, "
             f"{platform.system()} {platform.machine()}): MPS needs macOS on Apple silicon"
         )
+    if device.type != "cpu":
+        check_kernel(device, build)
 
 
 def _version(package: str) -> str | None:

@@ -1,8 +1,10 @@
 """Record the vendor packages a base image ships, and verify they are still those bytes.
 
-`record` runs at image build time before anything is installed around the vendor packages;
-`verify` runs after the install (failing the build) and again in the probe when a container starts.
-Stdlib only, so it runs with the base image's own Python before torchyard's dependencies exist.
+`record` runs at image build time before anything is installed around the vendor packages, with the
+base's own interpreter (the one its PATH finds: system, a venv such as AMD's /opt/venv, or a conda env);
+`venv` then makes the venv the suites run in, seeing the vendor packages exactly where that interpreter
+sees them; `verify` runs after the install (failing the build) and again in the probe when a container
+starts. Stdlib only, so it runs with the base image's own Python before torchyard's dependencies exist.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ import argparse
 import hashlib
 import importlib.util
 import json
+import site
+import subprocess
 import sys
+import venv
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
@@ -65,14 +70,23 @@ def _shadowed(module: str, location: str) -> str | None:
     return None if str(Path(origin).resolve()).startswith(location + "/") else origin
 
 
+class RecordError(Exception):
+    """The base does not have what matrix.toml says it ships."""
+
+
 def record(names: Sequence[str]) -> dict[str, Any]:
-    """Name, exact version and file digests of each vendor package; a missing one is an error."""
+    """Name, exact version and file digests of each vendor package, and where this interpreter finds
+    packages (its site folders, in order); a missing package is an error."""
     packages = []
     for name in names:
         try:
             dist = metadata.distribution(name)
         except metadata.PackageNotFoundError:
-            raise SystemExit(f"vendor package {name!r} is not installed in the base image") from None
+            raise RecordError(
+                f"vendor package {name!r} is not installed for the base's {Path(sys.executable).name} "
+                f"({sys.executable}, prefix {sys.prefix}): check [accelerators.<name>.vendor] in matrix.toml "
+                "against the base image"
+            ) from None
         packages.append(
             {
                 "name": name,
@@ -84,7 +98,32 @@ def record(names: Sequence[str]) -> dict[str, Any]:
                 "modules": _modules(dist),
             }
         )
-    return {"format": RECORD_FORMAT, "packages": packages}
+    return {
+        "format": RECORD_FORMAT,
+        "interpreter": sys.executable,
+        "site-dirs": [folder for folder in site.getsitepackages() if Path(folder).is_dir()] if packages else [],
+        "packages": packages,
+    }
+
+
+VENDOR_PTH = "_torchyard_vendor.pth"
+
+
+def make_venv(destination: Path, saved: dict[str, Any]) -> list[str]:
+    """The suites' venv, from this interpreter's base. With vendor packages it sees the base's site
+    folders through a `.pth` file (`site.addsitedir`, so their own `.pth` files apply), after its own
+    site-packages: `--system-site-packages` would show the base *interpreter's* folders, not those of the
+    venv or conda env the vendor packages live in (python/cpython#95469). Returns the folders added."""
+    venv.EnvBuilder(with_pip=True, clear=True).create(destination)
+    folders = list(saved.get("site-dirs", [])) if saved.get("packages") else []
+    if not folders:
+        return []
+    python = destination / "bin" / "python"
+    query = "import json, site; print(json.dumps(site.getsitepackages()))"
+    own = json.loads(subprocess.run([str(python), "-c", query], check=True, capture_output=True, text=True).stdout)
+    lines = "".join(f"import site; site.addsitedir({folder!r})\n" for folder in folders)
+    (Path(own[0]) / VENDOR_PTH).write_text(lines)
+    return folders
 
 
 def verify(saved: dict[str, Any], *, deep: bool) -> list[str]:
@@ -127,17 +166,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     make = commands.add_parser("record", help="record vendor packages into a JSON file")
     make.add_argument("record_file", type=Path)
     make.add_argument("--overrides", type=Path, required=True, help="write uv override pins here")
-    make.add_argument("names", nargs="+")
+    make.add_argument("names", nargs="*")
+    environment = commands.add_parser("venv", help="make the suites' venv, seeing the recorded vendor packages")
+    environment.add_argument("destination", type=Path)
+    environment.add_argument("--record", type=Path, required=True)
     check = commands.add_parser("verify", help="fail if a recorded vendor package changed")
     check.add_argument("record_file", type=Path)
     check.add_argument("--quick", action="store_true", help="sizes instead of bytes (container start)")
     args = parser.parse_args(argv)
     if args.command == "record":
-        saved = record(args.names)
+        try:
+            saved = record(args.names)
+        except RecordError as error:
+            print(f"vendor guard: {error}", file=sys.stderr)
+            return 1
         args.record_file.write_text(json.dumps(saved, indent=2) + "\n")
         args.overrides.write_text(override_pins(saved))
         for package in saved["packages"]:
             print(f"vendor: {package['name']}=={package['version']} ({package['files']} files) {package['digest']}")
+        return 0
+    if args.command == "venv":
+        for folder in make_venv(args.destination, json.loads(args.record.read_text())):
+            print(f"vendor: the venv sees {folder}")
         return 0
     problems = verify(json.loads(args.record_file.read_text()), deep=not args.quick)
     for problem in problems:

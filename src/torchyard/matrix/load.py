@@ -166,9 +166,26 @@ def _accelerators(
             docker_run=_docker_run(table, allowed_docker_run),
             runs_on=table.string_list("runs-on", non_empty=True) or (),
             deployment_target=_deployment_target(table),
+            system_packages=_system_packages(table, name),
         )
         table.finish()
     return configs
+
+
+APT_NAME = re.compile(r"[a-z0-9][a-z0-9.+-]+")
+
+
+def _system_packages(table: Table, accelerator: str) -> tuple[str, ...]:
+    packages = table.string_list("system-packages", required=False) or ()
+    if packages and accelerator in NATIVE_ACCELERATORS:
+        raise table.error("system-packages", f"{accelerator} runs natively (no image to install into): remove it")
+    for position, package in enumerate(packages):
+        if not all(APT_NAME.fullmatch(name) for name in package.split("|")):
+            raise table.error(
+                f"system-packages[{position}]",
+                f'expected a Debian package name, or alternatives as "a|b", got {describe(package)}',
+            )
+    return packages
 
 
 def _docker_run(table: Table, allowed: Collection[str]) -> tuple[str, ...]:

@@ -74,6 +74,7 @@ class AcceleratorConfig:
     docker_run: tuple[str, ...]
     runs_on: tuple[str, ...]
     deployment_target: str | None = None  # MACOSX_DEPLOYMENT_TARGET for resolving macOS wheels
+    system_packages: tuple[str, ...] = ()  # apt packages the image needs ("a|b": the first the base has)
 
     @property
     def native(self) -> bool:

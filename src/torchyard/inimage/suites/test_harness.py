@@ -27,7 +27,7 @@ from torchyard.inimage.parity.harness import Result, evaluate, make_reference
 from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.plugin import _Freezer, worker_id
 from torchyard.inimage.precision import PrecisionError, check_precision
-from torchyard.inimage.probe import ProbeError, check_device, torch_device, unlocked_environment
+from torchyard.inimage.probe import ProbeError, check_device, check_kernel, torch_device, unlocked_environment
 from torchyard.inimage.suites.conftest import _may_run_harness
 from torchyard.inimage.suites.inner import PRELOAD, Beside, Job, WholeRun
 from torchyard.inimage.workers import VISIBLE, device_count, pin_worker_device, xdist_args, xdist_plugin_args
@@ -504,6 +504,36 @@ def test_an_mps_entry_off_apple_silicon_fails_closed() -> None:
         pytest.skip("this machine has an MPS device: the missing-device path cannot be shown here")
     with pytest.raises(ProbeError, match=r"entry targets MPS but no MPS device is available .* MPS needs macOS"):
         check_device("mps")
+
+
+def test_a_cuda_entry_without_a_usable_device_gives_torchs_own_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    """is_available() only says False; torch's init() says why (here: a build without CUDA, the nearest this
+    machine has to a driver too old for the build), and the probe passes that on."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device: the missing-device path cannot be shown here")
+    monkeypatch.setattr(torch.version, "cuda", torch.version.cuda or "13.0")
+    monkeypatch.setattr(torch.version, "hip", None)
+    with pytest.raises(ProbeError) as caught:
+        check_device("cuda")
+    message = str(caught.value)
+    assert message.startswith("entry targets CUDA but no CUDA device is usable (torch ")
+    assert "; torch says: " in message and "(`torchyard doctor`)" in message
+
+
+def test_a_device_whose_first_kernel_fails_is_named_with_the_builds_targets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ROCm build without the GPU's gfx target is 'available' and fails at its first kernel."""
+
+    def no_kernel(*args: object, **kwargs: object) -> torch.Tensor:
+        raise RuntimeError("HIP error: invalid device function\nmore detail")
+
+    monkeypatch.setattr(torch, "ones", no_kernel)
+    monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: ["gfx90a", "gfx942"])
+    with pytest.raises(ProbeError) as caught:
+        check_kernel(torch.device("cuda"), "torch 2.9.1 is a ROCm/HIP 7.2 build")
+    assert str(caught.value) == (
+        "a first kernel on cuda failed (torch 2.9.1 is a ROCm/HIP 7.2 build): RuntimeError: HIP error: invalid "
+        "device function; this build's GPU targets: gfx90a gfx942"
+    )
 
 
 def test_an_unlocked_manifest_lists_every_package_and_the_lock_differences(tmp_path: Path) -> None:
