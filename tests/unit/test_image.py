@@ -205,6 +205,19 @@ def test_an_unreachable_registry_is_one_line_with_the_fix(tree: Path) -> None:
     assert "is not in its registry" in missing and "`nox -s refresh`" in missing
     other = explain_build_failure(entry, plan, CommandError("docker failed", 1, "#9 ERROR: process did not complete\n"))
     assert other == "entry 'cpu': the image build failed: #9 ERROR: process did not complete"
+    # The failing step's own last line, not BuildKit's echo of the whole command (which names the messages
+    # torchyard's steps print, so those are matched only as printed output).
+    step = (
+        '#11 [stage-0 7/13] RUN if ! getent passwd "1000"; then useradd ...; fi; echo "image check: x"\n'
+        "#11 0.085 useradd: UID 1000 is not unique\n"
+        '#11 ERROR: executor failed running [/bin/bash -e -o pipefail -c useradd ... echo "image check: x"]\n'
+    )
+    failed = explain_build_failure(entry, plan, CommandError("docker failed", 1, step))
+    assert failed == "entry 'cpu': the image build failed: useradd: UID 1000 is not unique"
+    check = step.replace("useradd: UID 1000 is not unique", "image check: missing g++")
+    assert explain_build_failure(entry, plan, CommandError("docker failed", 1, check)).endswith(
+        ": image check: missing g++"
+    )
 
 
 def test_the_plan_names_the_accelerators_system_packages_and_image_checks(tree: Path) -> None:

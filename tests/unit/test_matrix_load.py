@@ -335,7 +335,9 @@ def test_compile_modes_become_backend_columns_in_the_run_environment() -> None:
 
 
 def test_system_packages_are_debian_names_with_alternatives() -> None:
-    text = VALID.replace('[accelerators.cpu]\n', '[accelerators.cpu]\nsystem-packages = ["libze1", "libfoo|libbar-2"]\n', 1)
+    text = VALID.replace(
+        "[accelerators.cpu]\n", '[accelerators.cpu]\nsystem-packages = ["libze1", "libfoo|libbar-2"]\n', 1
+    )
     assert parse(text).accelerators[0].system_packages == ("libze1", "libfoo|libbar-2")
     assert error_of(text.replace('"libfoo|libbar-2"', '"libze1; rm -rf /"')) == (
         "matrix.toml: accelerators > cpu > system-packages[1]: expected a Debian package name, or alternatives "

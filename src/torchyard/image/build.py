@@ -122,6 +122,16 @@ STEP_MESSAGE = re.compile(r"^(?:#\d+ \d+\.\d+ )?((?:vendor guard|image check|sys
 MISSING = re.compile(r"manifest unknown|not found|pull access denied|repository does not exist")
 
 
+def failed_step_line(output: str) -> str:
+    """The last line the failing BuildKit step printed (`#12 0.085 useradd: UID 1000 is not unique`), which
+    says more than BuildKit's own `executor failed running [<the whole command>]`."""
+    failed = re.findall(r"^#(\d+) ERROR:", output, re.MULTILINE)
+    if not failed:
+        return ""
+    printed = re.findall(rf"^#{failed[-1]} \d+\.\d+ (.*\S.*)$", output, re.MULTILINE)
+    return proc.redact(printed[-1].strip())[:400] if printed else ""
+
+
 def explain_build_failure(entry: Entry, plan: BuildPlan, error: CommandError) -> str:
     """One line, cause first, with what to do; the build's own output is above it."""
     output = error.output
@@ -141,7 +151,7 @@ def explain_build_failure(entry: Entry, plan: BuildPlan, error: CommandError) ->
     # The guard's, the image check's or the system packages' own output line (BuildKit prefixes it with its
     # step and time) says what and why; the step's echoed command names them too, and is not that line.
     guard = STEP_MESSAGE.search(output)
-    why = guard[1] if guard else cause(output) or f"exit status {error.returncode}"
+    why = guard[1] if guard else failed_step_line(output) or cause(output) or f"exit status {error.returncode}"
     return f"entry {entry.name!r}: the image build failed: {why}"
 
 
