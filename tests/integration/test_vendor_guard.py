@@ -40,7 +40,9 @@ requirements = {requirements}
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("vendor-wheels")
-    write_wheel(folder, "torch", "2.13.0+vendor", files={"torch/__init__.py": b"__version__ = '2.13.0+vendor'\n"})
+    # A ROCm build, as the image check reads it (torch/version.py names its HIP version).
+    vendor = {"torch/__init__.py": b"__version__ = '2.13.0+vendor'\n", "torch/version.py": b"hip = '7.2.41134'\n"}
+    write_wheel(folder, "torch", "2.13.0+vendor", files=vendor)
     write_wheel(folder, "torch", "2.14.0", files={"torch/__init__.py": b"__version__ = '2.14.0'\n"})
     write_wheel(folder, "needs-new-torch", "1.0", requires=["torch>=2.14"])
     write_wheel(folder, "needs-torch", "1.0", requires=["torch"])
@@ -60,6 +62,8 @@ def vendor_base(
         f"FROM {local_base}\nCOPY torch.whl /tmp/torch.whl\n"
         "RUN python3 -c \"import zipfile; zipfile.ZipFile('/tmp/torch.whl').extractall("
         "'/usr/local/lib/python3.11/dist-packages')\" && rm /tmp/torch.whl\n"
+        # ROCm's HIP runtime, where AMD's images keep it (the image check looks for it).
+        "RUN mkdir -p /opt/rocm/lib && touch /opt/rocm/lib/libamdhip64.so.7\n"
     )
     client.images.build(path=str(context), tag=VENDOR_BASE, rm=True)
     return VENDOR_BASE
@@ -79,8 +83,8 @@ def test_unguarded_install_replaces_the_vendor_torch(
     client: docker.DockerClient, vendor_base: str, wheels: Path
 ) -> None:
     script = (
-        "python3 -m venv --system-site-packages /v && /v/bin/python -m torchyard_vendor record /tmp/r.json"
-        " --overrides /tmp/o.txt torch && /v/bin/pip install -q --no-index --find-links /w needs-new-torch"
+        "python3 -m venv --system-site-packages /v && /v/bin/python -m torchyard_vendor record --overrides /tmp/o.txt"
+        " /tmp/r.json torch && /v/bin/pip install -q --no-index --find-links /w needs-new-torch"
         " && /v/bin/python -m torchyard_vendor verify /tmp/r.json"
     )
     vendor_py = Path(__file__).parents[2] / "src" / "torchyard" / "inimage" / "vendor.py"

@@ -135,6 +135,11 @@ def failed_step_line(output: str) -> str:
 def explain_build_failure(entry: Entry, plan: BuildPlan, error: CommandError) -> str:
     """One line, cause first, with what to do; the build's own output is above it."""
     output = error.output
+    # The guard's, the image check's or the system packages' own output line (BuildKit prefixes it with its
+    # step and time) says what and why; the step's echoed command names them too, and is not that line.
+    guard = STEP_MESSAGE.search(output)
+    if guard:
+        return f"entry {entry.name!r}: the image build failed: {guard[1]}"
     base_step = plan.base_image in output and ("load metadata for" in output or "FROM" in output)
     if base_step and UNREACHABLE.search(output):
         return (
@@ -148,10 +153,7 @@ def explain_build_failure(entry: Entry, plan: BuildPlan, error: CommandError) ->
             f"entry {entry.name!r}: base image {plan.base_image} is not in its registry ({cause(output)}); "
             "check the digest in matrix.toml (`nox -s refresh` moves it) or TORCHYARD_BASE_IMAGES"
         )
-    # The guard's, the image check's or the system packages' own output line (BuildKit prefixes it with its
-    # step and time) says what and why; the step's echoed command names them too, and is not that line.
-    guard = STEP_MESSAGE.search(output)
-    why = guard[1] if guard else failed_step_line(output) or cause(output) or f"exit status {error.returncode}"
+    why = failed_step_line(output) or cause(output) or f"exit status {error.returncode}"
     return f"entry {entry.name!r}: the image build failed: {why}"
 
 
