@@ -27,6 +27,7 @@ from torchyard.matrix import Entry, load_plan, narrow_suites, select_entries
 from torchyard.matrix.machine import MEMORY, allowed_docker_run
 from torchyard.matrix.reader import one_line
 from torchyard.names import ACCELERATOR_NAMES, SUITE_NAMES
+from torchyard.trust import TRUST_LEVELS, project_scope, resolve_trust
 from torchyard.util.proc import redact
 
 
@@ -91,6 +92,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="replay the last verdicts (marked replayed) when nothing that decides them changed",
     )
     test.add_argument("--reports", type=Path, default=Path("reports"), help="where reports are written")
+    test.add_argument(
+        "--trust",
+        choices=TRUST_LEVELS,
+        help="trusted or untrusted (default: TORCHYARD_TRUST, else from GitHub Actions' event, else trusted)",
+    )
+    test.add_argument(
+        "--unsandboxed",
+        action="store_true",
+        help="let an untrusted run use --local, --in-place or a native entry (no container around its code)",
+    )
 
     doctor_command = commands.add_parser("doctor", help="what this host offers each accelerator, and what to fix")
     doctor_command.add_argument("--accelerator", action="append", default=[], choices=ACCELERATOR_NAMES)
@@ -166,6 +177,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 reports=args.reports,
                 pytest_args=passthrough,
                 keep=args.keep,
+                trust=resolve_trust(args.trust, os.environ),
+                project=project_scope(args.matrix, os.environ),
+                unsandboxed=args.unsandboxed,
                 env={**os.environ, REUSE_RESULTS: "1"} if args.reuse_results else os.environ,
             )
         return 0

@@ -27,6 +27,7 @@ INDUCTOR_CACHE = "TORCHYARD_INDUCTOR_CACHE"  # the entry's cache root: inductor'
 ARTIFACT_CACHE = "TORCHYARD_ARTIFACT_CACHE"  # "off": lower every program again
 REUSE_RESULTS = "TORCHYARD_REUSE_RESULTS"  # "1": replay the last verdicts when nothing deciding them changed
 IMAGE_ID = "TORCHYARD_IMAGE_ID"  # the image a container runs, for the replay fingerprint
+TRUST = "TORCHYARD_TRUST"  # "trusted" or "untrusted": what the run's caches are scoped by (torchyard.trust)
 AUTOLOAD_OFF = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"  # pytest's own: no plugin loads unless named with -p
 
 # Inside the image (the Dockerfile creates these; a unit test checks that it does).

@@ -9,6 +9,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -18,7 +19,10 @@ from torchyard.commands.build import build_images
 from torchyard.host.facts import gather_host_facts
 from torchyard.image.plan import BuildOptions
 from torchyard.matrix import parse_plan
-from torchyard.run.container import RunPlan, container_name, inductor_volume, run_entry, run_user
+from torchyard.matrix.machine import load_limits
+from torchyard.run.container import RunPlan, container_name, run_entry, run_user
+from torchyard.run.scopes import cache_scope
+from torchyard.run.seal import Seal
 
 pytestmark = pytest.mark.integration
 
@@ -35,11 +39,17 @@ def test_cuda_entry_on_a_cpu_only_host_names_the_missing_device(capsys: pytest.C
 
 
 def _run_with_mounted_test(
-    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient, test_text: str, extra: str = ""
+    tmp_path: Path,
+    machine_env: dict[str, str],
+    client: docker.DockerClient,
+    test_text: str,
+    extra: str = "",
+    **run: Any,
 ) -> tuple[int, RunPlan]:
     """Run the cpu entry's image with one planted test file (bind-mounted: this machine's allow-list
-    permits `--mount` for the test), selecting only that test."""
-    planted = tmp_path / "test_planted.py"
+    permits `--mount` for the test), selecting only that test. `run` sets the plan's trust (`trust`), its
+    project (`project`, else one of this test's own), `seal` and `timeout_s`."""
+    planted = tmp_path / f"test_planted_{uuid.uuid4().hex[:6]}.py"
     planted.write_text(test_text)
     flags = f'{extra}"--mount", "type=bind,source={planted},target=/planted/test_planted.py"'
     text = (
@@ -51,13 +61,17 @@ def _run_with_mounted_test(
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(REPO)
         (image,) = build_images([entry], Path("lockfiles"), BuildOptions(), env=machine_env)
+    name = container_name(entry)
+    project = run.get("project") or f"test{uuid.uuid4().hex[:8]}"
     plan = RunPlan(
         entry="cpu",
         image=image.tag,
-        name=container_name(entry),
+        name=name,
         reports=tmp_path / "reports",
-        volume=inductor_volume(entry),
+        scope=cache_scope(entry, project, run.get("trust", "trusted"), name.rsplit("-", 1)[-1]),
         user=run_user(os.getuid(), os.getgid()),
+        seal=run.get("seal") or Seal(load_limits(machine_env), "4g"),
+        timeout_s=run.get("timeout_s", 0),
     )
     status = run_entry(
         entry, plan, client=client, docker_path="/usr/bin/docker", host=gather_host_facts(client),
@@ -110,7 +124,7 @@ def test_inductors_precompiled_headers_land_in_the_entrys_volume(
     assert status == 0
     listing = client.containers.run(
         "torchyard/base:bookworm", ["ls", "/volume"], remove=True,
-        mounts=[docker.types.Mount("/volume", plan.volume, type="volume")],
+        mounts=[docker.types.Mount("/volume", plan.scope.volume, type="volume")],
     )  # fmt: skip
     assert marker in bytes(listing).decode().split()
 

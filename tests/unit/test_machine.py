@@ -10,6 +10,7 @@ from torchyard.matrix.machine import (
     Limits,
     Source,
     allowed_docker_run,
+    allows_network,
     load_base_overrides,
     load_limits,
     load_mirrors,
@@ -80,10 +81,14 @@ def test_base_image_overrides(tmp_path: Path) -> None:
 def test_limits_and_allowed_flags_come_from_the_machine_file(tmp_path: Path) -> None:
     path = tmp_path / "machine.toml"
     env = {"TORCHYARD_MACHINE_FILE": str(path)}
-    assert load_limits(env) == Limits(None, 4096) and allowed_docker_run(env) == frozenset()
-    path.write_text('[limits]\nmemory = "16g"\npids = 2048\n[allow]\ndocker-run = ["--privileged"]\n')
-    assert load_limits(env) == Limits("16g", 2048)
-    assert allowed_docker_run(env) == frozenset({"--privileged"})
+    assert load_limits(env) == Limits(None, 4096, "4g", "1g", "512m", "6h") and allowed_docker_run(env) == frozenset()
+    assert not allows_network(env)
+    path.write_text(
+        '[limits]\nmemory = "16g"\npids = 2048\ntmp = "8g"\ntimeout = "90m"\n'
+        '[allow]\ndocker-run = ["--privileged"]\nnetwork = true\n'
+    )
+    assert load_limits(env) == Limits("16g", 2048, tmp="8g", timeout="90m")
+    assert allowed_docker_run(env) == frozenset({"--privileged"}) and allows_network(env)
 
 
 @pytest.mark.parametrize(
@@ -91,7 +96,15 @@ def test_limits_and_allowed_flags_come_from_the_machine_file(tmp_path: Path) -> 
     [
         ('[limits]\nmemory = "lots"\n', "limits > memory: expected a size such as \"16g\", got 'lots'"),
         ("[limits]\npids = 3\n", "limits > pids: expected a whole number of at least 64, got 3"),
-        ('[allow]\ndocker-run = "--privileged"\n', 'allow: expected docker-run = ["--flag", ...] only'),
+        (
+            '[allow]\ndocker-run = "--privileged"\n',
+            'allow: expected docker-run = ["--flag", ...] and network = true only',
+        ),
+        (
+            '[limits]\ntimeout = "forever"\n',
+            'limits > timeout: expected a duration such as "6h", "90m" or "600s", got \'forever\'',
+        ),
+        ("[limits]\ntmp = 4\n", 'limits > tmp: expected a size such as "16g", got 4'),
         ("[allow]\na = " + "[" * 5000 + "]" * 5000 + "\n", "cannot read: nested too deeply"),
     ],
 )

@@ -355,3 +355,33 @@ def test_the_shipped_xpu_entry_takes_torch_from_the_xpu_index_alone() -> None:
     xpu = load_plan(Path(__file__).parents[2] / "matrix.toml").entry("xpu").accelerator
     assert xpu.index_strategy == "first-index" and xpu.indexes[0].url == "https://download.pytorch.org/whl/xpu"
     assert {"libze1", "libze-dev"} <= set(xpu.system_packages)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ('["--env", "TORCHYARD_REGISTRY_PASSWORD"]', '--env "TORCHYARD_REGISTRY_PASSWORD" copies the host\'s value'),
+        ('["-e=HOME"]', '-e "HOME" copies the host\'s value'),
+        ('["--env-file", "/root/.env"]', '"--env-file" can give up the container\'s isolation'),
+        ('["--tmpfs", "/tmp:size=100g"]', '"--tmpfs" can give up the container\'s isolation'),
+        ('["--ulimit", "nofile=1048576"]', '"--ulimit" can give up'),
+        ('["--oom-score-adj", "-1000"]', "a negative --oom-score-adj (-1000) shields the container"),
+        ('["--label", "dev.torchyard.trust=trusted"]', "labels under dev.torchyard. are torchyard's own"),
+    ],
+)
+def test_matrix_docker_run_can_only_tighten_the_seal(flags: str, message: str) -> None:
+    text = VALID.replace('docker-run = ["--shm-size", "8g"]', f"docker-run = {flags}")
+    assert error_of(text).startswith("matrix.toml: accelerators > cuda > docker-run[")
+    assert message in error_of(text)
+    assert parse(VALID.replace('docker-run = ["--shm-size", "8g"]', 'docker-run = ["--env", "MODE=ci"]'))
+
+
+def test_an_entry_timeout_is_a_duration() -> None:
+    text = VALID.replace(
+        'requirements = ["torch==2.14.*", "pytest"]', 'requirements = ["torch", "pytest"]\ntimeout = "90m"'
+    )
+    assert parse(text).entry("cpu").timeout == "90m"
+    assert parse(VALID).entry("cpu").timeout == "2h"
+    assert error_of(text.replace('"90m"', '"forever"')) == (
+        'matrix.toml: entry "cpu" > timeout: expected a duration such as "2h", "90m" or "600s", got "forever"'
+    )

@@ -11,7 +11,7 @@ import pytest
 
 from torchyard.errors import UsageError
 from torchyard.inimage.parity.report import write_reports
-from torchyard.run.reports import exclusive_run, fresh_folder, hand_back, read_report
+from torchyard.run.reports import HandBackError, exclusive_run, fresh_folder, hand_back, read_report
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="handing back as root is what can take over host files")
@@ -78,8 +78,50 @@ def test_one_run_per_reports_folder(tmp_path: Path) -> None:
 def test_the_parity_reports_name_the_suites_that_ran(tmp_path: Path) -> None:
     """A run narrowed with `--suite` says so wherever its verdicts are read: a report that looks whole
     would pass for a run of every suite."""
-    manifest = {"accelerator": "cuda", "device": "NVIDIA H200", "torch": "2.11.0"}
+    manifest = {"accelerator": "cuda", "device": "NVIDIA H200", "torch": "2.11.0", "trust": "untrusted"}
     paths = write_reports(tmp_path, [], manifest, {"suites": ["export", "parity"]})
     title = paths["markdown"].read_text().splitlines()[0]
-    assert title == "### torchyard parity: cuda on NVIDIA H200, torch 2.11.0; suites: export, parity"
+    assert title == "### torchyard parity: cuda on NVIDIA H200, torch 2.11.0, untrusted run; suites: export, parity"
     assert json.loads(paths["json"].read_text())["suites"] == ["export", "parity"]
+
+
+def test_a_chain_deeper_than_the_walk_goes_is_removed_without_recursion(tmp_path: Path) -> None:
+    """1,100 folders deep made Python 3.11's os.walk raise RecursionError, and the links in it stayed."""
+    reports = tmp_path / "reports"
+    fresh_folder(reports)
+    (reports / "parity.md").write_text("| table |\n")
+    handle = os.open(reports, os.O_RDONLY)
+    for _ in range(1100):  # by descriptor: the chain's path is longer than the kernel takes in one piece
+        os.mkdir("d", dir_fd=handle)
+        inner = os.open("d", os.O_RDONLY, dir_fd=handle)
+        os.symlink("/etc/hostname", "leak", dir_fd=inner)
+        os.close(handle)
+        handle = inner
+    os.close(handle)
+    removed = hand_back(reports, os.getuid(), os.getgid())
+    assert removed[-1] == "/".join(["d"] * 33) + " (deeper than 32 folders)"
+    assert len(removed) == 33  # the links in the 32 folders kept, and the cut
+    assert all(name.endswith("/leak") for name in removed[:-1])
+    assert (reports / "parity.md").is_file()
+    depth, folder = 0, reports
+    while (folder / "d").is_dir():
+        depth, folder = depth + 1, folder / "d"
+    assert depth == 32 and not list(reports.rglob("leak"))
+    fresh_folder(reports)  # a later run starts from an empty folder, whatever the last one left
+    assert not list(reports.iterdir())
+
+
+def test_more_than_the_machines_limit_fails_the_hand_back_and_empties_the_folder(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    fresh_folder(reports)
+    (reports / "big").write_bytes(b"x" * 5000)
+    (reports / "nested").mkdir()
+    (reports / "nested" / "more").write_bytes(b"x" * 5000)
+    with pytest.raises(HandBackError) as caught:
+        hand_back(reports, os.getuid(), os.getgid(), limit_bytes=8000)
+    assert str(caught.value) == (
+        f"the run left 0 MB in {reports}, over this machine's 0 MB for reports (machine.toml [limits] reports): emptied"
+    )
+    assert reports.is_dir() and not list(reports.iterdir())
+    (reports / "small").write_bytes(b"x")
+    assert hand_back(reports, os.getuid(), os.getgid(), limit_bytes=8000) == []

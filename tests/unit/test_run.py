@@ -12,12 +12,15 @@ import pytest
 
 from torchyard.accelerators import ACCELERATORS, HostFacts
 from torchyard.commands import test as test_command
-from torchyard.errors import DeviceUnavailableError, UsageError
+from torchyard.errors import ConfigError, DeviceUnavailableError, UsageError
 from torchyard.matrix import load_plan
 from torchyard.matrix.machine import Limits
 from torchyard.run.container import RunPlan, docker_run_args, require_device_runtime, run_user
 from torchyard.run.inplace import require_stack, run_in_place
+from torchyard.run.scopes import cache_scope, seed_args
+from torchyard.run.seal import Seal, check_matrix_flags
 from torchyard.run.venv import sync_venv
+from torchyard.trust import RunTrust, Trust
 
 PLAN = load_plan(Path(__file__).parents[2] / "matrix.toml")
 HOST = HostFacts(
@@ -27,14 +30,15 @@ HOST = HostFacts(
 )
 
 
-def run_plan(entry: str) -> RunPlan:
+def run_plan(entry: str, trust: Trust = "trusted") -> RunPlan:
     return RunPlan(
         entry,
         f"torchyard/{entry}:0123456789abcdef",
         f"torchyard-{entry}-1",
         Path("/src/reports/" + entry),
-        f"torchyard-inductor-{entry}",
+        cache_scope(PLAN.entry(entry), "0123abcd4567", trust, "1"),
         "1000:1000",
+        Seal(Limits(), "12g"),
     )
 
 
@@ -42,11 +46,14 @@ def common(entry: str, suites: str = "export,compile,runtime,parity") -> tuple[s
     return (
         "run", "--name", f"torchyard-{entry}-1", "--init",
         "--label", f"dev.torchyard.entry={entry}",
+        "--label", "dev.torchyard.scope=0123abcd4567",
+        "--label", "dev.torchyard.trust=trusted",
         "--user", "1000:1000",
         "--mount", f"type=bind,source=/src/reports/{entry},target=/reports",
-        "--mount", f"type=volume,source=torchyard-inductor-{entry},target=/cache/inductor",
-        "--mount", f"type=volume,source=torchyard-inductor-{entry},target=/tmp/torchinductor_torchyard",
+        "--mount", f"type=volume,source=torchyard-cache-0123abcd4567-{entry},target=/cache/inductor",
+        "--mount", f"type=volume,source=torchyard-cache-0123abcd4567-{entry},target=/tmp/torchinductor_torchyard",
         "--env", "LOGNAME=torchyard",
+        "--env", "TORCHYARD_TRUST=trusted",
         "--workdir", "/workspace",
         "--env", f"TORCHYARD_ACCELERATOR={entry}",
         "--env", "TORCHYARD_BUILTIN_CASES=1",
@@ -60,9 +67,10 @@ def common(entry: str, suites: str = "export,compile,runtime,parity") -> tuple[s
         "--cap-drop", "ALL",
         "--security-opt", "no-new-privileges",
         "--read-only",
-        "--tmpfs", "/tmp:rw,exec,nosuid,nodev,mode=1777",
-        "--tmpfs", "/home/torchyard:rw,exec,nosuid,nodev,mode=1777",
+        "--tmpfs", "/tmp:rw,exec,nosuid,nodev,mode=1777,size=4g",
+        "--tmpfs", "/home/torchyard:rw,exec,nosuid,nodev,mode=1777,size=1g",
         "--pids-limit", "4096",
+        "--memory", "12g", "--memory-swap", "12g",
     )  # fmt: skip
 
 
@@ -144,18 +152,77 @@ def test_root_runs_as_the_image_user() -> None:
     assert run_user(1001, 1002) == "1001:1002"
 
 
-def test_an_entry_that_needs_the_network_says_why_and_keeps_the_rest_of_the_seal() -> None:
+def test_a_network_the_machine_allows_keeps_the_rest_of_the_seal() -> None:
     entry = dataclasses.replace(PLAN.entry("cpu"), network="downloads its weights from the hub")
-    plan = dataclasses.replace(run_plan("cpu"), limits=Limits(memory="8g", pids=512))
+    plan = dataclasses.replace(run_plan("cpu"), seal=Seal(Limits(memory="8g", pids=512), "8g", network=True))
     args = docker_run_args(entry, plan, HOST, {}, [])
     assert "--network" not in args
     seal = args[args.index("--cap-drop") :]
     assert seal[:10] == (
         "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--read-only",
-        "--tmpfs", "/tmp:rw,exec,nosuid,nodev,mode=1777", "--tmpfs", "/home/torchyard:rw,exec,nosuid,nodev,mode=1777",
+        "--tmpfs", "/tmp:rw,exec,nosuid,nodev,mode=1777,size=4g",
+        "--tmpfs", "/home/torchyard:rw,exec,nosuid,nodev,mode=1777,size=1g",
         "--pids-limit",
     )  # fmt: skip
     assert seal[10:15] == ("512", "--memory", "8g", "--memory-swap", "8g")
+
+
+def test_an_untrusted_run_mounts_its_own_cache_seeded_from_the_trusted_scope() -> None:
+    plan = run_plan("cpu", "untrusted")
+    args = docker_run_args(PLAN.entry("cpu"), plan, HOST, {}, [])
+    own = "torchyard-cache-0123abcd4567-cpu-untrusted-1"
+    assert f"type=volume,source={own},target=/cache/inductor" in args
+    assert "dev.torchyard.trust=untrusted" in args and "TORCHYARD_TRUST=untrusted" in args
+    assert not any("source=torchyard-cache-0123abcd4567-cpu," in arg for arg in args)  # never the trusted scope
+    assert plan.scope.ephemeral and plan.scope.seed == "torchyard-cache-0123abcd4567-cpu"
+    assert seed_args(plan.scope, image="img", user="1000:1000", name="n") == (
+        "run", "--rm", "--name", "n-seed", "--network", "none", "--cap-drop", "ALL",
+        "--security-opt", "no-new-privileges", "--read-only", "--user", "1000:1000",
+        "--mount", "type=volume,source=torchyard-cache-0123abcd4567-cpu,target=/seed,readonly",
+        "--mount", f"type=volume,source={own},target=/cache/inductor",
+        "--entrypoint", "cp", "img", "-R", "--preserve=mode,timestamps", "/seed/.", "/cache/inductor/",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--memory", "64g"), "docker-run[0]: --memory 64g is above this machine's 12g (machine.toml [limits])"),
+        (("--memory-swap=-1",), "docker-run[0]: --memory-swap -1 is above this machine's 12g"),
+        (("--pids-limit=-1",), "docker-run[0]: --pids-limit -1 is above this machine's 4096"),
+        (("--shm-size", "1g", "--pids-limit", "100000"), "docker-run[2]: --pids-limit 100000 is above"),
+    ],
+)
+def test_a_matrix_flag_may_lower_a_machine_limit_never_raise_it(flags: tuple[str, ...], message: str) -> None:
+    entry = PLAN.entry("cpu")
+    raised = dataclasses.replace(entry, accelerator=dataclasses.replace(entry.accelerator, docker_run=flags))
+    with pytest.raises(ConfigError) as caught:
+        check_matrix_flags(raised, run_plan("cpu").seal)
+    assert str(caught.value).startswith(f"matrix.toml: accelerators > cpu > {message}")
+    assert str(caught.value).endswith("matrix.toml may lower a limit, never raise it")
+    lowered = ("--memory", "2g", "--pids-limit=512")
+    check_matrix_flags(
+        dataclasses.replace(entry, accelerator=dataclasses.replace(entry.accelerator, docker_run=lowered)),
+        run_plan("cpu").seal,
+    )
+
+
+def test_untrusted_runs_are_refused_outside_a_container_unless_unsandboxed(tmp_path: Path) -> None:
+    def nothing_runs(args: object, **kwargs: object) -> None:
+        raise AssertionError(f"ran {args!r}")
+
+    modes: tuple[test_command.Mode, ...] = ("local", "in-place")
+    for mode in modes:
+        with pytest.raises(UsageError) as caught:
+            test_command.test_entries(
+                [PLAN.entry("cpu")], mode=mode, lockdir=tmp_path, reports=tmp_path, pytest_args=[],
+                trust=RunTrust("untrusted", "the pull_request event"), runner=nothing_runs,  # type: ignore[arg-type]
+                env={},
+            )  # fmt: skip
+        assert str(caught.value) == (
+            f"an untrusted run (the pull_request event) does not run cpu unsandboxed: --{mode} runs the project's "
+            "code on this host, with its files and environment; pass --unsandboxed to run it anyway"
+        )
 
 
 def test_a_native_entry_on_the_wrong_host_stops_before_any_venv_or_docker(tmp_path: Path) -> None:

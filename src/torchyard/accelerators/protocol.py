@@ -24,6 +24,7 @@ class HostFacts:
     nvidia_hook: bool = False  # nvidia-container-runtime-hook is installed: the engine serves `--gpus`
     # PCI vendor ids of the host's display and accelerator devices; None where sysfs could not be read.
     gpu_vendors: frozenset[str] | None = None
+    memory_bytes: int = 0  # the engine's memory (`docker info`: MemTotal); 0 where unknown
     system: str = "Linux"  # platform.system()
     machine: str = "x86_64"  # platform.machine()
 

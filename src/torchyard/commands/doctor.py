@@ -13,9 +13,9 @@ from torchyard.accelerators.protocol import PCI_VENDORS, HostFacts
 from torchyard.errors import DockerUnavailableError, TorchyardError
 from torchyard.host.engine import build_client, engine
 from torchyard.host.facts import gather_host_facts
-from torchyard.matrix.machine import load_limits
+from torchyard.matrix.machine import MEMORY_SHARE, load_limits
 from torchyard.names import AcceleratorName
-from torchyard.run.container import sealing_args
+from torchyard.run.seal import Seal, default_memory, sealing_args
 from torchyard.util import proc
 from torchyard.util.markdown import markdown_table
 
@@ -85,7 +85,8 @@ def doctor(
         )
         problems += [f"{name}: {problem}" for problem in missing]
     sys.stdout.write(markdown_table(("host", "found"), facts_rows) + "\n")
-    sealed = shlex.join(sealing_args(load_limits(env)))
+    limits = load_limits(env)
+    sealed = shlex.join(sealing_args(Seal(limits, default_memory(limits, host.memory_bytes, MEMORY_SHARE))))
     sys.stdout.write(f"Every test container is sealed first: {sealed}\n\n")
     headers = (
         "accelerator",

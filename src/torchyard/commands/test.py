@@ -14,23 +14,25 @@ from typing import Literal
 
 from torchyard import contract
 from torchyard.commands.build import build_images
-from torchyard.errors import DockerUnavailableError
+from torchyard.errors import ConfigError, DockerUnavailableError, UsageError
 from torchyard.host.engine import build_client, engine
 from torchyard.host.facts import gather_host_facts
 from torchyard.image.plan import BuildOptions
-from torchyard.matrix.machine import load_limits
+from torchyard.matrix.machine import MEMORY_SHARE, Limits, allows_network, duration_seconds, load_limits
 from torchyard.matrix.schema import Entry
 from torchyard.run.container import (
     RunPlan,
     container_name,
-    inductor_volume,
     require_device_runtime,
     run_entry,
     run_user,
 )
 from torchyard.run.inplace import run_in_place
 from torchyard.run.reports import read_report
+from torchyard.run.scopes import cache_scope
+from torchyard.run.seal import Seal, default_memory
 from torchyard.run.venv import run_local
+from torchyard.trust import TRUST_ENV, RunTrust, project_scope, resolve_trust
 from torchyard.util import proc
 from torchyard.util.markdown import append_step_summary, markdown_table
 
@@ -55,6 +57,9 @@ def test_entries(
     reports: Path,
     pytest_args: Sequence[str],
     keep: bool = False,
+    trust: RunTrust | None = None,
+    project: str = "",
+    unsandboxed: bool = False,
     runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
 ) -> int:
@@ -62,8 +67,20 @@ def test_entries(
 
     `container` runs each entry in its image, except native ones (MPS), which run in a venv made from
     their lock once the host is shown to have their device; `local` runs every entry in such a venv;
-    `in-place` runs in the current environment, unlocked, and says so in the report.
+    `in-place` runs in the current environment, unlocked, and says so in the report. `trust` (resolved from
+    the environment when not given) decides the cache scope; an untrusted run is refused outside a
+    container unless `unsandboxed`.
     """
+    trust = trust or resolve_trust(None, env)
+    env = {**env, TRUST_ENV: trust.level}
+    print(f"torchyard: {trust.level} run ({trust.why})", file=sys.stderr, flush=True)
+    bare = [entry.name for entry in entries if mode != "container" or entry.accelerator.native]
+    if bare and not trust.trusted and not unsandboxed:
+        where = f"--{mode}" if mode != "container" else "a native entry"
+        raise UsageError(
+            f"an untrusted run ({trust.why}) does not run {', '.join(bare)} unsandboxed: {where} runs the "
+            "project's code on this host, with its files and environment; pass --unsandboxed to run it anyway"
+        )
     if mode == "in-place":
         statuses = []
         for entry in entries:
@@ -81,8 +98,34 @@ def test_entries(
         _summarize(reports / f"{entry.name}-local", env)
     contained = [entry for entry in entries if entry not in native]
     if contained:
-        statuses.append(_in_containers(contained, lockdir, reports, pytest_args, keep=keep, runner=runner, env=env))
+        scope = project or project_scope(Path("matrix.toml"), env)
+        statuses.append(
+            _in_containers(
+                contained, lockdir, reports, pytest_args, keep=keep, trust=trust, project=scope, runner=runner, env=env
+            )
+        )
     return _first_failure(statuses)
+
+
+def _network(entry: Entry, trust: RunTrust, env: Mapping[str, str]) -> bool:
+    """An entry's `network` takes the machine's permission, and a trusted run."""
+    if entry.network is None:
+        return False
+    if not allows_network(env):
+        raise ConfigError(
+            f'matrix.toml: entry "{entry.name}" > network: this machine does not let tests reach the network '
+            "(machine.toml [allow] network = true)"
+        )
+    if not trust.trusted:
+        print(f"torchyard: untrusted run: entry {entry.name!r}'s tests get no network", file=sys.stderr)
+    return trust.trusted
+
+
+def _timeout(entry: Entry, limits: Limits) -> int:
+    wanted, cap = duration_seconds(entry.timeout), duration_seconds(limits.timeout)
+    if wanted > cap:
+        print(f"torchyard: entry {entry.name!r}: timeout {entry.timeout} capped at this machine's {limits.timeout}")
+    return min(wanted, cap)
 
 
 def _first_failure(statuses: Sequence[int]) -> int:
@@ -96,6 +139,8 @@ def _in_containers(
     pytest_args: Sequence[str],
     *,
     keep: bool,
+    trust: RunTrust,
+    project: str,
     runner: proc.Runner,
     env: Mapping[str, str],
 ) -> int:
@@ -110,18 +155,26 @@ def _in_containers(
     built = build_images(entries, lockdir, BuildOptions(), client=client, cli=cli, runner=runner, env=env)
     rows = []
     limits = load_limits(env)
+    memory = default_memory(limits, host.memory_bytes, MEMORY_SHARE)
     for entry, image in zip(entries, built, strict=True):
+        name = container_name(entry)
         plan = RunPlan(
             entry=entry.name,
             image=image.tag,
-            name=container_name(entry),
+            name=name,
             reports=(reports / entry.name).resolve(),
-            volume=inductor_volume(entry),
+            scope=cache_scope(entry, project, trust.level, name.rsplit("-", 1)[-1]),
             user=run_user(os.getuid(), os.getgid()),
-            limits=limits,
+            seal=Seal(limits, memory, network=_network(entry, trust, env)),
             image_id=str(client.images.get(image.tag).id),
+            timeout_s=_timeout(entry, limits),
         )
-        print(f"running {entry.name} in {plan.name}; reports in {plan.reports}", file=sys.stderr, flush=True)
+        print(
+            f"running {entry.name} in {plan.name} ({trust.level}; cache {plan.scope.volume}); reports in "
+            f"{plan.reports}",
+            file=sys.stderr,
+            flush=True,
+        )
         status = run_entry(
             entry, plan, client=client, docker_path=cli.path, host=host, pytest_args=pytest_args, keep=keep,
             runner=runner, env=env,

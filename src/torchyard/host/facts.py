@@ -87,6 +87,7 @@ def gather_host_facts(client: docker.DockerClient | None) -> HostFacts:
         cdi_devices=devices,
         nvidia_hook=shutil.which(NVIDIA_HOOK) is not None,
         gpu_vendors=gpu_vendors(),
+        memory_bytes=int(info.get("MemTotal") or 0),
         system=platform.system(),
         machine=platform.machine(),
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import platform
 import re
 import sys
@@ -16,6 +17,7 @@ from typing import Any
 
 import torch
 
+from torchyard import contract
 from torchyard.inimage import vendor
 from torchyard.names import ACCELERATOR_NAMES, TORCH_DEVICES
 
@@ -149,6 +151,7 @@ def manifest(accelerator: str, precision_settings: dict[str, object]) -> dict[st
         "driver": _driver(),
         "device": _cpu_name(),
         "precision": precision_settings,
+        "trust": os.environ.get(contract.TRUST, "trusted"),
     }
     if info["torch_tensorrt"] is not None:
         import tensorrt

@@ -11,6 +11,7 @@ from typing import Any, cast
 
 from torchyard.errors import ConfigError
 from torchyard.matrix import values
+from torchyard.matrix.machine import DURATION
 from torchyard.matrix.project import load_project
 from torchyard.matrix.reader import Table, describe
 from torchyard.matrix.schema import (
@@ -40,6 +41,7 @@ PYTHON_VERSION = re.compile(r"3\.(0|[1-9][0-9]*)")
 ENTRY_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 IMAGE_REF = re.compile(r"(?P<name>[a-z0-9][A-Za-z0-9._/:-]*)@(?P<digest>sha256:[0-9a-f]{64})")
 DEFAULT_PLATFORM = "x86_64-manylinux_2_28"
+DEFAULT_TIMEOUT = "2h"
 TOLERANCE_FIELDS = ("max-scaled-error", "max-rel-l2", "min-cosine")
 
 
@@ -286,6 +288,9 @@ def _entry(
             "precision", "fp16 on the CPU is refused: CPU kernels would silently compute in full precision; use bf16"
         )
     network = table.optional_string("network")
+    timeout = table.string("timeout", default=DEFAULT_TIMEOUT)
+    if not DURATION.fullmatch(timeout):
+        raise table.error("timeout", f'expected a duration such as "2h", "90m" or "600s", got {describe(timeout)}')
     tests = table.string_list("tests", required=False) or ()
     project = _project(table, folder, tests)
     builtin_cases = table.boolean("builtin-cases", default=True)
@@ -307,6 +312,7 @@ def _entry(
         builtin_cases=builtin_cases,
         compile_modes=compile_modes,
         network=network,
+        timeout=timeout,
     )
     table.finish()
     return entry

@@ -75,37 +75,100 @@ def _from_file(path: Path, table_name: str) -> dict[str, str]:
     return dict(table)
 
 
+SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+DURATION = re.compile(r"([1-9][0-9]*)([smh])")
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def size_bytes(size: str) -> int:
+    """`16g` as bytes (docker's units: b, k, m, g; none is bytes)."""
+    unit = size[-1] if size[-1] in SIZE_UNITS else ""
+    return int(size[: len(size) - len(unit)]) * SIZE_UNITS[unit]
+
+
+def duration_seconds(duration: str) -> int:
+    match = DURATION.fullmatch(duration)
+    if match is None:
+        raise ValueError(duration)
+    return int(match[1]) * DURATION_UNITS[match[2]]
+
+
 @dataclass(frozen=True)
 class Limits:
-    """What a test container may use on this machine: `[limits]` in machine.toml."""
+    """What a test container may use on this machine: `[limits]` in machine.toml. matrix.toml may lower
+    any of them for its entries, never raise one."""
 
-    memory: str | None = None  # docker's --memory ("16g"); None leaves it to the engine
+    memory: str | None = None  # docker's --memory ("16g"); None: MEMORY_SHARE of the engine's memory
     pids: int = DEFAULT_PIDS
+    tmp: str = "4g"  # the size of the container's private /tmp (a tmpfs: it counts as the container's memory)
+    home: str = "1g"  # the size of its private home folder (a tmpfs too)
+    reports: str = "512m"  # the most a run may hand back in its reports folder
+    timeout: str = "6h"  # the longest an entry's `timeout` may be
+
+
+MEMORY_SHARE = 0.75
+LIMIT_KEYS = ("memory", "pids", "tmp", "home", "reports", "timeout")
+
+
+def _size(path: Path, key: str, value: object) -> str:
+    if not isinstance(value, str) or not MEMORY.fullmatch(value):
+        raise ConfigError(f'{path}: limits > {key}: expected a size such as "16g", got {value!r}')
+    return value
 
 
 def load_limits(env: Mapping[str, str] = os.environ) -> Limits:
     path = machine_file(env)
     table = _machine_data(path).get("limits", {})
-    if not isinstance(table, dict) or set(table) - {"memory", "pids"}:
-        raise ConfigError(f'{path}: limits: expected memory = "16g" and pids = 4096 only')
+    if not isinstance(table, dict) or set(table) - set(LIMIT_KEYS):
+        raise ConfigError(f"{path}: limits: expected only {', '.join(LIMIT_KEYS)}")
+    defaults = Limits()
     memory, pids = table.get("memory"), table.get("pids", DEFAULT_PIDS)
-    if memory is not None and (not isinstance(memory, str) or not MEMORY.fullmatch(memory)):
-        raise ConfigError(f'{path}: limits > memory: expected a size such as "16g", got {memory!r}')
+    if memory is not None:
+        _size(path, "memory", memory)
     if isinstance(pids, bool) or not isinstance(pids, int) or pids < 64:
         raise ConfigError(f"{path}: limits > pids: expected a whole number of at least 64, got {pids!r}")
-    return Limits(memory, pids)
+    timeout = table.get("timeout", defaults.timeout)
+    if not isinstance(timeout, str) or not DURATION.fullmatch(timeout):
+        raise ConfigError(
+            f'{path}: limits > timeout: expected a duration such as "6h", "90m" or "600s", got {timeout!r}'
+        )
+    return Limits(
+        memory,
+        pids,
+        tmp=_size(path, "tmp", table.get("tmp", defaults.tmp)),
+        home=_size(path, "home", table.get("home", defaults.home)),
+        reports=_size(path, "reports", table.get("reports", defaults.reports)),
+        timeout=timeout,
+    )
+
+
+def _allow_table(env: Mapping[str, str]) -> tuple[Path, dict[str, object]]:
+    path = machine_file(env)
+    table = _machine_data(path).get("allow", {})
+    if not isinstance(table, dict) or set(table) - {"docker-run", "network"}:
+        raise ConfigError(f'{path}: allow: expected docker-run = ["--flag", ...] and network = true only')
+    return path, table
 
 
 def allowed_docker_run(env: Mapping[str, str] = os.environ) -> frozenset[str]:
     """`docker run` flags this machine allows matrix.toml to use although they give up isolation."""
-    path = machine_file(env)
-    table = _machine_data(path).get("allow", {})
-    flags = table.get("docker-run", []) if isinstance(table, dict) else None
-    if not isinstance(table, dict) or set(table) - {"docker-run"} or not isinstance(flags, list):
-        raise ConfigError(f'{path}: allow: expected docker-run = ["--flag", ...] only')
+    path, table = _allow_table(env)
+    flags = table.get("docker-run", [])
+    if not isinstance(flags, list):
+        raise ConfigError(f'{path}: allow: expected docker-run = ["--flag", ...] and network = true only')
     if not all(isinstance(flag, str) and flag.startswith("-") for flag in flags):
         raise ConfigError(f'{path}: allow > docker-run: expected flags such as "--privileged"')
     return frozenset(flags)
+
+
+def allows_network(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether this machine lets an entry's tests have a network (`[allow] network = true`); matrix.toml's
+    `network` key alone never does, and an untrusted run never gets one."""
+    path, table = _allow_table(env)
+    allowed = table.get("network", False)
+    if not isinstance(allowed, bool):
+        raise ConfigError(f"{path}: allow > network: expected true or false, got {allowed!r}")
+    return allowed
 
 
 def load_registry_name(env: Mapping[str, str] = os.environ) -> str | None:

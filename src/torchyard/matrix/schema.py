@@ -102,6 +102,7 @@ class Entry:
     builtin_cases: bool = True
     compile_modes: tuple[str, ...] = ("default",)
     network: str | None = None  # why this entry's tests need the network; None keeps them off it
+    timeout: str = "2h"  # the longest a run of the entry may take (capped by the machine's [limits] timeout)
 
     @property
     def indexes(self) -> tuple[Index, ...]:

@@ -19,12 +19,13 @@ from torchyard.matrix.reader import Table, describe
 from torchyard.names import BACKEND_NAMES, COMPILE_MODES, PRECISION_DTYPES
 
 SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
-# `docker run` flags that cannot widen what a test container reaches (resources, environment, labels).
+# `docker run` flags that cannot widen what a test container reaches (resources, environment, labels); their
+# values are checked too (an environment variable needs its value, a resource limit may only be lowered: see
+# torchyard.run.seal). `--tmpfs`, `--ulimit` and `--cpu-shares` can raise what the machine gives a run.
 SAFE_DOCKER_RUN = frozenset(
     {
         "--shm-size", "--memory", "--memory-swap", "--memory-reservation", "--cpus", "--cpuset-cpus",
-        "--cpu-shares", "--ulimit", "--env", "-e", "--label", "-l", "--stop-timeout", "--pids-limit",
-        "--tmpfs", "--oom-score-adj",
+        "--env", "-e", "--label", "-l", "--stop-timeout", "--pids-limit", "--oom-score-adj",
     }
 )  # fmt: skip
 TOLERANCE_BACKENDS = (*BACKEND_NAMES, *(f"inductor:{mode}" for mode in COMPILE_MODES if mode != "default"), "*")
@@ -77,14 +78,32 @@ def bound(table: Table, key: str, value: float | None) -> None:
 
 
 def docker_run(table: Table, key: str, flags: tuple[str, ...], allowed: Collection[str]) -> None:
-    """Each flag (`--name` or `--name=value`) must be in SAFE_DOCKER_RUN or the machine's allow-list."""
+    """Each flag (`--name` or `--name=value`) must be in SAFE_DOCKER_RUN or the machine's allow-list, with a
+    value that cannot reach the host: `--env` sets NAME=value (a bare NAME copies the host's value in, the
+    runner's secrets among them), labels leave torchyard's own alone, `--oom-score-adj` is not negative."""
     for position, item in enumerate(flags):
         if not item.startswith("-"):
             continue
-        flag = item.split("=", 1)[0]
+        flag, separator, value = item.partition("=")
+        if not separator:
+            value = flags[position + 1] if position + 1 < len(flags) else ""
         if flag not in SAFE_DOCKER_RUN and flag not in allowed:
             raise table.error(
                 f"{key}[{position}]",
                 f"{describe(item)} can give up the container's isolation; a machine that accepts that allows it "
                 f'in its own machine.toml ([allow] docker-run = ["{flag}"]), never in matrix.toml',
+            )
+        if flag in allowed:
+            continue
+        if flag in ("--env", "-e") and "=" not in value:
+            raise table.error(
+                f"{key}[{position}]",
+                f"{flag} {describe(value)} copies the host's value into the container; give the value "
+                '("NAME=value"): a test never sees the runner\'s environment',
+            )
+        if flag in ("--label", "-l") and value.startswith("dev.torchyard."):
+            raise table.error(f"{key}[{position}]", "labels under dev.torchyard. are torchyard's own")
+        if flag == "--oom-score-adj" and value.startswith("-"):
+            raise table.error(
+                f"{key}[{position}]", f"a negative --oom-score-adj ({value}) shields the container from the OOM killer"
             )

@@ -7,8 +7,10 @@ come back through a writable mount owned by the calling user, and the container 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -22,14 +24,18 @@ from torchyard import contract
 from torchyard.accelerators import ACCELERATORS
 from torchyard.accelerators.protocol import HostFacts
 from torchyard.errors import DeviceUnavailableError, TorchyardError
-from torchyard.matrix.machine import Limits
+from torchyard.matrix.machine import Limits, size_bytes
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
-from torchyard.run.reports import exclusive_run, fresh_folder, hand_back
+from torchyard.run.reports import exclusive_run, fresh_folder, hand_back, read_report
+from torchyard.run.scopes import CacheScope, seed_args
+from torchyard.run.seal import Seal, check_matrix_flags, sealing_args
+from torchyard.trust import TRUST_ENV
 from torchyard.util import proc
 
 IMAGE_USER = "1000:1000"
 OOM_STATUS = 137
+TIMEOUT_STATUS = 124  # as timeout(1) exits
 
 
 @dataclass(frozen=True)
@@ -38,37 +44,15 @@ class RunPlan:
     image: str
     name: str
     reports: Path
-    volume: str
+    scope: CacheScope
     user: str
-    limits: Limits = field(default_factory=Limits)
+    seal: Seal = field(default_factory=lambda: Seal(Limits(), "0"))
     image_id: str = ""  # for result replay: the image is part of what decides the verdicts
-
-
-def sealing_args(limits: Limits, *, network: bool = False) -> tuple[str, ...]:
-    """What keeps a test container from reaching the host: no network (unless the entry says why it needs
-    one), no capabilities, no privilege gain through setuid, a read-only root with private scratch space,
-    and this machine's pids and memory limits. The accelerator's device flags come after these."""
-    no_network = () if network else ("--network", "none")
-    memory = ("--memory", limits.memory, "--memory-swap", limits.memory) if limits.memory else ()
-    scratch = "rw,exec,nosuid,nodev,mode=1777"
-    return (
-        *no_network,
-        "--cap-drop", "ALL",
-        "--security-opt", "no-new-privileges",
-        "--read-only",
-        "--tmpfs", f"/tmp:{scratch}",
-        "--tmpfs", f"{contract.IMAGE_HOME}:{scratch}",
-        "--pids-limit", str(limits.pids),
-        *memory,
-    )  # fmt: skip
+    timeout_s: int = 0  # stop the container after this long (0: never)
 
 
 def container_name(entry: Entry) -> str:
     return f"torchyard-{entry.name}-{uuid.uuid4().hex[:8]}"
-
-
-def inductor_volume(entry: Entry) -> str:
-    return f"torchyard-inductor-{entry.name}"
 
 
 def run_user(uid: int, gid: int) -> str:
@@ -87,16 +71,17 @@ def docker_run_args(
     }
     return (
         "run", "--name", plan.name, "--init",
-        "--label", f"dev.torchyard.entry={entry.name}",
+        *(arg for key, value in plan.scope.labels(entry).items() for arg in ("--label", f"{key}={value}")),
         "--user", plan.user,
         "--mount", f"type=bind,source={plan.reports},target={contract.IMAGE_REPORTS}",
-        "--mount", f"type=volume,source={plan.volume},target={contract.IMAGE_CACHE}",
-        "--mount", f"type=volume,source={plan.volume},target={contract.IMAGE_INDUCTOR_DEFAULT}",
+        "--mount", f"type=volume,source={plan.scope.volume},target={contract.IMAGE_CACHE}",
+        "--mount", f"type=volume,source={plan.scope.volume},target={contract.IMAGE_INDUCTOR_DEFAULT}",
         "--env", f"LOGNAME={contract.IMAGE_LOGNAME}",
+        "--env", f"{TRUST_ENV}={plan.scope.trust}",
         "--workdir", contract.IMAGE_PROJECT,
         *(arg for key, value in sorted(suite_env.items()) for arg in ("--env", f"{key}={value}")),
         *replay_args(plan, env),
-        *sealing_args(plan.limits, network=entry.network is not None),
+        *sealing_args(plan.seal),
         *accelerator.docker_run_args(host, env),
         *entry.accelerator.docker_run,
         plan.image,
@@ -133,7 +118,7 @@ def require_device_runtime(entry: Entry, host: HostFacts, env: Mapping[str, str]
 
 
 @contextmanager
-def prepared_reports(path: Path, uid: int, gid: int) -> Iterator[None]:
+def prepared_reports(path: Path, uid: int, gid: int, limit_bytes: int | None = None) -> Iterator[None]:
     """This run's reports folder: held against concurrent runs, empty at the start, writable by the
     container's user, and handed back afterwards without following anything the container left in it."""
     with exclusive_run(path):
@@ -144,9 +129,11 @@ def prepared_reports(path: Path, uid: int, gid: int) -> Iterator[None]:
         try:
             yield
         finally:
-            removed = hand_back(path, uid, gid) if uid == 0 else hand_back(path, os.getuid(), os.getgid())
-            for name in removed:
+            removed = hand_back(path, os.getuid(), os.getgid(), limit_bytes=limit_bytes)
+            for name in removed[:10]:
                 print(f"torchyard: removed {name} from the reports: not a regular file or folder", file=sys.stderr)
+            if len(removed) > 10:
+                print(f"torchyard: removed {len(removed) - 10} more such entries from the reports", file=sys.stderr)
 
 
 def _remove(client: docker.DockerClient, name: str) -> int | None:
@@ -158,6 +145,72 @@ def _remove(client: docker.DockerClient, name: str) -> int | None:
     state = container.attrs.get("State", {})
     container.remove(force=True)
     return OOM_STATUS if state.get("OOMKilled") else None
+
+
+def _volume_exists(client: docker.DockerClient, name: str) -> bool:
+    try:
+        client.volumes.get(name)
+    except docker.errors.NotFound:
+        return False
+    return True
+
+
+def prepare_cache(
+    entry: Entry,
+    plan: RunPlan,
+    *,
+    client: docker.DockerClient,
+    docker_path: str,
+    runner: proc.Runner,
+    env: Mapping[str, str],
+) -> None:
+    """The run's cache volume, labelled with its scope; an untrusted run's is a fresh copy of the trusted
+    scope (when there is one: an untrusted run never creates it)."""
+    scope = plan.scope
+    client.volumes.create(scope.volume, labels=scope.labels(entry))
+    if scope.seed is not None and _volume_exists(client, scope.seed):
+        runner((docker_path, *seed_args(scope, image=plan.image, user=plan.user, name=plan.name)), env=env)
+        print(
+            f"torchyard: untrusted run: the cache starts as a copy of the trusted scope {scope.seed}", file=sys.stderr
+        )
+
+
+class _Deadline:
+    """Stops the container when the run's time is up (docker stop: SIGTERM, then SIGKILL after 10 s)."""
+
+    def __init__(self, client: docker.DockerClient, name: str, seconds: int) -> None:
+        self.passed = False
+        self._timer = threading.Timer(seconds, self._stop, args=(client, name)) if seconds > 0 else None
+
+    def _stop(self, client: docker.DockerClient, name: str) -> None:
+        self.passed = True
+        with contextlib.suppress(docker.errors.APIError):  # gone already
+            client.containers.get(name).stop(timeout=10)
+
+    def __enter__(self) -> _Deadline:
+        if self._timer is not None:
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+def format_duration(seconds: int) -> str:
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def note_timeout(reports: Path, entry: Entry, timeout: str) -> str:
+    """The one line a run stopped at its deadline gets, also at the end of parity.md (the step summary)."""
+    line = f"entry {entry.name!r} ran past its timeout of {timeout}: the container was stopped"
+    existing = read_report(reports / contract.PARITY_MARKDOWN) or ""
+    (reports / contract.PARITY_MARKDOWN).write_text(f"{existing}\n**Stopped**: {line}\n")
+    return line
 
 
 def run_entry(
@@ -172,18 +225,31 @@ def run_entry(
     runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
 ) -> int:
-    """Run the container to completion and return its exit status (the suites' status)."""
+    """Run the container to completion (or its deadline) and return its exit status (the suites' status)."""
     require_device_runtime(entry, host, env)
-    client.volumes.create(plan.volume, labels={"dev.torchyard.entry": entry.name})
+    check_matrix_flags(entry, plan.seal)
     args = (docker_path, *docker_run_args(entry, plan, host, env, pytest_args))
     status: int | None = None
     oom: int | None = None
-    with prepared_reports(plan.reports, os.getuid(), os.getgid()):
-        try:
-            status = runner(args, check=False, env=env).returncode
-        finally:
-            if not keep:
-                oom = _remove(client, plan.name)
+    try:
+        prepare_cache(entry, plan, client=client, docker_path=docker_path, runner=runner, env=env)
+        limit = size_bytes(plan.seal.limits.reports)
+        with (
+            prepared_reports(plan.reports, os.getuid(), os.getgid(), limit),
+            _Deadline(client, plan.name, plan.timeout_s) as deadline,
+        ):
+            try:
+                status = runner(args, check=False, env=env).returncode
+            finally:
+                if not keep:
+                    oom = _remove(client, plan.name)
+    finally:
+        if plan.scope.ephemeral and not keep:
+            with contextlib.suppress(docker.errors.APIError):
+                client.volumes.get(plan.scope.volume).remove(force=True)
+    if deadline.passed:
+        print(f"torchyard: {note_timeout(plan.reports, entry, format_duration(plan.timeout_s))}", file=sys.stderr)
+        return TIMEOUT_STATUS
     if oom is not None or status == OOM_STATUS:
         cause = "out of memory" if oom is not None else "SIGKILL (out of memory, or stopped from outside)"
         print(f"torchyard: the container for entry {entry.name!r} was killed: {cause}", file=sys.stderr)

@@ -3,19 +3,9 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from torchyard import contract
 from torchyard.matrix.schema import Entry
-
-CACHES = Path(".torchyard") / "cache"
-
-
-def local_cache(entry: Entry) -> str:
-    """The entry's cache on this machine (`--local` and `--in-place`): outside the reports folder, which every
-    run empties, so inductor's caches, the artifacts and the replayed results stay warm. Both modes share it:
-    every key in it names the versions it was made with."""
-    return str((CACHES / entry.name).absolute())
 
 
 def tolerance_overrides(entry: Entry) -> str:

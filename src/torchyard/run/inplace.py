@@ -17,8 +17,10 @@ from torchyard import contract
 from torchyard.errors import UsageError
 from torchyard.lock.lockfile import lock_path
 from torchyard.matrix.schema import Entry
-from torchyard.run.environment import entry_environment, local_cache
+from torchyard.run.environment import entry_environment
 from torchyard.run.interpreter import run_suites
+from torchyard.run.scopes import local_cache
+from torchyard.trust import level_of
 from torchyard.util import proc
 
 
@@ -30,7 +32,7 @@ def in_place_environment(entry: Entry, lockdir: Path, report_dir: Path, env: Map
         **env,
         **entry_environment(entry, str(report_dir)),
         contract.UNLOCKED: str(lock.resolve()) if lock.is_file() else "",
-        contract.INDUCTOR_CACHE: local_cache(entry),
+        contract.INDUCTOR_CACHE: local_cache(entry, level_of(env)),
     }
 
 

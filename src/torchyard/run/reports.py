@@ -2,7 +2,11 @@
 at the start, and nothing followed on the way back (links are removed, never chowned or read through).
 
 A test in the container can create `reports/x -> /etc/shadow`; a root caller that followed it would hand
-a host file to the container's user or copy it into a public step summary.
+a host file to the container's user or copy it into a public step summary. It can also leave a chain of
+folders thousands deep, thousands of entries, or gigabytes: the walk is iterative through folder
+descriptors (at most MAX_DEPTH open at once, no path ever resolved), what lies deeper is removed, and more
+than the machine's `reports` limit fails the run with the folder emptied. Removal flattens a tree into its
+top folder as it goes, so no depth or width can exhaust the stack or the descriptors.
 """
 
 from __future__ import annotations
@@ -10,14 +14,20 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import shutil
 import stat
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from torchyard.errors import UsageError
+from torchyard.errors import TorchyardError, UsageError
+
+MAX_DEPTH = 32
+DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+
+
+class HandBackError(TorchyardError):
+    """The reports could not be handed back whole and safe; the folder was emptied."""
 
 
 def _usable_folder(path: Path) -> None:
@@ -49,28 +59,120 @@ def fresh_folder(path: Path) -> None:
     """An empty folder at `path` (a previous run's reports are removed; links in it are not followed)."""
     _usable_folder(path)
     if path.exists():
-        shutil.rmtree(path)
-    path.mkdir(parents=True)
+        empty_folder(path)
+    else:
+        path.mkdir(parents=True)
 
 
-def hand_back(path: Path, uid: int, gid: int) -> list[str]:
-    """Remove every link and special file under `path`, then give the rest to uid:gid without following
-    anything. Returns what was removed, relative to `path`."""
+def _remove_entry(parent: int, name: str, holding: int, counter: list[int]) -> None:
+    """Remove `name` in the folder `parent`: a folder's subfolders are first moved up into `holding` (under
+    unique names) and removed in turn, so nothing is ever deeper than one level."""
+    pending = [(parent, name)]
+    while pending:
+        folder, entry = pending.pop()
+        try:
+            os.unlink(entry, dir_fd=folder)
+            continue
+        except IsADirectoryError:
+            pass
+        except PermissionError:  # Linux says EPERM, not EISDIR, for unlink on a folder
+            if not stat.S_ISDIR(os.stat(entry, dir_fd=folder, follow_symlinks=False).st_mode):
+                raise
+        handle = os.open(entry, DIRECTORY_FLAGS, dir_fd=folder)
+        try:
+            with os.scandir(handle) as children:
+                names = [(child.name, child.is_dir(follow_symlinks=False)) for child in children]
+            for child, is_folder in names:
+                if is_folder:
+                    counter[0] += 1
+                    moved = f".torchyard-removing-{counter[0]}"
+                    os.rename(child, moved, src_dir_fd=handle, dst_dir_fd=holding)
+                    pending.append((holding, moved))
+                else:
+                    os.unlink(child, dir_fd=handle)
+        finally:
+            os.close(handle)
+        os.rmdir(entry, dir_fd=folder)
+
+
+def empty_folder(path: Path) -> None:
+    """Remove everything in `path` (the folder itself stays), whatever its depth; no link is followed."""
+    top = os.open(path, DIRECTORY_FLAGS)
+    try:
+        with os.scandir(top) as children:
+            names = [child.name for child in children]
+        counter = [0]
+        for name in names:
+            _remove_entry(top, name, top, counter)
+    finally:
+        os.close(top)
+
+
+def hand_back(path: Path, uid: int, gid: int, *, limit_bytes: int | None = None) -> list[str]:
+    """Remove every link and special file under `path` and everything deeper than MAX_DEPTH folders, then
+    give the rest to uid:gid without following anything. Returns what was removed, relative to `path`.
+
+    Fails closed: an error on the way, or more than `limit_bytes` of files, empties the folder and raises
+    `HandBackError`."""
     removed: list[str] = []
-    for folder, folders, files in os.walk(path, followlinks=False):
-        for name in [*folders, *files]:
-            entry = Path(folder) / name
-            mode = entry.lstat().st_mode
-            if stat.S_ISLNK(mode) or not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                entry.unlink()
-                removed.append(str(entry.relative_to(path)))
+    total = 0
+    top = os.open(path, DIRECTORY_FLAGS)
+    counter = [0]
+    stack: list[tuple[int, Iterator[os.DirEntry[str]], str, int]] = []
+    try:
+        stack.append((top, _entries(top), "", 0))
+        while stack:
+            handle, children, prefix, depth = stack[-1]
+            child = next(children, None)
+            if child is None:
+                if handle != top:
+                    os.close(handle)
+                stack.pop()
+                continue
+            relative = prefix + child.name
+            mode = child.stat(follow_symlinks=False).st_mode
+            if stat.S_ISDIR(mode) and depth + 1 > MAX_DEPTH:
+                _remove_entry(handle, child.name, top, counter)
+                removed.append(f"{relative} (deeper than {MAX_DEPTH} folders)")
+            elif stat.S_ISDIR(mode):
+                os.chown(child.name, uid, gid, dir_fd=handle, follow_symlinks=False)
+                inner = os.open(child.name, DIRECTORY_FLAGS, dir_fd=handle)
+                stack.append((inner, _entries(inner), relative + "/", depth + 1))
+            elif stat.S_ISREG(mode):
+                total += child.stat(follow_symlinks=False).st_size
+                os.chown(child.name, uid, gid, dir_fd=handle, follow_symlinks=False)
             else:
-                os.lchown(entry, uid, gid)
-        folders[:] = [
-            name for name in folders if (Path(folder) / name).is_dir() and not (Path(folder) / name).is_symlink()
-        ]
-    os.lchown(path, uid, gid)
+                os.unlink(child.name, dir_fd=handle)
+                removed.append(relative)
+        os.fchown(top, uid, gid)
+    except OSError as error:
+        _give_up(path, stack, top)
+        raise HandBackError(f"the reports in {path} could not be handed back ({error.strerror}): emptied") from None
+    finally:
+        os.close(top)
+    if limit_bytes is not None and total > limit_bytes:
+        empty_folder(path)
+        raise HandBackError(
+            f"the run left {total / 1e6:.0f} MB in {path}, over this machine's {limit_bytes / 1e6:.0f} MB for "
+            "reports (machine.toml [limits] reports): emptied"
+        )
     return removed
+
+
+def _entries(handle: int) -> Iterator[os.DirEntry[str]]:
+    with os.scandir(handle) as children:
+        return iter(list(children))
+
+
+def _give_up(path: Path, stack: list[tuple[int, Iterator[os.DirEntry[str]], str, int]], top: int) -> None:
+    for handle, _, _, _ in stack:
+        if handle != top:
+            os.close(handle)
+    stack.clear()
+    try:
+        empty_folder(path)
+    except OSError as error:
+        raise HandBackError(f"the reports in {path} could not be vetted nor emptied ({error.strerror})") from None
 
 
 def read_report(path: Path) -> str | None:

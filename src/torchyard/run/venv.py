@@ -20,8 +20,10 @@ from torchyard.lock.lockfile import lock_path
 from torchyard.lock.resolve import uv_version
 from torchyard.matrix.machine import Source, extra_find_links, load_mirrors, sources_for
 from torchyard.matrix.schema import Entry
-from torchyard.run.environment import entry_environment, local_cache
+from torchyard.run.environment import entry_environment
 from torchyard.run.interpreter import run_suites
+from torchyard.run.scopes import local_cache
+from torchyard.trust import level_of
 from torchyard.util import proc
 from torchyard.util.atomic import write_atomically
 
@@ -130,7 +132,7 @@ def run_local(
         **env,
         **entry_environment(entry, str(report_dir)),
         "PATH": f"{(venv / 'bin').absolute()}{os.pathsep}{env.get('PATH', '')}",
-        contract.INDUCTOR_CACHE: local_cache(entry),
+        contract.INDUCTOR_CACHE: local_cache(entry, level_of(env)),
     }
     return run_suites(
         entry,

@@ -90,6 +90,7 @@ def markdown(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any], 
     )  # fmt: skip
     device = manifest.get("device", "?")
     title = f"### torchyard parity: {manifest.get('accelerator', '?')} on {device}, torch {manifest.get('torch', '?')}"
+    title += f", {manifest.get('trust', 'trusted')} run"
     title += f"; suites: {', '.join(suites)}\n\n" if suites else "\n\n"
     counts = {outcome: sum(1 for r in records if r["outcome"] == outcome) for outcome in VERDICTS}
     summary = ", ".join(f"{count} {VERDICTS[outcome]}" for outcome, count in counts.items() if count)

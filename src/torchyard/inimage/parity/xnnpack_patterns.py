@@ -17,6 +17,10 @@ which the passes call by module attribute.
   target or a literal the encoding does not know is not stored; the process keeps the graphs it made.
 - A hit is read through the cache's digest (a corrupt entry is made again) and decoded; an entry that does
   not decode (an op this ExecuTorch lacks) leaves the modules' functions as they are.
+- Decoding never runs what an entry says: FX pastes node names and placeholder targets into the `forward`
+  it generates and executes, so every one must be a plain identifier, the ops are the three a pattern has
+  (placeholder, call_function, output), and the graph must print as the entry recorded it before a
+  `GraphModule` (which generates and executes that code) is made of it.
 - The patterns only choose how a program is lowered: every program is still run and compared.
 """
 
@@ -26,6 +30,7 @@ import hashlib
 import importlib
 import inspect
 import json
+import keyword
 import platform
 import tempfile
 from collections.abc import Callable, Mapping
@@ -39,7 +44,8 @@ from torch.fx import Graph, GraphModule, Node
 from torchyard import contract
 from torchyard.inimage.parity.artifacts import ArtifactCache, entry_cache, versions
 
-FORMAT = 1
+FORMAT = 2
+PATTERN_OPS = frozenset({"placeholder", "call_function", "output"})
 SUFFIX = ".patterns.json"
 PATTERN_MODULES = (
     "executorch.backends.xnnpack.partition.graphs.sdpa",
@@ -134,20 +140,21 @@ def _make(
     return {}
 
 
-def faithful(graph: GraphModule) -> list[list[Any]]:
-    """`graph` encoded, once its decoding has been checked to print as it does and to match it."""
+def faithful(graph: GraphModule) -> dict[str, Any]:
+    """`graph` encoded with how it prints, once its decoding has been checked to print as it does and to
+    match it."""
     from torch.fx.passes.utils.matcher_utils import SubgraphMatcher
 
-    nodes = encode(graph)
+    stored = {"nodes": encode(graph), "print": str(graph.graph)}
     try:
-        decoded = decode(json.loads(json.dumps(nodes)))
+        decoded = decode(json.loads(json.dumps(stored)))
     except Exception as error:  # a module's attribute or submodule (get_attr, call_module) is not written
         raise Unstorable(f"a pattern does not decode: {error}") from error
     if str(decoded.graph) != str(graph.graph):
         raise Unstorable("a decoded pattern does not print as its original")
     if not SubgraphMatcher(decoded.graph, ignore_literals=True).match(graph.graph):
         raise Unstorable("a decoded pattern does not match its original")
-    return nodes
+    return stored
 
 
 def encode(graph: GraphModule) -> list[list[Any]]:
@@ -157,10 +164,27 @@ def encode(graph: GraphModule) -> list[list[Any]]:
     ]
 
 
-def decode(nodes: list[list[Any]]) -> GraphModule:
+def _identifier(value: object) -> str:
+    if not isinstance(value, str) or not value.isidentifier() or keyword.iskeyword(value):
+        raise ValueError(f"not a plain identifier: {str(value)[:80]!r}")
+    return value
+
+
+def decode(stored: Mapping[str, Any]) -> GraphModule:
+    """The stored graph, checked before any code is generated from it (see the module's docstring)."""
     graph, made = Graph(), dict[str, Node]()
-    for op, name, target, args, kwargs in nodes:
-        made[name] = graph.create_node(op, _resolve(target), _unvalue(args, made), _unvalue(kwargs, made), name=name)
+    for op, name, target, args, kwargs in stored["nodes"]:
+        if op not in PATTERN_OPS:
+            raise ValueError(f"an op a pattern does not have: {str(op)[:40]!r}")
+        resolved = _resolve(target)
+        if op == "placeholder":
+            _identifier(resolved)
+        node = graph.create_node(op, resolved, _unvalue(args, made), _unvalue(kwargs, made), name=_identifier(name))
+        if node.name != name:  # FX renamed it (a clash): the entry is not what was stored
+            raise ValueError(f"node {name!r} does not keep its name")
+        made[name] = node
+    if str(graph) != stored["print"]:
+        raise ValueError("the decoded graph does not print as stored")
     return GraphModule(torch.nn.Module(), graph)
 
 

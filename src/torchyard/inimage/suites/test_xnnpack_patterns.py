@@ -12,6 +12,7 @@ from types import ModuleType
 
 import pytest
 import torch
+from torch.fx import Graph
 from torch.fx.passes.utils.matcher_utils import SubgraphMatcher
 
 from torchyard import contract
@@ -141,12 +142,42 @@ def test_an_entry_that_does_not_decode_is_not_used(tmp_path: Path, target: dict[
     nodes = [["placeholder", "x", {"name": "x"}, {"tuple": []}, {"dict": []}],
              ["call_function", "y", target, {"tuple": [{"node": "x"}]}, {"dict": []}],
              ["output", "output", {"name": "output"}, {"tuple": [{"node": "y"}]}, {"dict": []}]]  # fmt: skip
-    planted.write_text(json.dumps({"format": 1, "sdpa": [nodes], "bilinear": []}))
+    planted.write_text(json.dumps({"format": 2, "sdpa": [{"nodes": nodes, "print": ""}], "bilinear": []}))
     store.store(pattern_key(sdpa, bilinear), SUFFIX, planted, {})
     own = sdpa.get_graphs
     assert load_into(store, sdpa, bilinear) == "live"
     assert sdpa.get_graphs is own
     assert printed(sdpa.get_graphs()) and sdpa.MADE == ["sdpa"]
+
+
+@pytest.mark.parametrize("where", ["placeholder-target", "node-name"])
+def test_a_stored_name_with_code_in_it_never_runs(tmp_path: Path, where: str) -> None:
+    """FX pastes placeholder targets and node names into the `forward` it generates and executes: a name
+    such as `x=__import__(...)` would run when the graph module is made. The entry is not used, and the
+    code does not run, even with its print recorded exactly (a forger can make that too)."""
+    import operator
+
+    marker = tmp_path / "ran"
+    code = f"x=__import__('pathlib').Path({str(marker)!r}).touch()"
+    name, target = ("x", code) if where == "placeholder-target" else (code, "x")
+    graph = Graph()
+    x = graph.create_node("placeholder", target, name=name)
+    graph.output((graph.call_function(operator.neg, (x,)),))
+    nodes = [[node.op, node.name, {"name": node.target} if isinstance(node.target, str) else None, None, None]
+             for node in graph.nodes]  # fmt: skip
+    nodes[0][3:] = [{"tuple": []}, {"dict": []}]
+    nodes[1][2:] = [{"python": ["_operator", "neg"]}, {"tuple": [{"node": nodes[0][1]}]}, {"dict": []}]
+    nodes[2][3:] = [{"tuple": [{"tuple": [{"node": nodes[1][1]}]}]}, {"dict": []}]
+    stored = {"nodes": nodes, "print": str(graph)}
+    with pytest.raises(ValueError, match="not a plain identifier"):
+        decode(json.loads(json.dumps(stored)))
+    store = ArtifactCache(tmp_path / "cache")
+    sdpa, bilinear = stand_ins(tmp_path)
+    planted = tmp_path / "planted.json"
+    planted.write_text(json.dumps({"format": 2, "sdpa": [stored], "bilinear": []}))
+    store.store(pattern_key(sdpa, bilinear), SUFFIX, planted, {})
+    assert load_into(store, sdpa, bilinear) == "live"
+    assert not marker.exists()
 
 
 def test_a_changed_pattern_module_is_a_miss(tmp_path: Path) -> None:

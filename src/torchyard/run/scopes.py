@@ -1,0 +1,86 @@
+"""The entry's cache, scoped by project and trust as GitHub scopes its cache.
+
+Everything a run leaves for a later one (inductor's caches and C++ headers, lowered programs, stored
+patterns, replay records) lives under the entry's cache root, so scoping the root scopes them all:
+
+- a trusted run reads and writes `torchyard-cache-<project>-<entry>`, which nothing else writes;
+- an untrusted run gets a volume of its own, seeded with a copy of the trusted one (it starts warm) and
+  removed when it ends: what it writes reaches no later run, and it never writes the trusted scope.
+
+`--local` and `--in-place` keep the same two scopes in `.torchyard/cache/` (they are per checkout already).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from torchyard import contract
+from torchyard.matrix.schema import Entry
+from torchyard.trust import Trust
+
+CACHES = Path(".torchyard") / "cache"
+UNTRUSTED_CACHES = Path(".torchyard") / "cache-untrusted"
+ENTRY_LABEL = "dev.torchyard.entry"
+SCOPE_LABEL = "dev.torchyard.scope"
+TRUST_LABEL = "dev.torchyard.trust"
+SEED_TARGET = "/seed"
+
+
+@dataclass(frozen=True)
+class CacheScope:
+    volume: str  # what the run mounts, writable
+    seed: str | None  # the trusted volume an untrusted run starts from, copied (read-only) into its own
+    project: str
+    trust: Trust
+
+    @property
+    def ephemeral(self) -> bool:
+        """Removed when the run ends: an untrusted run's writes reach no later run."""
+        return self.trust == "untrusted"
+
+    def labels(self, entry: Entry) -> dict[str, str]:
+        return {ENTRY_LABEL: entry.name, SCOPE_LABEL: self.project, TRUST_LABEL: self.trust}
+
+
+def cache_scope(entry: Entry, project: str, trust: Trust, run_id: str) -> CacheScope:
+    trusted = f"torchyard-cache-{project}-{entry.name}"
+    if trust == "trusted":
+        return CacheScope(trusted, None, project, trust)
+    return CacheScope(f"{trusted}-untrusted-{run_id}", trusted, project, trust)
+
+
+def seed_args(scope: CacheScope, *, image: str, user: str, name: str) -> tuple[str, ...]:
+    """`docker run` that copies the trusted scope into the untrusted run's own volume, sealed like a test
+    container (the copy runs the image's `cp`, no code of the project's)."""
+    assert scope.seed is not None
+    return (
+        "run", "--rm", "--name", f"{name}-seed",
+        "--network", "none", "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--read-only",
+        "--user", user,
+        "--mount", f"type=volume,source={scope.seed},target={SEED_TARGET},readonly",
+        "--mount", f"type=volume,source={scope.volume},target={contract.IMAGE_CACHE}",
+        "--entrypoint", "cp", image,
+        "-R", "--preserve=mode,timestamps", f"{SEED_TARGET}/.", f"{contract.IMAGE_CACHE}/",
+    )  # fmt: skip
+
+
+def local_cache(entry: Entry, trust: Trust) -> str:
+    """The entry's cache on this machine (`--local` and `--in-place`): outside the reports folder, which every
+    run empties, so inductor's caches, the artifacts and the replayed results stay warm. Both modes share it:
+    every key in it names the versions it was made with. An untrusted run (`--unsandboxed` only) gets a fresh
+    copy of the trusted one in `.torchyard/cache-untrusted/`; nothing it writes is read by a trusted run."""
+    trusted = (CACHES / entry.name).absolute()
+    if trust == "trusted":
+        return str(trusted)
+    own = (UNTRUSTED_CACHES / entry.name).absolute()
+    if own.is_symlink() or own.is_file():
+        own.unlink()
+    elif own.exists():
+        shutil.rmtree(own)
+    if trusted.is_dir():
+        shutil.copytree(trusted, own, symlinks=True)
+    else:
+        own.mkdir(parents=True)
+    return str(own)

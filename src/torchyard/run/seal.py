@@ -1,0 +1,91 @@
+"""The seal around a test container, and the rule that matrix.toml can only tighten it.
+
+matrix.toml comes from the pull request under test, so nothing in it may widen what the container reaches
+or uses: its resource flags may lower this machine's limits (machine.toml `[limits]`), never raise them; a
+network needs the machine's permission (`[allow] network = true`) and a trusted run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from torchyard import contract
+from torchyard.errors import ConfigError
+from torchyard.matrix.machine import Limits, size_bytes
+from torchyard.matrix.schema import Entry
+
+SCRATCH = "rw,exec,nosuid,nodev,mode=1777"
+
+
+@dataclass(frozen=True)
+class Seal:
+    """What this run's container gets: the machine's limits (memory resolved to bytes) and a network or not."""
+
+    limits: Limits
+    memory: str  # docker's --memory for this run: the machine's, else its share of the engine's memory
+    network: bool = False
+
+
+def sealing_args(seal: Seal) -> tuple[str, ...]:
+    """What keeps a test container from reaching the host: no network (unless the machine allows the entry
+    one and the run is trusted), no capabilities, no privilege gain through setuid, a read-only root with
+    private scratch space of bounded size, and this machine's pids and memory limits. The accelerator's
+    device flags and matrix.toml's own flags (checked by `check_matrix_flags`) come after these."""
+    limits = seal.limits
+    return (
+        *(() if seal.network else ("--network", "none")),
+        "--cap-drop", "ALL",
+        "--security-opt", "no-new-privileges",
+        "--read-only",
+        "--tmpfs", f"/tmp:{SCRATCH},size={limits.tmp}",
+        "--tmpfs", f"{contract.IMAGE_HOME}:{SCRATCH},size={limits.home}",
+        "--pids-limit", str(limits.pids),
+        *(("--memory", seal.memory, "--memory-swap", seal.memory) if seal.memory != "0" else ()),
+    )  # fmt: skip
+
+
+def _flag_values(flags: tuple[str, ...]) -> Iterator[tuple[int, str, str]]:
+    """(position, flag, value) for each `--flag value` or `--flag=value` in a docker-run list."""
+    for position, item in enumerate(flags):
+        if not item.startswith("-"):
+            continue
+        flag, separator, value = item.partition("=")
+        if not separator and position + 1 < len(flags) and not flags[position + 1].startswith("-"):
+            value = flags[position + 1]
+        yield position, flag, value
+
+
+def check_matrix_flags(entry: Entry, seal: Seal) -> None:
+    """A matrix.toml resource flag above this machine's limit is one line naming machine.toml."""
+    machine = {"--memory": seal.memory, "--memory-swap": seal.memory, "--pids-limit": str(seal.limits.pids)}
+    for position, flag, value in _flag_values(entry.accelerator.docker_run):
+        if flag not in machine:
+            continue
+        limit = machine[flag]
+        if flag == "--pids-limit":
+            above = not value.isdigit() or int(value) == 0 or int(value) > int(limit)
+        else:
+            above = limit != "0" and _bytes(value) > _bytes(limit)
+        if above:
+            raise ConfigError(
+                f"matrix.toml: accelerators > {entry.accelerator.name} > docker-run[{position}]: {flag} {value} is "
+                f"above this machine's {limit} (machine.toml [limits]); matrix.toml may lower a limit, never raise it"
+            )
+
+
+def _bytes(value: str) -> int:
+    """A size in bytes; -1 (unlimited) and anything unreadable count as above any limit."""
+    try:
+        size = size_bytes(value.lower())
+    except (ValueError, KeyError, IndexError):
+        return 1 << 62
+    return size if size >= 0 else 1 << 62
+
+
+def default_memory(limits: Limits, engine_memory: int, share: float) -> str:
+    """The machine's memory limit, else `share` of the engine's memory (in MiB); "0" leaves it unlimited
+    only where the engine does not say how much it has."""
+    if limits.memory:
+        return limits.memory
+    return f"{int(engine_memory * share) >> 20}m" if engine_memory > 0 else "0"

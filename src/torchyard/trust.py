@@ -1,0 +1,86 @@
+"""Whether a run is trusted: what it may read and write of the caches, and what it may build.
+
+`--trust` wins, then `TORCHYARD_TRUST`, then GitHub Actions' event: a pull request (of any kind, from a fork
+or not) is untrusted, and so is a push, schedule or dispatch anywhere but the default branch; a push,
+schedule or dispatch on the default branch is trusted. Outside Actions a person's own run is trusted.
+Every cache a run reads back lives in a scope named by the project and the trust (see `cache_scope`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, get_args
+
+from torchyard import contract
+from torchyard.errors import UsageError
+
+Trust = Literal["trusted", "untrusted"]
+TRUST_LEVELS: tuple[Trust, ...] = get_args(Trust)
+TRUST_ENV = contract.TRUST
+TRUSTED_EVENTS = frozenset({"push", "schedule", "workflow_dispatch", "merge_group"})
+
+
+@dataclass(frozen=True)
+class RunTrust:
+    level: Trust
+    why: str  # for the run's header: where the level came from
+
+    @property
+    def trusted(self) -> bool:
+        return self.level == "trusted"
+
+
+def _parse(value: str, origin: str) -> Trust:
+    if value not in TRUST_LEVELS:
+        raise UsageError(f"{origin}: expected trusted or untrusted, got {value!r}")
+    return value
+
+
+def _event(env: Mapping[str, str]) -> Mapping[str, object]:
+    path = env.get("GITHUB_EVENT_PATH")
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8")) if path else {}
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _default_branch(event: Mapping[str, object]) -> str | None:
+    repository = event.get("repository")
+    branch = repository.get("default_branch") if isinstance(repository, dict) else None
+    return branch if isinstance(branch, str) else None
+
+
+def resolve_trust(flag: str | None, env: Mapping[str, str]) -> RunTrust:
+    """The run's trust, and why (the flag, the variable, or the Actions event)."""
+    if flag:
+        return RunTrust(_parse(flag, "--trust"), "--trust")
+    if env.get(TRUST_ENV):
+        return RunTrust(_parse(env[TRUST_ENV], TRUST_ENV), TRUST_ENV)
+    if env.get("GITHUB_ACTIONS") != "true":
+        return RunTrust("trusted", "outside GitHub Actions")
+    name = env.get("GITHUB_EVENT_NAME", "")
+    if name not in TRUSTED_EVENTS:
+        return RunTrust("untrusted", f"the {name or 'unknown'} event")
+    ref = env.get("GITHUB_REF_NAME", "")
+    default = _default_branch(_event(env))
+    if default is not None and ref == default and env.get("GITHUB_REF_TYPE", "branch") == "branch":
+        return RunTrust("trusted", f"{name} on the default branch {default}")
+    return RunTrust("untrusted", f"{name} on {ref or 'an unknown ref'}, not the default branch {default or '?'}")
+
+
+def level_of(env: Mapping[str, str]) -> Trust:
+    """The level `torchyard test` resolved and put in the run's environment; trusted where none was set
+    (a direct call, a person's own run)."""
+    return "untrusted" if env.get(TRUST_ENV) == "untrusted" else "trusted"
+
+
+def project_scope(matrix: Path, env: Mapping[str, str]) -> str:
+    """A short name for the project: its GitHub repository where Actions says it, else its matrix's folder.
+    No two projects on a runner share a cache."""
+    identity = env.get("GITHUB_REPOSITORY") or str(matrix.resolve().parent)
+    return hashlib.sha256(identity.encode()).hexdigest()[:12]

@@ -1,0 +1,169 @@
+"""An attacker's run, then a trusted run, on the real engine: nothing the first writes reaches the second,
+the host or the reports; and every run is bounded (time, scratch space, what it hands back)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import docker
+import pytest
+
+from torchyard.matrix.machine import Limits
+from torchyard.run.seal import Seal
+
+from .test_run import _run_with_mounted_test
+
+pytestmark = pytest.mark.integration
+
+# What a pull request's test would leave for the next run: a pickle beside inductor's cached graphs, a
+# pickled weight in a lowered program, a pattern-store entry with code in a name, a forged replay record.
+PLANTS = (
+    "0/fxgraph/ab/abcdef/planted.pickle",
+    "artifacts/0123.pt2",
+    "artifacts/0456.patterns.json",
+    "results/record.json",
+)
+ATTACKER = f"""
+from pathlib import Path
+
+def test_plant():
+    cache = Path("/cache/inductor")
+    assert (cache / "trusted-marker").read_text() == "from a trusted run"  # the copy it started from
+    for name in {PLANTS!r}:
+        (cache / name).parent.mkdir(parents=True, exist_ok=True)
+        (cache / name).write_text("planted by an untrusted run")
+    (cache / "trusted-marker").write_text("overwritten by an untrusted run")
+"""
+TRUSTED_FIRST = """
+from pathlib import Path
+
+def test_warm_the_cache():
+    (Path("/cache/inductor") / "trusted-marker").write_text("from a trusted run")
+"""
+TRUSTED_AFTER = f"""
+from pathlib import Path
+
+def test_nothing_planted():
+    cache = Path("/cache/inductor")
+    assert (cache / "trusted-marker").read_text() == "from a trusted run"
+    assert not [name for name in {PLANTS!r} if (cache / name).exists()]
+"""
+
+
+def _volumes(client: docker.DockerClient, project: str) -> dict[str, dict[str, str]]:
+    found = client.volumes.list(filters={"label": f"dev.torchyard.scope={project}"})
+    return {str(volume.name): dict(volume.attrs.get("Labels") or {}) for volume in found}
+
+
+def test_an_untrusted_run_starts_warm_and_reaches_no_later_trusted_run(
+    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project = f"test{uuid.uuid4().hex[:8]}"
+    trusted_volume = f"torchyard-cache-{project}-cpu"
+    try:
+        status, _ = _run_with_mounted_test(tmp_path / "1", machine_env, client, TRUSTED_FIRST, project=project)
+        assert status == 0
+        status, plan = _run_with_mounted_test(
+            tmp_path / "2", machine_env, client, ATTACKER, project=project, trust="untrusted"
+        )
+        assert status == 0, capsys.readouterr()
+        assert f"the cache starts as a copy of the trusted scope {trusted_volume}" in capsys.readouterr().err
+        # Its own volume is gone; the trusted scope is the only one left, labelled as such.
+        assert _volumes(client, project) == {
+            trusted_volume: {
+                "dev.torchyard.entry": "cpu",
+                "dev.torchyard.scope": project,
+                "dev.torchyard.trust": "trusted",
+            }
+        }
+        assert plan.scope.volume != trusted_volume
+        status, _ = _run_with_mounted_test(tmp_path / "3", machine_env, client, TRUSTED_AFTER, project=project)
+        assert status == 0, capsys.readouterr()
+    finally:
+        for name in _volumes(client, project):
+            client.volumes.get(name).remove(force=True)
+
+
+def test_an_untrusted_run_before_any_trusted_one_creates_no_trusted_scope(
+    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient
+) -> None:
+    project = f"test{uuid.uuid4().hex[:8]}"
+    cold = "def test_cold():\n    import os\n    assert os.listdir('/cache/inductor') == []\n"
+    status, _ = _run_with_mounted_test(tmp_path, machine_env, client, cold, project=project, trust="untrusted")
+    assert status == 0
+    assert _volumes(client, project) == {}
+
+
+DEEP_LINKS = """
+import os
+from pathlib import Path
+
+def test_plant_a_deep_tree_of_links():
+    handle = os.open("/reports", os.O_RDONLY)
+    for _ in range(1100):
+        os.mkdir("d", dir_fd=handle)
+        inner = os.open("d", os.O_RDONLY, dir_fd=handle)
+        os.symlink("/etc/hostname", "leak", dir_fd=inner)
+        os.close(handle)
+        handle = inner
+    for number in range(20):
+        Path(f"/reports/top{number}").symlink_to("/etc/hostname")
+"""
+
+
+def test_a_deep_tree_of_links_in_the_reports_is_cut_and_never_followed(
+    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, plan = _run_with_mounted_test(tmp_path, machine_env, client, DEEP_LINKS)
+    err = capsys.readouterr().err
+    assert status == 0, err
+    assert "torchyard: removed top" in err or "torchyard: removed d/leak" in err
+    assert "more such entries from the reports" in err  # 20 + 32 links and the cut: ten named, the rest counted
+    assert not [path for path in plan.reports.rglob("*") if path.is_symlink()]
+    assert (plan.reports / Path(*["d"] * 32)).is_dir() and not (plan.reports / Path(*["d"] * 33)).exists()
+    assert (plan.reports / "junit.xml").is_file()
+
+
+def test_a_test_that_never_ends_is_stopped_at_the_entrys_timeout(
+    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    forever = "import time\n\ndef test_forever():\n    while True:\n        time.sleep(1)\n"
+    status, plan = _run_with_mounted_test(tmp_path, machine_env, client, forever, timeout_s=15)
+    assert status == 124
+    assert "torchyard: entry 'cpu' ran past its timeout of 15s: the container was stopped" in capsys.readouterr().err
+    assert (plan.reports / "parity.md").read_text().endswith("ran past its timeout of 15s: the container was stopped\n")
+    assert not client.containers.list(all=True, filters={"name": plan.name})
+
+
+def test_scratch_space_is_bounded(tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient) -> None:
+    """A test that fills /tmp meets the machine's size (here 64 MiB), not half the host's memory."""
+    fill = (
+        "import errno\n\n"
+        "def test_fill():\n"
+        "    written = 0\n"
+        "    try:\n"
+        "        with open('/tmp/fill', 'wb') as stream:\n"
+        "            while written < 1 << 30:\n"
+        "                stream.write(b'x' * (1 << 20))\n"
+        "                written += 1 << 20\n"
+        "    except OSError as error:\n"
+        "        assert error.errno == errno.ENOSPC\n"
+        "    assert written <= 64 << 20\n"
+    )
+    seal = Seal(Limits(tmp="64m"), "2g")
+    status, _ = _run_with_mounted_test(tmp_path, machine_env, client, fill, seal=seal)
+    assert status == 0
+
+
+def test_reports_over_the_machines_bound_fail_the_run_in_one_line(
+    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient
+) -> None:
+    big = "def test_big():\n    open('/reports/big', 'wb').write(b'x' * (3 << 20))\n"
+    from torchyard.run.reports import HandBackError
+
+    with pytest.raises(
+        HandBackError, match=r"over this machine's 2 MB for reports \(machine.toml \[limits\] reports\)"
+    ):
+        _run_with_mounted_test(tmp_path, machine_env, client, big, seal=Seal(Limits(reports="2m"), "2g"))
+    assert not list((tmp_path / "reports").iterdir())

@@ -1,0 +1,68 @@
+"""A run's trust: the flag, the variable, then GitHub Actions' event; and the project a cache belongs to."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from torchyard.errors import UsageError
+from torchyard.trust import project_scope, resolve_trust
+
+
+def _actions(tmp_path: Path, event: str, ref: str, default: str = "main", **extra: str) -> dict[str, str]:
+    payload = tmp_path / "event.json"
+    payload.write_text(json.dumps({"repository": {"default_branch": default}}))
+    return {
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_EVENT_NAME": event,
+        "GITHUB_REF_NAME": ref,
+        "GITHUB_REF_TYPE": "branch",
+        "GITHUB_EVENT_PATH": str(payload),
+        **extra,
+    }
+
+
+@pytest.mark.parametrize(
+    ("event", "ref", "level"),
+    [
+        ("push", "main", "trusted"),
+        ("schedule", "main", "trusted"),
+        ("workflow_dispatch", "main", "trusted"),
+        ("push", "feature", "untrusted"),
+        ("pull_request", "42/merge", "untrusted"),
+        ("pull_request_target", "main", "untrusted"),
+        ("workflow_run", "main", "untrusted"),
+    ],
+)
+def test_actions_events_decide_the_trust(tmp_path: Path, event: str, ref: str, level: str) -> None:
+    assert resolve_trust(None, _actions(tmp_path, event, ref)).level == level
+
+
+def test_the_flag_wins_then_the_variable_and_outside_actions_a_persons_run_is_trusted(tmp_path: Path) -> None:
+    pull_request = _actions(tmp_path, "pull_request", "42/merge")
+    assert resolve_trust("trusted", {**pull_request, "TORCHYARD_TRUST": "untrusted"}).why == "--trust"
+    assert resolve_trust(None, {**pull_request, "TORCHYARD_TRUST": "trusted"}).level == "trusted"
+    assert resolve_trust(None, {}).level == "trusted"
+    assert resolve_trust(None, {}).why == "outside GitHub Actions"
+    # An unreadable event payload: no default branch to compare with, so not trusted.
+    broken = {**_actions(tmp_path, "push", "main"), "GITHUB_EVENT_PATH": str(tmp_path / "absent.json")}
+    assert resolve_trust(None, broken).level == "untrusted"
+
+
+def test_a_misspelt_trust_is_one_line() -> None:
+    with pytest.raises(UsageError, match=r"^TORCHYARD_TRUST: expected trusted or untrusted, got 'yes'$"):
+        resolve_trust(None, {"TORCHYARD_TRUST": "yes"})
+
+
+def test_projects_have_scopes_of_their_own(tmp_path: Path) -> None:
+    first, second = tmp_path / "a" / "matrix.toml", tmp_path / "b" / "matrix.toml"
+    assert project_scope(first, {}) != project_scope(second, {})
+    assert len(project_scope(first, {})) == 12
+    named = {"GITHUB_REPOSITORY": "org/robot"}
+    assert (
+        project_scope(first, named)
+        == project_scope(second, named)
+        != project_scope(first, {"GITHUB_REPOSITORY": "org/x"})
+    )
