@@ -27,7 +27,7 @@ from torchyard.matrix import Entry, load_plan, narrow_suites, select_entries
 from torchyard.matrix.machine import MEMORY, allowed_docker_run
 from torchyard.matrix.reader import one_line
 from torchyard.names import ACCELERATOR_NAMES, SUITE_NAMES
-from torchyard.trust import TRUST_LEVELS, project_scope, resolve_trust
+from torchyard.trust import TRUST_ENV, TRUST_LEVELS, project_scope, resolve_trust
 from torchyard.util.proc import redact
 
 
@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--push", action="store_true", help="push to the registry named by the tags (buildx)")
     build.add_argument("--cache-from", action="append", default=[], metavar="REF", help="BuildKit cache source")
     build.add_argument("--cache-to", action="append", default=[], metavar="REF", help="BuildKit cache export (buildx)")
+    build.add_argument(
+        "--trust", choices=TRUST_LEVELS, help="as for test: an untrusted build takes less (README, Trust)"
+    )
 
     test = commands.add_parser(
         "test", parents=[common, lockdir], help="run the selected entries' suites; other arguments go to pytest"
@@ -155,7 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             lock_all(_selected(args), args.lockdir)
         elif args.command == "build":
             options = BuildOptions(args.push, tuple(args.cache_from), tuple(args.cache_to))
-            build_images(_selected(args), args.lockdir, options)
+            trust = resolve_trust(args.trust, os.environ)
+            build_images(_selected(args), args.lockdir, options, env={**os.environ, TRUST_ENV: trust.level})
         elif args.command == "doctor":
             return doctor(args.accelerator or ACCELERATOR_NAMES)
         elif args.command == "refresh":

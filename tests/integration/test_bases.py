@@ -10,7 +10,9 @@ through the real Dockerfile on the real engine, the vendor guard and the image c
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -258,3 +260,75 @@ def test_system_packages_the_base_cannot_have_stop_the_build(
         "entry 'xpu-nodriver': the image build failed: system packages: none of "
         "libze-intel-gpu1|intel-level-zero-gpu is in the base's apt sources"
     )
+
+
+HOSTILE_BACKEND = """
+import json, os, socket, zipfile
+
+
+def _try(action):
+    try:
+        action()
+    except OSError as error:
+        return f"refused: {error.strerror}"
+    return "done"
+
+
+def _connect():
+    socket.create_connection(("1.1.1.1", 53), timeout=5).close()
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    findings = {
+        "uid": os.getuid(),
+        "secret": os.environ.get("TORCHYARD_REGISTRY_PASSWORD"),
+        "write /etc": _try(lambda: open("/etc/planted", "w").write("x")),
+        "write the source": _try(lambda: open("/src/planted", "w").write("x")),
+        "network": _try(_connect),
+        "env": sorted(name for name in os.environ if "PASSWORD" in name or "TOKEN" in name),
+    }
+    name = "hostile-0-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as wheel:
+        wheel.writestr("hostile_findings.json", json.dumps(findings))
+        wheel.writestr("hostile-0.dist-info/METADATA", "Metadata-Version: 2.1\\nName: hostile\\nVersion: 0\\n")
+        tags = "Wheel-Version: 1.0\\nGenerator: x\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"
+        wheel.writestr("hostile-0.dist-info/WHEEL", tags)
+        wheel.writestr("hostile-0.dist-info/RECORD", "")
+    return name
+"""
+
+
+@pytest.mark.usefixtures("in_tree")
+def test_a_hostile_build_backend_runs_sealed_and_never_on_the_host(
+    client: docker.DockerClient, standins: dict[str, str], wheels: Path, tmp_path: Path
+) -> None:
+    project = Path("hostile")
+    project.mkdir()
+    (project / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "hostile_backend"\nbackend-path = ["."]\n'
+        '[project]\nname = "hostile"\nversion = "0"\nrequires-python = ">=3.11"\n'
+    )
+    (project / "hostile_backend.py").write_text(HOSTILE_BACKEND)
+    for args in (["init", "--quiet"], ["add", "--all"]):
+        subprocess.run(["git", *args], cwd=project, check=True)
+    text = MATRIX.format(accelerator="cpu", zeros="0" * 64, name="hostile", requirements='["needs-torch"]', extra="")
+    entry = parse_plan(text + 'project = "hostile"\n', Path("matrix.toml")).entries[0]
+    secret = "s3cret-registry-password-7f1c"
+    os.environ["TORCHYARD_REGISTRY_PASSWORD"] = secret
+    try:
+        built = _build(entry, standins["ubuntu"], wheels)
+    finally:
+        del os.environ["TORCHYARD_REGISTRY_PASSWORD"]
+    try:
+        read = (
+            "import glob, json, zipfile; wheel = glob.glob('/opt/torchyard/project/*.whl')[0];"
+            " print(zipfile.ZipFile(wheel).read('hostile_findings.json').decode())"
+        )
+        findings = json.loads(_run(client, built.tag, read))
+    finally:
+        _remove(client, built)
+    assert findings["uid"] != 0 and findings["secret"] is None and findings["env"] == []
+    assert findings["write /etc"] == "refused: Read-only file system"
+    assert findings["write the source"] == "refused: Read-only file system"
+    assert findings["network"].startswith("refused")
+    assert not Path("/etc/planted").exists() and not (project / "planted").exists()

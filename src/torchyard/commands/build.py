@@ -14,6 +14,7 @@ from torchyard.host.engine import DockerCli, build_client, engine
 from torchyard.image.build import NO_REGISTRY, Built, build_image, build_summary
 from torchyard.image.debootstrap import DEFAULT_TAG, bootstrap_base
 from torchyard.image.plan import BuildOptions, plan_build, resolve_base
+from torchyard.image.policy import build_policy
 from torchyard.image.registry import DIGEST, load_registry
 from torchyard.lock.check import require_fresh
 from torchyard.lock.resolve import uv_version
@@ -54,6 +55,9 @@ def build_images(
     registry = load_registry(env)
     if options.push and registry is None:
         raise ImageBuildError(NO_REGISTRY)  # before any lock check or layer
+    policy = build_policy(env)
+    if options.push and not policy.trusted:
+        raise ImageBuildError("an untrusted run does not push images: only trusted runs publish to the registry")
     uv = uv_version(runner)
     for entry in entries:
         require_fresh(entry, lockdir, uv)
@@ -68,10 +72,14 @@ def build_images(
         base_id = base_identity(base, client) or entry.accelerator.require_base_image().digest
         plan = plan_build(
             entry, lockdir, base_image=base, base_id=base_id, uv_version=uv, revision=revision,
-            source_date_epoch=epoch, runner=runner,
+            source_date_epoch=epoch, policy_args=policy.build_args, runner=runner,
         )  # fmt: skip
         print(f"[{position}/{len(entries)}] {entry.name}: {plan.tag}", file=sys.stderr, flush=True)
-        built.append(build_image(entry, plan, client, cli, options=options, registry=registry, runner=runner, env=env))
+        built.append(
+            build_image(
+                entry, plan, client, cli, options=options, registry=registry, policy=policy, runner=runner, env=env
+            )
+        )
     table = markdown_table(("entry", "image", "size", "seconds", "image came from"), build_summary(built))
     sys.stdout.write(table)
     append_step_summary(f"### torchyard images\n\n{table}", env)

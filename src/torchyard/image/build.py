@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,14 +26,17 @@ from docker.models.images import Image
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.host.engine import DockerCli
 from torchyard.image.plan import BuildOptions, BuildPlan
+from torchyard.image.policy import BuildPolicy, check_entry, without_credentials
 from torchyard.image.registry import Registry, Transfer, client_environment, pull, push
 from torchyard.image.serve import served
+from torchyard.image.wheel import build_wheel_sealed
 from torchyard.matrix.machine import Source, extra_find_links, index_args, load_mirrors, sources_for
 from torchyard.matrix.schema import Entry
 from torchyard.util import proc
 from torchyard.util.proc import cause
 
 NO_OPTIONS = BuildOptions()
+TRUSTED = BuildPolicy()
 CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
 
 
@@ -45,9 +49,12 @@ def docker_build_args(
     secrets: Mapping[str, Path],
     host_network: bool,
     options: BuildOptions,
+    target: str | None = None,
 ) -> tuple[str, ...]:
-    """The builder's argument list (pure, so tests assert on it)."""
+    """The builder's argument list (pure, so tests assert on it); `target` stops at that stage."""
     args = [*cli.build_command(), "--file", str(context / "Dockerfile"), "--progress", "plain"]
+    if target is not None:
+        args += ["--target", target]
     args += ["--iidfile", str(iidfile)]
     for key, value in plan.build_args:
         args += ["--build-arg", f"{key}={value}"]
@@ -71,25 +78,19 @@ def docker_build_args(
 
 
 def wheel_build_args(source: Path, out_dir: Path, sources: Sequence[Source]) -> tuple[str, ...]:
-    """`uv build --wheel` for the project; its build backend comes from the entry's indexes."""
+    """`uv build --wheel` for the project on this host (`--local` only, which is unsandboxed); its build
+    backend comes from the entry's indexes. Image builds use `torchyard.image.wheel`, sealed."""
     return ("uv", "build", "--wheel", "--no-config", "--out-dir", str(out_dir), *index_args(sources), str(source))
 
 
-def stage_context(
-    plan: BuildPlan, context: Path, sources: Sequence[Source], *, runner: proc.Runner, env: Mapping[str, str]
-) -> None:
-    """Write the context: the planned files, then the project's wheel built from exactly its planned source."""
+def stage_context(plan: BuildPlan, context: Path) -> None:
+    """Write the context: the planned files (the project's wheel joins them once built, sealed)."""
     for name, data in plan.context:
         target = context / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
     (context / "workspace").mkdir(exist_ok=True)
     (context / "project").mkdir(exist_ok=True)
-    if plan.project_root is None:
-        return
-    build_project_wheel(
-        plan.entry, plan.project_root, plan.project_sources, context / "project", sources, runner=runner, env=env
-    )
 
 
 def build_project_wheel(
@@ -275,6 +276,24 @@ def publish(
     return tuple(transfers)
 
 
+def run_build(
+    entry: Entry,
+    plan: BuildPlan,
+    args: Sequence[str],
+    *,
+    cli: DockerCli,
+    registry: Registry | None,
+    runner: proc.Runner,
+    env: Mapping[str, str],
+) -> subprocess.CompletedProcess[str]:
+    """One builder run; a failure is one line, cause first."""
+    try:
+        with client_environment(registry, cli.build_env(env)) as build_env:
+            return runner(args, env=build_env, tee=True)
+    except CommandError as error:
+        raise ImageBuildError(explain_build_failure(entry, plan, error)) from None
+
+
 def build_image(
     entry: Entry,
     plan: BuildPlan,
@@ -283,6 +302,7 @@ def build_image(
     *,
     options: BuildOptions = NO_OPTIONS,
     registry: Registry | None = None,
+    policy: BuildPolicy = TRUSTED,
     runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
 ) -> Built:
@@ -304,32 +324,44 @@ def build_image(
         pushed = publish(client, registry, existing, plan, env) if options.push else ()
         seconds = time.monotonic() - started
         return Built(entry.name, plan.tag, existing.attrs["Size"], seconds, origin, pushed, pulled)
+    check_entry(entry, policy)
     check_base(client, plan)
     check_free_disk(client, plan)
     options = cache_sources(plan, options, registry, _local_image(client, plan.alias) is not None)
     index_sources = sources_for(entry.indexes, load_mirrors(env))
     sources = [*index_sources, *(Source("local", "find-links", f) for f in extra_find_links(env))]
+    if not policy.trusted:
+        sources = without_credentials(sources)
     with (
         tempfile.TemporaryDirectory(prefix="torchyard-build-") as scratch,
         served(sources) as (reachable, host_network),
     ):
         context = Path(scratch) / "context"
-        stage_context(plan, context, sources, runner=runner, env=env)
+        stage_context(plan, context)
         iidfile = Path(scratch) / "iid"
         (Path(scratch) / "index-args").write_text(" ".join(index_args(reachable)) + "\n")  # `read` wants the newline
         secrets = {"uv-index-args": Path(scratch) / "index-args"}
         ca_bundle = _ca_bundle(env)
         if ca_bundle is not None:
             secrets["cacert"] = ca_bundle
-        args = docker_build_args(
-            plan, cli, context=context, iidfile=iidfile, secrets=secrets, host_network=host_network, options=options
-        )
+
+        def builder(iid: Path, target: str | None = None) -> tuple[str, ...]:
+            return docker_build_args(
+                plan, cli, context=context, iidfile=iid, secrets=secrets, host_network=host_network,
+                options=options, target=target,
+            )  # fmt: skip
+
+        if plan.project_root is not None:
+            toolchain = Path(scratch) / "toolchain-iid"
+            run_build(entry, plan, builder(toolchain, "toolchain"), cli=cli, registry=registry, runner=runner, env=env)
+            build_wheel_sealed(
+                entry.name, plan.project_root, plan.project_sources, context / "project",
+                image=toolchain.read_text().strip(), docker_path=cli.path, sources=reachable,
+                host_network=host_network, ca_bundle=ca_bundle, runner=runner, env=env,
+            )  # fmt: skip
+        args = builder(iidfile)
         print(f"building {plan.tag} for entry {entry.name!r} from {plan.base_image}", file=sys.stderr, flush=True)
-        try:
-            with client_environment(registry, cli.build_env(env)) as build_env:
-                completed = runner(args, env=build_env, tee=True)
-        except CommandError as error:
-            raise ImageBuildError(explain_build_failure(entry, plan, error)) from None
+        completed = run_build(entry, plan, args, cli=cli, registry=registry, runner=runner, env=env)
         image_id = iidfile.read_text().strip() if iidfile.exists() else ""
     image = client.images.get(image_id)
     image.tag(plan.tag)

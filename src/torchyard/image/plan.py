@@ -78,6 +78,7 @@ def plan_build(
     uv_version: str,
     revision: str,
     source_date_epoch: str,
+    policy_args: tuple[tuple[str, str], ...] = (),
     runner: proc.Runner = proc.run,
 ) -> BuildPlan:
     """Everything the build needs, decided without touching Docker."""
@@ -104,6 +105,7 @@ def plan_build(
         ("BASE_DIGEST", base_id),
         ("TORCHYARD_VERSION", __version__),
         ("PROJECT", entry.project.name if entry.project else ""),
+        *policy_args,
     )
     digest = hashlib.sha256()
     for key, value in content_args:

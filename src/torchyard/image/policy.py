@@ -1,0 +1,85 @@
+"""What an untrusted run's image build may use: nothing worth stealing, and nothing the trusted
+configuration did not already choose.
+
+A build step can reach the runner's network (a cloud metadata endpoint, say), so an untrusted build:
+- takes its base images, indexes and vendor settings from the trusted matrix.toml (the default branch's,
+  named by TORCHYARD_TRUSTED_MATRIX): a pull request that changes them is built only once trusted;
+- gets no index credentials (user:password in an index or mirror URL is dropped: an index that needs them
+  fails, and the build waits for a trusted run);
+- installs wheels only (`--no-build`): a lock that needs an sdist built waits for a trusted run;
+- never pushes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from torchyard.errors import ImageBuildError
+from torchyard.matrix.load import load_plan
+from torchyard.matrix.machine import Source
+from torchyard.matrix.schema import AcceleratorConfig, Entry, Plan
+from torchyard.trust import level_of
+
+TRUSTED_MATRIX_ENV = "TORCHYARD_TRUSTED_MATRIX"
+# What an image is built from, per accelerator: these must be the trusted configuration's.
+BUILD_FIELDS = ("base_image", "indexes", "index_strategy", "platform", "vendor", "system_packages")
+
+
+@dataclass(frozen=True)
+class BuildPolicy:
+    trusted: bool = True
+    trusted_plan: Plan | None = None
+
+    @property
+    def build_args(self) -> tuple[tuple[str, str], ...]:
+        """WHEELS_ONLY for an untrusted build: part of the image's content tag, so an untrusted build never
+        makes the image a trusted run would reuse."""
+        return () if self.trusted else (("WHEELS_ONLY", "1"),)
+
+
+def build_policy(env: Mapping[str, str]) -> BuildPolicy:
+    if level_of(env) == "trusted":
+        return BuildPolicy()
+    path = env.get(TRUSTED_MATRIX_ENV)
+    return BuildPolicy(trusted=False, trusted_plan=load_plan(Path(path)) if path else None)
+
+
+def _differences(mine: AcceleratorConfig, trusted: AcceleratorConfig) -> list[str]:
+    return [field.replace("_", "-") for field in BUILD_FIELDS if getattr(mine, field) != getattr(trusted, field)]
+
+
+def check_entry(entry: Entry, policy: BuildPolicy) -> None:
+    """An untrusted build of `entry` builds only from what the trusted configuration names."""
+    if policy.trusted:
+        return
+    if policy.trusted_plan is None:
+        raise ImageBuildError(
+            f"entry {entry.name!r}: an untrusted run builds its image only from the trusted matrix.toml's bases, "
+            f"indexes and vendor settings: set {TRUSTED_MATRIX_ENV} to the default branch's (the workflow checks it "
+            "out), or let a trusted run build the image first"
+        )
+    name = entry.accelerator.name
+    trusted = next((config for config in policy.trusted_plan.accelerators if config.name == name), None)
+    changed = ["the whole table"] if trusted is None else _differences(entry.accelerator, trusted)
+    if changed:
+        raise ImageBuildError(
+            f"entry {entry.name!r}: this untrusted run changes accelerators > {name} > {', '.join(changed)} from the "
+            "trusted matrix.toml; an image built from that is built only once the change is trusted"
+        )
+
+
+def without_credentials(sources: Sequence[Source]) -> list[Source]:
+    """The sources with any user:password dropped from their URLs."""
+    stripped = []
+    for source in sources:
+        parts = urlsplit(source.location)
+        if parts.username is None and parts.password is None:
+            stripped.append(source)
+            continue
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        stripped.append(Source(source.name, source.kind, urlunsplit(parts._replace(netloc=netloc))))
+    return stripped

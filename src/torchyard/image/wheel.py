@@ -1,0 +1,175 @@
+"""The project's wheel, built in sealed containers: the host never runs the project's build backend.
+
+A pull request controls its project's build backend (`backend-path = ["."]` is enough to run its own
+code), so the build happens in two containers of the entry's toolchain stage (the base, its Python and uv):
+
+1. `fetch`: the build requirements `[build-system]` names (read from pyproject.toml with tomllib, which
+   runs nothing) are installed from the entry's indexes, by the same route the dependency layer takes,
+   as wheels only (`--only-binary :all:`: installing a wheel runs none of its code). No project file is
+   in this container; it has the index arguments and the network.
+2. `build`: the backend builds the wheel with no network, no secret, no capability, a read-only root,
+   the source mounted read-only (copied to a private /tmp first: backends write beside the source) and
+   one output folder, as an unprivileged user.
+
+Only regular `*.whl` files directly in the output folder are taken; nothing there is followed.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import tempfile
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from torchyard.errors import CommandError, ImageBuildError
+from torchyard.matrix.machine import Source, index_args
+from torchyard.util import proc
+
+# PEP 517: a project without [build-system] is built by setuptools' legacy backend.
+DEFAULT_REQUIRES = ("setuptools>=40.8.0",)
+SEAL = ("--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--read-only")
+SCRATCH = "/tmp:rw,exec,nosuid,nodev,mode=1777,size=2g"
+BUILDENV = "/opt/torchyard-build"
+CA_TARGET = "/run/torchyard/cacert"
+INDEX_ARGS_TARGET = "/run/torchyard/index-args"
+FETCH_SCRIPT = (
+    f"read -ra index < {INDEX_ARGS_TARGET}; uv venv --quiet --python /opt/torchyard/venv/bin/python {BUILDENV}/venv; "
+    f'uv pip install --quiet --no-config --only-binary :all: --python {BUILDENV}/venv/bin/python "${{index[@]}}" "$@"'
+)
+BUILD_SCRIPT = (
+    f"cp -R /src /tmp/src; uv build --wheel --no-build-isolation --offline --no-config "
+    f"--python {BUILDENV}/venv/bin/python --out-dir /out /tmp/src"
+)
+
+
+def build_requirements(source: Path) -> tuple[str, ...]:
+    """`[build-system] requires` of the project's pyproject.toml, read without running anything."""
+    try:
+        data = tomllib.loads((source / "pyproject.toml").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return DEFAULT_REQUIRES
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise ImageBuildError(f"the project's pyproject.toml cannot be read: {error}") from None
+    system = data.get("build-system", {})
+    requires = system.get("requires", list(DEFAULT_REQUIRES)) if isinstance(system, dict) else None
+    if not isinstance(requires, list) or not all(isinstance(item, str) for item in requires):
+        raise ImageBuildError("the project's pyproject.toml: [build-system] requires is not a list of strings")
+    return tuple(requires)
+
+
+def fetch_args(
+    image: str, *, name: str, user: str, buildenv: Path, index_file: Path, ca_bundle: Path | None,
+    host_network: bool, requires: Sequence[str],
+) -> tuple[str, ...]:  # fmt: skip
+    """`docker run` that installs the build requirements (wheels only) into `buildenv`: network, no source."""
+    ca = () if ca_bundle is None else (
+        "--mount", f"type=bind,source={ca_bundle},target={CA_TARGET},readonly",
+        "--env", f"SSL_CERT_FILE={CA_TARGET}", "--env", "UV_NATIVE_TLS=1",
+    )  # fmt: skip
+    return (
+        "run", "--rm", "--name", f"{name}-fetch", "--user", user, *SEAL,
+        *(("--network", "host") if host_network else ()),
+        "--tmpfs", SCRATCH, "--env", "HOME=/tmp", "--env", "UV_CACHE_DIR=/tmp/uv",
+        "--mount", f"type=bind,source={buildenv},target={BUILDENV}",
+        "--mount", f"type=bind,source={index_file},target={INDEX_ARGS_TARGET},readonly",
+        *ca,
+        "--entrypoint", "/bin/bash", image, "-e", "-c", FETCH_SCRIPT, "fetch", *requires,
+    )  # fmt: skip
+
+
+def build_args(image: str, *, name: str, user: str, source: Path, buildenv: Path, out: Path) -> tuple[str, ...]:
+    """`docker run` that builds the wheel: no network, no secret, the source read-only, one output folder."""
+    return (
+        "run", "--rm", "--name", f"{name}-build", "--user", user, *SEAL, "--network", "none",
+        "--tmpfs", SCRATCH, "--env", "HOME=/tmp", "--env", "UV_CACHE_DIR=/tmp/uv",
+        "--mount", f"type=bind,source={source},target=/src,readonly",
+        "--mount", f"type=bind,source={buildenv},target={BUILDENV},readonly",
+        "--mount", f"type=bind,source={out},target=/out",
+        "--entrypoint", "/bin/bash", image, "-e", "-c", BUILD_SCRIPT,
+    )  # fmt: skip
+
+
+def build_user(uid: int, gid: int) -> str:
+    """The caller's ids, so the outputs are theirs; root's builds run as the image's unprivileged user."""
+    return "1000:1000" if uid == 0 else f"{uid}:{gid}"
+
+
+def _writable_by(folder: Path, user: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    uid, gid = (int(part) for part in user.split(":"))
+    if os.getuid() == 0:
+        os.chown(folder, uid, gid)
+    return folder
+
+
+def take_wheels(out: Path, target: Path) -> list[Path]:
+    """Copy the regular `*.whl` files directly in `out` into `target`; links and the rest are ignored."""
+    taken = []
+    for entry in sorted(os.scandir(out), key=lambda item: item.name):
+        if not entry.name.endswith(".whl") or not stat.S_ISREG(entry.stat(follow_symlinks=False).st_mode):
+            continue
+        handle = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(handle, "rb") as stream:
+            (target / entry.name).write_bytes(stream.read())
+        taken.append(target / entry.name)
+    return taken
+
+
+def build_wheel_sealed(
+    entry: str,
+    root: Path,
+    names: Sequence[str],
+    target: Path,
+    *,
+    image: str,
+    docker_path: str,
+    sources: Sequence[Source],
+    host_network: bool,
+    ca_bundle: Path | None,
+    runner: proc.Runner,
+    env: Mapping[str, str],
+) -> list[Path]:
+    """Build the project's wheel from exactly `names` in two sealed containers of `image`; into `target`."""
+    name = f"torchyard-wheel-{entry}-{os.urandom(4).hex()}"
+    with tempfile.TemporaryDirectory(prefix="torchyard-wheel-") as scratch:
+        source = Path(scratch) / "source"
+        for relative in names:
+            path = source / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes((root / relative).read_bytes())
+        source.chmod(0o755)
+        user = build_user(os.getuid(), os.getgid())
+        buildenv = _writable_by(Path(scratch) / "buildenv", user)
+        out = _writable_by(Path(scratch) / "out", user)
+        index_file = Path(scratch) / "index-args"
+        index_file.write_text(" ".join(index_args(sources)) + "\n")
+        index_file.chmod(0o644)
+        requires = build_requirements(source)
+        print(
+            f"building the project's wheel from {len(names)} files in a sealed container "
+            f"(build requirements: {', '.join(requires)})",
+            file=sys.stderr,
+            flush=True,
+        )
+        fetch = fetch_args(
+            image, name=name, user=user, buildenv=buildenv, index_file=index_file, ca_bundle=ca_bundle,
+            host_network=host_network, requires=requires,
+        )  # fmt: skip
+        try:
+            runner((docker_path, *fetch), env=env)
+        except CommandError as error:
+            raise ImageBuildError(
+                f"entry {entry!r}: the project's build requirements did not install ({error})"
+            ) from None
+        try:
+            built = build_args(image, name=name, user=user, source=source, buildenv=buildenv, out=out)
+            runner((docker_path, *built), env=env)
+        except CommandError as error:
+            raise ImageBuildError(f"entry {entry!r}: the project's wheel did not build ({error})") from None
+        wheels = take_wheels(out, target)
+        if not wheels:
+            raise ImageBuildError(f"entry {entry!r}: the project's build made no wheel")
+        return wheels

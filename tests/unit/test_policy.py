@@ -1,0 +1,58 @@
+"""An untrusted run's image build: the trusted configuration's bases, indexes and vendor settings, no
+credentials, wheels only, and a tag of its own."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from torchyard.errors import ImageBuildError
+from torchyard.image.policy import BuildPolicy, build_policy, check_entry, without_credentials
+from torchyard.matrix import load_plan
+from torchyard.matrix.machine import Source
+from torchyard.matrix.schema import ImageRef
+
+MATRIX = Path(__file__).parents[2] / "matrix.toml"
+PLAN = load_plan(MATRIX)
+
+
+def test_a_trusted_run_builds_as_configured() -> None:
+    policy = build_policy({})
+    assert policy.trusted and policy.build_args == ()
+    check_entry(PLAN.entry("cpu"), policy)
+
+
+def test_an_untrusted_build_takes_the_trusted_configuration(tmp_path: Path) -> None:
+    policy = build_policy({"TORCHYARD_TRUST": "untrusted", "TORCHYARD_TRUSTED_MATRIX": str(MATRIX)})
+    assert not policy.trusted and policy.build_args == (("WHEELS_ONLY", "1"),)
+    check_entry(PLAN.entry("cpu"), policy)  # unchanged: builds
+    cpu = PLAN.entry("cpu")
+    moved = dataclasses.replace(
+        cpu, accelerator=dataclasses.replace(cpu.accelerator, base_image=ImageRef("evil/base", "sha256:" + "1" * 64))
+    )
+    with pytest.raises(ImageBuildError) as caught:
+        check_entry(moved, policy)
+    assert str(caught.value) == (
+        "entry 'cpu': this untrusted run changes accelerators > cpu > base-image from the trusted matrix.toml; an "
+        "image built from that is built only once the change is trusted"
+    )
+    with pytest.raises(ImageBuildError, match="set TORCHYARD_TRUSTED_MATRIX to the default branch's"):
+        check_entry(cpu, BuildPolicy(trusted=False))
+
+
+def test_an_untrusted_build_gets_no_credentials() -> None:
+    sources = [
+        Source("pypi", "index", "https://ci:s3cret@mirror.internal:8443/simple"),
+        Source("local", "find-links", "/srv/wheels"),
+    ]
+    assert without_credentials(sources) == [
+        Source("pypi", "index", "https://mirror.internal:8443/simple"),
+        Source("local", "find-links", "/srv/wheels"),
+    ]
+
+
+def test_the_dockerfile_installs_wheels_only_for_an_untrusted_build() -> None:
+    dockerfile = (Path(__file__).parents[2] / "src" / "torchyard" / "image" / "Dockerfile").read_text()
+    assert 'if [ -n "${WHEELS_ONLY}" ]; then hashes+=(--no-build); fi' in dockerfile

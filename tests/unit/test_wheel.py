@@ -1,0 +1,63 @@
+"""The project's wheel is built in sealed containers: the argument lists, the build requirements, and
+what is taken back from the output folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from torchyard.errors import ImageBuildError
+from torchyard.image.wheel import build_args, build_requirements, build_user, fetch_args, take_wheels
+
+
+def test_the_backend_runs_sealed_with_nothing_but_the_source_and_one_output_folder(tmp_path: Path) -> None:
+    args = build_args("sha256:abc", name="n", user="1000:1000", source=tmp_path / "s", buildenv=tmp_path / "e",
+                      out=tmp_path / "o")  # fmt: skip
+    assert args[:12] == (
+        "run", "--rm", "--name", "n-build", "--user", "1000:1000",
+        "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--read-only", "--network",
+    )  # fmt: skip
+    assert args[12] == "none"
+    mounts = [args[i + 1] for i, arg in enumerate(args) if arg == "--mount"]
+    assert mounts == [
+        f"type=bind,source={tmp_path / 's'},target=/src,readonly",
+        f"type=bind,source={tmp_path / 'e'},target=/opt/torchyard-build,readonly",
+        f"type=bind,source={tmp_path / 'o'},target=/out",
+    ]
+    assert "--env" in args and not any("PASSWORD" in arg or "index-args" in arg for arg in args)
+    assert "--offline" in args[-1] and "--no-build-isolation" in args[-1]
+
+
+def test_the_requirements_are_fetched_without_the_source_as_wheels_only(tmp_path: Path) -> None:
+    args = fetch_args(
+        "sha256:abc", name="n", user="1000:1000", buildenv=tmp_path / "e", index_file=tmp_path / "i",
+        ca_bundle=None, host_network=True, requires=("hatchling>=1.20",),
+    )  # fmt: skip
+    assert args[args.index("--network") : args.index("--network") + 2] == ("--network", "host")
+    assert not any("target=/src" in arg for arg in args)
+    assert f"type=bind,source={tmp_path / 'i'},target=/run/torchyard/index-args,readonly" in args
+    assert "--only-binary :all:" in args[-3] and args[-2:] == ("fetch", "hatchling>=1.20")
+    assert build_user(0, 0) == "1000:1000" and build_user(1001, 1002) == "1001:1002"
+
+
+def test_build_requirements_are_read_without_running_anything(tmp_path: Path) -> None:
+    assert build_requirements(tmp_path) == ("setuptools>=40.8.0",)  # PEP 517's default
+    (tmp_path / "pyproject.toml").write_text('[build-system]\nrequires = ["hatchling"]\nbuild-backend = "x"\n')
+    assert build_requirements(tmp_path) == ("hatchling",)
+    (tmp_path / "pyproject.toml").write_text("[build-system]\nrequires = 'hatchling'\n")
+    with pytest.raises(ImageBuildError, match="requires is not a list of strings"):
+        build_requirements(tmp_path)
+
+
+def test_only_regular_wheels_are_taken_back(tmp_path: Path) -> None:
+    out, target = tmp_path / "out", tmp_path / "target"
+    out.mkdir()
+    target.mkdir()
+    (out / "robot_policy-0.1-py3-none-any.whl").write_bytes(b"PK")
+    (out / "leak.whl").symlink_to("/etc/hostname")
+    (out / "notes.txt").write_text("x")
+    os.mkfifo(out / "fifo.whl")
+    assert take_wheels(out, target) == [target / "robot_policy-0.1-py3-none-any.whl"]
+    assert sorted(path.name for path in target.iterdir()) == ["robot_policy-0.1-py3-none-any.whl"]
