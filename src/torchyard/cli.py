@@ -60,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     matrix = commands.add_parser("matrix", parents=[common], help="print the matrix for CI")
     matrix.add_argument("--github", action="store_true", required=True, help="GitHub Actions `include` JSON")
+    matrix.add_argument(
+        "--runners",
+        choices=("all", "hosted", "self-hosted"),
+        default="all",
+        help="only the entries whose runs-on names (or does not name) self-hosted runners",
+    )
 
     lock = commands.add_parser("lock", parents=[common, lockdir], help="lock each entry with uv, or --check them")
     lock.add_argument("entries", nargs="*", metavar="ENTRY", help="entries to lock (same as --entry)")
@@ -151,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "plan":
             sys.stdout.write(plan_table(_selected(args)))
         elif args.command == "matrix":
-            print(json.dumps(matrix_include(_selected(args)), separators=(",", ":")))
+            print(json.dumps(matrix_include(_selected(args), runners=args.runners), separators=(",", ":")))
         elif args.command == "lock" and args.check:
             check_locks(_selected(args), args.lockdir, allow_missing=args.allow_missing)
         elif args.command == "lock":

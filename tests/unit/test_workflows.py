@@ -118,3 +118,39 @@ def test_only_pushes_publish_images_and_credentials_stay_in_secrets(workflow: st
         for name, value in step.get("env", {}).items():
             if "PASSWORD" in name or "USERNAME" in name:
                 assert value.startswith("${{ secrets."), (name, value)
+
+
+@pytest.mark.parametrize("workflow", [".github/workflows/ci.yml", "src/torchyard/templates/torchyard.yml"])
+def test_self_hosted_runners_run_pull_requests_only_approved_untrusted_and_sealed(workflow: str) -> None:
+    """A pull request's workflow never reaches a self-hosted runner: those jobs come from pull_request_target
+    (the base branch's file and tool), wait for an environment's reviewers, hold no secret, check the pull
+    request out without credentials and run it untrusted, inside the seal."""
+    text = (REPO / workflow).read_text()
+    document = yaml.safe_load(text)
+    events = document[True]  # YAML reads the key `on` as True
+    assert "pull_request_target" in events and "pull_request" in events
+    suites = document["jobs"]["suites"]
+    assert suites["if"] == "github.event_name != 'pull_request_target'"
+    assert "github.event_name == 'pull_request' && needs.plan.outputs.hosted" in suites["strategy"]["matrix"]
+    job = document["jobs"]["suites-pull-request"]
+    assert job["if"].startswith("github.event_name == 'pull_request_target'")
+    assert job["environment"] == "self-hosted-pull-requests" and job["permissions"] == {"contents": "read"}
+    assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.self-hosted) }}"
+    body = yaml.safe_dump(job)
+    assert "secrets." not in body and "--unsandboxed" not in body
+    checkouts = [step for step in job["steps"] if "actions/checkout" in str(step.get("uses", ""))]
+    assert all(step["with"]["persist-credentials"] is False for step in checkouts)
+    (run,) = [step for step in job["steps"] if "torchyard test" in str(step.get("run", ""))]
+    assert run["env"]["TORCHYARD_TRUST"] == "untrusted" and run["working-directory"] == "pr"
+    assert run["env"]["TORCHYARD_TRUSTED_MATRIX"].endswith("/trusted/matrix.toml")
+    assert "nox" not in run["run"]  # the pull request's noxfile is never run
+    for name in ("lint", "unit", "locks"):
+        if name in document["jobs"]:
+            assert document["jobs"][name]["if"] == "github.event_name != 'pull_request_target'"
+
+
+def test_the_matrix_splits_hosted_and_self_hosted_entries() -> None:
+    entries = load_plan(REPO / "matrix.toml").entries
+    hosted = [item["name"] for item in matrix_include(entries, runners="hosted")["include"]]
+    self_hosted = [item["name"] for item in matrix_include(entries, runners="self-hosted")["include"]]
+    assert hosted == ["cpu"] and self_hosted == ["cuda", "rocm", "xpu", "mps"]

@@ -9,9 +9,15 @@ from torchyard.accelerators import nox_session
 from torchyard.matrix.schema import Entry
 
 
-def matrix_include(entries: Sequence[Entry]) -> dict[str, list[dict[str, Any]]]:
+def matrix_include(entries: Sequence[Entry], runners: str = "all") -> dict[str, list[dict[str, Any]]]:
     """`{"include": [...]}` with one item per entry: what a job needs to pick a runner and a session, and
-    whether it runs natively (no Docker steps)."""
+    whether it runs natively (no Docker steps). `runners` keeps the entries on GitHub's hosted runners
+    ("hosted") or on self-hosted ones ("self-hosted"): a workflow runs a pull request's code on the first
+    directly, and on the second only through its approved, sealed job."""
+    if runners != "all":
+        entries = [
+            entry for entry in entries if ("self-hosted" in entry.accelerator.runs_on) == (runners == "self-hosted")
+        ]
     return {
         "include": [
             {
