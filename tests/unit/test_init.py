@@ -44,7 +44,7 @@ def test_noxfile_and_workflow(tmp_path: Path) -> None:
     files = render(project(tmp_path), TODAY, "torchyard @ file:///wheels/torchyard-0.1.0-py3-none-any.whl")
     assert "import torchyard.nox\n\ntorchyard.nox.register()\n" in files["noxfile.py"]
     workflow = yaml.safe_load(files[".github/workflows/torchyard.yml"])
-    assert set(workflow["jobs"]) == {"plan", "suites"}
+    assert set(workflow["jobs"]) == {"plan", "suites", "suites-pull-request"}
     steps = [step.get("run", "") for step in workflow["jobs"]["suites"]["steps"]]
     assert 'python -m pip install "torchyard @ file:///wheels/torchyard-0.1.0-py3-none-any.whl"' in steps
     assert "nox -s ${{ matrix.session }} -- ${{ matrix.name }}" in steps

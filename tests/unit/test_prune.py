@@ -43,3 +43,9 @@ def test_a_build_needs_its_last_image_size_and_a_margin() -> None:
     assert needs_more_than_free(6 << 30, 7 << 30)
     assert not needs_more_than_free(6 << 30, 9 << 30)
     assert not needs_more_than_free(0, 0)  # nothing to estimate from
+
+
+def test_an_untrusted_runs_volume_is_always_pruned_and_the_trusted_scope_kept() -> None:
+    trusted, left = "torchyard-cache-0123abcd4567-cpu", "torchyard-cache-0123abcd4567-cpu-untrusted-1a2b3c4d"
+    plan = plan_prune([image("a1", "cpu", "1")], [], {trusted: "cpu", left: "cpu"}, keep=1, untrusted=frozenset({left}))
+    assert plan.volumes == (left,)

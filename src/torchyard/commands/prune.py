@@ -5,7 +5,8 @@ this removes exactly torchyard's own leftovers:
 - stopped containers it started (running ones are left alone);
 - its images beyond the newest `keep` per entry (and project), except any image a container uses;
 - its untagged images (an interrupted build's, or ones whose tag moved to a newer build);
-- inductor cache volumes of entries that have no image left;
+- cache volumes of entries that have no image left, and every untrusted run's volume (each is removed when
+  its run ends; one left behind, by a killed run, is never read by another: it is named by that run);
 - BuildKit's build cache beyond `--keep-storage`.
 
 The decision (`plan_prune`) is pure; `--dry-run` prints it without removing anything.
@@ -22,6 +23,7 @@ import docker
 import docker.errors
 
 from torchyard.host.engine import engine
+from torchyard.run.scopes import TRUST_LABEL
 from torchyard.util.markdown import markdown_table
 
 LABEL = "dev.torchyard.entry"
@@ -60,9 +62,11 @@ def plan_prune(
     *,
     keep: int,
     in_use: frozenset[str] = frozenset(),
+    untrusted: frozenset[str] = frozenset(),
 ) -> PrunePlan:
     """What to remove. `containers` are torchyard's, `in_use` the images of every other container on the
-    engine, and `volumes` maps each torchyard volume to its entry."""
+    engine, `volumes` maps each torchyard volume to its entry, and `untrusted` names the volumes of
+    untrusted runs' scopes."""
     stopped = tuple(container for container in containers if not container.running)
     in_use = in_use | {container.image_id for container in containers if container.running}
     groups: dict[tuple[str, str], list[ImageFacts]] = {}
@@ -74,13 +78,13 @@ def plan_prune(
         untagged = [image for image in group if not image.tags]
         doomed += [image for image in [*tagged[keep:], *untagged] if image.id not in in_use]
     left = {image.entry for image in images if image not in doomed}
-    old_volumes = tuple(sorted(name for name, entry in volumes.items() if entry not in left))
+    old_volumes = tuple(sorted(name for name, entry in volumes.items() if entry not in left or name in untrusted))
     return PrunePlan(stopped, tuple(doomed), old_volumes)
 
 
 def _facts(
     client: docker.DockerClient,
-) -> tuple[list[ImageFacts], list[ContainerFacts], dict[str, str], frozenset[str]]:
+) -> tuple[list[ImageFacts], list[ContainerFacts], dict[str, str], frozenset[str], frozenset[str]]:
     images = [
         ImageFacts(
             id=str(image.id),
@@ -96,16 +100,17 @@ def _facts(
         ContainerFacts(str(c.id), str(c.name), str(c.attrs.get("Image", "")), c.status == "running")
         for c in client.containers.list(all=True, filters={"label": LABEL})
     ]
-    volumes = {
-        str(volume.name): (volume.attrs.get("Labels") or {}).get(LABEL, "")
-        for volume in client.volumes.list(filters={"label": LABEL})
-    }
+    listed = client.volumes.list(filters={"label": LABEL})
+    volumes = {str(volume.name): (volume.attrs.get("Labels") or {}).get(LABEL, "") for volume in listed}
+    untrusted = frozenset(
+        str(volume.name) for volume in listed if (volume.attrs.get("Labels") or {}).get(TRUST_LABEL) == "untrusted"
+    )
     others = frozenset(
         str(container.attrs.get("Image", ""))
         for container in client.containers.list(all=True)
         if LABEL not in (container.labels or {})
     )
-    return images, containers, volumes, others
+    return images, containers, volumes, others, untrusted
 
 
 def _disk(client: docker.DockerClient) -> int:
@@ -127,12 +132,12 @@ def prune(
     it is pruned only when no entry is named); prints each removal and the disk given back."""
     client = engine(env)
     before = _disk(client)
-    images, containers, volumes, others = _facts(client)
+    images, containers, volumes, others, untrusted = _facts(client)
     if entries:
         images = [image for image in images if image.entry in entries]
         volumes = {name: entry for name, entry in volumes.items() if entry in entries}
         containers = [c for c in containers if c.name.startswith(tuple(f"torchyard-{e}-" for e in entries))]
-    plan = plan_prune(images, containers, volumes, keep=keep, in_use=others)
+    plan = plan_prune(images, containers, volumes, keep=keep, in_use=others, untrusted=untrusted)
     rows = [("container", container.name, "-") for container in plan.containers]
     rows += [("image", ", ".join(image.tags) or image.id[:19], f"{image.size / 1e9:.2f} GB") for image in plan.images]
     rows += [("volume", name, "-") for name in plan.volumes]
