@@ -7,6 +7,8 @@ For each mode (the container, `nox -s test-cpu`'s path; and `--local`), in one r
 - warm: the same run again: .pt2/.pte files come from the artifact cache, inductor from its own caches;
 - one case changed: the built-in `uint8_image` case's normalisation mean edited, to another value each
   repeat (its keys change; a container also gets a source-only image rebuild), then restored;
+- untrusted after warm: a `--trust=untrusted` run right after a warm one (a container: its own cache,
+  seeded with a copy of the trusted one; `--local`: `--unsandboxed`, a copy in .torchyard/cache-untrusted);
 - replayed: `--reuse-results` after a first such run, which hands back that run's verdicts.
 Every run must exit 0 (the suites pass); the table gives seconds and ratios. Run from the repository root
 with TORCHYARD_BASE_IMAGES=cpu=torchyard/base:bookworm: `python benchmarks/suites.py`.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shutil
 import statistics
 import subprocess
@@ -31,6 +34,8 @@ from pathlib import Path
 
 import docker
 import docker.errors
+
+from torchyard.trust import project_scope
 
 REPO = Path(__file__).resolve().parents[1]
 BUILTIN = REPO / "src" / "torchyard" / "inimage" / "cases" / "builtin.py"
@@ -58,8 +63,9 @@ def cold_cache(mode: str, entry: str) -> None:
     if mode in ("local", "in-place"):
         shutil.rmtree(REPO / ".torchyard" / "cache" / entry, ignore_errors=True)
         return
+    scope = project_scope(REPO / "matrix.toml", os.environ)
     with contextlib.suppress(docker.errors.NotFound):
-        docker.from_env().volumes.get(f"torchyard-inductor-{entry}").remove(force=True)
+        docker.from_env().volumes.get(f"torchyard-cache-{scope}-{entry}").remove(force=True)
 
 
 def measure(mode: str, entry: str, repeats: int, suites: list[str]) -> dict[str, list[float]]:
@@ -71,12 +77,16 @@ def measure(mode: str, entry: str, repeats: int, suites: list[str]) -> dict[str,
         timed(entry, *flags)  # the image or venv exists and is current before anything is timed
     text = BUILTIN.read_text()
     assert ORIGINAL in text
-    seconds: dict[str, list[float]] = {"cold": [], "warm": [], "one case changed": [], "replayed": []}
+    seconds: dict[str, list[float]] = {
+        "cold": [], "warm": [], "untrusted after warm": [], "one case changed": [], "replayed": []
+    }  # fmt: skip
+    untrusted = ("--trust=untrusted", *(("--unsandboxed",) if mode != "container" else ()))
     try:
         for repeat in range(repeats):
             cold_cache(mode, entry)
             seconds["cold"].append(timed(entry, *flags))
             seconds["warm"].append(timed(entry, *flags))
+            seconds["untrusted after warm"].append(timed(entry, *flags, *untrusted))
             BUILTIN.write_text(text.replace(ORIGINAL, CHANGED.format(blue=0.5 - repeat / 100)))
             seconds["one case changed"].append(timed(entry, *flags))
             BUILTIN.write_text(text)
@@ -104,6 +114,7 @@ def main() -> None:
         "--keep-going", action="store_true", help="time runs that fail too, and list them (a first look at a machine)"
     )
     options = parser.parse_args()
+    os.environ.setdefault("TORCHYARD_TRUSTED_MATRIX", str(REPO / "matrix.toml"))  # an untrusted build's bases
     global KEEP_GOING  # noqa: PLW0603 (the one switch, read by `timed`)
     KEEP_GOING = options.keep_going
     repeats = options.repeats
@@ -117,6 +128,10 @@ def main() -> None:
         pairs = list(zip(seconds["cold"], seconds["warm"], seconds["one case changed"], strict=True))
         rows += [
             (f"{mode}: cold / warm", spread([cold / warm for cold, warm, _ in pairs], "x", 2)),
+            (
+                f"{mode}: untrusted after warm / warm",
+                spread([u / w for u, w in zip(seconds["untrusted after warm"], seconds["warm"], strict=True)], "x", 2),
+            ),
             (f"{mode}: one case changed / warm", spread([one / warm for _, warm, one in pairs], "x", 2)),
             (
                 f"{mode}: cold / replayed",

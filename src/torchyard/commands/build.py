@@ -11,7 +11,7 @@ import docker
 
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.host.engine import DockerCli, build_client, engine
-from torchyard.image.build import NO_REGISTRY, Built, build_image, build_summary
+from torchyard.image.build import NO_REGISTRY, Built, build_image, build_summary, reuse_image
 from torchyard.image.debootstrap import DEFAULT_TAG, bootstrap_base
 from torchyard.image.plan import BuildOptions, plan_build, resolve_base
 from torchyard.image.policy import build_policy
@@ -72,14 +72,22 @@ def build_images(
         base_id = base_identity(base, client) or entry.accelerator.require_base_image().digest
         plan = plan_build(
             entry, lockdir, base_image=base, base_id=base_id, uv_version=uv, revision=revision,
-            source_date_epoch=epoch, policy_args=policy.build_args, runner=runner,
+            source_date_epoch=epoch, runner=runner,
         )  # fmt: skip
         print(f"[{position}/{len(entries)}] {entry.name}: {plan.tag}", file=sys.stderr, flush=True)
-        built.append(
-            build_image(
+        # An untrusted run uses the image a trusted run built from the same inputs, else builds one of its
+        # own (under its own tag: no trusted run ever reuses what an untrusted build made).
+        image = None if policy.trusted else reuse_image(entry, plan, client, registry=registry, env=env)
+        if image is None and not policy.trusted:
+            plan = plan_build(
+                entry, lockdir, base_image=base, base_id=base_id, uv_version=uv, revision=revision,
+                source_date_epoch=epoch, policy_args=policy.build_args, runner=runner,
+            )  # fmt: skip
+        if image is None:
+            image = build_image(
                 entry, plan, client, cli, options=options, registry=registry, policy=policy, runner=runner, env=env
             )
-        )
+        built.append(image)
     table = markdown_table(("entry", "image", "size", "seconds", "image came from"), build_summary(built))
     sys.stdout.write(table)
     append_step_summary(f"### torchyard images\n\n{table}", env)

@@ -294,6 +294,35 @@ def run_build(
         raise ImageBuildError(explain_build_failure(entry, plan, error)) from None
 
 
+def reuse_image(
+    entry: Entry,
+    plan: BuildPlan,
+    client: docker.DockerClient,
+    *,
+    options: BuildOptions = NO_OPTIONS,
+    registry: Registry | None = None,
+    env: Mapping[str, str] = os.environ,
+) -> Built | None:
+    """`plan`'s image when this runner has it, or pulled from the registry by its content-addressed tag;
+    None when it would have to be built."""
+    started = time.monotonic()
+    existing = _local_image(client, plan.tag)
+    origin: Origin = "local"
+    pulled = None
+    if existing is None and registry is not None:
+        pulled = pull(client, registry, registry.ref(plan.tag), env)
+        if pulled is not None:
+            existing = client.images.get(registry.ref(plan.tag))
+            existing.tag(plan.tag)
+            origin = "pulled"
+    if existing is None:
+        return None
+    existing.tag(plan.alias)
+    pushed = publish(client, registry, existing, plan, env) if options.push else ()
+    seconds = time.monotonic() - started
+    return Built(entry.name, plan.tag, existing.attrs["Size"], seconds, origin, pushed, pulled)
+
+
 def build_image(
     entry: Entry,
     plan: BuildPlan,
@@ -310,20 +339,9 @@ def build_image(
     content-addressed tag, else build it (taking layers from the registry's cache); `--push` publishes
     it. The base is checked before the first layer (the caller has checked the lock)."""
     started = time.monotonic()
-    existing = _local_image(client, plan.tag)
-    origin: Origin = "local"
-    pulled = None
-    if existing is None and registry is not None:
-        pulled = pull(client, registry, registry.ref(plan.tag), env)
-        if pulled is not None:
-            existing = client.images.get(registry.ref(plan.tag))
-            existing.tag(plan.tag)
-            origin = "pulled"
-    if existing is not None:
-        existing.tag(plan.alias)
-        pushed = publish(client, registry, existing, plan, env) if options.push else ()
-        seconds = time.monotonic() - started
-        return Built(entry.name, plan.tag, existing.attrs["Size"], seconds, origin, pushed, pulled)
+    reused = reuse_image(entry, plan, client, options=options, registry=registry, env=env)
+    if reused is not None:
+        return reused
     check_entry(entry, policy)
     check_base(client, plan)
     check_free_disk(client, plan)

@@ -8,6 +8,8 @@ A build step can reach the runner's network (a cloud metadata endpoint, say), so
   fails, and the build waits for a trusted run);
 - installs wheels only (`--no-build`): a lock that needs an sdist built waits for a trusted run;
 - never pushes.
+It uses the image a trusted run built from the same inputs where there is one; else its own is built under
+a tag of its own (WHEELS_ONLY is part of the content tag), which no trusted run ever reuses.
 """
 
 from __future__ import annotations
