@@ -159,15 +159,16 @@ def test_a_stored_name_with_code_in_it_never_runs(tmp_path: Path, where: str) ->
 
     marker = tmp_path / "ran"
     code = f"x=__import__('pathlib').Path({str(marker)!r}).touch()"
-    name, target = ("x", code) if where == "placeholder-target" else (code, "x")
     graph = Graph()
-    x = graph.create_node("placeholder", target, name=name)
+    x = graph.create_node("placeholder", code if where == "placeholder-target" else "x", name="x")
     graph.output((graph.call_function(operator.neg, (x,)),))
-    nodes = [[node.op, node.name, {"name": node.target} if isinstance(node.target, str) else None, None, None]
-             for node in graph.nodes]  # fmt: skip
-    nodes[0][3:] = [{"tuple": []}, {"dict": []}]
-    nodes[1][2:] = [{"python": ["_operator", "neg"]}, {"tuple": [{"node": nodes[0][1]}]}, {"dict": []}]
-    nodes[2][3:] = [{"tuple": [{"tuple": [{"node": nodes[1][1]}]}]}, {"dict": []}]
+    # FX keeps a placeholder's target as given; a name it would sanitize, so a forged entry writes it raw.
+    name = code if where == "node-name" else "x"
+    nodes = [
+        ["placeholder", name, {"name": x.target}, {"tuple": []}, {"dict": []}],
+        ["call_function", "neg", {"python": ["_operator", "neg"]}, {"tuple": [{"node": name}]}, {"dict": []}],
+        ["output", "output", {"name": "output"}, {"tuple": [{"tuple": [{"node": "neg"}]}]}, {"dict": []}],
+    ]
     stored = {"nodes": nodes, "print": str(graph)}
     with pytest.raises(ValueError, match="not a plain identifier"):
         decode(json.loads(json.dumps(stored)))
