@@ -49,6 +49,7 @@ def _run_with_mounted_test(
     """Run the cpu entry's image with one planted test file (bind-mounted: this machine's allow-list
     permits `--mount` for the test), selecting only that test. `run` sets the plan's trust (`trust`), its
     project (`project`, else one of this test's own), `seal` and `timeout_s`."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     planted = tmp_path / f"test_planted_{uuid.uuid4().hex[:6]}.py"
     planted.write_text(test_text)
     flags = f'{extra}"--mount", "type=bind,source={planted},target=/planted/test_planted.py"'

@@ -37,7 +37,8 @@ CA_TARGET = "/run/torchyard/cacert"
 INDEX_ARGS_TARGET = "/run/torchyard/index-args"
 FETCH_SCRIPT = (
     f"read -ra index < {INDEX_ARGS_TARGET}; uv venv --quiet --python /opt/torchyard/venv/bin/python {BUILDENV}/venv; "
-    f'uv pip install --quiet --no-config --only-binary :all: --python {BUILDENV}/venv/bin/python "${{index[@]}}" "$@"'
+    f"if [ $# -gt 0 ]; then uv pip install --quiet --no-config --only-binary :all: "
+    f'--python {BUILDENV}/venv/bin/python "${{index[@]}}" "$@"; fi'
 )
 BUILD_SCRIPT = (
     f"cp -R /src /tmp/src; uv build --wheel --no-build-isolation --offline --no-config "

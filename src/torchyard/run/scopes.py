@@ -62,7 +62,7 @@ def seed_args(scope: CacheScope, *, image: str, user: str, name: str) -> tuple[s
         "--mount", f"type=volume,source={scope.seed},target={SEED_TARGET},readonly",
         "--mount", f"type=volume,source={scope.volume},target={contract.IMAGE_CACHE}",
         "--entrypoint", "cp", image,
-        "-R", "--preserve=mode,timestamps", f"{SEED_TARGET}/.", f"{contract.IMAGE_CACHE}/",
+        "-R", f"{SEED_TARGET}/.", f"{contract.IMAGE_CACHE}/",
     )  # fmt: skip
 
 
