@@ -34,6 +34,16 @@ def client() -> docker.DockerClient:
     return engine()
 
 
+@pytest.fixture(autouse=True)
+def _remove_test_scopes(client: docker.DockerClient) -> Iterator[None]:
+    """The cache volumes of the tests' own projects (scope `test...`) are removed after each test."""
+    yield
+    for volume in client.volumes.list(filters={"label": "dev.torchyard.scope"}):
+        if str((volume.attrs.get("Labels") or {}).get("dev.torchyard.scope", "")).startswith("test"):
+            with contextlib.suppress(docker.errors.APIError):
+                volume.remove(force=True)
+
+
 @pytest.fixture(scope="session")
 def local_base(client: docker.DockerClient) -> str:
     """The debootstrapped Debian base (made once per machine; reused when present)."""

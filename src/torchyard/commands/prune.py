@@ -5,8 +5,9 @@ this removes exactly torchyard's own leftovers:
 - stopped containers it started (running ones are left alone);
 - its images beyond the newest `keep` per entry (and project), except any image a container uses;
 - its untagged images (an interrupted build's, or ones whose tag moved to a newer build);
-- cache volumes of entries that have no image left, and every untrusted run's volume (each is removed when
-  its run ends; one left behind, by a killed run, is never read by another: it is named by that run);
+- cache volumes of entries that have no image left, every untrusted run's volume (each is removed when
+  its run ends; one left behind, by a killed run, is never read by another: it is named by that run), and
+  cache volumes from before scopes (`torchyard-inductor-<entry>`, no scope label: nothing mounts them);
 - BuildKit's build cache beyond `--keep-storage`.
 
 The decision (`plan_prune`) is pure; `--dry-run` prints it without removing anything.
@@ -102,8 +103,12 @@ def _facts(
     ]
     listed = client.volumes.list(filters={"label": LABEL})
     volumes = {str(volume.name): (volume.attrs.get("Labels") or {}).get(LABEL, "") for volume in listed}
+    # An untrusted run's volume left by a killed run, and a cache volume from before scopes (no scope
+    # label: no run mounts it any more) are always removed.
     untrusted = frozenset(
-        str(volume.name) for volume in listed if (volume.attrs.get("Labels") or {}).get(TRUST_LABEL) == "untrusted"
+        str(volume.name)
+        for volume in listed
+        if (volume.attrs.get("Labels") or {}).get(TRUST_LABEL, "untrusted") == "untrusted"
     )
     others = frozenset(
         str(container.attrs.get("Image", ""))
