@@ -70,7 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     lock = commands.add_parser("lock", parents=[common, lockdir], help="lock each entry with uv, or --check them")
     lock.add_argument("entries", nargs="*", metavar="ENTRY", help="entries to lock (same as --entry)")
     lock.add_argument("--check", action="store_true", help="offline: compare every lock with its inputs")
-    lock.add_argument("--allow-missing", action="store_true", help="with --check: report missing locks, pass")
+    lock.add_argument(
+        "--allow-missing",
+        action="append",
+        default=[],
+        metavar="ENTRY",
+        help="with --check: this entry's lock may be missing (repeatable: the entries this machine cannot lock)",
+    )
 
     build = commands.add_parser("build", parents=[common, lockdir], help="build the selected entries' images")
     build.add_argument("entries", nargs="*", metavar="ENTRY", help="entries to build (same as --entry)")

@@ -80,7 +80,12 @@ def test_lock_check_reports_missing_and_fails(
     captured = capsys.readouterr()
     assert "| cpu   | missing |" in captured.out
     assert captured.err == "torchyard: 2 of 2 locks not fresh: cpu, cuda\n"
-    assert main([*args, "--allow-missing"]) == 0
+    assert main([*args, "--allow-missing", "cuda", "--allow-missing", "cpu"]) == 0
+    # Only the entries named: another missing lock still fails (a deleted lock cannot pass unnoticed).
+    assert main([*args, "--allow-missing", "cuda"]) == 1
+    assert capsys.readouterr().err == "torchyard: 1 of 2 locks not fresh: cpu\n"
+    assert main([*args, "--allow-missing", "rocm"]) == 2
+    assert capsys.readouterr().err == "torchyard: --allow-missing rocm: no such entry (cpu, cuda)\n"
 
 
 def test_double_dash_separates_pytest_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
