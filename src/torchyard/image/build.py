@@ -7,6 +7,7 @@ BuildKit secrets, never in a layer or the history.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -381,6 +382,9 @@ def build_image(
         print(f"building {plan.tag} for entry {entry.name!r} from {plan.base_image}", file=sys.stderr, flush=True)
         completed = run_build(entry, plan, args, cli=cli, registry=registry, runner=runner, env=env)
         image_id = iidfile.read_text().strip() if iidfile.exists() else ""
+        if plan.project_root is not None:  # the toolchain stage's untagged image: its layers stay in the image
+            with contextlib.suppress(docker.errors.APIError):
+                client.images.remove(toolchain.read_text().strip())
     image = client.images.get(image_id)
     image.tag(plan.tag)
     image.tag(plan.alias)
