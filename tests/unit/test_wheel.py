@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from torchyard.errors import ImageBuildError
-from torchyard.image.wheel import build_args, build_requirements, build_user, fetch_args, take_wheels
+from torchyard.image.wheel import build_args, build_requirements, fetch_args, take_wheels
 
 
 def test_the_backend_runs_sealed_with_nothing_but_the_source_and_one_output_folder(tmp_path: Path) -> None:
@@ -39,7 +39,6 @@ def test_the_requirements_are_fetched_without_the_source_as_wheels_only(tmp_path
     assert not any("target=/src" in arg for arg in args)
     assert f"type=bind,source={tmp_path / 'i'},target=/run/torchyard/index-args,readonly" in args
     assert "--only-binary :all:" in args[-3] and args[-2:] == ("fetch", "hatchling>=1.20")
-    assert build_user(0, 0) == "1000:1000" and build_user(1001, 1002) == "1001:1002"
 
 
 def test_build_requirements_are_read_without_running_anything(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.matrix.machine import Source, index_args
+from torchyard.run.container import run_user
 from torchyard.util import proc
 
 # PEP 517: a project without [build-system] is built by setuptools' legacy backend.
@@ -93,11 +94,6 @@ def build_args(image: str, *, name: str, user: str, source: Path, buildenv: Path
     )  # fmt: skip
 
 
-def build_user(uid: int, gid: int) -> str:
-    """The caller's ids, so the outputs are theirs; root's builds run as the image's unprivileged user."""
-    return "1000:1000" if uid == 0 else f"{uid}:{gid}"
-
-
 def _writable_by(folder: Path, user: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     uid, gid = (int(part) for part in user.split(":"))
@@ -142,7 +138,7 @@ def build_wheel_sealed(
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes((root / relative).read_bytes())
         source.chmod(0o755)
-        user = build_user(os.getuid(), os.getgid())
+        user = run_user(os.getuid(), os.getgid())  # as a test container runs: never root
         buildenv = _writable_by(Path(scratch) / "buildenv", user)
         out = _writable_by(Path(scratch) / "out", user)
         index_file = Path(scratch) / "index-args"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
@@ -77,16 +77,23 @@ def bound(table: Table, key: str, value: float | None) -> None:
         raise table.error(key, f"an error bound cannot be negative, got {value}")
 
 
-def docker_run(table: Table, key: str, flags: tuple[str, ...], allowed: Collection[str]) -> None:
-    """Each flag (`--name` or `--name=value`) must be in SAFE_DOCKER_RUN or the machine's allow-list, with a
-    value that cannot reach the host: `--env` sets NAME=value (a bare NAME copies the host's value in, the
-    runner's secrets among them), labels leave torchyard's own alone, `--oom-score-adj` is not negative."""
+def flag_values(flags: tuple[str, ...]) -> Iterator[tuple[int, str, str]]:
+    """(position, flag, value) for each `--flag value` or `--flag=value` in a docker-run list."""
     for position, item in enumerate(flags):
         if not item.startswith("-"):
             continue
         flag, separator, value = item.partition("=")
         if not separator:
             value = flags[position + 1] if position + 1 < len(flags) else ""
+        yield position, flag, value
+
+
+def docker_run(table: Table, key: str, flags: tuple[str, ...], allowed: Collection[str]) -> None:
+    """Each flag (`--name` or `--name=value`) must be in SAFE_DOCKER_RUN or the machine's allow-list, with a
+    value that cannot reach the host: `--env` sets NAME=value (a bare NAME copies the host's value in, the
+    runner's secrets among them), labels leave torchyard's own alone, `--oom-score-adj` is not negative."""
+    for position, flag, value in flag_values(flags):
+        item = flags[position]
         if flag not in SAFE_DOCKER_RUN and flag not in allowed:
             raise table.error(
                 f"{key}[{position}]",

@@ -7,13 +7,13 @@ network needs the machine's permission (`[allow] network = true`) and a trusted 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from torchyard import contract
 from torchyard.errors import ConfigError
 from torchyard.matrix.machine import Limits, size_bytes
 from torchyard.matrix.schema import Entry
+from torchyard.matrix.values import flag_values
 
 SCRATCH = "rw,exec,nosuid,nodev,mode=1777"
 
@@ -45,21 +45,10 @@ def sealing_args(seal: Seal) -> tuple[str, ...]:
     )  # fmt: skip
 
 
-def _flag_values(flags: tuple[str, ...]) -> Iterator[tuple[int, str, str]]:
-    """(position, flag, value) for each `--flag value` or `--flag=value` in a docker-run list."""
-    for position, item in enumerate(flags):
-        if not item.startswith("-"):
-            continue
-        flag, separator, value = item.partition("=")
-        if not separator and position + 1 < len(flags) and not flags[position + 1].startswith("-"):
-            value = flags[position + 1]
-        yield position, flag, value
-
-
 def check_matrix_flags(entry: Entry, seal: Seal) -> None:
     """A matrix.toml resource flag above this machine's limit is one line naming machine.toml."""
     machine = {"--memory": seal.memory, "--memory-swap": seal.memory, "--pids-limit": str(seal.limits.pids)}
-    for position, flag, value in _flag_values(entry.accelerator.docker_run):
+    for position, flag, value in flag_values(entry.accelerator.docker_run):
         if flag not in machine:
             continue
         limit = machine[flag]
