@@ -18,6 +18,7 @@ from torchyard.commands.matrix import matrix_include
 from torchyard.commands.plan import plan_table
 from torchyard.commands.prune import prune
 from torchyard.commands.refresh import refresh
+from torchyard.commands.sessions import run_nox
 from torchyard.commands.test import test_entries
 from torchyard.contract import REUSE_RESULTS
 from torchyard.errors import TorchyardError, UsageError
@@ -132,6 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
     init_command = commands.add_parser("init", help="make this project a torchyard project (never overwrites)")
     init_command.add_argument("--force", action="store_true", help="replace files that exist")
 
+    commands.add_parser(
+        "nox",
+        add_help=False,  # `torchyard nox --help` is nox's help
+        help="run this project's nox sessions with the nox installed with torchyard (for tool installs)",
+    )
+
     base = commands.add_parser("base", help="bootstrap a local Debian base image (debootstrap + docker import)")
     base.add_argument("--tag", default=DEFAULT_TAG, help="the image tag to create")
     return parser
@@ -157,7 +164,7 @@ def _selected(args: argparse.Namespace, passthrough: list[str] | None = None) ->
 
 def main(argv: Sequence[str] | None = None) -> int:
     args, passthrough = build_parser().parse_known_args(argv)
-    if passthrough and args.command != "test":
+    if passthrough and args.command not in ("test", "nox"):
         build_parser().parse_args(argv)  # reports the unknown arguments and exits 2
     try:
         if args.command == "plan":
@@ -182,6 +189,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return prune(keep=args.keep, keep_storage=args.keep_storage, dry_run=args.dry_run, entries=args.entry)
         elif args.command == "init":
             init(Path.cwd(), force=args.force)
+        elif args.command == "nox":
+            return run_nox(passthrough)
         elif args.command == "base":
             make_base(args.tag)
         elif args.command == "test":

@@ -23,6 +23,7 @@ import pytest
 from torchyard.commands.build import make_base
 from torchyard.host.engine import engine
 from torchyard.image.debootstrap import DEFAULT_TAG
+from torchyard.util import proc
 
 REPO = Path(__file__).parents[2]
 # What a build reads from the project folder; torchyard's own files come from the installed package.
@@ -42,6 +43,15 @@ def _remove_test_scopes(client: docker.DockerClient) -> Iterator[None]:
         if str((volume.attrs.get("Labels") or {}).get("dev.torchyard.scope", "")).startswith("test"):
             with contextlib.suppress(docker.errors.APIError):
                 volume.remove(force=True)
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """torchyard's wheel, built from this checkout once per session."""
+    scratch = tmp_path_factory.mktemp("wheel")
+    proc.run(["uv", "build", "--wheel", "--out-dir", str(scratch / "dist"), str(REPO)])
+    (built,) = (scratch / "dist").glob("torchyard-*.whl")
+    return built
 
 
 @pytest.fixture(scope="session")

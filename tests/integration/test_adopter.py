@@ -25,14 +25,6 @@ EXAMPLE = REPO / "examples" / "robot-policy"
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    scratch = tmp_path_factory.mktemp("wheel")
-    proc.run(["uv", "build", "--wheel", "--out-dir", str(scratch / "dist"), str(REPO)])
-    (built,) = (scratch / "dist").glob("torchyard-*.whl")
-    return built
-
-
 def test_uvx_runs_the_wheel_from_anywhere(wheel: Path, tmp_path: Path) -> None:
     completed = proc.run(["uvx", "--from", str(wheel), "torchyard", "--version"], cwd=tmp_path, capture=True)
     assert completed.stdout.strip() == "torchyard 0.1.0"

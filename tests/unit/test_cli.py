@@ -1,12 +1,16 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from tests.unit.matrix_text import VALID
 from torchyard.cli import main
+from torchyard.commands.sessions import run_nox
 from torchyard.matrix import Entry
 
 REPO = Path(__file__).parents[2]
@@ -153,3 +157,17 @@ def test_push_without_a_registry_is_one_line_before_any_work(
         "torchyard: --push needs a registry: set TORCHYARD_REGISTRY (host[:port]/path) or [registry] name in "
         "machine.toml"
     )
+
+
+def test_nox_runs_from_torchyards_own_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`torchyard nox ...` is nox run by this interpreter, every argument passed on as given."""
+    seen: list[list[str]] = []
+
+    def fake(args: Sequence[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        seen.append(list(args))
+        assert kwargs == {"check": False}
+        return subprocess.CompletedProcess(args, 3, "", "")
+
+    monkeypatch.setattr("torchyard.cli.run_nox", lambda args: run_nox(args, runner=fake))
+    assert main(["nox", "-s", "test-cpu", "--", "--local", "--help"]) == 3
+    assert seen == [[sys.executable, "-m", "nox", "-s", "test-cpu", "--", "--local", "--help"]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import sys
 from pathlib import Path
 
 import nox.registry
@@ -69,13 +70,26 @@ def test_init_never_overwrites_unless_forced(tmp_path: Path, capsys: pytest.Capt
     with pytest.raises(UsageError, match=r"^noxfile.py already exist: torchyard init never overwrites"):
         init(root, today=TODAY)
     assert (root / "noxfile.py").read_text() == "# mine\n" and not (root / "matrix.toml").exists()
-    written = init(root, force=True, today=TODAY)
+    written = init(root, force=True, today=TODAY, env={"PATH": str(tmp_path / "empty")})
     assert [path.relative_to(root).as_posix() for path in written] == [
         "matrix.toml",
         "noxfile.py",
         ".github/workflows/torchyard.yml",
     ]
-    assert capsys.readouterr().out.splitlines()[1].strip().startswith("nox -s lock")
+    assert capsys.readouterr().out.splitlines()[1].strip().startswith("torchyard nox -s lock")  # no nox on PATH
+
+
+def test_init_names_the_nox_that_can_import_torchyard(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The nox beside this interpreter can run the sessions; another one on PATH cannot import torchyard."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "nox").write_text("#!/bin/sh\n")
+    (elsewhere / "nox").chmod(0o755)
+    root = project(tmp_path)
+    init(root, today=TODAY, env={"PATH": str(elsewhere)})
+    assert capsys.readouterr().out.splitlines()[1].strip().startswith("torchyard nox -s lock")
+    init(root, force=True, today=TODAY, env={"PATH": str(Path(sys.executable).parent)})
+    assert capsys.readouterr().out.splitlines()[1].strip().startswith("nox -s lock ")
 
 
 def test_torchyard_nox_registers_the_standard_sessions(monkeypatch: pytest.MonkeyPatch) -> None:

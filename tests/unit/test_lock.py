@@ -82,10 +82,13 @@ def packages(path: Path) -> list[str]:
 def test_compile_args_name_every_input() -> None:
     app, vendored = make_plan()
     sources = (Source("pypi", "index", "https://mirror.example/simple"), Source("x", "find-links", "/wheels"))
-    args = compile_args(LockInputs.of(vendored, "0.13.9"), sources, Path("/out/lock.txt"), excludes=Path("/e.txt"))
+    args = compile_args(
+        LockInputs.of(vendored, "0.13.9"), sources, Path("/out/lock.txt"), excludes=Path("/e.txt"), interpreter="/py"
+    )
     assert args == (
         "uv", "pip", "compile", "requirements.in",
         "--generate-hashes", "--no-header", "--no-config",
+        "--python", "/py",
         "--python-version", "3.11",
         "--python-platform", "x86_64-manylinux_2_28",
         "--index-strategy", "first-index",
@@ -98,7 +101,11 @@ def test_compile_args_name_every_input() -> None:
         "--no-emit-package", "numpy",
     )  # fmt: skip
     only_folder = compile_args(
-        LockInputs.of(app, "0.13.9"), (Source("pypi", "find-links", "/w"),), Path("/l"), excludes=None
+        LockInputs.of(app, "0.13.9"),
+        (Source("pypi", "find-links", "/w"),),
+        Path("/l"),
+        excludes=None,
+        interpreter="/py",
     )
     assert only_folder[-3:] == ("--no-index", "--find-links", "/w")
 
@@ -117,7 +124,7 @@ def test_every_lock_input_reaches_the_digest_and_uv() -> None:
 
     def asked(candidate: LockInputs) -> tuple[tuple[str, ...], str, dict[str, str]]:
         urls = [f"file:///standin/{name}" for name, _ in candidate.pinned_vendor()]
-        args = compile_args(candidate, sources, Path("/o"), excludes=None)
+        args = compile_args(candidate, sources, Path("/o"), excludes=None, interpreter="/py")
         return args, requirements_in(candidate, urls), uv_environment(candidate)
 
     changed_values: dict[str, Any] = {

@@ -3,6 +3,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Sequence
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -12,12 +13,38 @@ from torchyard.errors import CommandError, CommandNotFoundError, LockError
 from torchyard.lock.resolve import lock_entry
 from torchyard.matrix import load_plan
 from torchyard.matrix.machine import Source
-from torchyard.util.proc import redact, run
+from torchyard.util.proc import executable, own_uv, redact, run
 
 
 def test_missing_executable_is_a_typed_error() -> None:
     with pytest.raises(CommandNotFoundError, match="no-such-tool-xyz: command not found; install it"):
         run(["no-such-tool-xyz"], hint="install it")
+
+
+def test_uv_is_torchyards_own_whatever_path_holds(tmp_path: Path) -> None:
+    """The pinned uv package's binary, beside this interpreter, never a uv found on PATH."""
+    (tmp_path / "uv").write_text("#!/bin/sh\necho uv 0.0.1\n")
+    (tmp_path / "uv").chmod(0o755)
+    assert executable("uv", str(tmp_path)) == own_uv()
+    assert Path(own_uv()).parent == Path(sys.executable).parent
+    assert executable("sh", str(tmp_path)) is None  # the others are looked up on PATH as given
+
+
+def test_uv_missing_from_torchyards_environment_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing() -> str:
+        raise FileNotFoundError("Could not find the uv binary in any of the following locations:\n - /x\n")
+
+    monkeypatch.setattr("torchyard.util.proc.find_uv_bin", missing)
+    with pytest.raises(CommandNotFoundError, match=r"^uv: the `uv` package torchyard depends on has no binary"):
+        run(["uv", "--version"])
+
+
+@pytest.mark.real_subprocess
+def test_a_different_uv_first_on_path_is_not_run(tmp_path: Path) -> None:
+    (tmp_path / "uv").write_text("#!/bin/sh\necho uv 0.0.1\nexit 3\n")
+    (tmp_path / "uv").chmod(0o755)
+    result = run(["uv", "--version"], env={"PATH": str(tmp_path)}, capture=True)
+    assert result.stdout.split()[:2] == ["uv", version("uv")]
 
 
 @pytest.mark.real_subprocess

@@ -13,6 +13,7 @@ from torchyard.accelerators.protocol import PCI_VENDORS, HostFacts
 from torchyard.errors import DockerUnavailableError, TorchyardError
 from torchyard.host.engine import build_client, engine
 from torchyard.host.facts import gather_host_facts
+from torchyard.lock.resolve import uv_version
 from torchyard.matrix.machine import MEMORY_SHARE, load_limits
 from torchyard.names import AcceleratorName
 from torchyard.run.seal import Seal, default_memory, sealing_args
@@ -49,14 +50,19 @@ def doctor(
     except DockerUnavailableError as error:
         client = None
         problems.append(str(error))
-        facts_rows.append(("Docker engine", "none answers"))
+        facts_rows.append(("Docker engine", f"none answers: {error}"))
     try:
         cli = build_client(env, runner)
         builder = "docker buildx" if cli.builder == "buildx" else "engine's built-in BuildKit (DOCKER_BUILDKIT=1)"
         facts_rows.append(("image builder", f"{builder} via {cli.path} {cli.version}"))
     except TorchyardError as error:
         problems.append(str(error))
-        facts_rows.append(("image builder", "none"))
+        facts_rows.append(("image builder", f"none: {error}"))
+    try:
+        facts_rows.append(("uv (locks, venvs)", f"{uv_version(runner)} at {proc.own_uv()}, torchyard's own"))
+    except TorchyardError as error:
+        problems.append(str(error))
+        facts_rows.append(("uv (locks, venvs)", f"none: {error}"))
     host = gather_host_facts(client)
     facts_rows += [
         ("GPUs (PCI vendors)", gpu_row(host)),

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import shutil
 import sys
+import sysconfig
 from collections.abc import Mapping
 from importlib import metadata
 from importlib.resources import files
@@ -30,10 +33,18 @@ TARGETS = {
     ".github/workflows/torchyard.yml": "torchyard.yml",
 }
 NEXT_STEPS = (
-    "nox -s lock                 # lock the cpu entry (uv, hashed) into lockfiles/cpu.txt",
-    "nox -s test-cpu             # image from the lock, your tests and torchyard's suites in it, reports/cpu/",
+    "@NOX@ -s lock        # lock the cpu entry (uv, hashed) into lockfiles/cpu.txt",
+    "@NOX@ -s test-cpu    # image from the lock, your tests and torchyard's suites in it, reports/cpu/",
     "git add matrix.toml noxfile.py lockfiles .github/workflows/torchyard.yml",
 )
+
+
+def nox_command(env: Mapping[str, str]) -> str:
+    """`nox` where the nox on PATH is the one installed with this torchyard (it can import
+    `torchyard.nox`), else `torchyard nox` (a tool install: only `torchyard` is on PATH)."""
+    found = shutil.which("nox", path=env.get("PATH", os.defpath))
+    beside = {Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))}
+    return "nox" if found is not None and Path(found).parent in beside else "torchyard nox"
 
 
 def install_spec() -> str:
@@ -101,7 +112,9 @@ def render(root: Path, today: dt.date, spec: str) -> dict[str, str]:
     return rendered
 
 
-def init(root: Path, *, force: bool = False, today: dt.date | None = None) -> list[Path]:
+def init(
+    root: Path, *, force: bool = False, today: dt.date | None = None, env: Mapping[str, str] = os.environ
+) -> list[Path]:
     """Write the files into `root`; raise `UsageError` naming what exists unless `force`."""
     rendered = render(root, today or dt.datetime.now(dt.UTC).date(), install_spec())
     existing = [name for name in rendered if (root / name).exists()]
@@ -112,5 +125,6 @@ def init(root: Path, *, force: bool = False, today: dt.date | None = None) -> li
         write_atomically(root / name, text)
         written.append(root / name)
         print(f"wrote {name}", file=sys.stderr)
-    print("next:\n" + "".join(f"  {step}\n" for step in NEXT_STEPS), end="")
+    nox = nox_command(env)
+    print("next:\n" + "".join(f"  {step.replace('@NOX@', nox)}\n" for step in NEXT_STEPS), end="")
     return written

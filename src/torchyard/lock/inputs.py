@@ -108,16 +108,20 @@ def compile_args(
     output: Path,
     *,
     excludes: Path | None,
+    interpreter: str,
 ) -> tuple[str, ...]:
     """The `uv pip compile` argument list (run from the folder holding `requirements.in`).
 
     `sources` are where this machine reads the indexes named in `inputs.indexes` (a mirror or the URL).
+    `interpreter` is the one uv needs at hand whatever the target (`--python-version` decides the
+    resolution): torchyard's own, so a tool install locks with no Python on PATH.
     """
     args: list[str] = [
         "uv", "pip", "compile", "requirements.in",
         "--generate-hashes",
         "--no-header",
         "--no-config",
+        "--python", interpreter,
         "--python-version", inputs.python,
         "--python-platform", inputs.platform,
         "--index-strategy", inputs.index_strategy,

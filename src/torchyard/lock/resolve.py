@@ -22,12 +22,11 @@ from torchyard.matrix.schema import Entry, Index
 from torchyard.util import proc
 from torchyard.util.atomic import write_atomically
 
-UV_INSTALL_HINT = "install it with `python3 -m pip install uv` (nox's sessions bring their own)"
 UV_ERROR_MARKERS = ("error:", "\N{MULTIPLICATION SIGN}")  # uv starts a failure with one or the other
 
 
 def uv_version(runner: proc.Runner = proc.run) -> str:
-    output = runner(["uv", "--version"], capture=True, hint=UV_INSTALL_HINT).stdout.split()
+    output = runner(["uv", "--version"], capture=True).stdout.split()
     if len(output) < 2:
         raise LockError(f"cannot read uv's version from {' '.join(output)!r}")
     return output[1]
@@ -63,6 +62,7 @@ def lock_entry(
     *,
     runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
+    interpreter: str = sys.executable,
 ) -> Path:
     """Resolve `entry` with uv and write its lockfile atomically; on any failure nothing is written."""
     inputs = LockInputs.of(entry, uv_version(runner))
@@ -72,10 +72,10 @@ def lock_entry(
         excludes = _stage(inputs, workdir)
         output = workdir / "lock.txt"
         indexes = tuple(Index(name, url) for name, url in inputs.indexes)
-        args = compile_args(inputs, sources_for(indexes, mirrors), output, excludes=excludes)
+        args = compile_args(inputs, sources_for(indexes, mirrors), output, excludes=excludes, interpreter=interpreter)
         uv_env = {**env, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", **uv_environment(inputs)}
         try:
-            runner(args, cwd=workdir, env=uv_env, capture=True, hint=UV_INSTALL_HINT)
+            runner(args, cwd=workdir, env=uv_env, capture=True)
         except CommandError as error:
             sys.stderr.write(proc.redact(error.output))
             raise LockError(f"entry {entry.name!r}: uv could not lock it: {_uv_explanation(error.output)}") from None

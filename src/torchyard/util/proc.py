@@ -1,7 +1,8 @@
 """The one subprocess seam: every external command torchyard runs goes through `run`.
 
-It prints `+ cmd` on stderr with secrets redacted, resolves the executable on PATH first (a missing tool
-is one clear line, not a FileNotFoundError), and turns a non-zero exit into a `CommandError` that says
+It prints `+ cmd` on stderr with secrets redacted, resolves the executable first (on PATH, except for
+the tools torchyard installs with itself, such as its pinned uv; a missing tool is one clear line, not a
+FileNotFoundError), and turns a non-zero exit into a `CommandError` that says
 the cause first (the command itself was echoed above, redacted, and never repeats in the error line).
 Callers that need to be tested without real processes take a `Runner` parameter and get `run` by
 default; tests pass a fake with the same signature.
@@ -19,6 +20,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
+
+from uv import find_uv_bin
 
 from torchyard.errors import CommandError, CommandNotFoundError
 
@@ -71,6 +74,27 @@ def cause(output: str) -> str:
     return redact(lines[-1])[:400] if lines else ""
 
 
+def own_uv() -> str:
+    """The uv installed with torchyard (the pinned `uv` package's binary), whatever uv PATH holds: uv's
+    version is an input of every lock, so a system uv of another version must not make or check one."""
+    try:
+        return find_uv_bin()
+    except FileNotFoundError:
+        raise CommandNotFoundError(
+            "uv: the `uv` package torchyard depends on has no binary in this environment; reinstall torchyard"
+        ) from None
+
+
+# Programs torchyard brings in its own environment: found there, never on PATH.
+OWN_PROGRAMS = {"uv": own_uv}
+
+
+def executable(program: str, search_path: str | None) -> str | None:
+    """Where `program` runs from: torchyard's own copy for OWN_PROGRAMS, else the first on `search_path`."""
+    own = OWN_PROGRAMS.get(program)
+    return own() if own is not None else shutil.which(program, path=search_path)
+
+
 def run(
     args: Sequence[str],
     *,
@@ -88,12 +112,12 @@ def run(
     `hint` is appended to the error message when the executable is missing.
     """
     search_path = (env or os.environ).get("PATH")
-    executable = shutil.which(args[0], path=search_path)
-    if executable is None:
+    found = executable(args[0], search_path)
+    if found is None:
         suffix = f"; {hint}" if hint else ""
         raise CommandNotFoundError(f"{args[0]}: command not found{suffix}")
     print(f"+ {format_command(args)}", file=sys.stderr, flush=True)
-    command = [executable, *args[1:]]
+    command = [found, *args[1:]]
     if tee:
         completed = _tee(command, env, cwd)
     else:
