@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).parent / "src"))  # torchyard.nox from thi
 from torchyard import nox as torchyard_nox
 
 nox.options.default_venv_backend = "uv"
-nox.options.error_on_missing_interpreters = False
+nox.options.error_on_missing_interpreters = True
 nox.options.sessions = ["lint", "tests"]
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
@@ -38,7 +38,14 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run(
-        "mypy", "--exclude", "src/torchyard/(inimage|cases.py)", "src", "tests/unit", "tests/integration", "noxfile.py"
+        "mypy",
+        "--exclude",
+        "src/torchyard/(inimage|cases.py)",
+        "src",
+        "tests/unit",
+        "tests/integration",
+        "tests/mutants",
+        "noxfile.py",
     )
     session.run("hadolint", "src/torchyard/image/Dockerfile")
     session.run("actionlint")
@@ -57,6 +64,16 @@ def lint_stack(session: nox.Session) -> None:
     stack_python = ".torchyard/venvs/cpu/bin/python"
     session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
     session.run("mypy", "--python-executable", stack_python, "src/torchyard/inimage", "src/torchyard/cases.py")
+
+
+@nox.session
+def mutants(session: nox.Session) -> None:
+    """The mutation session: each verdict-deciding comparison and rule of the in-image side flipped, one at a
+    time, under the self-tests that guard it (tests/mutants/targets.toml); every mutant must be killed.
+    Runs against the cpu entry's venv (made by `test-cpu -- --local`). `-- --ci` runs the targets CI runs,
+    `-- --only NAME` one target."""
+    session.install(*nox.project.dependency_groups(PYPROJECT, "mutants"))
+    session.run("python", "tests/mutants/run.py", "--stack", ".torchyard/venvs/cpu/bin/python", *session.posargs)
 
 
 # The standard sessions (lock, matrix, doctor, refresh, base-image, build-<acc>-image, test-<acc>) are the

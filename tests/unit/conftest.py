@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing.process
+import os
 import subprocess
 from collections.abc import Iterator
 
@@ -17,4 +19,9 @@ def _no_real_subprocesses(request: pytest.FixtureRequest, monkeypatch: pytest.Mo
 
         monkeypatch.setattr(subprocess, "run", refuse)
         monkeypatch.setattr(subprocess, "Popen", refuse)
+        # The other ways to start a process: multiprocessing's children (fork, spawn and forkserver all
+        # start through BaseProcess.start) and the os module's own.
+        monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
+        for name in ("fork", "forkpty", "system", "posix_spawn", "posix_spawnp", "execv", "execve", "execvp"):
+            monkeypatch.setattr(os, name, refuse)
     yield

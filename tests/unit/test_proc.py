@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import version
 from pathlib import Path
 
@@ -118,3 +118,21 @@ def test_a_failed_lock_never_shows_the_mirror_password(tmp_path: Path, capsys: p
         lock_entry(entry, tmp_path, mirrors, runner=uv)
     assert "s3cr3t" not in str(caught.value) and "s3cr3t" not in capsys.readouterr().err
     assert "https://***@mirror.example" in str(caught.value)
+
+
+def test_the_unit_guard_refuses_every_way_to_start_a_process() -> None:
+    """The autouse guard (conftest.py) stops subprocess, multiprocessing and the os module's own starts."""
+    import multiprocessing
+    import os
+
+    starts: list[Callable[[], object]] = [
+        lambda: subprocess.run(["true"], check=False),
+        lambda: multiprocessing.get_context("spawn").Process(target=print).start(),
+        lambda: multiprocessing.get_context("fork").Process(target=print).start(),
+        lambda: os.system("true"),
+        os.fork,
+        lambda: os.posix_spawn("/bin/true", ["true"], {}),
+    ]
+    for start in starts:
+        with pytest.raises(AssertionError, match="unit test started a real subprocess"):
+            start()

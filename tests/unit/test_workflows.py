@@ -16,6 +16,7 @@ from torchyard.matrix import load_plan
 
 REPO = Path(__file__).parents[2]
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
+TEMPLATE = REPO / "src" / "torchyard" / "templates" / "torchyard.yml"
 
 
 def run_lines() -> list[str]:
@@ -154,3 +155,14 @@ def test_the_matrix_splits_hosted_and_self_hosted_entries() -> None:
     hosted = [item["name"] for item in matrix_include(entries, runners="hosted")["include"]]
     self_hosted = [item["name"] for item in matrix_include(entries, runners="self-hosted")["include"]]
     assert hosted == ["cpu"] and self_hosted == ["cuda", "rocm", "xpu", "mps"]
+
+
+@pytest.mark.parametrize("workflow", [REPO / ".github" / "workflows" / "ci.yml", TEMPLATE])
+def test_the_plan_step_fails_where_the_matrix_command_fails(workflow: Path) -> None:
+    """GitHub runs `bash -e`: the matrix command is a command of its own (its exit status fails the step,
+    its error stays in the log), never inside `$(...)` where a failure is lost."""
+    steps = yaml.safe_load(workflow.read_text())["jobs"]["plan"]["steps"]
+    (step,) = [step for step in steps if step.get("id") == "plan"]
+    lines = [line.strip() for line in step["run"].splitlines()]
+    assert any(line.startswith("nox -s matrix -- --github") and line.endswith('.json"') for line in lines)
+    assert not [line for line in lines if "$(nox" in line or "2>/dev/null" in line]

@@ -32,8 +32,9 @@ from torchyard.inimage.parity.report import write_reports
 from torchyard.inimage.parity.tolerances import Tolerances, load_tolerances
 from torchyard.inimage.precision import DTYPES, PrecisionError, check_precision, pin_precision
 from torchyard.inimage.probe import ProbeError, probe, torch_device
+from torchyard.inimage.verdicts import passes
 from torchyard.inimage.workers import pin_worker_device
-from torchyard.names import BACKEND_NAMES, HARNESS, PROJECT, SUITE_NAMES, Precision
+from torchyard.names import BACKEND_NAMES, HARNESS, PROJECT, SUITE_NAMES, Precision, SuiteName
 
 RECORD_KEY = "torchyard"
 SUITES_DIR = Path(__file__).parent / "suites"
@@ -326,13 +327,15 @@ def record(request: pytest.FixtureRequest, suite: str, result: Result, outcome: 
     request.node.user_properties.append((RECORD_KEY, json.dumps(data, default=str)))
 
 
-def conclude(request: pytest.FixtureRequest, suite: str, case: Case, result: Result, *, passed: bool) -> None:
-    """Record, then skip / xfail / fail / pass the test: every skip and known failure keeps its reason.
+def conclude(request: pytest.FixtureRequest, suite: SuiteName, case: Case, result: Result) -> None:
+    """Apply the suite's pass rule (`verdicts.passes`) and the case's known failure to `result`. Record,
+    then skip / xfail / fail / pass the test: every skip and known failure keeps its reason.
 
     A known failure is exact: only the error it names (type and message pattern) is expected; any other
     outcome on that backend fails, and a backend that starts working fails until the entry is removed.
     A case whose reference cannot be made fails once (the parity suite's eager test); elsewhere it skips.
     """
+    passed = passes(suite, result)
     if result.status == "skipped":
         record(request, suite, result, "skipped")
         pytest.skip(result.reason)
@@ -375,21 +378,37 @@ class _Collector:
         self.skip_reasons: dict[str, list[str]] = defaultdict(list)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        suite = _suite_of(report)
-        if report.skipped and suite is not None and report.when in ("setup", "call"):
+        self.count(report, _suite_of(report))
+        if report.when == "call":  # setup and teardown reports repeat the same user properties
+            self.records += [json.loads(str(value)) for key, value in report.user_properties if key == RECORD_KEY]
+
+    def count(self, report: pytest.TestReport, suite: str | None) -> None:
+        """A test of `suite` passed (its call did), or skipped (at setup or in its call), and why."""
+        if suite is None:
+            return
+        if report.skipped and report.when in ("setup", "call"):
             longrepr = report.longrepr
             reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
             self.skip_reasons[suite].append(reason.removeprefix("Skipped: "))
-        if report.when != "call":  # setup and teardown reports repeat the same user properties
-            return
-        if report.passed and suite is not None:
+        if report.passed and report.when == "call":
             self.passed[suite] += 1
-        self.records += [json.loads(str(value)) for key, value in report.user_properties if key == RECORD_KEY]
 
 
 def empty_suites(selected: tuple[str, ...], passed: dict[str, int]) -> list[str]:
     """The selected suites in which no test passed (the harness self-tests never count)."""
     return [suite for suite in selected if suite != HARNESS and not passed.get(suite)]
+
+
+def failures(selected: tuple[str, ...], passed: dict[str, int], skip_reasons: dict[str, list[str]]) -> list[str]:
+    """Why the run fails closed: each selected suite in which no test passed, or, where none is empty, that no
+    test outside the harness passed at all. None when the run's own verdicts stand."""
+    found = []
+    for suite in empty_suites(selected, passed):
+        reasons = sorted(set(skip_reasons.get(suite, []))) or ["no test collected"]
+        found.append(f"suite {suite}: no test passed; skip reasons: {'; '.join(reasons)[:600]}")
+    if not found and not any(count for suite, count in passed.items() if suite != HARNESS):
+        found.append("no test passed (every test skipped, or none ran)")
+    return found
 
 
 @pytest.hookimpl(trylast=True)
@@ -403,7 +422,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def _conclude_run(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
-    if not _is_controller(config) or _manifest_key not in config.stash:
+    if _manifest_key not in config.stash:  # a worker's (only the controller probes), or a run stopped early
         return
     settings = config.stash[_settings_key]
     collector = config.stash[_collector_key]
@@ -414,12 +433,8 @@ def _conclude_run(session: pytest.Session, exitstatus: int) -> None:
     print(f"\ntorchyard: reports in {paths['markdown'].parent} (parity.json, parity.md, env.json)")
     if any(item.get_closest_marker(PROJECT) for item in session.items):
         selected = (*selected, PROJECT)
-    empty = empty_suites(selected, collector.passed)
-    for suite in empty:
-        reasons = sorted(set(collector.skip_reasons.get(suite, []))) or ["no test collected"]
-        print(f"torchyard: FAILED: suite {suite}: no test passed; skip reasons: {'; '.join(reasons)[:600]}")
-    nothing = not any(count for suite, count in collector.passed.items() if suite != HARNESS)
-    if nothing and not empty:
-        print("torchyard: FAILED: no test passed (every test skipped, or none ran)")
-    if (empty or nothing) and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+    found = failures(selected, collector.passed, collector.skip_reasons)
+    for failure in found:
+        print(f"torchyard: FAILED: {failure}")
+    if found and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

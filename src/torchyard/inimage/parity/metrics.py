@@ -36,6 +36,18 @@ def _finite(value: float) -> float:
     return value if math.isfinite(value) else float("inf")
 
 
+def beyond_bounds(scaled: float, rel_l2: float, cosine: float, bounds: Bounds) -> list[str]:
+    """Each metric outside its bound, said in words; none when all are within (a bound itself passes)."""
+    failures = []
+    if scaled > bounds.max_scaled_error:
+        failures.append(f"scaled max error {scaled:.3g} > {bounds.max_scaled_error:.3g}")
+    if rel_l2 > bounds.max_rel_l2:
+        failures.append(f"relative L2 error {rel_l2:.3g} > {bounds.max_rel_l2:.3g}")
+    if cosine < bounds.min_cosine:
+        failures.append(f"cosine {cosine:.9f} < {bounds.min_cosine}")
+    return failures
+
+
 def compare_values(
     output: torch.Tensor, reference: torch.Tensor, expected_dtype: torch.dtype, bounds: Bounds, position: str
 ) -> Comparison:
@@ -86,13 +98,7 @@ def compare_values(
     norms = float(actual.norm()) * reference_norm
     cosine = float(actual @ expected) / norms if norms else (1.0 if float(actual.norm()) == reference_norm else 0.0)
     scaled = max_abs / scale
-    failures = []
-    if scaled > bounds.max_scaled_error:
-        failures.append(f"scaled max error {scaled:.3g} > {bounds.max_scaled_error:.3g}")
-    if rel_l2 > bounds.max_rel_l2:
-        failures.append(f"relative L2 error {rel_l2:.3g} > {bounds.max_rel_l2:.3g}")
-    if cosine < bounds.min_cosine:
-        failures.append(f"cosine {cosine:.9f} < {bounds.min_cosine}")
+    failures = beyond_bounds(scaled, rel_l2, cosine, bounds)
     return Comparison(
         position,
         shape,

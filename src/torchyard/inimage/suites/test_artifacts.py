@@ -145,40 +145,59 @@ def test_a_sidecar_that_is_not_json_is_a_corrupt_entry(tmp_path: Path) -> None:
     assert not list((tmp_path / "cache").iterdir()) and not (tmp_path / "copy.pt2").exists()
 
 
+READS_PER_READER = 25  # hits each reader must see while the writers are writing
+MOST_TRIES = 100_000  # a bounded count, not a deadline: a reader that cannot get its hits fails the test
+
+
 def test_concurrent_writers_leave_one_whole_entry(tmp_path: Path) -> None:
-    """Writers of one key race; a reader gets one writer's whole program or a miss, never a mix."""
+    """Writers of one key race while readers read it; every hit is one writer's whole program with that
+    writer's own sidecar, never a mix. The writers write until every reader has had its hits, so each hit
+    is read while writes are going on."""
     cache = ArtifactCache(tmp_path / "cache")
-    sources = []
+    programs = {}
     for writer in range(8):
         source = tmp_path / f"program-{writer}.bin"
         source.write_bytes(bytes([writer]) * 200_000)
-        sources.append(source)
-    key, start = "c" * 64, threading.Barrier(16)
-    whole = {source.read_bytes() for source in sources}
+        programs[source.name] = source
+    key, start, readers_done = "c" * 64, threading.Barrier(16), threading.Event()
+    cache.store(key, ".pte", programs["program-0.bin"], {"writer": "program-0.bin"})  # hits from the first read
     seen: list[bool] = []
+    writes: list[int] = []
 
     def write(source: Path) -> None:
         start.wait()
-        for _ in range(10):
+        count = 0
+        while not readers_done.is_set():
             cache.store(key, ".pte", source, {"writer": source.name})
+            count += 1
+        writes.append(count)
 
     def read(reader: int) -> None:
         start.wait()
-        copy = tmp_path / f"copy-{reader}.pte"
-        for _ in range(40):
-            if cache.lookup(key, ".pte", copy) is not None:
-                seen.append(copy.read_bytes() in whole)
+        copy, hits = tmp_path / f"copy-{reader}.pte", 0
+        for _ in range(MOST_TRIES):
+            meta = cache.lookup(key, ".pte", copy)
+            if meta is not None:
+                seen.append(copy.read_bytes() == programs[meta["writer"]].read_bytes())
+                hits += 1
+                if hits == READS_PER_READER:
+                    return
 
-    threads = [threading.Thread(target=write, args=(source,)) for source in sources]
-    threads += [threading.Thread(target=read, args=(reader,)) for reader in range(8)]
-    for thread in threads:
+    writers = [threading.Thread(target=write, args=(source,)) for source in programs.values()]
+    readers = [threading.Thread(target=read, args=(reader,)) for reader in range(8)]
+    for thread in [*writers, *readers]:
         thread.start()
-    for thread in threads:
+    for thread in readers:
         thread.join()
-    assert all(seen)
-    cache.store(key, ".pte", sources[0], {})
+    readers_done.set()
+    for thread in writers:
+        thread.join()
+    assert len(seen) == 8 * READS_PER_READER, f"the readers had {len(seen)} hits in {MOST_TRIES} tries each"
+    assert all(seen), f"{seen.count(False)} of {len(seen)} hits mixed one writer's program with another's sidecar"
+    assert len(writes) == 8 and all(writes)
+    cache.store(key, ".pte", programs["program-0.bin"], {})
     assert cache.lookup(key, ".pte", tmp_path / "final.pte") is not None
-    assert (tmp_path / "final.pte").read_bytes() == sources[0].read_bytes()
+    assert (tmp_path / "final.pte").read_bytes() == programs["program-0.bin"].read_bytes()
     assert not [path for path in (tmp_path / "cache").iterdir() if path.name.startswith(".")]  # no temp left
 
 

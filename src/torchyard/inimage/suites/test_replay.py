@@ -66,3 +66,15 @@ def test_a_run_that_could_not_start_is_never_kept(tmp_path: Path) -> None:
     reports.mkdir()
     replay.save(tmp_path / "store", "k" * 64, reports, contract.PROBE_FAILED, dt.datetime.now(dt.UTC))
     assert replay.replay(tmp_path / "store", "k" * 64, tmp_path / "again") is None
+
+
+@pytest.mark.parametrize("status", [0, 1, 2])
+def test_a_run_that_ran_is_kept_whatever_its_verdict(tmp_path: Path, status: int) -> None:
+    """Passed (0), failed (1) and interrupted (2) runs ran their tests: their verdicts are kept; from the probe's
+    status up (3), and anything negative (a signal), nothing is kept."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    replay.save(tmp_path / "store", "k" * 64, reports, status, dt.datetime.now(dt.UTC))
+    assert replay.replay(tmp_path / "store", "k" * 64, tmp_path / "again") == status
+    replay.save(tmp_path / "store", "n" * 64, reports, -9, dt.datetime.now(dt.UTC))
+    assert replay.replay(tmp_path / "store", "n" * 64, tmp_path / "again") is None

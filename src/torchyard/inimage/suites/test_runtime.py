@@ -3,8 +3,6 @@ run; Torch-TensorRT engines on CUDA."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from torchyard.inimage.cases import Case
@@ -18,7 +16,4 @@ pytestmark = pytest.mark.runtime
 def test_runtime_loads_and_runs(
     case: Case, backend: str, evaluations: Evaluations, request: pytest.FixtureRequest
 ) -> None:
-    result = evaluations.result(case, backend)
-    ran = result.status in ("passed", "failed") and result.shapes_match
-    on_disk = backend == "tensorrt" or (result.artifact is not None and Path(result.artifact).stat().st_size > 0)
-    conclude(request, "runtime", case, result, passed=ran and on_disk)
+    conclude(request, "runtime", case, evaluations.result(case, backend))

@@ -1,0 +1,41 @@
+"""What passes, per suite: the one place each suite's rule is written. The suite modules, the self-tests
+and the mutation session (`nox -s mutants`) all go through `passes`, never through a copy of a rule.
+
+- export: the exported program ran with the eager output's shapes, and was saved and loaded (a file).
+- compile: the compiled module ran with the eager output's shapes (its values are parity's to judge).
+- runtime: the lowered program loaded and ran with the eager output's shapes, from a file on disk
+  (TensorRT's engine stays in memory: running is enough there).
+- parity: the outputs met the reference within the precision's bounds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import assert_never
+
+from torchyard.inimage.parity.harness import Result
+from torchyard.names import SuiteName
+
+
+def ran(result: Result) -> bool:
+    """The backend produced outputs of the reference's shapes, whatever their values."""
+    return result.status in ("passed", "failed") and result.shapes_match
+
+
+def on_disk(result: Result) -> bool:
+    return result.artifact is not None and bool(Path(result.artifact).stat().st_size)
+
+
+def passes(suite: SuiteName, result: Result) -> bool:
+    """Whether `result` passes `suite` (before known failures are applied: `plugin.conclude` does that)."""
+    match suite:
+        case "parity":
+            return result.status == "passed"
+        case "compile":
+            return ran(result)
+        case "export":
+            return ran(result) and on_disk(result)
+        case "runtime":
+            return ran(result) and (result.backend == "tensorrt" or on_disk(result))
+        case _:
+            assert_never(suite)
