@@ -71,13 +71,6 @@ def build_parser() -> argparse.ArgumentParser:
     lock = commands.add_parser("lock", parents=[common, lockdir], help="lock each entry with uv, or --check them")
     lock.add_argument("entries", nargs="*", metavar="ENTRY", help="entries to lock (same as --entry)")
     lock.add_argument("--check", action="store_true", help="offline: compare every lock with its inputs")
-    lock.add_argument(
-        "--allow-missing",
-        action="append",
-        default=[],
-        metavar="ENTRY",
-        help="with --check: this entry's lock may be missing (repeatable: the entries this machine cannot lock)",
-    )
 
     build = commands.add_parser("build", parents=[common, lockdir], help="build the selected entries' images")
     build.add_argument("entries", nargs="*", metavar="ENTRY", help="entries to build (same as --entry)")
@@ -172,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "matrix":
             print(json.dumps(matrix_include(_selected(args), runners=args.runners), separators=(",", ":")))
         elif args.command == "lock" and args.check:
-            check_locks(_selected(args), args.lockdir, allow_missing=args.allow_missing)
+            check_locks(_selected(args), args.lockdir)
         elif args.command == "lock":
             lock_all(_selected(args), args.lockdir)
         elif args.command == "build":

@@ -69,8 +69,15 @@ def test_cpu_image_builds_then_is_reused(
         first.tag, ["-c", script], entrypoint=["/opt/torchyard/venv/bin/python"], remove=True
     )
     assert checked.strip() == b"True", "the dependency layer has no valid bytecode: every run would compile torch"
-    (second,) = build_images([entry], Path("lockfiles"), BuildOptions(), env=machine_env)
+    # In a job, the test step's image was built by the build step before it: found again, it is not
+    # summarized twice; the build step itself says where it came from.
+    summary = in_tree / "step-summary.md"
+    summary_env = {**machine_env, "GITHUB_STEP_SUMMARY": str(summary)}
+    (second,) = build_images([entry], Path("lockfiles"), BuildOptions(), env=summary_env, summarize_found=False)
     assert (second.tag, second.reused) == (first.tag, True)
+    assert not summary.exists() or "torchyard images" not in summary.read_text()
+    build_images([entry], Path("lockfiles"), BuildOptions(), env=summary_env)
+    assert summary.read_text().count("found on this runner") == 1
 
 
 def test_source_only_change_rebuilds_only_the_top_layers(

@@ -43,6 +43,7 @@ def test_matrix_github_json(matrix: Path, capsys: pytest.CaptureFixture[str]) ->
                 "session": "test-cuda",
                 "python": "3.12",
                 "native": False,
+                "lock-on-runner": False,
             }
         ]
     }
@@ -79,17 +80,22 @@ def test_lock_check_reports_missing_and_fails(
     matrix: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("torchyard.commands.lock.uv_version", lambda runner: "0.13.9")
-    args = ["lock", "--check", "--matrix", str(matrix), "--lockdir", str(tmp_path / "locks")]
-    assert main(args) == 1
+    args = ["lock", "--check", "--lockdir", str(tmp_path / "locks")]
+    assert main([*args, "--matrix", str(matrix)]) == 1
     captured = capsys.readouterr()
     assert "| cpu   | missing |" in captured.out
     assert captured.err == "torchyard: 2 of 2 locks not fresh: cpu, cuda\n"
-    assert main([*args, "--allow-missing", "cuda", "--allow-missing", "cpu"]) == 0
-    # Only the entries named: another missing lock still fails (a deleted lock cannot pass unnoticed).
-    assert main([*args, "--allow-missing", "cuda"]) == 1
-    assert capsys.readouterr().err == "torchyard: 1 of 2 locks not fresh: cpu\n"
-    assert main([*args, "--allow-missing", "rocm"]) == 2
-    assert capsys.readouterr().err == "torchyard: --allow-missing rocm: no such entry (cpu, cuda)\n"
+    # The file decides: an entry locked on its runner may lack a lock here; every other missing lock fails.
+    on_runner = tmp_path / "on-runner.toml"
+    on_runner.write_text(VALID.replace('name = "cuda"\n', 'name = "cuda"\nlock-on-runner = true\n'))
+    assert main([*args, "--matrix", str(on_runner)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == "torchyard: 1 of 2 locks not fresh: cpu\n"
+    assert "locked on its runner (self-hosted, gpu, cuda) before its image" in captured.out
+    assert main([*args, "--matrix", str(on_runner), "--entry", "cuda"]) == 0
+    with pytest.raises(SystemExit) as refused:  # no flag excuses a missing lock
+        main([*args, "--matrix", str(matrix), "--allow-missing", "cuda"])
+    assert refused.value.code == 2
 
 
 def test_double_dash_separates_pytest_arguments(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -80,7 +80,7 @@ def test_matrix_keys_the_workflow_reads_are_in_the_json(workflow: str) -> None:
     text = (REPO / workflow).read_text()
     read = set(re.findall(r"matrix\.([a-z][a-z-]*)", text)) - {"toml"}
     include = matrix_include(load_plan(REPO / "matrix.toml").entries)["include"]
-    assert read <= {"name", "accelerator", "session", "runs-on", "native"}
+    assert read <= {"name", "accelerator", "session", "runs-on", "native", "lock-on-runner"}
     assert {"name", "accelerator", "session", "runs-on"} <= read
     for item in include:
         assert read <= set(item), sorted(read - set(item))
@@ -166,3 +166,18 @@ def test_the_plan_step_fails_where_the_matrix_command_fails(workflow: Path) -> N
     lines = [line.strip() for line in step["run"].splitlines()]
     assert any(line.startswith("nox -s matrix -- --github") and line.endswith('.json"') for line in lines)
     assert not [line for line in lines if "$(nox" in line or "2>/dev/null" in line]
+
+
+@pytest.mark.parametrize("workflow", [REPO / ".github" / "workflows" / "ci.yml", TEMPLATE])
+def test_entries_locked_on_their_runner_are_locked_there_before_their_image(workflow: Path) -> None:
+    """The trusted suites job locks a lock-on-runner entry that has no lock, before the image step, and
+    uploads the lock; the locks job passes no flag that would excuse any other missing lock."""
+    document = yaml.safe_load(workflow.read_text())
+    steps = document["jobs"]["suites"]["steps"]
+    names = [step.get("name", "") for step in steps]
+    lock = next(i for i, name in enumerate(names) if name.startswith("the lock, made on this runner"))
+    image = next(i for i, name in enumerate(names) if name.startswith("the image"))
+    assert lock < image and steps[lock]["if"] == "${{ matrix.lock-on-runner }}"
+    assert "nox -s lock -- ${{ matrix.name }}" in steps[lock]["run"]
+    assert steps[lock + 1]["with"]["path"] == "lockfiles/${{ matrix.name }}.txt"
+    assert "allow-missing" not in workflow.read_text()

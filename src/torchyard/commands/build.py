@@ -40,8 +40,11 @@ def build_images(
     cli: DockerCli | None = None,
     runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
+    summarize_found: bool = True,
 ) -> list[Built]:
-    """Build (or reuse) each entry's image; `client` and `cli` are found when not given.
+    """Build (or reuse) each entry's image; `client` and `cli` are found when not given. GitHub's step summary
+    gets a table of the images, leaving out those found on this runner unless `summarize_found` (the test
+    command's images were built, and summarized, by the build step before it).
 
     Every lock is checked first (offline): a missing or stale lock stops before Docker is touched. Native
     entries (MPS) have no image: they are named and left out.
@@ -88,9 +91,11 @@ def build_images(
                 entry, plan, client, cli, options=options, registry=registry, policy=policy, runner=runner, env=env
             )
         built.append(image)
-    table = markdown_table(("entry", "image", "size", "seconds", "image came from"), build_summary(built))
-    sys.stdout.write(table)
-    append_step_summary(f"### torchyard images\n\n{table}", env)
+    headers = ("entry", "image", "size", "seconds", "image came from")
+    sys.stdout.write(markdown_table(headers, build_summary(built)))
+    announced = [image for image in built if summarize_found or image.origin != "local"]
+    if announced:
+        append_step_summary(f"### torchyard images\n\n{markdown_table(headers, build_summary(announced))}", env)
     return built
 
 

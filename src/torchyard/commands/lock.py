@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from torchyard.errors import StaleLockError, UsageError
+from torchyard.errors import StaleLockError
 from torchyard.lock.check import Freshness, check_entry
 from torchyard.lock.resolve import lock_entry, uv_version
 from torchyard.matrix.machine import load_mirrors
@@ -17,26 +17,25 @@ from torchyard.util import proc
 from torchyard.util.markdown import markdown_table
 
 
-def check_locks(
-    entries: Sequence[Entry],
-    lockdir: Path,
-    *,
-    allow_missing: Collection[str] = (),
-    runner: proc.Runner = proc.run,
-) -> tuple[Freshness, ...]:
-    """Report every lock's freshness; raise unless all are fresh, the entries named in `allow_missing` (those
-    whose indexes this machine cannot reach) excepted when their lock is missing. Naming them keeps a deleted
-    lock of any other entry a failure."""
-    unknown = sorted(set(allow_missing) - {entry.name for entry in entries})
-    if unknown:
-        raise UsageError(f"--allow-missing {unknown[0]}: no such entry ({', '.join(entry.name for entry in entries)})")
+def check_locks(entries: Sequence[Entry], lockdir: Path, *, runner: proc.Runner = proc.run) -> tuple[Freshness, ...]:
+    """Report every lock's freshness; raise unless all are fresh. A missing lock is accepted only where the
+    entry says `lock-on-runner = true` (its runner reaches its indexes and locks it before its image); a
+    stale one never is."""
     uv = uv_version(runner)
     results = tuple(check_entry(entry, lockdir, uv) for entry in entries)
-    sys.stdout.write(markdown_table(("entry", "lock", "detail"), [(r.entry, r.status, r.detail) for r in results]))
+    on_runner = {entry.name: entry for entry in entries if entry.lock_on_runner}
+    rows = []
+    for result in results:
+        detail = result.detail
+        if result.status == "missing" and result.entry in on_runner:
+            labels = ", ".join(on_runner[result.entry].accelerator.runs_on)
+            detail = f"locked on its runner ({labels}) before its image: matrix.toml says lock-on-runner"
+        rows.append((result.entry, result.status, detail))
+    sys.stdout.write(markdown_table(("entry", "lock", "detail"), rows))
     stale = [
         result.entry
         for result in results
-        if result.status != "fresh" and not (result.status == "missing" and result.entry in allow_missing)
+        if result.status != "fresh" and not (result.status == "missing" and result.entry in on_runner)
     ]
     if stale:
         raise StaleLockError(f"{len(stale)} of {len(results)} locks not fresh: {', '.join(stale)}")

@@ -152,7 +152,9 @@ def _in_containers(
     for entry in entries:
         require_device_runtime(entry, host, env)  # before any lock check or build: fail fast, and say why
     cli = build_client(env, runner)
-    built = build_images(entries, lockdir, BuildOptions(), client=client, cli=cli, runner=runner, env=env)
+    built = build_images(
+        entries, lockdir, BuildOptions(), client=client, cli=cli, runner=runner, env=env, summarize_found=False
+    )
     rows = []
     limits = load_limits(env)
     memory = default_memory(limits, host.memory_bytes, MEMORY_SHARE)

@@ -294,6 +294,7 @@ def _entry(
     tests = table.string_list("tests", required=False) or ()
     project = _project(table, folder, tests)
     builtin_cases = table.boolean("builtin-cases", default=True)
+    lock_on_runner = table.boolean("lock-on-runner", default=False)
     compile_modes = table.string_list("compile-modes", required=False, non_empty=True) or ("default",)
     for position, mode in enumerate(compile_modes):
         _choice(table, f"compile-modes[{position}]", COMPILE_MODES, mode)
@@ -313,6 +314,7 @@ def _entry(
         compile_modes=compile_modes,
         network=network,
         timeout=timeout,
+        lock_on_runner=lock_on_runner,
     )
     table.finish()
     return entry

@@ -103,6 +103,8 @@ class Entry:
     compile_modes: tuple[str, ...] = ("default",)
     network: str | None = None  # why this entry's tests need the network; None keeps them off it
     timeout: str = "2h"  # the longest a run of the entry may take (capped by the machine's [limits] timeout)
+    # No lock is committed: the entry's own runner, which reaches its indexes, locks it before its image.
+    lock_on_runner: bool = False
 
     @property
     def indexes(self) -> tuple[Index, ...]:
