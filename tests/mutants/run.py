@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -28,6 +29,8 @@ from pathlib import Path
 import tomli_w
 from cosmic_ray.work_db import WorkDB, use_db
 from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+SKIPPED = WorkerOutcome.SKIPPED
 
 HERE = Path(__file__).parent
 SOURCE = HERE.parents[1] / "src" / "torchyard"
@@ -77,21 +80,46 @@ def load_targets(path: Path = HERE / "targets.toml") -> list[Target]:
     ]
 
 
+# `==` and `!=` turned into an ordering (`<`, `>=`, ...): where one side is a string literal, the comparison
+# asks which name of a closed set this is (a suite, a status, a backend), whose alphabetical order means
+# nothing: such a mutant is killed by the test that kills `==` turned into `!=`, or computes the same.
+ORDERING = re.compile(r"core/ReplaceComparisonOperator_(Eq|NotEq)_(Lt|LtE|Gt|GtE)$")
+NAMES = "the order of names means nothing"
+
+
+def compares_a_name(tree: ast.Module, line: int, column: int) -> bool:
+    """Whether the innermost comparison at (line, column) has a string literal on either side."""
+    spans = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Compare)
+        and (node.lineno, node.col_offset) <= (line, column) <= (node.end_lineno or line, node.end_col_offset or 0)
+    ]
+    if not spans:
+        return False
+    innermost = min(spans, key=lambda node: ((node.end_lineno or 0) - node.lineno, len(ast.unparse(node))))
+    return any(isinstance(side, ast.Constant) and isinstance(side.value, str) for side in innermost.comparators)
+
+
 def skip_equivalents(session: Path, module: Path, equivalents: tuple[Equivalent, ...]) -> list[str]:
-    """Mark the target's declared equivalent mutants skipped in the session (as cosmic-ray's own filters do);
-    a declaration that matches no mutant is stale and stops the session."""
-    lines = module.read_text().splitlines()
+    """Mark the target's declared equivalent mutants, and orderings of names, skipped in the session (as
+    cosmic-ray's own filters do); a declaration that matches no mutant is stale and stops the session."""
+    source = module.read_text()
+    lines, tree = source.splitlines(), ast.parse(source)
     used, skipped = set(), []
     with use_db(str(session), WorkDB.Mode.open) as database:
         for item in list(database.pending_work_items):
             (mutation,) = item.mutations
-            text = lines[mutation.start_pos[0] - 1].strip()
-            for equivalent in equivalents:
-                if text == equivalent.line and mutation.operator_name == equivalent.operator:
-                    used.add(equivalent)
-                    result = WorkResult(output=f"equivalent: {equivalent.why}", worker_outcome=WorkerOutcome.SKIPPED)
-                    database.set_result(item.job_id, result)
-                    skipped.append(f"{module.name}:{mutation.start_pos[0]} {mutation.operator_name}: {equivalent.why}")
+            line, column = mutation.start_pos
+            text = lines[line - 1].strip()
+            why = next(
+                (e.why for e in equivalents if text == e.line and mutation.operator_name == e.operator),
+                NAMES if ORDERING.match(mutation.operator_name) and compares_a_name(tree, line, column) else None,
+            )
+            used |= {e for e in equivalents if text == e.line and mutation.operator_name == e.operator}
+            if why is not None:
+                database.set_result(item.job_id, WorkResult(output=f"equivalent: {why}", worker_outcome=SKIPPED))
+                skipped.append(f"{module.name}:{line} {mutation.operator_name}: {why}")
     stale = [equivalent for equivalent in equivalents if equivalent not in used]
     if stale:
         raise SystemExit(f"mutants: no mutant matches the declared equivalent {stale[0]} (targets.toml is stale)")

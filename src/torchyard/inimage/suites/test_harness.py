@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import importlib.util
+import json
 import math
 import os
 import subprocess
@@ -293,9 +294,15 @@ def inputs(generator):
     return (torch.randn(4, 8, generator=generator),)
 
 
+class Broken(torch.nn.Module):
+    def forward(self, x):
+        raise ValueError("the policy is broken")
+
+
 CASES = [
     Case("scaled_when_traced", lambda: Switch("export", "scale"), inputs),
     Case("narrowed_when_traced", lambda: Switch("export", "shape"), inputs),
+    Case("broken_everywhere", Broken, inputs),
 ]
 """
 
@@ -315,22 +322,44 @@ def shipped(module: str) -> str:
     test_export=shipped("test_export.py"),
 )
 def test_the_shipped_suites_fail_a_backend_that_computes_wrong_values(beside: pytest.RunResult) -> None:
-    """The parity and export suites as they ship, over cases whose exported program is wrong: parity fails
-    every wrong value and the export suite fails the wrong shape, while eager passes both."""
+    """The parity and export suites as they ship, over cases whose exported program is wrong, and one that
+    cannot run at all: parity fails every wrong value and the export suite the wrong shape, while eager
+    passes both; the model that cannot run fails once (parity's eager test) and is skipped elsewhere. The
+    reports record what pytest said."""
     result = beside
     assert result.ret == 1
     result.stdout.fnmatch_lines_random(
         [
             "*test_export_save_load_run?scaled_when_traced? PASSED*",
             "*test_export_save_load_run?narrowed_when_traced? FAILED*",
+            "*test_export_save_load_run?broken_everywhere? SKIPPED*",
             "*test_parity?scaled_when_traced-eager? PASSED*",
             "*test_parity?scaled_when_traced-export? FAILED*",
             "*test_parity?narrowed_when_traced-eager? PASSED*",
             "*test_parity?narrowed_when_traced-export? FAILED*",
+            "*test_parity?broken_everywhere-eager? FAILED*",
+            "*test_parity?broken_everywhere-export? SKIPPED*",
         ]
     )
     outcomes = result.parseoutcomes()
-    assert (outcomes["passed"], outcomes["failed"]) == (3, 3), outcomes
+    assert (outcomes["passed"], outcomes["failed"], outcomes["skipped"]) == (3, 4, 2), outcomes
+    (line,) = [line for line in result.stdout.lines if line.startswith("torchyard: reports in ")]
+    reports = Path(line.removeprefix("torchyard: reports in ").split(" (")[0])
+    recorded = {
+        (item["suite"], item["case"], item["backend"]): item["outcome"]
+        for item in json.loads((reports / "parity.json").read_text())["results"]
+    }
+    assert recorded == {
+        ("export", "scaled_when_traced", "export"): "passed",
+        ("export", "narrowed_when_traced", "export"): "failed",
+        ("export", "broken_everywhere", "export"): "skipped",
+        ("parity", "scaled_when_traced", "eager"): "passed",
+        ("parity", "scaled_when_traced", "export"): "failed",
+        ("parity", "narrowed_when_traced", "eager"): "passed",
+        ("parity", "narrowed_when_traced", "export"): "failed",
+        ("parity", "broken_everywhere", "eager"): "failed",
+        ("parity", "broken_everywhere", "export"): "skipped",
+    }
 
 
 def test_a_model_that_cannot_run_fails_once_with_the_reason(tmp_path: Path) -> None:
@@ -489,25 +518,45 @@ CASE = Case(
 )
 
 
+class SpecViolationError(Exception):
+    pass
+
+
 def runner(case, module, calls, device, workdir):
     raise ImportError("cannot import name 'old_name' (a rename, not the upstream bug)")
 
 
-@pytest.mark.export
-def test_export(request, tmp_path):
+def as_known(case, module, calls, device, workdir):
+    raise SpecViolationError("mismatched dtypes in node 3")
+
+
+def concluded(request, tmp_path, backend_runner):
     result = evaluate(
         CASE, "export", device=torch.device("cpu"), dtype=torch.float32, tolerances=load_tolerances(),
-        workdir=tmp_path, runner=runner,
+        workdir=tmp_path, runner=backend_runner,
     )
     conclude(request, "export", CASE, result)
+
+
+@pytest.mark.export
+def test_export(request, tmp_path):
+    concluded(request, tmp_path, runner)
+
+
+@pytest.mark.export
+def test_export_as_known(request, tmp_path):
+    concluded(request, tmp_path, as_known)
 """
 
 
 @whole_run(REPORTS, "-p", "no:cacheprovider", test_wrong=WRONG_ERROR_SUITE)
 def test_a_different_error_under_a_known_failure_fails(beside: pytest.RunResult) -> None:
+    """Only the error a known failure names is expected: the same backend raising another one fails."""
     result = beside
     assert result.ret == 1
     result.stdout.fnmatch_lines(["*expected the known failure SpecViolationError matching 'mismatched', got error*"])
+    outcomes = result.parseoutcomes()
+    assert (outcomes["failed"], outcomes["xfailed"]) == (1, 1), outcomes
 
 
 def mixed_suites(export_body: str) -> str:
