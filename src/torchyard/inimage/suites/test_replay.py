@@ -70,11 +70,20 @@ def test_a_run_that_could_not_start_is_never_kept(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("status", [0, 1, 2])
 def test_a_run_that_ran_is_kept_whatever_its_verdict(tmp_path: Path, status: int) -> None:
-    """Passed (0), failed (1) and interrupted (2) runs ran their tests: their verdicts are kept; from the probe's
-    status up (3), and anything negative (a signal), nothing is kept."""
+    """Passed (0), failed (1) and interrupted (2) runs ran their tests: their verdicts are kept, in a store
+    made where none was, and a later run of the same fingerprint replaces them."""
+    reports, store = tmp_path / "reports", tmp_path / "cache" / "replay" / "store"
+    reports.mkdir()
+    replay.save(store, "k" * 64, reports, 1 - status % 2, dt.datetime.now(dt.UTC))
+    replay.save(store, "k" * 64, reports, status, dt.datetime.now(dt.UTC))
+    assert replay.replay(store, "k" * 64, tmp_path / "again") == status
+
+
+@pytest.mark.parametrize("status", [contract.PROBE_FAILED, 4, 5, -9])
+def test_a_run_that_did_not_test_is_never_kept(tmp_path: Path, status: int) -> None:
+    """From the probe's status up (3, and pytest's usage error 4 and no tests 5), and a signal (negative),
+    the run tested nothing: nothing is kept."""
     reports = tmp_path / "reports"
     reports.mkdir()
     replay.save(tmp_path / "store", "k" * 64, reports, status, dt.datetime.now(dt.UTC))
-    assert replay.replay(tmp_path / "store", "k" * 64, tmp_path / "again") == status
-    replay.save(tmp_path / "store", "n" * 64, reports, -9, dt.datetime.now(dt.UTC))
-    assert replay.replay(tmp_path / "store", "n" * 64, tmp_path / "again") is None
+    assert replay.replay(tmp_path / "store", "k" * 64, tmp_path / "again") is None
