@@ -6,6 +6,7 @@ each runs init, lock, lock --check, plan and doctor, and two of them a CPU test 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -60,7 +61,8 @@ def user_env(machine_env: dict[str, str]) -> dict[str, str]:
 def no_leftover_images(client: docker.DockerClient) -> Iterator[None]:
     yield
     for built in client.images.list(filters={"label": "dev.torchyard.project=robopolicy"}):
-        client.images.remove(str(built.id), force=True)
+        with contextlib.suppress(docker.errors.NotFound):  # gone with another tag of it
+            client.images.remove(str(built.id), force=True)
 
 
 def run_in(project: Path, args: list[str], env: Mapping[str, str]) -> str:

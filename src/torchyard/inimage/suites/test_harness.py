@@ -341,13 +341,13 @@ def test_the_shipped_suites_fail_a_backend_that_computes_wrong_values(beside: py
             "*test_parity?broken_everywhere-export? SKIPPED*",
         ]
     )
-    outcomes = result.parseoutcomes()
-    assert (outcomes["passed"], outcomes["failed"], outcomes["skipped"]) == (3, 4, 2), outcomes
     (line,) = [line for line in result.stdout.lines if line.startswith("torchyard: reports in ")]
     reports = Path(line.removeprefix("torchyard: reports in ").split(" (")[0])
+    planted = {"scaled_when_traced", "narrowed_when_traced", "broken_everywhere"}  # an adopter's cases may join
     recorded = {
         (item["suite"], item["case"], item["backend"]): item["outcome"]
         for item in json.loads((reports / "parity.json").read_text())["results"]
+        if item["case"] in planted
     }
     assert recorded == {
         ("export", "scaled_when_traced", "export"): "passed",
@@ -848,7 +848,8 @@ def test_a_cases_tests_go_to_one_worker(beside: pytest.RunResult) -> None:
     the plugin adds, which it must add first. Two workers, every built-in case's tests: each test checks
     its own id. The check `pytest<9.2` in the locks stands on (pytest-dev/pytest-xdist#1386)."""
     outcomes = beside.parseoutcomes()
-    assert beside.ret == 0 and outcomes.get("passed", 0) == 2 * len(CASES), beside.stdout.lines[-30:]
+    # At least the built-in cases' tests: an adopter's own cases (its entry points) join them.
+    assert beside.ret == 0 and outcomes.get("passed", 0) >= 2 * len(CASES), beside.stdout.lines[-30:]
 
 
 def test_float32_matrix_products_on_the_run_device_are_full_precision() -> None:
