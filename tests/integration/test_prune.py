@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import tarfile
+import uuid
 
 import docker
 import pytest
@@ -16,6 +17,8 @@ ENTRY = "prunetest"
 
 
 def _image(client: docker.DockerClient, base: str, marker: str) -> str:
+    """A fresh image (a unique line, so no build cache hands back an older one): built later, it is newer."""
+    marker = f"{marker}-{uuid.uuid4().hex[:12]}"
     dockerfile = f"FROM {base}\nRUN echo {marker} > /marker\nLABEL dev.torchyard.entry={ENTRY}\n".encode()
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as archive:
@@ -29,6 +32,8 @@ def _image(client: docker.DockerClient, base: str, marker: str) -> str:
 
 def test_prune_keeps_the_newest_and_what_runs(client: docker.DockerClient, local_base: str) -> None:
     old, new = _image(client, local_base, "old"), _image(client, local_base, "new")
+    created = {image: client.images.get(image).attrs["Created"] for image in (old, new)}
+    assert created[old] < created[new], created  # the premise: built in this order, each fresh
     client.containers.create(new, ["true"], name=f"torchyard-{ENTRY}-stopped", labels={"dev.torchyard.entry": ENTRY})
     client.volumes.create(f"torchyard-inductor-{ENTRY}", labels={"dev.torchyard.entry": ENTRY})
     try:
