@@ -88,7 +88,7 @@ NAMES = "the order of names means nothing"
 
 
 def compares_a_name(tree: ast.Module, line: int, column: int) -> bool:
-    """Whether the innermost comparison at (line, column) has a string literal on either side."""
+    """Whether the innermost comparison at (line, column) compares with a string literal (on its right)."""
     spans = [
         node
         for node in ast.walk(tree)
@@ -97,7 +97,7 @@ def compares_a_name(tree: ast.Module, line: int, column: int) -> bool:
     ]
     if not spans:
         return False
-    innermost = min(spans, key=lambda node: ((node.end_lineno or 0) - node.lineno, len(ast.unparse(node))))
+    innermost = max(spans, key=lambda node: (node.lineno, node.col_offset))  # a nested one starts inside
     return any(isinstance(side, ast.Constant) and isinstance(side.value, str) for side in innermost.comparators)
 
 
@@ -112,11 +112,10 @@ def skip_equivalents(session: Path, module: Path, equivalents: tuple[Equivalent,
             (mutation,) = item.mutations
             line, column = mutation.start_pos
             text = lines[line - 1].strip()
-            why = next(
-                (e.why for e in equivalents if text == e.line and mutation.operator_name == e.operator),
-                NAMES if ORDERING.match(mutation.operator_name) and compares_a_name(tree, line, column) else None,
-            )
-            used |= {e for e in equivalents if text == e.line and mutation.operator_name == e.operator}
+            declared = [e for e in equivalents if text == e.line and mutation.operator_name == e.operator]
+            used.update(declared)
+            ordering = ORDERING.match(mutation.operator_name) and compares_a_name(tree, line, column)
+            why = declared[0].why if declared else NAMES if ordering else None
             if why is not None:
                 database.set_result(item.job_id, WorkResult(output=f"equivalent: {why}", worker_outcome=SKIPPED))
                 skipped.append(f"{module.name}:{line} {mutation.operator_name}: {why}")
@@ -129,7 +128,7 @@ def skip_equivalents(session: Path, module: Path, equivalents: tuple[Equivalent,
 def line_ranges(module: Path, functions: tuple[str, ...]) -> list[str]:
     """Each function's lines (`Class.method` for a method), from the module's syntax tree."""
     tree = ast.parse(module.read_text())
-    found: dict[str, ast.AST] = {}
+    found: dict[str, ast.FunctionDef] = {}
     for node in tree.body:
         if isinstance(node, ast.FunctionDef):
             found[node.name] = node
@@ -138,7 +137,7 @@ def line_ranges(module: Path, functions: tuple[str, ...]) -> list[str]:
     missing = [name for name in functions if name not in found]
     if missing:
         raise SystemExit(f"mutants: {module}: no function {', '.join(missing)} (targets.toml is stale)")
-    return [f"{found[name].lineno}-{found[name].end_lineno}" for name in functions]  # type: ignore[attr-defined]
+    return [f"{found[name].lineno}-{found[name].end_lineno}" for name in functions]
 
 
 def configure(target: Target, scratch: Path, stack: str, reports: Path) -> Path:

@@ -23,20 +23,16 @@ def check_locks(entries: Sequence[Entry], lockdir: Path, *, runner: proc.Runner 
     stale one never is."""
     uv = uv_version(runner)
     results = tuple(check_entry(entry, lockdir, uv) for entry in entries)
-    on_runner = {entry.name: entry for entry in entries if entry.lock_on_runner}
-    rows = []
-    for result in results:
+    rows, stale = [], []
+    for entry, result in zip(entries, results, strict=True):
         detail = result.detail
-        if result.status == "missing" and result.entry in on_runner:
-            labels = ", ".join(on_runner[result.entry].accelerator.runs_on)
+        if result.status == "missing" and entry.lock_on_runner:
+            labels = ", ".join(entry.accelerator.runs_on)
             detail = f"locked on its runner ({labels}) before its image: matrix.toml says lock-on-runner"
+        elif result.status != "fresh":
+            stale.append(result.entry)
         rows.append((result.entry, result.status, detail))
     sys.stdout.write(markdown_table(("entry", "lock", "detail"), rows))
-    stale = [
-        result.entry
-        for result in results
-        if result.status != "fresh" and not (result.status == "missing" and result.entry in on_runner)
-    ]
     if stale:
         raise StaleLockError(f"{len(stale)} of {len(results)} locks not fresh: {', '.join(stale)}")
     return results
