@@ -26,8 +26,9 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def integration(session: nox.Session) -> None:
-    """Integration tests: real uv against PyPI, a real Docker engine. Extra arguments go to pytest."""
-    session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "test"))
+    """Integration tests: real uv against PyPI, a real Docker engine, the docs site in Debian's chromium.
+    Extra arguments go to pytest."""
+    session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "test", "docs"))
     session.run("pytest", "tests/integration", "-m", "integration", *session.posargs)
 
 
@@ -45,9 +46,11 @@ def lint(session: nox.Session) -> None:
         "tests/unit",
         "tests/integration",
         "tests/mutants",
+        "tests/docblocks.py",
+        "docs/generate.py",
         "noxfile.py",
     )
-    session.run("hadolint", "src/torchyard/image/Dockerfile")
+    session.run("hadolint", "docker/Dockerfile")
     session.run("actionlint")
     # The workflow `torchyard init` writes into an adopter's repository passes actionlint too.
     adopter = Path(session.create_tmp()) / "adopter"
@@ -56,6 +59,16 @@ def lint(session: nox.Session) -> None:
     with session.chdir(adopter):
         session.run("torchyard", "init", "--force", silent=True)
     session.run("actionlint", str(adopter / ".github" / "workflows" / "torchyard.yml"))
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The docs site into site/: the generated reference pages must be current (`python docs/generate.py`
+    rewrites them), then MkDocs builds strictly (a warning or a broken link fails)."""
+    session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "docs"))
+    session.run("python", "docs/generate.py", "--check")
+    # Material prints a notice about its successor on every build; the build itself is what is checked.
+    session.run("mkdocs", "build", "--strict", "--site-dir", "site", *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session(name="lint-stack")

@@ -76,7 +76,12 @@ def register(*, install: Sequence[str] = ()) -> None:
     _session("base-image", "Bootstrap the local Debian base image (debootstrap + docker import).", install, base)
     _session("refresh", "Move base-image digests and exclude-newer in matrix.toml, for review.", install, refresh)
     _session(
-        "prune", "Remove torchyard's old images, stopped containers, stale volumes: `-- --dry-run`.", install, prune
+        "prune",
+        "Remove torchyard's stopped containers, images beyond the newest 2 per entry (`-- --keep N`), untagged "
+        "images, volumes of entries with no image, build cache beyond `--keep-storage 10g`; `-- --dry-run` says "
+        "what would go.",
+        install,
+        prune,
     )
     for accelerator in ACCELERATOR_NAMES:
 
@@ -88,13 +93,16 @@ def register(*, install: Sequence[str] = ()) -> None:
 
         _session(
             f"build-{accelerator}-image",
-            f"Build the {accelerator} entries' images: `-- [ENTRY ...] [--push] [--cache-from REF]`.",
+            f"The {accelerator} entries' images: reused, pulled from the machine's registry, or built; "
+            "`-- [ENTRY ...] [--push] [--cache-from REF] [--cache-to REF]` (see `torchyard build`).",
             install,
             build,
         )
         _session(
             f"test-{accelerator}",
-            f"Suites of the {accelerator} entries: `-- [ENTRY ...] [--local] [-- PYTEST ARGS]`.",
+            f"Per {accelerator} entry: lock check, image (built if missing), suites in a sealed container, "
+            "reports back; exits with the suites' status. `-- [ENTRY ...] [--local | --in-place] [--suite NAME] "
+            "[--reuse-results] [--trust LEVEL] [--unsandboxed] [-- PYTEST ARGS]` (see `torchyard test`).",
             install,
             test,
         )

@@ -2,13 +2,14 @@
 `nox -s test-cpu` on the real engine, then a source-only change that rebuilds only the project layer.
 
 Nothing is copied from this checkout but `examples/robot-policy` (the adopter) and the wheel `uv build`
-makes of it; torchyard runs from a fresh venv outside this repository.
+makes of it; torchyard runs from a venv made in the project as the getting-started guide makes it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from tests.docblocks import block
 from torchyard.util import proc
 
 REPO = Path(__file__).parents[2]
@@ -30,16 +32,6 @@ def test_uvx_runs_the_wheel_from_anywhere(wheel: Path, tmp_path: Path) -> None:
     assert completed.stdout.strip() == "torchyard 0.1.0"
 
 
-@pytest.fixture(scope="module")
-def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A venv with torchyard installed from the wheel built from this checkout; returns its bin/."""
-    scratch = tmp_path_factory.mktemp("venv")
-    venv = scratch / "venv"
-    proc.run(["uv", "venv", "--quiet", "--python", "3.11", str(venv)])
-    proc.run(["uv", "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), str(wheel)])
-    return venv / "bin"
-
-
 def run_in(project: Path, bindir: Path, args: list[str], env: Mapping[str, str], check: bool = True) -> str:
     completed = proc.run(
         args, cwd=project, env={**env, "PATH": f"{bindir}{os.pathsep}{env['PATH']}"}, capture=True, check=check
@@ -48,17 +40,23 @@ def run_in(project: Path, bindir: Path, args: list[str], env: Mapping[str, str],
 
 
 def test_adopter_project_end_to_end(
-    installed: Path, tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient
+    wheel: Path, tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient
 ) -> None:
     project = tmp_path / "robot-policy"
     shutil.copytree(EXAMPLE, project)
     (project / "notes").mkdir()
     (project / "notes" / "secret.log").write_text("never in an image\n")
-    run_in(project, installed, ["git", "init", "--quiet"], machine_env)
-    run_in(project, installed, ["git", "add", "--all"], machine_env)
+    proc.run(["git", "init", "--quiet"], cwd=project)
+    proc.run(["git", "add", "--all"], cwd=project)
 
-    output = run_in(project, installed, ["torchyard", "init"], machine_env)
-    assert "nox -s lock" in output and "nox -s test-cpu" in output
+    # The getting-started guide's venv block, verbatim: a venv in the project, the wheel, init, lock, test-cpu.
+    shutil.copy(wheel, project / "torchyard-0.1.0-py3-none-any.whl")
+    completed = proc.run(
+        ["bash", "-euo", "pipefail", "-c", block("getting-started-venv")], cwd=project, env=machine_env, capture=True
+    )
+    output = completed.stdout + completed.stderr
+    installed = project / ".venv" / "bin"
+    assert re.search(r"(?m)^  nox -s lock ", output), output  # init saw the venv's nox beside torchyard
     assert (project / "noxfile.py").read_text().count("torchyard.nox") == 2
     refused = proc.run(
         ["torchyard", "init"], cwd=project, capture=True, check=False,
@@ -66,14 +64,12 @@ def test_adopter_project_end_to_end(
     )  # fmt: skip
     assert refused.returncode == 2 and "never overwrites" in refused.stderr
 
-    run_in(project, installed, ["nox", "-s", "lock"], machine_env)
     assert "torch" in (project / "lockfiles" / "cpu.txt").read_text()
     run_in(project, installed, ["nox", "-s", "lock", "--", "--check"], machine_env)
     include = run_in(project, installed, ["torchyard", "matrix", "--github"], machine_env).strip().splitlines()[-1]
     assert json.loads(include)["include"][0]["session"] == "test-cpu"
     assert "| cpu " in run_in(project, installed, ["nox", "-s", "doctor", "--", "--accelerator", "cpu"], machine_env)
 
-    run_in(project, installed, ["nox", "-s", "test-cpu"], machine_env)
     reports = project / "reports" / "cpu"
     results = json.loads((reports / "parity.json").read_text())["results"]
     passed = {(r["case"], r["backend"]) for r in results if r["outcome"] == "passed"}

@@ -1,7 +1,8 @@
 """torchyard installed the way people install command-line tools, from the wheel built from this checkout:
-`uv tool install` (tool and bin folders of its own), `pipx install`, and a venv that is never activated.
-PATH holds no uv (or a different uv first) and no nox; from an adopter project (`examples/robot-policy`)
-each runs init, lock, lock --check, plan and doctor, and two of them a CPU test run on the real engine.
+`uv tool install` (README's adoption block, run verbatim), `pipx install`, and a venv that is never
+activated. PATH holds no nox, and no uv but the user's own (or a different uv first); from an adopter project
+(`examples/robot-policy`) each runs init, lock, lock --check, plan and doctor, and two of them a CPU test run
+on the real engine.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from tests.docblocks import block
 from torchyard.host.engine import build_client
 from torchyard.util import proc
 
@@ -70,12 +72,14 @@ def run_in(project: Path, args: list[str], env: Mapping[str, str]) -> str:
     return completed.stdout + completed.stderr
 
 
-def lock_check_plan_doctor(
-    project: Path, torchyard: str, env: Mapping[str, str], uv_binary: Path, lock: tuple[str, ...] = ("lock",)
-) -> None:
+def lock_check_plan_doctor(project: Path, torchyard: str, env: Mapping[str, str], uv_binary: Path) -> None:
     """What every install must do in an adopter project, its lock made by torchyard's own uv."""
     assert "torchyard nox -s lock" in run_in(project, [torchyard, "init"], env)  # no nox on PATH
-    run_in(project, [torchyard, *lock], env)
+    run_in(project, [torchyard, "lock"], env)
+    check_plan_doctor(project, torchyard, env, uv_binary)
+
+
+def check_plan_doctor(project: Path, torchyard: str, env: Mapping[str, str], uv_binary: Path) -> None:
     lockfile = (project / "lockfiles" / "cpu.txt").read_text()
     assert f'"uv":"{UV_VERSION}"' in lockfile and "--hash=sha256:" in lockfile
     run_in(project, [torchyard, "lock", "--check"], env)
@@ -92,21 +96,29 @@ def assert_robopolicy_passed(project: Path) -> None:
 
 
 @pytest.mark.usefixtures("no_leftover_images")
-def test_uv_tool_install_runs_every_command_and_the_sessions(
+def test_readme_adoption_with_uv_tool_install(
     wheel: Path, adopter: Path, host_tools: Path, user_env: dict[str, str], tmp_path: Path
 ) -> None:
-    tools, bindir = tmp_path / "uv-tools", tmp_path / "bin"
-    proc.run(
-        ["uv", "tool", "install", "--quiet", "--python", "3.11", str(wheel)],
-        env={**user_env, "PATH": os.environ["PATH"], "UV_TOOL_DIR": str(tools), "UV_TOOL_BIN_DIR": str(bindir)},
-    )
-    env = {**user_env, "PATH": f"{bindir}{os.pathsep}{host_tools}"}
-    assert shutil.which("uv", path=env["PATH"]) is None and shutil.which("nox", path=env["PATH"]) is None
-    # The sessions run by the nox installed beside torchyard, which the noxfile `init` writes can import.
-    lock_check_plan_doctor(adopter, "torchyard", env, tools / "torchyard" / "bin" / "uv", ("nox", "-s", "lock"))
-    run_in(adopter, ["torchyard", "nox", "-s", "lock", "--", "--check"], env)
-    run_in(adopter, ["torchyard", "nox", "-s", "test-cpu"], env)
-    assert_robopolicy_passed(adopter)
+    """README's three lines, verbatim, beside the wheel and in `my-project`; then the tool's uv is the one used."""
+    tools, bindir, user_uv = tmp_path / "uv-tools", tmp_path / "bin", tmp_path / "user-uv"
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(wheel, work / "torchyard-0.1.0-py3-none-any.whl")
+    adopter.rename(work / "my-project")
+    project = work / "my-project"
+    user_uv.mkdir()  # the user's own uv and Python, which install the tool (torchyard never runs that uv)
+    uv = shutil.which("uv")
+    assert uv is not None
+    (user_uv / "uv").symlink_to(uv)
+    (user_uv / "python3").symlink_to(Path(sys.base_prefix) / "bin" / "python3")
+    env = {**user_env, "UV_TOOL_DIR": str(tools), "UV_TOOL_BIN_DIR": str(bindir)}
+    env["PATH"] = os.pathsep.join((str(bindir), str(host_tools), str(user_uv)))
+    assert shutil.which("nox", path=env["PATH"]) is None
+    proc.run(["bash", "-euo", "pipefail", "-c", block("readme-adopt")], cwd=work, env=env)
+    assert_robopolicy_passed(project)
+    # The sessions ran with the nox beside torchyard; the lock was made by the tool's own uv.
+    check_plan_doctor(project, "torchyard", env, tools / "torchyard" / "bin" / "uv")
+    run_in(project, ["torchyard", "nox", "-s", "lock", "--", "--check"], env)
 
 
 def test_pipx_install_runs_every_command(

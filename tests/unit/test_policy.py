@@ -54,5 +54,5 @@ def test_an_untrusted_build_gets_no_credentials() -> None:
 
 
 def test_the_dockerfile_installs_wheels_only_for_an_untrusted_build() -> None:
-    dockerfile = (Path(__file__).parents[2] / "src" / "torchyard" / "image" / "Dockerfile").read_text()
+    dockerfile = (Path(__file__).parents[2] / "docker" / "Dockerfile").read_text()
     assert 'if [ -n "${WHEELS_ONLY}" ]; then hashes+=(--no-build); fi' in dockerfile

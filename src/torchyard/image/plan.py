@@ -25,9 +25,24 @@ REPOSITORY = "torchyard"
 PYTEST_CONFIG = ("pyproject.toml", "pytest.ini", "tox.ini", "setup.cfg", "conftest.py")
 
 
+# A source checkout (an editable install) has the image's files at the top level, in docker/; the wheel maps
+# them into this package (pyproject.toml, force-include).
+CHECKOUT_DOCKER = Path(__file__).resolve().parents[3] / "docker"
+
+
+def image_file(name: str) -> bytes:
+    """`Dockerfile` or `.dockerignore`: package data in a wheel, docker/ in a source checkout."""
+    shipped = files("torchyard.image").joinpath(name)
+    if shipped.is_file():
+        return shipped.read_bytes()
+    if (CHECKOUT_DOCKER.parent / "pyproject.toml").is_file() and (CHECKOUT_DOCKER / name).is_file():
+        return (CHECKOUT_DOCKER / name).read_bytes()
+    raise ImageBuildError(f"torchyard's {name} is missing from its package: reinstall torchyard")
+
+
 def dockerfile() -> bytes:
-    """The one Dockerfile, shipped inside the package."""
-    return files("torchyard.image").joinpath("Dockerfile").read_bytes()
+    """The one Dockerfile."""
+    return image_file("Dockerfile")
 
 
 @dataclass(frozen=True)
@@ -85,7 +100,11 @@ def plan_build(
     lock_bytes = _read_lock(entry, lockdir)
     fields, _ = read_header(lock_bytes.decode("utf-8", errors="replace"))
     vendor = tuple(pin.name for pin in entry.accelerator.vendor)
-    context: list[tuple[str, bytes]] = [("Dockerfile", dockerfile()), ("lock.txt", lock_bytes)]
+    context: list[tuple[str, bytes]] = [
+        ("Dockerfile", dockerfile()),
+        (".dockerignore", image_file(".dockerignore")),
+        ("lock.txt", lock_bytes),
+    ]
     context += [(f"inimage/{name}", node.read_bytes()) for name, node in inimage_files()]
     project_sources: tuple[str, ...] = ()
     if entry.project is not None:
