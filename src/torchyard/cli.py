@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--cache-from", action="append", default=[], metavar="REF", help="BuildKit cache source")
     build.add_argument("--cache-to", action="append", default=[], metavar="REF", help="BuildKit cache export (buildx)")
     build.add_argument(
-        "--trust", choices=TRUST_LEVELS, help="as for test: an untrusted build takes less (README, Trust)"
+        "--trust", choices=TRUST_LEVELS, help="as for test: an untrusted build takes less (docs: trust and the sandbox)"
     )
 
     test = commands.add_parser(

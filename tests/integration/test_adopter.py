@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import uuid
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -30,6 +31,12 @@ pytestmark = pytest.mark.integration
 def test_uvx_runs_the_wheel_from_anywhere(wheel: Path, tmp_path: Path) -> None:
     completed = proc.run(["uvx", "--from", str(wheel), "torchyard", "--version"], cwd=tmp_path, capture=True)
     assert completed.stdout.strip() == "torchyard 0.1.0"
+
+
+def test_the_wheel_carries_the_image_files_from_docker(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        for name in ("Dockerfile", ".dockerignore"):
+            assert archive.read(f"torchyard/image/{name}") == (REPO / "docker" / name).read_bytes()
 
 
 def run_in(project: Path, bindir: Path, args: list[str], env: Mapping[str, str], check: bool = True) -> str:

@@ -49,6 +49,12 @@ def test_plan_carries_entry_python_lock_and_labels(tree: Path) -> None:
     context = dict(plan.context)
     assert context["lock.txt"] == (tree / "lockfiles" / "cpu.txt").read_bytes()
     assert context["Dockerfile"].startswith(b"# SHELL below")
+    # docker/ is the one source of both (this checkout is an editable install: no copy in the package).
+    docker = Path(__file__).parents[2] / "docker"
+    assert context["Dockerfile"] == (docker / "Dockerfile").read_bytes()
+    assert context[".dockerignore"] == (docker / ".dockerignore").read_bytes()
+    allowed = [line[1:] for line in context[".dockerignore"].decode().splitlines() if line.startswith("!")]
+    assert {name.split("/")[0] for name in context} - {"Dockerfile", ".dockerignore"} <= set(allowed)
     assert "inimage/torchyard/inimage/suites/test_parity.py" in context
     assert "inimage/torchyard/names.py" in context and "inimage/torchyard/contract.py" in context
     assert not any(name.startswith("inimage/torchyard/commands/") for name in context)  # host side stays out
