@@ -77,4 +77,7 @@ def block(identifier: str, found: list[Block] | None = None) -> str:
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: python3 -m tests.docblocks ID")
-    sys.stdout.write(block(sys.argv[1]))
+    try:
+        sys.stdout.write(block(sys.argv[1]))
+    except LookupError as error:
+        sys.exit(f"tests.docblocks: {error}")

@@ -107,14 +107,14 @@ def test_readme_adoption_with_uv_tool_install(
     adopter.rename(work / "my-project")
     project = work / "my-project"
     user_uv.mkdir()  # the user's own uv and Python, which install the tool (torchyard never runs that uv)
-    uv = shutil.which("uv")
-    assert uv is not None
-    (user_uv / "uv").symlink_to(uv)
+    (user_uv / "uv").symlink_to(Path(sys.executable).parent / "uv")  # a binary (PATH may hold a pyenv shim)
     (user_uv / "python3").symlink_to(Path(sys.base_prefix) / "bin" / "python3")
     env = {**user_env, "UV_TOOL_DIR": str(tools), "UV_TOOL_BIN_DIR": str(bindir)}
     env["PATH"] = os.pathsep.join((str(bindir), str(host_tools), str(user_uv)))
     assert shutil.which("nox", path=env["PATH"]) is None
-    proc.run(["bash", "-euo", "pipefail", "-c", block("readme-adopt")], cwd=work, env=env)
+    bash = shutil.which("bash")
+    assert bash is not None
+    proc.run([bash, "-euo", "pipefail", "-c", block("readme-adopt")], cwd=work, env=env)
     assert_robopolicy_passed(project)
     # The sessions ran with the nox beside torchyard; the lock was made by the tool's own uv.
     check_plan_doctor(project, "torchyard", env, tools / "torchyard" / "bin" / "uv")
