@@ -187,6 +187,19 @@ class DictPolicy(nn.Module):
         return {"action": torch.tanh(self.action(hidden)), "value": self.value(hidden)}
 
 
+class OptionalHeads(nn.Module):
+    """Outputs that are not all tensors, as real policies return them: ACT (LeRobot) returns
+    `(actions, (mu, log_sigma))` with the latent's two heads `None` outside training, and a flag says which
+    head ran. Each non-tensor leaf must come back as eager gives it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.actions = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[None, None], bool]:
+        return torch.tanh(self.actions(x)), (None, None), False
+
+
 def _observation(generator: torch.Generator) -> Call:
     camera = torch.randint(0, 256, (2, 16, 16, 3), generator=generator, dtype=torch.uint8)
     return Call(kwargs={"observation": {"camera": camera, "state": torch.randn(2, 6, generator=generator)}})
@@ -278,6 +291,12 @@ CASES: list[Case] = [
         DictPolicy,
         _observation,
         description="dict of observations (uint8 frame cast to float32 inside forward) in, dict out",
+    ),
+    Case(
+        "optional_heads",
+        OptionalHeads,
+        _randn(2, 16),
+        description="(actions, (None, None), False) out, as ACT returns its unused latent heads",
     ),
     Case("index_put_broadcast", IndexPut, _index_put, description="index_put with values broadcast over rows"),
     Case(

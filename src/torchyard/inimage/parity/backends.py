@@ -31,9 +31,14 @@ WARMUP = 2
 REPEATS = 7
 
 
+# One output leaf: a tensor (a Python int or float becomes one, as torch.export makes it), or any other
+# value a model returns (None, a bool, a string: an optional head, a flag, a label), compared by equality.
+Leaf = torch.Tensor | object
+
+
 @dataclass
 class BackendRun:
-    outputs: list[list[torch.Tensor]]
+    outputs: list[list[Leaf]]
     compile_seconds: float
     run_seconds: float
     artifact: Path | None = None
@@ -56,10 +61,13 @@ def register_dataclasses(tree: object) -> None:
             register_dataclasses(value)
 
 
-def leaves(value: object) -> list[torch.Tensor]:
+def leaves(value: object) -> list[Leaf]:
+    """The output's leaves in pytree order: tensors, numbers as tensors, anything else as it is."""
     register_dataclasses(value)
     flat = pytree.tree_leaves(value)
-    return [leaf if isinstance(leaf, torch.Tensor) else torch.tensor(leaf) for leaf in flat]
+    return [
+        torch.tensor(leaf) if isinstance(leaf, int | float) and not isinstance(leaf, bool) else leaf for leaf in flat
+    ]
 
 
 def leaf_paths(value: object) -> list[str]:
@@ -115,7 +123,7 @@ def _timed(function: Callable[[], T], device: torch.device) -> tuple[T, float]:
 
 def _run_all(
     invoke: Callable[[Call], object], calls: list[Call], device: torch.device
-) -> tuple[list[list[torch.Tensor]], float, float]:
+) -> tuple[list[list[Leaf]], float, float]:
     """Each call once (outputs and total seconds), then the median latency of the first call."""
     outputs, total = [], 0.0
     for call in calls:

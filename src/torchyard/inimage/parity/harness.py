@@ -22,6 +22,7 @@ from torchyard.inimage.parity.artifacts import ArtifactCache
 from torchyard.inimage.parity.backends import (
     NO_CACHE,
     BackendRun,
+    Leaf,
     Runner,
     leaf_paths,
     leaves,
@@ -30,7 +31,7 @@ from torchyard.inimage.parity.backends import (
     unavailable_reason,
 )
 from torchyard.inimage.parity.errors import RecordedFailure, describe_error, error_types
-from torchyard.inimage.parity.metrics import Comparison, compare_statistics, compare_values
+from torchyard.inimage.parity.metrics import Comparison, compare_objects, compare_statistics, compare_values
 from torchyard.inimage.parity.tolerances import Tolerances
 
 Status = Literal["passed", "failed", "error", "skipped"]
@@ -70,14 +71,14 @@ class Reference:
     """Each call's output leaves on the CPU, their paths, the dtypes eager gives on the device, and how
     the reference was made. `error` is set (and the rest empty) when no reference could be made."""
 
-    outputs: list[list[torch.Tensor]]
+    outputs: list[list[Leaf]]
     paths: list[str]
-    expected_dtypes: list[torch.dtype]
+    expected_dtypes: list[torch.dtype | None]  # None for a leaf that is not a tensor
     kind: str
     error: str = ""
 
 
-def _eager_cpu(case: Case, calls: list[Call], dtype: torch.dtype) -> tuple[list[list[torch.Tensor]], list[str]]:
+def _eager_cpu(case: Case, calls: list[Call], dtype: torch.dtype) -> tuple[list[list[Leaf]], list[str]]:
     module = case.module().to(dtype)
     with torch.no_grad():
         results = [module(*call.args, **call.kwargs) for call in (to_device(c, CPU, dtype) for c in calls)]
@@ -90,7 +91,8 @@ def make_reference(case: Case, calls: list[Call], *, device: torch.device, dtype
         module = copy.deepcopy(case.module()).to(dtype=dtype).to(device)
         with torch.no_grad():
             first = to_device(calls[0], device, dtype)
-            expected = [leaf.dtype for leaf in leaves(module(*first.args, **first.kwargs))]
+            results = leaves(module(*first.args, **first.kwargs))
+            expected = [leaf.dtype if isinstance(leaf, torch.Tensor) else None for leaf in results]
     except Exception as error:
         return Reference([], [], [], "none", f"eager on {device.type} fails: {describe_error(error)}")
     try:
@@ -113,11 +115,19 @@ def _compare(case: Case, run: BackendRun, reference: Reference, bounds: Any) -> 
         for outputs, expected_leaves in zip(run.outputs, reference.outputs, strict=True)
         for position, (output, expected) in enumerate(zip(outputs, expected_leaves, strict=True))
     ]
-    shapes_match = all(output.shape == expected.shape for _, output, expected in pairs)
+    shapes_match = all(
+        output.shape == expected.shape
+        for _, output, expected in pairs
+        if isinstance(output, torch.Tensor) and isinstance(expected, torch.Tensor)
+    )
     comparisons: list[Comparison] = []
     for position, output, expected in pairs:
         name = reference.paths[position] if position < len(reference.paths) else str(position)
-        want = reference.expected_dtypes[position] if position < len(reference.expected_dtypes) else expected.dtype
+        if not isinstance(output, torch.Tensor) or not isinstance(expected, torch.Tensor):
+            comparisons.append(compare_objects(output, expected, name or "output"))
+            continue
+        want = reference.expected_dtypes[position] if position < len(reference.expected_dtypes) else None
+        want = want or expected.dtype
         if case.compare == "statistics":
             comparisons.append(compare_statistics(output, expected, want, name or "output"))
         else:

@@ -137,3 +137,21 @@ def compare_statistics(
                 f" (bounds {mean_bound:.3g}, {std_bound:.3g})"
             )
     return Comparison(position, shape, str(output.dtype), 0.0, 0.0, 0.0, 1.0, problem)
+
+
+def compare_objects(output: object, reference: object, position: str) -> Comparison:
+    """A leaf that is not a tensor on one side or both (None, a bool, a string): the same type and an equal
+    value, or a tensor where eager gives one, else it fails saying what each gave."""
+    kind = type(output).__name__
+    same = type(output) is type(reference) and not isinstance(output, torch.Tensor) and output == reference
+    problem = "" if same else f"{_shown(output)} where eager gives {_shown(reference)}"
+    shape = list(output.shape) if isinstance(output, torch.Tensor) else []
+    return Comparison(position, shape, kind, 0.0 if same else math.inf, 0.0 if same else math.inf,
+                      0.0 if same else math.inf, 1.0 if same else 0.0, problem)  # fmt: skip
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {list(value.shape)}"
+    shown = repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
