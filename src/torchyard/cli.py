@@ -18,6 +18,7 @@ from torchyard.commands.matrix import matrix_include
 from torchyard.commands.plan import plan_table
 from torchyard.commands.prune import prune
 from torchyard.commands.refresh import refresh
+from torchyard.commands.report import report
 from torchyard.commands.sessions import run_nox
 from torchyard.commands.test import test_entries
 from torchyard.contract import REUSE_RESULTS
@@ -132,6 +133,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="run this project's nox sessions with the nox installed with torchyard (for tool installs)",
     )
 
+    report_command = commands.add_parser(
+        "report", help="merge runs' parity.json into one compatibility table (Markdown, and a static HTML page)"
+    )
+    report_command.add_argument(
+        "paths", nargs="*", type=Path, metavar="PATH",
+        help="reports folders, CI artifacts or parity.json files (default: every run under ./reports)",
+    )  # fmt: skip
+    report_command.add_argument("--markdown", type=Path, metavar="FILE", help="write the Markdown here, not stdout")
+    report_command.add_argument("--html", type=Path, metavar="FILE", help="write the table as a static HTML page")
+
     base = commands.add_parser("base", help="bootstrap a local Debian base image (debootstrap + docker import)")
     base.add_argument("--tag", default=DEFAULT_TAG, help="the image tag to create")
     return parser
@@ -184,6 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             init(Path.cwd(), force=args.force)
         elif args.command == "nox":
             return run_nox(passthrough)
+        elif args.command == "report":
+            return report(args.paths, markdown_file=args.markdown, html_file=args.html)
         elif args.command == "base":
             make_base(args.tag)
         elif args.command == "test":

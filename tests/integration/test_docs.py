@@ -1,7 +1,7 @@
 """The docs site as a reader gets it: built strictly by MkDocs, served on loopback and opened in Debian's
 chromium (headless, driven by selenium through Debian's chromedriver). The home page and a generated reference
 page render with Material's navigation, search finds a key in the reference, and the browser logs no error.
-Screenshots go to `$TORCHYARD_DOCS_SCREENSHOTS` when set. The guide's offline check block runs verbatim here.
+The guide's offline check block runs verbatim here.
 """
 
 from __future__ import annotations
@@ -17,16 +17,15 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.docblocks import block
+from tests.integration.browser import chromium, errors_logged, open_page, screenshot
 from torchyard.util import proc
 
 REPO = Path(__file__).parents[2]
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"  # Debian's chromium, chromium-driver
 
 pytestmark = pytest.mark.integration
 
@@ -59,36 +58,8 @@ def served(site: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[webdriver.Chrome]:
-    for path in (CHROMIUM, CHROMEDRIVER):
-        assert Path(path).exists(), f"{path} is missing: apt-get install chromium chromium-driver"
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    # --no-sandbox: chromium refuses to run as root with its sandbox, and CI runs as root; it reads only
-    # this checkout's own pages, from loopback.
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1000"):
-        options.add_argument(argument)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
-    try:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
-
-
-def screenshot(driver: webdriver.Chrome, name: str, tmp_path: Path) -> None:
-    folder = Path(os.environ.get("TORCHYARD_DOCS_SCREENSHOTS", tmp_path))
-    folder.mkdir(parents=True, exist_ok=True)
-    assert driver.save_screenshot(str(folder / f"{name}.png"))
-
-
-def errors_logged(driver: webdriver.Chrome) -> list[str]:
-    entries: list[dict[str, str]] = driver.get_log("browser")  # type: ignore[no-untyped-call]  # selenium's own hint
-    return [entry["message"] for entry in entries if entry["level"] == "SEVERE"]
-
-
-def open_page(driver: webdriver.Chrome, url: str) -> None:
-    driver.get(url)
-    WebDriverWait(driver, 30).until(lambda d: d.execute_script("return document.readyState") == "complete")
 
 
 def test_the_home_page_renders_with_its_navigation(browser: webdriver.Chrome, served: str, tmp_path: Path) -> None:

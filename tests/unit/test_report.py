@@ -1,0 +1,122 @@
+"""`torchyard report`: runs' parity.json merged into one table, rendered as Markdown and HTML."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torchyard import cli
+from torchyard.errors import UsageError
+from torchyard.reports.merge import merge
+from torchyard.reports.render import html, markdown
+
+
+def result(case: str, backend: str, outcome: str, reason: str = "", **extra: Any) -> dict[str, Any]:
+    return {"case": case, "backend": backend, "outcome": outcome, "reason": reason, "suite": "parity", **extra}
+
+
+def write_run(folder: Path, results: list[dict[str, Any]], torch: str = "2.14.1") -> Path:
+    folder.mkdir(parents=True)
+    data = {"environment": {"accelerator": "cpu", "torch": torch}, "precision": "fp32", "results": results}
+    (folder / "parity.json").write_text(json.dumps(data))
+    return folder
+
+
+@pytest.fixture
+def two_runs(tmp_path: Path) -> list[Path]:
+    current = write_run(
+        tmp_path / "reports" / "cpu",
+        [
+            result("mlp", "eager", "passed"),
+            result("mlp", "executorch-xnnpack", "passed"),
+            result("mlp", "export", "passed"),
+            result("mlp", "export", "failed", "output [0]: relative L2 error 2e-3 > 1e-05"),  # a second suite's
+            result("rotary", "executorch-portable", "xfailed", "SpecViolationError (known)"),
+        ],
+    )
+    older = write_run(
+        tmp_path / "artifacts" / "reports-cpu-old",
+        [result("mlp", "eager", "passed"), result("act", "inductor", "skipped", "not in this image")],
+        torch="2.11.0",
+    )
+    return [current, older]
+
+
+def test_runs_merge_with_each_cell_showing_its_worst_outcome(two_runs: list[Path]) -> None:
+    table = merge(two_runs)
+    assert [run.name for run in table.runs] == ["cpu", "cpu-old"]
+    assert table.runs[0].backends == ["eager", "export", "executorch-portable", "executorch-xnnpack"]
+    assert table.cases == ("act", "mlp", "rotary")
+    export = table.cell("cpu", "mlp", "export")
+    assert export.outcome == "failed" and export.reason.startswith("output [0]: relative L2")
+    assert table.cell("cpu", "rotary", "executorch-portable").outcome == "xfailed"
+    assert table.cell("cpu-old", "mlp", "export").outcome == "none"  # not run there
+
+
+def test_markdown_has_a_column_group_per_run(two_runs: list[Path]) -> None:
+    text = markdown(merge(two_runs))
+    assert (
+        "| case | cpu eager | cpu export | cpu executorch-portable | cpu executorch-xnnpack | cpu-old eager |" in text
+    )
+    assert "| `mlp` | ✅ | ❌ failed |  | ✅ | ✅ |" in text.replace("cpu-old inductor | ", "")
+    assert "- **cpu-old**: fp32; accelerator cpu, torch 2.11.0" in text
+
+
+def test_html_links_each_cell_to_its_details_and_escapes_what_a_run_wrote(tmp_path: Path) -> None:
+    hostile = write_run(
+        tmp_path / "evil",
+        [result("<img src=x onerror=alert(1)>", "eager", "failed", "</td><script>alert(2)</script>",
+                error_message="<b>boom</b>", comparisons=[{"output": "<i>", "problem": "&"}])],
+    )  # fmt: skip
+    page = html(merge([hostile]))
+    assert "<script>alert" not in page and "<img src=x" not in page and "<b>boom" not in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page and "&lt;b&gt;boom&lt;/b&gt;" in page
+    assert '<a href="#r0">' in page and '<section class="detail" id="r0">' in page
+
+
+def test_two_runs_of_one_name_are_numbered(tmp_path: Path) -> None:
+    first = write_run(tmp_path / "a" / "cpu", [result("mlp", "eager", "passed")])
+    second = write_run(tmp_path / "b" / "reports-cpu", [result("mlp", "eager", "failed")])
+    assert [run.name for run in merge([first, second]).runs] == ["cpu", "cpu (2)"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "not a readable parity.json (JSONDecodeError)"),
+        ('{"results": 3}', "no results with a case and a backend"),
+        ('[{"case": "x"}]', "no results with a case and a backend"),
+        ('{"results": [{"case": "x", "backend": 1}]}', "no results with a case and a backend"),
+    ],
+)
+def test_a_file_that_is_not_a_report_is_one_line(tmp_path: Path, content: str, message: str) -> None:
+    (tmp_path / "parity.json").write_text(content)
+    with pytest.raises(UsageError, match=re.escape(message)):
+        merge([tmp_path])
+
+
+def test_nothing_to_merge_says_where_it_looked(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"no parity\.json under"):
+        merge([tmp_path])
+    with pytest.raises(UsageError, match="no such file or folder"):
+        merge([tmp_path / "missing"])
+
+
+def test_the_command_writes_both_files_and_the_step_summary(
+    two_runs: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    summary = tmp_path / "summary.md"
+    summary.write_text("")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    out = tmp_path / "out"
+    args = ["report", *map(str, two_runs), "--markdown", str(out / "compat.md"), "--html", str(out / "compat.html")]
+    assert cli.main(args) == 0
+    assert (out / "compat.md").read_text() in summary.read_text()
+    assert (out / "compat.html").read_text().startswith("<!DOCTYPE html>")
+    assert capsys.readouterr().out == ""  # the Markdown went to its file
+    assert cli.main(["report", str(tmp_path / "missing")]) == 2
+    assert "torchyard: report:" in capsys.readouterr().err
