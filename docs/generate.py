@@ -37,7 +37,14 @@ from torchyard.matrix import keys, machine
 from torchyard.matrix.keys import Key
 from torchyard.matrix.load import parse_plan
 from torchyard.matrix.values import TOLERANCE_BACKENDS
-from torchyard.names import ACCELERATOR_NAMES, BACKEND_SUITES, COMPILE_MODES, PRECISION_DTYPES, SUITE_NAMES
+from torchyard.names import (
+    ACCELERATOR_NAMES,
+    BACKEND_SUITES,
+    COMPILE_MODES,
+    PRECISION_DTYPES,
+    SUITE_NAMES,
+    TRAIN_BACKENDS,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "reference"
@@ -327,7 +334,13 @@ def parity_page() -> str:
         "## Suites and their backends\n\n",
         "Suites: " + ", ".join(f"`{suite}`" for suite in SUITE_NAMES) + ". Each backend is reported by one suite\n"
         "(eager is the baseline every suite shares).\n\n",
-        table(("backend", "suite"), [(code(backend), code(suite)) for backend, suite in BACKEND_SUITES.items()]),
+        table(
+            ("backend", "suite"),
+            [(code(backend), code(suite)) for backend, suite in BACKEND_SUITES.items()]
+            + [(code(backend), code("train")) for backend in TRAIN_BACKENDS],
+        ),
+        "\nThe train suite's backends take one optimizer step (SGD with momentum, or AdamW), eager or with the\n"
+        "module compiled; a compile mode other than `default` follows a colon (`train-inductor-sgd:<mode>`).\n"
         "\nEach `compile-modes` item other than `default` is a backend of its own, `inductor:<mode>`: "
         + ", ".join(code(f"inductor:{mode}") for mode in COMPILE_MODES if mode != "default")
         + ".\n\n## Precisions\n\n",

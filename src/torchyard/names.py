@@ -14,7 +14,7 @@ TORCH_DEVICES: dict[AcceleratorName, str] = {"cpu": "cpu", "cuda": "cuda", "rocm
 # Accelerators no container reaches: their entries run natively, in a venv made from their own lock.
 NATIVE_ACCELERATORS: frozenset[AcceleratorName] = frozenset({"mps"})
 
-SuiteName = Literal["export", "compile", "runtime", "parity"]
+SuiteName = Literal["export", "compile", "runtime", "parity", "train"]
 SUITE_NAMES: tuple[SuiteName, ...] = get_args(SuiteName)
 # The harness's own self-tests: always run, never count towards a suite having passed.
 HARNESS = "harness"
@@ -37,6 +37,11 @@ BACKEND_SUITES: dict[BackendName, SuiteName] = {
     "executorch-xnnpack": "runtime",
     "tensorrt": "runtime",
 }
+
+# The train suite's backends: one optimizer step, eager or with forward and backward compiled (a compile mode
+# after a colon, as for inductor), with SGD (momentum) or AdamW.
+TrainBackendName = Literal["train-eager-sgd", "train-eager-adamw", "train-inductor-sgd", "train-inductor-adamw"]
+TRAIN_BACKENDS: tuple[TrainBackendName, ...] = get_args(TrainBackendName)
 
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 COMPILE_MODES: tuple[CompileMode, ...] = get_args(CompileMode)

@@ -134,7 +134,7 @@ def test_suite_narrows_each_entry_to_the_named_suites_in_its_order(
     assert seen == {"cpu": ("compile",)}
     seen.clear()
     assert main(["test", "--matrix", str(matrix), "cpu"]) == 0  # no --suite: every suite of the entry's
-    assert seen == {"cpu": ("export", "compile", "runtime", "parity")}
+    assert seen == {"cpu": ("export", "compile", "runtime", "parity", "train")}
 
 
 def test_a_suite_an_entry_does_not_run_is_one_line_before_any_run(

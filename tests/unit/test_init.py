@@ -33,7 +33,7 @@ def test_the_matrix_comes_from_requires_python_and_the_torch_requirement(tmp_pat
     assert (entry.name, entry.python, entry.exclude_newer) == ("cpu", "3.12", "2026-11-30T00:00:00Z")
     assert entry.requirements == ("torch<3,>=2.9", "pytest>=8")
     assert entry.tests == ("tests",) and entry.project is not None and entry.project.name == "robo"
-    assert entry.suites == ("export", "compile", "parity")
+    assert entry.suites == ("export", "compile", "parity", "train")
 
 
 def test_without_torch_the_entry_asks_for_torch(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ def test_valid_matrix_becomes_a_typed_plan() -> None:
     plan = parse(VALID)
     cpu, cuda = plan.entries
     assert cpu.name == "cpu" and cpu.python == "3.11"
-    assert cpu.suites == ("export", "compile", "runtime", "parity")
+    assert cpu.suites == ("export", "compile", "runtime", "parity", "train")
     assert cpu.exclude_newer == "2026-11-01T00:00:00Z"
     assert [index.name for index in cuda.indexes] == ["pypi", "extra"]
     assert cuda.accelerator.index_strategy == "unsafe-best-match"
@@ -104,7 +104,8 @@ def test_committed_matrix_is_valid() -> None:
         (
             'suites = ["export", "parity"]',
             'suites = ["export", "benchmarks"]',
-            'matrix.toml: entry "cuda" > suites[1]: expected one of export, compile, runtime, parity, got "benchmarks"',
+            'matrix.toml: entry "cuda" > suites[1]: expected one of export, compile, runtime, parity, train, '
+            'got "benchmarks"',
         ),
         (
             'index-strategy = "unsafe-best-match"',

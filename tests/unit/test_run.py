@@ -42,7 +42,7 @@ def run_plan(entry: str, trust: Trust = "trusted") -> RunPlan:
     )
 
 
-def common(entry: str, suites: str = "export,compile,runtime,parity") -> tuple[str, ...]:
+def common(entry: str, suites: str = "export,compile,runtime,parity,train") -> tuple[str, ...]:
     return (
         "run", "--name", f"torchyard-{entry}-1", "--init",
         "--label", f"dev.torchyard.entry={entry}",
@@ -86,7 +86,7 @@ def tail(entry: str, markers: str) -> tuple[str, ...]:
     )  # fmt: skip
 
 
-ALL = "export or compile or runtime or parity or harness"
+ALL = "export or compile or runtime or parity or train or harness"
 
 
 def test_cpu_run_args() -> None:
@@ -121,12 +121,12 @@ def test_cuda_run_args_request_the_selected_gpu() -> None:
 def test_rocm_run_args() -> None:
     args = docker_run_args(PLAN.entry("rocm"), run_plan("rocm"), HOST, {"HIP_VISIBLE_DEVICES": "1"}, ["-q"])
     assert args == (
-        *common("rocm"),
+        *common("rocm", "export,compile,runtime,parity"),
         "--device", "/dev/kfd", "--device", "/dev/dri",
         "--group-add", "44", "--group-add", "993",
         "--security-opt", "seccomp=unconfined", "--ipc=host", "--shm-size", "16g",
         "-e", "HIP_VISIBLE_DEVICES",
-        *tail("rocm", ALL),
+        *tail("rocm", "export or compile or runtime or parity or harness"),
     )  # fmt: skip
 
 

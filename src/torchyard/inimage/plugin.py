@@ -30,11 +30,18 @@ from torchyard.inimage.parity.harness import Reference, Result, evaluate, make_r
 from torchyard.inimage.parity.inductor_keys import remember as remember_inductor_keys
 from torchyard.inimage.parity.report import write_reports
 from torchyard.inimage.parity.tolerances import Tolerances, load_tolerances
+from torchyard.inimage.parity.training import (
+    TrainBackend,
+    TrainReference,
+    make_train_reference,
+    train_runner,
+    untrainable,
+)
 from torchyard.inimage.precision import DTYPES, PrecisionError, check_precision, pin_precision
 from torchyard.inimage.probe import ProbeError, probe, torch_device
 from torchyard.inimage.verdicts import passes
 from torchyard.inimage.workers import pin_worker_device
-from torchyard.names import BACKEND_NAMES, HARNESS, PROJECT, SUITE_NAMES, Precision, SuiteName
+from torchyard.names import BACKEND_NAMES, HARNESS, PROJECT, SUITE_NAMES, TRAIN_BACKENDS, Precision, SuiteName
 
 RECORD_KEY = "torchyard"
 SUITES_DIR = Path(__file__).parent / "suites"
@@ -96,6 +103,16 @@ class _Settings:
             compile_backends=tuple("inductor" if mode == "default" else f"inductor:{mode}" for mode in modes),
             vendor_record=Path(record) if record else None,
             precision_settings=pin_precision(),
+        )
+
+    @property
+    def train_backends(self) -> tuple[str, ...]:
+        """Eager and compiled, per optimizer; each compile mode other than the default after a colon."""
+        modes = [backend.partition(":")[2] for backend in self.compile_backends]
+        return tuple(
+            backend if "inductor" not in backend or not mode else f"{backend}:{mode}"
+            for backend in TRAIN_BACKENDS
+            for mode in (modes if "inductor" in backend else [""])
         )
 
     @property
@@ -229,7 +246,7 @@ FIRST_USE = {"inductor": ("torch._dynamo", "torch._inductor.compile_fx")}
 
 
 # The parameters that name a test's backend: the plugin's own, and the runtime suite's and self-tests'.
-BACKEND_PARAMS = ("compile_backend", "parity_backend", "backend")
+BACKEND_PARAMS = ("compile_backend", "parity_backend", "train_backend", "backend")
 
 
 def selected_backends(items: list[pytest.Item]) -> set[str]:
@@ -238,8 +255,8 @@ def selected_backends(items: list[pytest.Item]) -> set[str]:
     for item in items:
         for name in BACKEND_PARAMS:
             backend = _param(item, name)
-            if isinstance(backend, str):
-                found.add(base_backend(backend))
+            if isinstance(backend, str):  # a compiled training step imports what inductor does
+                found.add("inductor" if backend.startswith("train-inductor") else base_backend(backend))
     return found
 
 
@@ -280,6 +297,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("parity_backend", settings.parity_backends)
     if "compile_backend" in metafunc.fixturenames:
         metafunc.parametrize("compile_backend", settings.compile_backends)
+    if "train_backend" in metafunc.fixturenames:
+        metafunc.parametrize("train_backend", settings.train_backends)
 
 
 class Evaluations:
@@ -294,6 +313,7 @@ class Evaluations:
         self._results: dict[tuple[str, str], Result] = {}
         self.cache = artifact_cache(settings)
         self._references: dict[str, Reference] = {}
+        self._train_references: dict[tuple[str, str], TrainReference] = {}
 
     def result(self, case: Case, backend: str) -> Result:
         key = (case.name, backend)
@@ -309,6 +329,33 @@ class Evaluations:
                 workdir=self.workdir / case.name,
                 reference=self._references[case.name],
                 cache=self.cache,
+            )
+        return self._results[key]
+
+    def train_result(self, case: Case, backend: str) -> Result:
+        """One optimizer step on `backend` against the float64 step (`parity.training`)."""
+        key = (case.name, backend)
+        if key not in self._results:
+            why = untrainable(case)
+            if why is not None:
+                self._results[key] = Result(case.name, backend, str(self.dtype).removeprefix("torch."), "skipped", why)
+                return self._results[key]
+            optimizer = TrainBackend.parse(backend).optimizer
+            if (case.name, optimizer) not in self._train_references:
+                self._train_references[case.name, optimizer] = make_train_reference(
+                    case, optimizer, device=self.device, dtype=self.dtype
+                )
+            made = self._train_references[case.name, optimizer]
+            self._results[key] = evaluate(
+                case,
+                backend,
+                device=self.device,
+                dtype=self.dtype,
+                weights=torch.float32,
+                tolerances=self.settings.tolerances,
+                workdir=self.workdir / case.name,
+                reference=made.reference,
+                runner=train_runner(backend, self.dtype, made.frozen),
             )
         return self._results[key]
 

@@ -6,6 +6,7 @@ and the mutation session (`nox -s mutants`) all go through `passes`, never throu
 - runtime: the lowered program loaded and ran with the eager output's shapes, from a file on disk
   (TensorRT's engine stays in memory: running is enough there).
 - parity: the outputs met the reference within the precision's bounds.
+- train: the step's loss, gradients, parameters, optimizer state and buffers met the float64 step's.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def on_disk(result: Result) -> bool:
 def passes(suite: SuiteName, result: Result) -> bool:
     """Whether `result` passes `suite` (before known failures are applied: `plugin.conclude` does that)."""
     match suite:
-        case "parity":
+        case "parity" | "train":
             return result.status == "passed"
         case "compile":
             return ran(result)

@@ -16,7 +16,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from torchyard.matrix.reader import Table, describe
-from torchyard.names import BACKEND_NAMES, COMPILE_MODES, PRECISION_DTYPES
+from torchyard.names import BACKEND_NAMES, COMPILE_MODES, PRECISION_DTYPES, TRAIN_BACKENDS
 
 SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
 # `docker run` flags that cannot widen what a test container reaches (resources, environment, labels); their
@@ -28,7 +28,12 @@ SAFE_DOCKER_RUN = frozenset(
         "--env", "-e", "--label", "-l", "--stop-timeout", "--pids-limit", "--oom-score-adj",
     }
 )  # fmt: skip
-TOLERANCE_BACKENDS = (*BACKEND_NAMES, *(f"inductor:{mode}" for mode in COMPILE_MODES if mode != "default"), "*")
+TOLERANCE_BACKENDS = (
+    *BACKEND_NAMES,
+    *(f"inductor:{mode}" for mode in COMPILE_MODES if mode != "default"),
+    *TRAIN_BACKENDS,
+    "*",
+)
 
 
 def requirement(table: Table, key: str, value: str) -> None:

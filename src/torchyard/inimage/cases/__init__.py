@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import torch
 
-from torchyard.names import BACKEND_NAMES, PRECISION_DTYPES
+from torchyard.names import BACKEND_NAMES, PRECISION_DTYPES, TRAIN_BACKENDS
 
 Inputs = tuple[Any, ...]
 TOLERANCE_FIELDS = ("max-scaled-error", "max-rel-l2", "min-cosine")
@@ -83,6 +83,9 @@ class Case:
     cannot match (random noise): shape, dtype and moments are compared with eager's.
     `tolerances` overrides the bounds for this case (`{"float32.inductor": {"max-rel-l2": 1e-4}}`, or
     `"float32.*"`); `backends` limits the backends it applies to (the others skip, saying so).
+    The train suite takes one optimizer step with it unless `train=False`; its loss is the mean square of
+    the floating output leaves unless `loss(outputs, call)` says otherwise; `scaler` sets fp16's
+    `torch.amp.GradScaler` (`init_scale`, `growth_interval`, `growth_factor`, `backoff_factor`).
     """
 
     name: str
@@ -95,11 +98,20 @@ class Case:
     description: str = ""
     tolerances: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     backends: tuple[str, ...] | None = None
+    train: bool = True
+    loss: Callable[[Any, Call], torch.Tensor] | None = None
+    scaler: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        known_backends = (*BACKEND_NAMES, *TRAIN_BACKENDS)
         for backend in [*self.known_failures, *(self.backends or ())]:
-            if base_backend(backend) not in BACKEND_NAMES:
-                raise ValueError(f"case {self.name!r}: unknown backend {backend!r} (one of {', '.join(BACKEND_NAMES)})")
+            if base_backend(backend) not in known_backends:
+                raise ValueError(
+                    f"case {self.name!r}: unknown backend {backend!r} (one of {', '.join(known_backends)})"
+                )
+        unknown_scaler = set(self.scaler) - {"init_scale", "growth_interval", "growth_factor", "backoff_factor"}
+        if unknown_scaler:
+            raise ValueError(f"case {self.name!r}: scaler: unknown settings {sorted(unknown_scaler)}")
         for backend, known in self.known_failures.items():
             if not isinstance(known, KnownFailure):
                 raise ValueError(
@@ -109,7 +121,7 @@ class Case:
         for key, bounds in self.tolerances.items():
             dtype, _, backend = key.partition(".")
             if dtype not in PRECISION_DTYPES.values() or (
-                backend != "*" and base_backend(backend) not in BACKEND_NAMES
+                backend != "*" and base_backend(backend) not in known_backends
             ):
                 raise ValueError(f"case {self.name!r}: tolerance key {key!r} is not '<dtype>.<backend>' or '<dtype>.*'")
             unknown = set(bounds) - set(TOLERANCE_FIELDS)

@@ -76,6 +76,7 @@ class Reference:
     expected_dtypes: list[torch.dtype | None]  # None for a leaf that is not a tensor
     kind: str
     error: str = ""
+    floors: list[float] = field(default_factory=list)  # per leaf, the magnitude errors are measured against
 
 
 def _eager_cpu(case: Case, calls: list[Call], dtype: torch.dtype) -> tuple[list[list[Leaf]], list[str]]:
@@ -131,7 +132,8 @@ def _compare(case: Case, run: BackendRun, reference: Reference, bounds: Any) -> 
         if case.compare == "statistics":
             comparisons.append(compare_statistics(output, expected, want, name or "output"))
         else:
-            comparisons.append(compare_values(output, expected, want, bounds, name or "output"))
+            floor = reference.floors[position] if position < len(reference.floors) else 0.0
+            comparisons.append(compare_values(output, expected, want, bounds, name or "output", floor=floor))
     return comparisons, shapes_match
 
 
@@ -146,8 +148,12 @@ def evaluate(
     reference: Reference | None = None,
     runner: Runner | None = None,
     cache: ArtifactCache | None = None,
+    weights: torch.dtype | None = None,
 ) -> Result:
-    """Run `case` on `backend` and compare; never raises for a backend's or a model's own failure."""
+    """Run `case` on `backend` and compare; never raises for a backend's or a model's own failure.
+
+    `dtype` is the run's precision (its bounds); `weights` the module's dtype where it differs (a training
+    step keeps float32 master weights under bf16 or fp16 autocast)."""
     dtype_name = str(dtype).removeprefix("torch.")
     result = Result(case.name, backend, dtype_name, "skipped")
     if not case.applies_to(backend):
@@ -169,8 +175,8 @@ def evaluate(
     result.bounds = vars(bounds)
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        module = copy.deepcopy(case.module()).to(dtype=dtype).to(device)
-        device_calls = [to_device(call, device, dtype) for call in calls]
+        module = copy.deepcopy(case.module()).to(dtype=weights or dtype).to(device)
+        device_calls = [to_device(call, device, weights or dtype) for call in calls]
         run = (runner or runner_for(backend, cache or NO_CACHE))(case, module, device_calls, device, workdir)
     except Exception as error:
         result.status = "error"

@@ -1,0 +1,116 @@
+"""The train suite's own tests: each planted fault is caught where it lives (a gradient or a missing gradient
+only when compiled, a step on still-scaled gradients), and the loss scaler keeps its contract on the run's
+device while a scaler that never skips an overflowing step is caught."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from torchyard import contract
+from torchyard.inimage.cases import Case
+from torchyard.inimage.parity.harness import Result, evaluate
+from torchyard.inimage.parity.tolerances import load_tolerances
+from torchyard.inimage.parity.training import make_train_reference, scaler_contract, train_runner
+from torchyard.inimage.probe import torch_device
+
+pytestmark = pytest.mark.harness
+
+CPU = torch.device("cpu")
+RUN_DEVICE = torch_device(os.environ.get(contract.ACCELERATOR, "cpu"))
+
+
+class _GradientOnlyWhenCompiled(torch.autograd.Function):
+    """The identity whose backward scales the gradient by 1 + 1e-3, only in a compiled graph."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        scaled: torch.Tensor = grad * (1 + 1e-3) if torch.compiler.is_compiling() else grad
+        return scaled
+
+
+class WrongGradientWhenCompiled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second = nn.Linear(8, 8), nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden: torch.Tensor = _GradientOnlyWhenCompiled.apply(self.first(x))
+        output: torch.Tensor = self.second(torch.tanh(hidden))
+        return output
+
+
+class NoGradientWhenCompiled(nn.Module):
+    """`extra`'s contribution is detached only when compiled: the same outputs, no gradient for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.main, self.extra = nn.Linear(8, 4), nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        extra: torch.Tensor = self.extra(x)
+        output: torch.Tensor = self.main(x) + (extra.detach() if torch.compiler.is_compiling() else extra)
+        return output
+
+
+def _inputs(generator: torch.Generator) -> tuple[torch.Tensor]:
+    return (torch.randn(4, 8, generator=generator),)
+
+
+def train(case: Case, backend: str, tmp_path: Path, **planted: Any) -> Result:
+    made = make_train_reference(case, backend.rsplit("-", 1)[1], device=CPU, dtype=torch.float32)
+    return evaluate(
+        case, backend, device=CPU, dtype=torch.float32, weights=torch.float32, tolerances=load_tolerances(),
+        workdir=tmp_path, reference=made.reference, runner=train_runner(backend, torch.float32, made.frozen, **planted),
+    )  # fmt: skip
+
+
+def test_a_gradient_that_differs_only_when_compiled_is_caught(tmp_path: Path) -> None:
+    case = Case("planted_gradient", WrongGradientWhenCompiled, _inputs)
+    assert train(case, "train-eager-sgd", tmp_path / "eager").status == "passed"
+    compiled = train(case, "train-inductor-sgd", tmp_path / "compiled")
+    assert compiled.status == "failed" and "output grad[first.weight]" in compiled.reason
+
+
+def test_a_parameter_without_a_gradient_only_when_compiled_is_caught(tmp_path: Path) -> None:
+    case = Case("planted_no_gradient", NoGradientWhenCompiled, _inputs)
+    assert train(case, "train-eager-adamw", tmp_path / "eager").status == "passed"
+    compiled = train(case, "train-inductor-adamw", tmp_path / "compiled")
+    assert compiled.status == "failed"
+    assert "output grad[extra.weight]: None where eager gives a torch.float64 tensor of shape [4, 8]" in compiled.reason
+
+
+def test_a_step_on_still_scaled_gradients_is_caught(tmp_path: Path) -> None:
+    case = Case("planted_scaled_step", WrongGradientWhenCompiled, _inputs)
+    stepped = train(case, "train-eager-sgd", tmp_path, scale_gradients=lambda grad: grad * 2.0**16)
+    assert stepped.status == "failed" and "output param[first.weight]" in stepped.reason
+    assert "grad[" not in stepped.reason  # the gradients it reports are the unscaled ones
+
+
+def test_the_loss_scaler_keeps_its_contract_on_the_runs_device() -> None:
+    assert (
+        scaler_contract(lambda: torch.amp.GradScaler(RUN_DEVICE.type, init_scale=2.0**8, growth_interval=3), RUN_DEVICE)
+        == []
+    )
+
+
+class NeverSkips(torch.amp.GradScaler):
+    """A scaler that steps whatever the gradients hold."""
+
+    def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+        self.unscale_(optimizer)
+        return optimizer.step()
+
+
+def test_a_scaler_that_never_skips_an_overflowing_step_is_caught() -> None:
+    problems = scaler_contract(lambda: NeverSkips(RUN_DEVICE.type, init_scale=2.0**8, growth_interval=3), RUN_DEVICE)
+    assert problems[0] == "stepped on an overflowing gradient (the parameter or the optimizer state moved)"
