@@ -100,3 +100,14 @@ def test_dockerfile_ships_in_the_package_and_makes_the_contract_paths() -> None:
 def test_every_subpackage_says_what_it_owns(package: Path) -> None:
     docstring = ast.get_docstring(ast.parse((package / "__init__.py").read_text(encoding="utf-8")))
     assert docstring, f"{package.relative_to(PACKAGE.parent)} has no docstring"
+
+
+def test_no_source_file_is_ignored_by_git() -> None:
+    """A pattern for an output folder (`reports/`) must not hide a package of the same name from commits."""
+    import pathspec
+
+    root = PACKAGE.parents[1]
+    spec = pathspec.GitIgnoreSpec.from_lines((root / ".gitignore").read_text().splitlines())
+    sources = [path.relative_to(root).as_posix() for path in (root / "src").rglob("*") if path.is_file()]
+    ignored = [name for name in sources if spec.match_file(name) and "__pycache__" not in name]
+    assert not ignored, f".gitignore hides sources from commits: {ignored}"

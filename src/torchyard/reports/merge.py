@@ -1,0 +1,136 @@
+"""Several runs' `parity.json` as one compatibility table: case by backend, one column group per run.
+
+A run is a reports folder (`reports/<entry>`), a CI artifact unpacked (`reports-<entry>/`), or a
+`parity.json` named directly; its name is its folder's, less the artifact's `reports-` prefix. A cell holds
+every result of that case on that backend in that run (a backend can be tested by more than one suite), and
+shows the worst of their outcomes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torchyard.errors import UsageError
+from torchyard.names import BACKEND_NAMES
+
+# Worst first: a cell shows the first of these that any of its results has.
+OUTCOMES = ("failed", "error", "xfailed", "passed", "skipped")
+MAX_BYTES = 64 << 20  # a parity.json larger than this is not a report torchyard wrote
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str
+    source: Path
+    precision: str
+    environment: dict[str, Any]
+    results: tuple[dict[str, Any], ...]
+
+    @property
+    def backends(self) -> list[str]:
+        """The backends this run reports, in torchyard's order (a compile mode after inductor)."""
+        found = dict.fromkeys(str(result["backend"]) for result in self.results)
+
+        def order(backend: str) -> tuple[int, str]:
+            base = backend.split(":", 1)[0]
+            return (BACKEND_NAMES.index(base) if base in BACKEND_NAMES else len(BACKEND_NAMES), backend)
+
+        return sorted(found, key=order)
+
+
+@dataclass
+class Cell:
+    results: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def outcome(self) -> str:
+        found = {str(result.get("outcome", "")) for result in self.results}
+        return next((outcome for outcome in OUTCOMES if outcome in found), "none")
+
+    @property
+    def reason(self) -> str:
+        """The reason of the first result with the cell's outcome (why it failed, was skipped or is known)."""
+        return next((str(r.get("reason", "")) for r in self.results if r.get("outcome") == self.outcome), "")
+
+
+@dataclass(frozen=True)
+class Table:
+    runs: tuple[Run, ...]
+    cases: tuple[str, ...]
+    cells: dict[tuple[str, str, str], Cell]  # (run, case, backend)
+
+    def cell(self, run: str, case: str, backend: str) -> Cell:
+        return self.cells.get((run, case, backend), Cell())
+
+
+def _reports(paths: Iterable[Path]) -> list[Path]:
+    """Each parity.json a path names: the file itself, or every one under a folder (sorted)."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_file():
+            found.append(path)
+        elif path.is_dir():
+            found += sorted(item for item in path.rglob("parity.json") if item.is_file() and not item.is_symlink())
+        else:
+            raise UsageError(f"report: {path}: no such file or folder")
+    return found
+
+
+def _run_name(report: Path) -> str:
+    folder = report.parent.name or "report"
+    return folder.removeprefix("reports-")
+
+
+def load_run(report: Path) -> Run:
+    """One parity.json, checked enough that a broken or foreign file is one line, not a traceback."""
+    try:
+        if report.stat().st_size > MAX_BYTES:
+            raise UsageError(f"report: {report}: larger than {MAX_BYTES >> 20} MiB; not a torchyard parity.json")
+        data = json.loads(report.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        raise UsageError(f"report: {report}: not a readable parity.json ({error.__class__.__name__})") from None
+    results = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(results, list):
+        results = None
+    valid = results is not None and all(
+        isinstance(item, dict) and isinstance(item.get("case"), str) and isinstance(item.get("backend"), str)
+        for item in results
+    )
+    if not valid or results is None:
+        raise UsageError(f"report: {report}: no results with a case and a backend; not a torchyard parity.json")
+    environment = data.get("environment")
+    return Run(
+        name=_run_name(report),
+        source=report,
+        precision=str(data.get("precision", "")),
+        environment=environment if isinstance(environment, dict) else {},
+        results=tuple(results),
+    )
+
+
+def merge(paths: Sequence[Path]) -> Table:
+    """The runs the paths name, in the order given, as one table; two runs of one name are numbered."""
+    reports = _reports(paths)
+    if not reports:
+        raise UsageError(f"report: no parity.json under {', '.join(str(path) for path in paths)}")
+    runs: list[Run] = []
+    for report in reports:
+        run = load_run(report)
+        taken = {existing.name for existing in runs}
+        if run.name in taken:
+            number = 2
+            while f"{run.name} ({number})" in taken:
+                number += 1
+            run = Run(f"{run.name} ({number})", run.source, run.precision, run.environment, run.results)
+        runs.append(run)
+    cells: dict[tuple[str, str, str], Cell] = {}
+    cases: dict[str, None] = {}
+    for run in runs:
+        for result in run.results:
+            cases[result["case"]] = None
+            cells.setdefault((run.name, result["case"], result["backend"]), Cell()).results.append(result)
+    return Table(tuple(runs), tuple(sorted(cases)), cells)

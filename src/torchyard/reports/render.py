@@ -1,0 +1,148 @@
+"""The merged table as Markdown (for a step summary) and as one static HTML page (sortable by any column,
+each cell linking the metrics and errors of its results). Everything shown is escaped: a report's text comes
+from a run of other people's code."""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from typing import Any
+
+from torchyard.reports.merge import OUTCOMES, Table
+
+SYMBOLS = {"passed": "✅", "xfailed": "⚠️ known", "failed": "❌ failed", "error": "❌ error", "skipped": "·", "none": ""}
+LEGEND = "✅ passed · ⚠️ known failure (exact) · ❌ failed or error · `·` skipped (blank: not run)"
+# The page's labels are words (its cells are coloured too): no emoji font is needed to read it.
+WORDS = {"passed": "pass", "xfailed": "known", "failed": "fail", "error": "error", "skipped": "skip", "none": ""}
+PAGE_LEGEND = "pass; known: an exact known failure; fail or error; skip (blank: not run)"
+METRICS = ("max_abs_error", "scaled_max_error", "rel_l2_error", "cosine")
+
+
+def _versions(environment: dict[str, Any]) -> str:
+    names = ("accelerator", "torch", "executorch", "torch_tensorrt", "device")
+    return ", ".join(f"{name} {environment[name]}" for name in names if environment.get(name))
+
+
+def markdown(table: Table) -> str:
+    columns = [(run.name, backend) for run in table.runs for backend in run.backends]
+    header = ["case", *(f"{run} {backend}" for run, backend in columns)]
+    lines = [
+        "## Compatibility",
+        "",
+        *(f"- **{run.name}**: {run.precision}; {_versions(run.environment)}" for run in table.runs),
+        "",
+        LEGEND,
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    for case in table.cases:
+        cells = [SYMBOLS[table.cell(run, case, backend).outcome] for run, backend in columns]
+        lines.append("| " + " | ".join([f"`{case}`", *cells]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; font-size: 14px; }
+th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: center; }
+th.sortable { cursor: pointer; }
+td.case { text-align: left; font-family: monospace; }
+td.passed { background: #e6f4ea; } td.xfailed { background: #fff4d6; }
+td.failed, td.error { background: #fce8e6; } td.skipped { color: #888; }
+td a { color: inherit; text-decoration: none; display: block; }
+section.detail { border-top: 1px solid #ddd; margin-top: 1em; padding-top: 0.5em; }
+section.detail:target { background: #f3f7ff; }
+pre { white-space: pre-wrap; }
+"""
+
+# Sorts the table's rows by the clicked column: by case name, or by outcome (worst first), a second click
+# reversing. The page loads nothing from anywhere.
+SCRIPT = """
+const rank = RANKS;
+document.querySelectorAll("th.sortable").forEach((header) => {
+  header.addEventListener("click", () => {
+    const body = document.querySelector("#compat tbody");
+    const column = Number(header.dataset.column);
+    const descending = header.dataset.order !== "ascending";
+    header.dataset.order = descending ? "ascending" : "descending";
+    const key = (row) => {
+      const cell = row.children[column];
+      return column === 0 ? cell.textContent : (rank[cell.dataset.outcome] ?? 99);
+    };
+    const rows = Array.from(body.rows).sort((a, b) => {
+      const [x, y] = [key(a), key(b)];
+      const order = x < y ? -1 : x > y ? 1 : 0;
+      return descending ? order : -order;
+    });
+    rows.forEach((row) => body.appendChild(row));
+  });
+});
+""".replace("RANKS", json.dumps({outcome: position for position, outcome in enumerate(OUTCOMES)}))
+
+
+def _detail(anchor: str, title: str, results: list[dict[str, Any]]) -> str:
+    parts = [f'<section class="detail" id="{anchor}"><h3>{escape(title)}</h3>']
+    for result in results:
+        parts.append(
+            f"<p><b>{escape(str(result.get('outcome', '')))}</b> in the {escape(str(result.get('suite', '')))} "
+            f"suite ({escape(str(result.get('dtype', '')))}; reference: {escape(str(result.get('reference', '')))})"
+            f"{': ' + escape(str(result['reason'])) if result.get('reason') else ''}</p>"
+        )
+        comparisons = [item for item in result.get("comparisons") or [] if isinstance(item, dict)]
+        if comparisons:
+            rows = "".join(
+                "<tr>"
+                + "".join(
+                    f"<td>{escape(str(item.get(name, '')))}</td>"
+                    for name in ("output", "shape", "dtype", *METRICS, "problem")
+                )
+                + "</tr>"
+                for item in comparisons
+            )
+            heads = "".join(f"<th>{name}</th>" for name in ("output", "shape", "dtype", *METRICS, "problem"))
+            parts.append(f"<table><thead><tr>{heads}</tr></thead><tbody>{rows}</tbody></table>")
+        if result.get("error_message"):
+            parts.append(f"<pre>{escape(str(result['error_message']))}</pre>")
+    parts.append('<p><a href="#compat">back to the table</a></p></section>')
+    return "".join(parts)
+
+
+def html(table: Table) -> str:
+    columns = [(run.name, backend) for run in table.runs for backend in run.backends]
+    groups = "".join(f'<th colspan="{len(run.backends)}">{escape(run.name)}</th>' for run in table.runs)
+    heads = "".join(
+        f'<th class="sortable" data-column="{position}">{escape(backend)}</th>'
+        for position, (_, backend) in enumerate(columns, start=1)
+    )
+    rows: list[str] = []
+    details: list[str] = []
+    for case in table.cases:
+        cells = [f'<td class="case">{escape(case)}</td>']
+        for run, backend in columns:
+            cell = table.cell(run, case, backend)
+            if not cell.results:
+                cells.append('<td data-outcome="none"></td>')
+                continue
+            anchor = f"r{len(details)}"
+            title = f"{case} on {backend}, {run}"
+            details.append(_detail(anchor, title, cell.results))
+            label = WORDS[cell.outcome]
+            tip = escape(cell.reason, quote=True)
+            cells.append(
+                f'<td class="{cell.outcome}" data-outcome="{cell.outcome}" title="{tip}">'
+                f'<a href="#{anchor}">{label}</a></td>'
+            )
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    runs = "".join(
+        f"<li><b>{escape(run.name)}</b>: {escape(run.precision)}; {escape(_versions(run.environment))}</li>"
+        for run in table.runs
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>torchyard compatibility</title>'
+        f"<style>{STYLE}</style></head><body><h1>Compatibility</h1><ul>{runs}</ul>"
+        f"<p>{PAGE_LEGEND}. Click a column's header to sort by it, a cell for its metrics and errors.</p>"
+        f'<table id="compat"><thead><tr><th rowspan="2" class="sortable" data-column="0">case</th>{groups}</tr>'
+        f"<tr>{heads}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        f"{''.join(details)}<script>{SCRIPT}</script></body></html>\n"
+    )
