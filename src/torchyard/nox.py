@@ -4,7 +4,7 @@
 
     torchyard.nox.register()
 
-gives `lock`, `matrix`, `doctor`, `base-image`, `refresh`, `prune` and, per accelerator, `build-<acc>-image`
+gives `lock`, `matrix`, `doctor`, `base-image`, `refresh`, `prune`, `report` and, per accelerator, `build-<acc>-image`
 and `test-<acc>`. Each session calls the `torchyard` command of the environment nox runs in (install
 torchyard and nox together); `register(install=[...])` instead gives each session its own venv with those
 pip arguments installed (torchyard's own repository uses `install=["-e", "."]`).
@@ -70,6 +70,9 @@ def register(*, install: Sequence[str] = ()) -> None:
     def prune(session: nox.Session, install: Sequence[str]) -> None:
         _torchyard(session, install, "prune", *session.posargs)
 
+    def report(session: nox.Session, install: Sequence[str]) -> None:
+        _torchyard(session, install, "report", *session.posargs)
+
     _session("lock", "Lock entries: `-- [ENTRY ...]`; `-- --check` checks offline.", install, lock)
     _session("matrix", "The plan as a table; `-- --github` prints the GitHub Actions matrix JSON.", install, matrix)
     _session("doctor", "What this host offers each accelerator: `-- --accelerator cuda`.", install, doctor)
@@ -82,6 +85,13 @@ def register(*, install: Sequence[str] = ()) -> None:
         "what would go.",
         install,
         prune,
+    )
+    _session(
+        "report",
+        "Several runs' parity.json as one compatibility table: `-- [PATH ...] [--markdown FILE] [--html FILE]` "
+        "(default: every run under reports/).",
+        install,
+        report,
     )
     for accelerator in ACCELERATOR_NAMES:
 

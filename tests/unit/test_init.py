@@ -45,7 +45,7 @@ def test_noxfile_and_workflow(tmp_path: Path) -> None:
     files = render(project(tmp_path), TODAY, "torchyard @ file:///wheels/torchyard-0.1.0-py3-none-any.whl")
     assert "import torchyard.nox\n\ntorchyard.nox.register()\n" in files["noxfile.py"]
     workflow = yaml.safe_load(files[".github/workflows/torchyard.yml"])
-    assert set(workflow["jobs"]) == {"plan", "suites", "suites-pull-request"}
+    assert set(workflow["jobs"]) == {"plan", "suites", "compatibility", "suites-pull-request"}
     steps = [step.get("run", "") for step in workflow["jobs"]["suites"]["steps"]]
     assert 'python -m pip install "torchyard @ file:///wheels/torchyard-0.1.0-py3-none-any.whl"' in steps
     assert "nox -s ${{ matrix.session }} -- ${{ matrix.name }}" in steps
@@ -97,7 +97,7 @@ def test_torchyard_nox_registers_the_standard_sessions(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(nox.registry, "_REGISTRY", {})
     torchyard.nox.register()
-    expected = {"lock", "matrix", "doctor", "base-image", "refresh", "prune"}
+    expected = {"lock", "matrix", "doctor", "base-image", "refresh", "prune", "report"}
     expected |= {f"{kind}-{name}" for name in ACCELERATOR_NAMES for kind in ("test",)}
     expected |= {f"build-{name}-image" for name in ACCELERATOR_NAMES}
     assert set(nox.registry.get()) == expected

@@ -181,3 +181,17 @@ def test_entries_locked_on_their_runner_are_locked_there_before_their_image(work
     assert "nox -s lock -- ${{ matrix.name }}" in steps[lock]["run"]
     assert steps[lock + 1]["with"]["path"] == "lockfiles/${{ matrix.name }}.txt"
     assert "allow-missing" not in workflow.read_text()
+
+
+@pytest.mark.parametrize("path", [REPO / ".github" / "workflows" / "ci.yml", TEMPLATE], ids=["ci", "template"])
+def test_the_compatibility_job_merges_what_the_suites_upload(path: Path) -> None:
+    jobs = yaml.safe_load(path.read_text().replace("@SPEC@", "torchyard"))["jobs"]
+    job = jobs["compatibility"]
+    assert job["needs"] == ["suites"] and "always()" in job["if"]  # also when an entry failed
+    uploaded = {step["with"]["name"] for step in jobs["suites"]["steps"] if "upload-artifact" in step.get("uses", "")}
+    download = next(step for step in job["steps"] if "download-artifact" in step.get("uses", ""))
+    pattern = download["with"]["pattern"]
+    assert pattern == "reports-*" and "reports-${{ matrix.name }}" in uploaded
+    assert not any(name.startswith("reports-") for name in uploaded - {"reports-${{ matrix.name }}"})
+    merge = next(step["run"] for step in job["steps"] if "nox -s report" in step.get("run", ""))
+    assert '"$RUNNER_TEMP/reports"' in merge and "--html" in merge
