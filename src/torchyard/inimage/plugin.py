@@ -314,6 +314,7 @@ class Evaluations:
         self.cache = artifact_cache(settings)
         self._references: dict[str, Reference] = {}
         self._train_references: dict[tuple[str, str], TrainReference] = {}
+        self._untrainable: dict[str, str | None] = {}  # per case: its module built and run once, not per backend
 
     def result(self, case: Case, backend: str) -> Result:
         key = (case.name, backend)
@@ -336,7 +337,9 @@ class Evaluations:
         """One optimizer step on `backend` against the float64 step (`parity.training`)."""
         key = (case.name, backend)
         if key not in self._results:
-            why = untrainable(case)
+            if case.name not in self._untrainable:
+                self._untrainable[case.name] = untrainable(case)
+            why = self._untrainable[case.name]
             if why is not None:
                 self._results[key] = Result(case.name, backend, str(self.dtype).removeprefix("torch."), "skipped", why)
                 return self._results[key]
