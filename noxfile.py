@@ -34,7 +34,8 @@ def integration(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (lint and format check), mypy --strict, hadolint on the Dockerfile, actionlint on the workflows."""
+    """ruff (lint and format check), mypy --strict, hadolint on the Dockerfile, shellcheck on its installer,
+    actionlint on the workflows."""
     session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "lint"))
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
@@ -51,6 +52,7 @@ def lint(session: nox.Session) -> None:
         "noxfile.py",
     )
     session.run("hadolint", "docker/Dockerfile")
+    session.run("shellcheck", "docker/install-layer.sh")
     session.run("actionlint")
     # The workflow `torchyard init` writes into an adopter's repository passes actionlint too.
     adopter = Path(session.create_tmp()) / "adopter"

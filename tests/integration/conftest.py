@@ -4,6 +4,7 @@ missing: CI starts dockerd before running them (.ci/run)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -85,6 +86,27 @@ def in_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 def machine_env(local_base: str) -> dict[str, str]:
     """This machine's settings: the cpu entry on the local base; local wheel folders when set."""
     return {**os.environ, "TORCHYARD_BASE_IMAGES": f"cpu={local_base}"}
+
+
+# One cpu entry on a given base, resolved from PyPI up to a fixed date: what the registry and layer tests build.
+ONE_ENTRY_MATRIX = """\
+exclude-newer = 2026-11-01T00:00:00Z
+[indexes]
+pypi = "https://pypi.org/simple"
+[accelerators.cpu]
+base-image = "{base}"
+indexes = ["pypi"]
+runs-on = ["ubuntu-24.04"]
+[[entry]]
+name = "{entry}"
+accelerator = "cpu"
+python = "3.11"
+requirements = {requirements}
+"""
+
+
+def one_entry_matrix(entry: str, base: str, requirements: list[str]) -> str:
+    return ONE_ENTRY_MATRIX.format(entry=entry, base=base, requirements=json.dumps(requirements))
 
 
 def remove_images(client: docker.DockerClient, *needles: str) -> None:

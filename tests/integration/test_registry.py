@@ -19,7 +19,7 @@ import docker
 import docker.errors
 import pytest
 
-from tests.integration.conftest import LoopbackRegistry, remove_images
+from tests.integration.conftest import LoopbackRegistry, one_entry_matrix, remove_images
 from torchyard.commands.build import build_images
 from torchyard.commands.refresh import refresh
 from torchyard.errors import ImageBuildError
@@ -32,24 +32,10 @@ from torchyard.matrix.schema import Entry
 pytestmark = pytest.mark.integration
 
 ENTRY = "registry-test"
-MATRIX = """\
-exclude-newer = 2026-11-01T00:00:00Z
-[indexes]
-pypi = "https://pypi.org/simple"
-[accelerators.cpu]
-base-image = "{base}"
-indexes = ["pypi"]
-runs-on = ["ubuntu-24.04"]
-[[entry]]
-name = "{entry}"
-accelerator = "cpu"
-python = "3.11"
-requirements = ["six==1.17.0"]
-"""
 
 
 def _entry(base: str) -> Entry:
-    return parse_plan(MATRIX.format(base=base, entry=ENTRY), Path("matrix.toml")).entries[0]
+    return parse_plan(one_entry_matrix(ENTRY, base, ["six==1.17.0"]), Path("matrix.toml")).entries[0]
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +147,7 @@ def test_refresh_reads_a_moved_tag_from_the_registry(
         digests.append(next(event["aux"]["Digest"] for event in events if "aux" in event))
     assert digests[0] != digests[1]
     matrix = tmp_path / "matrix.toml"
-    matrix.write_text(MATRIX.format(base=f"{repository}:bookworm@{digests[0]}", entry=ENTRY))
+    matrix.write_text(one_entry_matrix(ENTRY, f"{repository}:bookworm@{digests[0]}", ["six==1.17.0"]))
     try:
         changes = refresh(matrix, today=dt.date(2026, 11, 30), env=runner_env)
     finally:

@@ -12,7 +12,18 @@ import pytest
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.host.engine import DockerCli
 from torchyard.image import plan as image_plan
-from torchyard.image.build import cache_sources, docker_build_args, explain_build_failure, how_built
+from torchyard.image.build import (
+    Built,
+    cache_sources,
+    docker_build_args,
+    explain_build_failure,
+    how_built,
+    layer_outcomes,
+    layer_sizes,
+    layer_steps,
+    layers_summary,
+)
+from torchyard.image.layers import Layer
 from torchyard.image.plan import BuildOptions, BuildPlan, plan_build, resolve_base
 from torchyard.image.registry import Registry
 from torchyard.matrix import load_plan
@@ -64,6 +75,11 @@ def test_plan_carries_entry_python_lock_and_labels(tree: Path) -> None:
     assert args["GIT_REVISION"] == "abc123" and args["SOURCE_DATE_EPOCH"] == "1700000000"
     assert plan.tag.startswith("torchyard/cpu:") and len(plan.tag.split(":")[1]) == 16
     assert plan.alias == "torchyard/cpu:latest"
+    # The lock's groups, one file each, and their keys as the image's label.
+    assert [layer.name for layer in plan.layers] == ["torch", "pytorch", "numeric", "rest"]
+    assert all(context[layer.path] == layer.text.encode() for layer in plan.layers)
+    assert context["install-layer.sh"] == (docker / "install-layer.sh").read_bytes()
+    assert args["LAYER_KEYS"] == " ".join(f"{layer.name}={layer.key}" for layer in plan.layers if layer.pins)
 
 
 def test_rocm_plan_names_its_vendor_packages(tree: Path) -> None:
@@ -151,19 +167,65 @@ def test_cache_sources_are_this_runner_then_the_registry(tree: Path) -> None:
     assert cache_sources(plan, named, registry, local_alias=True) == named  # what the caller named wins
 
 
+# BuildKit's plain output as a registry-cache build prints it: two groups cached (their blobs pulled), one built.
 BUILD_LOG = """\
-#8 [4/9] COPY lock.txt /opt/torchyard/lock.txt
-#8 CACHED
+#11 [image  3/17] RUN --mount=type=cache,target=/root/.cache/uv --mount=type=secret,id=cacert \
+--mount=type=secret,id=uv-index-args     bash /opt/torchyard/install-layer.sh torch
+#11 CACHED
 
-#9 [5/9] RUN uv pip install --python /opt/torchyard/venv/bin/python --no-deps --no-config "${hashes[@]}"
-#9 {how}
-"""
+#13 [image  5/17] RUN --mount=type=cache,target=/root/.cache/uv --mount=type=secret,id=cacert \
+--mount=type=secret,id=uv-index-args     bash /opt/torchyard/install-layer.sh pytorch
+#13 {pytorch}
+
+#15 [image  7/17] RUN --mount=type=cache,target=/root/.cache/uv --mount=type=secret,id=cacert \
+--mount=type=secret,id=uv-index-args     bash /opt/torchyard/install-layer.sh rest
+#15 0.512 Prepared 1 package in 32ms
+#15 0.579  + six==1.16.0
+#15 DONE 0.8s
+""".replace("\\\n", "")
+PULLED = "#13 pulling sha256:ad152ac8cb058593fd2dc8a9d8833ed4f24154f2e031bf8a874d47524a9eede7 1.3s done\n"
 
 
-def test_how_built_reads_the_dependency_layer() -> None:
-    assert how_built(BUILD_LOG.replace("{how}", "CACHED")) == "cache"
-    assert how_built(BUILD_LOG.replace("{how}", "0.312 Installed 98 packages")) == "cold"
+def test_how_built_reads_each_dependency_layer() -> None:
+    log = BUILD_LOG.replace("{pytorch}", "CACHED")
+    assert layer_steps(log) == {"torch": True, "pytorch": True, "rest": False}
+    assert how_built(log) == "cache"
+    assert how_built(BUILD_LOG.replace("{pytorch}", "DONE 3.1s").replace("#11 CACHED", "#11 DONE 9.0s")) == "cold"
     assert how_built("") == "cold"
+
+
+def _layers() -> tuple[Layer, ...]:
+    groups = (
+        ("torch", ("torch==2.14.1",)),
+        ("pytorch", ("torchao==0.18.0",)),
+        ("numeric", ()),
+        ("rest", ("six==1.16.0",)),
+    )
+    return tuple(Layer(name, pins, "", key=f"{index:016x}") for index, (name, pins) in enumerate(groups))
+
+
+def test_each_layer_is_reused_pulled_or_built_with_its_size() -> None:
+    run = "|3 VENDOR_PACKAGES= /bin/bash -e -c bash /opt/torchyard/install-layer.sh"
+    sizes = layer_sizes([
+        {"CreatedBy": f"{run} torch # buildkit", "Size": 7},
+        {"CreatedBy": "COPY layers/torch.txt /opt/torchyard/layers/torch.txt # buildkit", "Size": 276},
+        {"CreatedBy": f"{run} pytorch # buildkit", "Size": 5},
+        {"CreatedBy": f"{run} rest # buildkit", "Size": 3},
+    ])  # fmt: skip
+    assert sizes == {"torch": 7, "pytorch": 5, "rest": 3}
+    cached = BUILD_LOG.replace("{pytorch}", "CACHED")
+    # This runner held torch's layer (an image of its carries that key); pytorch's came from the registry.
+    outcomes = layer_outcomes(_layers(), cached + PULLED, sizes, frozenset({f"{0:016x}"}))
+    assert [(o.group, o.packages, o.size_bytes, o.how) for o in outcomes] == [
+        ("torch", 1, 7, "reused"),
+        ("pytorch", 1, 5, "pulled"),
+        ("rest", 1, 3, "built"),
+    ]  # the empty numeric group has no layer to speak of
+    # Nothing pulled: a cached layer came from this runner's build cache, whatever its images hold.
+    assert [o.how for o in layer_outcomes(_layers(), cached, sizes, frozenset())] == ["reused", "reused", "built"]
+    built = Built("cpu", "torchyard/cpu:1", 10, 1.0, "cache", layers=outcomes)
+    assert layers_summary([built])[1] == ("cpu", "pytorch", "1", "0.0 MB", "pulled")
+    assert layers_summary([Built("cpu", "torchyard/cpu:1", 10, 1.0, "local")]) == []
 
 
 def test_an_unreadable_lockfile_is_one_line(tmp_path: Path) -> None:

@@ -53,6 +53,11 @@ def test_an_untrusted_build_gets_no_credentials() -> None:
     ]
 
 
-def test_the_dockerfile_installs_wheels_only_for_an_untrusted_build() -> None:
-    dockerfile = (Path(__file__).parents[2] / "docker" / "Dockerfile").read_text()
-    assert 'if [ -n "${WHEELS_ONLY}" ]; then hashes+=(--no-build); fi' in dockerfile
+def test_every_dependency_layer_installs_wheels_only_for_an_untrusted_build() -> None:
+    docker = Path(__file__).parents[2] / "docker"
+    script = (docker / "install-layer.sh").read_text()
+    assert 'if [ -n "${WHEELS_ONLY}" ]; then hashes+=(--no-build); fi' in script
+    assert script.count("uv pip install") == 1
+    dockerfile = (docker / "Dockerfile").read_text()
+    assert "ARG WHEELS_ONLY" in dockerfile.partition("install-layer.sh")[0]  # in scope for every group
+    assert "uv pip install" not in dockerfile.partition("COPY project")[0].partition("FROM toolchain AS image")[2]

@@ -11,7 +11,7 @@ import docker
 
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.host.engine import DockerCli, build_client, engine
-from torchyard.image.build import NO_REGISTRY, Built, build_image, build_summary, reuse_image
+from torchyard.image.build import NO_REGISTRY, Built, build_image, build_summary, layers_summary, reuse_image
 from torchyard.image.debootstrap import DEFAULT_TAG, bootstrap_base
 from torchyard.image.plan import BuildOptions, plan_build, resolve_base
 from torchyard.image.policy import build_policy
@@ -92,10 +92,16 @@ def build_images(
             )
         built.append(image)
     headers = ("entry", "image", "size", "seconds", "image came from")
+    layer_headers = ("entry", "dependency layer", "packages", "size", "layer")
     sys.stdout.write(markdown_table(headers, build_summary(built)))
+    if layers_summary(built):
+        sys.stdout.write("\n" + markdown_table(layer_headers, layers_summary(built)))
     announced = [image for image in built if summarize_found or image.origin != "local"]
     if announced:
-        append_step_summary(f"### torchyard images\n\n{markdown_table(headers, build_summary(announced))}", env)
+        text = f"### torchyard images\n\n{markdown_table(headers, build_summary(announced))}"
+        if layers_summary(announced):
+            text += f"\n{markdown_table(layer_headers, layers_summary(announced))}"
+        append_step_summary(text, env)
     return built
 
 

@@ -26,6 +26,7 @@ from docker.models.images import Image
 
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.host.engine import DockerCli
+from torchyard.image.layers import Layer, read_keys_label
 from torchyard.image.plan import BuildOptions, BuildPlan
 from torchyard.image.policy import BuildPolicy, check_entry, without_credentials
 from torchyard.image.registry import Registry, Transfer, client_environment, pull, push
@@ -222,8 +223,25 @@ ORIGIN_WORDS: dict[Origin, str] = {
     "cold": "built cold",
 }
 NO_REGISTRY = "--push needs a registry: set TORCHYARD_REGISTRY (host[:port]/path) or [registry] name in machine.toml"
-# The dependency layer's step: CACHED in the build's output means no wheel was downloaded or installed.
-DEPENDENCY_STEP = "uv pip install --python /opt/torchyard/venv/bin/python --no-deps --no-config"
+# A dependency layer's step in BuildKit's plain output (`#15 [image  7/17] RUN ... install-layer.sh numeric`);
+# `#15 CACHED` means no wheel of that group was downloaded or installed.
+LAYER_STEP = re.compile(r"^(#\d+) \[[^\]]*\] RUN .*install-layer\.sh (\w+)\s*$", re.MULTILINE)
+# A layer pulled from the registry's cache (BuildKit names the blob it fetches).
+PULLING = re.compile(r"^#\d+ pulling sha256:", re.MULTILINE)
+# A dependency layer in the image's history (with its size).
+LAYER_HISTORY = re.compile(r"install-layer\.sh (\w+)(?: # buildkit)?$")
+LAYERS_LABEL = "dev.torchyard.layers"
+LayerHow = Literal["reused", "pulled", "built"]
+
+
+@dataclass(frozen=True)
+class LayerOutcome:
+    """One dependency layer of a build: its group, how many packages, its size and where it came from."""
+
+    group: str
+    packages: int
+    size_bytes: int
+    how: LayerHow
 
 
 @dataclass(frozen=True)
@@ -235,21 +253,61 @@ class Built:
     origin: Origin
     pushed: tuple[Transfer, ...] = ()
     pulled: Transfer | None = None
+    layers: tuple[LayerOutcome, ...] = ()
 
     @property
     def reused(self) -> bool:
         return self.origin in {"local", "pulled"}
 
 
+def layer_steps(output: str) -> dict[str, bool]:
+    """Per dependency group that BuildKit's plain output shows: whether its layer was CACHED."""
+    return {
+        group: re.search(rf"(?m)^{re.escape(step)} CACHED$", output) is not None
+        for step, group in LAYER_STEP.findall(output)
+    }
+
+
 def how_built(output: str) -> Origin:
-    """Whether the build's dependency layer came from a cache, local or the registry's ("cache"), or was built
-    ("cold"), read from BuildKit's plain output."""
-    for line in output.splitlines():
-        if DEPENDENCY_STEP in line and line.startswith("#"):
-            step = line.split()[0]
-            if re.search(rf"(?m)^{re.escape(step)} CACHED$", output):
-                return "cache"
-    return "cold"
+    """Whether any dependency layer came from a cache, local or the registry's ("cache"), or every one was
+    built ("cold"), read from BuildKit's plain output."""
+    return "cache" if any(layer_steps(output).values()) else "cold"
+
+
+def layer_sizes(history: Sequence[Mapping[str, object]]) -> dict[str, int]:
+    """Each dependency layer's size, from the image's history (`docker history`)."""
+    sizes = {}
+    for item in history:
+        match = LAYER_HISTORY.search(str(item.get("CreatedBy", "")))
+        if match:
+            sizes[match[1]] = int(str(item.get("Size", 0)))
+    return sizes
+
+
+def layer_outcomes(
+    layers: Sequence[Layer], output: str, sizes: Mapping[str, int], local_keys: frozenset[str]
+) -> tuple[LayerOutcome, ...]:
+    """Per non-empty group: built (its step ran), reused (cached, and this runner had it: an image of its
+    carries its key, or nothing came from the registry) or pulled (cached from the registry's layers)."""
+    steps = layer_steps(output)
+    from_registry = PULLING.search(output) is not None
+    outcomes = []
+    for layer in layers:
+        if not layer.pins:
+            continue
+        how: LayerHow = "built"
+        if steps.get(layer.name, False):
+            how = "reused" if layer.key in local_keys or not from_registry else "pulled"
+        outcomes.append(LayerOutcome(layer.name, len(layer.pins), sizes.get(layer.name, 0), how))
+    return tuple(outcomes)
+
+
+def local_layer_keys(client: docker.DockerClient) -> frozenset[str]:
+    """The dependency layers this runner's torchyard images hold, by key (their label)."""
+    keys: set[str] = set()
+    for image in client.images.list(filters={"label": LAYERS_LABEL}):
+        keys.update(read_keys_label((image.labels or {}).get(LAYERS_LABEL, "")).values())
+    return frozenset(keys)
 
 
 def cache_sources(plan: BuildPlan, options: BuildOptions, registry: Registry | None, local_alias: bool) -> BuildOptions:
@@ -347,6 +405,7 @@ def build_image(
     check_base(client, plan)
     check_free_disk(client, plan)
     options = cache_sources(plan, options, registry, _local_image(client, plan.alias) is not None)
+    local_keys = local_layer_keys(client)
     index_sources = sources_for(entry.indexes, load_mirrors(env))
     sources = [*index_sources, *(Source("local", "find-links", f) for f in extra_find_links(env))]
     if not policy.trusted:
@@ -388,9 +447,11 @@ def build_image(
     image = client.images.get(image_id)
     image.tag(plan.tag)
     image.tag(plan.alias)
-    origin = how_built(completed.stdout or "")
+    output = completed.stdout or ""
+    layers = layer_outcomes(plan.layers, output, layer_sizes(image.history()), local_keys)
     pushed = publish(client, registry, image, plan, env) if options.push else ()
-    return Built(entry.name, plan.tag, image.attrs["Size"], time.monotonic() - started, origin, pushed)
+    seconds = time.monotonic() - started
+    return Built(entry.name, plan.tag, image.attrs["Size"], seconds, how_built(output), pushed, layers=layers)
 
 
 def build_summary(rows: Sequence[Built]) -> list[tuple[str, str, str, str, str]]:
@@ -404,3 +465,13 @@ def build_summary(rows: Sequence[Built]) -> list[tuple[str, str, str, str, str]]
             origin += ", pushed"
         table.append((row.entry, row.tag, f"{row.size_bytes / 1e9:.2f} GB", f"{row.seconds:.1f}", origin))
     return table
+
+
+def layers_summary(rows: Sequence[Built]) -> list[tuple[str, str, str, str, str]]:
+    """Per built image and dependency layer: its group, packages, size, and whether it was reused, pulled or
+    built (an image found or pulled whole has no rows: every layer came with it)."""
+    return [
+        (row.entry, layer.group, str(layer.packages), f"{layer.size_bytes / 1e6:.1f} MB", layer.how)
+        for row in rows
+        for layer in row.layers
+    ]

@@ -16,11 +16,16 @@ from torchyard import __version__
 from torchyard.accelerators import ACCELERATORS
 from torchyard.errors import ImageBuildError
 from torchyard.image.context import files_digest, inimage_files, project_files, select
+from torchyard.image.layers import Layer, keyed, keys_label, split_lock
 from torchyard.lock.lockfile import lock_path, read_header
 from torchyard.matrix.schema import Entry
 from torchyard.util import proc
 
 REPOSITORY = "torchyard"
+# The build arguments in scope for the dependency layers (the rest label the image).
+LAYER_ARGS = frozenset(
+    {"BASE_IMAGE", "BASE_DIGEST", "PYTHON", "VENDOR_PACKAGES", "SYSTEM_PACKAGES", "UV_VERSION", "WHEELS_ONLY"}
+)
 # The project's pytest configuration travels with its tests (rootdir and markers come from it).
 PYTEST_CONFIG = ("pyproject.toml", "pytest.ini", "tox.ini", "setup.cfg", "conftest.py")
 
@@ -31,7 +36,7 @@ CHECKOUT_DOCKER = Path(__file__).resolve().parents[3] / "docker"
 
 
 def image_file(name: str) -> bytes:
-    """`Dockerfile` or `.dockerignore`: package data in a wheel, docker/ in a source checkout."""
+    """`Dockerfile`, `.dockerignore` or `install-layer.sh`: package data in a wheel, docker/ in a source checkout."""
     shipped = files("torchyard.image").joinpath(name)
     if shipped.is_file():
         return shipped.read_bytes()
@@ -68,6 +73,7 @@ class BuildPlan:
     context: tuple[tuple[str, bytes], ...]
     project_root: Path | None  # built into a wheel for the context when the image is built
     project_sources: tuple[str, ...]
+    layers: tuple[Layer, ...] = ()  # the lock's groups, one image layer each, in install order
 
 
 def resolve_base(entry: Entry, overrides: Mapping[str, str]) -> str:
@@ -104,7 +110,13 @@ def plan_build(
         ("Dockerfile", dockerfile()),
         (".dockerignore", image_file(".dockerignore")),
         ("lock.txt", lock_bytes),
+        ("install-layer.sh", image_file("install-layer.sh")),
     ]
+    try:
+        layers = split_lock(lock_bytes.decode("utf-8", errors="replace"))
+    except ValueError as error:
+        raise ImageBuildError(f"entry {entry.name!r}: {lock_path(lockdir, entry)}: {error}") from None
+    context += [(layer.path, layer.text.encode()) for layer in layers]
     context += [(f"inimage/{name}", node.read_bytes()) for name, node in inimage_files()]
     project_sources: tuple[str, ...] = ()
     if entry.project is not None:
@@ -126,6 +138,16 @@ def plan_build(
         ("PROJECT", entry.project.name if entry.project else ""),
         *policy_args,
     )
+    # What decides the image below the first dependency layer; the label-only arguments (entry, lock
+    # digest, versions) come after the groups in the Dockerfile, so they stay out.
+    below = hashlib.sha256(dockerfile() + image_file("install-layer.sh"))
+    for name, node in inimage_files():
+        if name.endswith("/inimage/vendor.py"):
+            below.update(node.read_bytes())
+    for key, value in content_args:
+        if key in LAYER_ARGS:
+            below.update(f"{key}={value}\0".encode())
+    layers = keyed(layers, below.hexdigest())
     digest = hashlib.sha256()
     for key, value in content_args:
         digest.update(f"{key}={value}\0".encode())
@@ -141,6 +163,7 @@ def plan_build(
         ("GIT_REVISION", revision),
         ("SOURCE_DATE_EPOCH", source_date_epoch),
         ("BUILDKIT_INLINE_CACHE", "1"),
+        ("LAYER_KEYS", keys_label(layers)),
     )
     return BuildPlan(
         entry=entry.name,
@@ -153,4 +176,5 @@ def plan_build(
         context=tuple(context),
         project_root=entry.project.root if entry.project else None,
         project_sources=project_sources,
+        layers=layers,
     )

@@ -1,0 +1,159 @@
+"""The lock's packages in a few image layers, the heavy and slow-moving first, each keyed by its pins alone.
+
+The rule, stable and documented (docs/concepts/flow.md): every pinned package of the lock goes into
+exactly one group, by its normalized name, first match wins:
+
+1. `torch`: torch and what it loads at run time: Triton, NVIDIA's CUDA wheels (`nvidia-*`, `cuda-*`),
+   TensorRT's, and Intel's XPU runtime wheels;
+2. `pytorch`: the deployment stack built against one torch: Torch-TensorRT, ExecuTorch, torchao,
+   torchvision, torchaudio;
+3. `numeric`: the scientific stack torch and the deployment stack load: NumPy, SciPy, pandas, scikit-learn,
+   SymPy and mpmath, NetworkX, Pillow, OpenCV, Numba and llvmlite;
+4. `rest`: everything else (the test tools, the project's dependencies), small and fast-moving.
+
+Each group becomes its own requirements file in the build context (`layers/<group>.txt`): the group's pin
+lines with their hashes, in the lock's order, without uv's `# via` comments (they name dependents, which
+change when a package of another group does). The image installs the groups in that order, one layer each,
+so a layer's cache key is exactly the pins it holds: a change outside a group never rebuilds its layer, and
+two entries or two commits that agree on a group share its layer on the same base.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from torchyard.lock.lockfile import read_header
+
+# (group, the name patterns it takes), in install order; `rest` takes what no pattern matches.
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "torch",
+        (
+            r"torch",
+            r"triton",
+            r"pytorch-triton(-.+)?",
+            r"nvidia-.+",
+            r"cuda-.+",
+            r"tensorrt(-.+)?",
+            # Intel's XPU runtime, as PyTorch's XPU wheels pull it in.
+            r"intel-.+",
+            r"dpcpp-cpp-rt",
+            r"impi-rt",
+            r"mkl",
+            r"onemkl-.+",
+            r"oneccl(-.+)?",
+            r"tbb",
+            r"tcmlib",
+            r"umf",
+        ),
+    ),
+    ("pytorch", (r"torch-tensorrt", r"executorch", r"torchao", r"torchvision", r"torchaudio")),
+    (
+        "numeric",
+        (
+            r"numpy",
+            r"scipy",
+            r"pandas",
+            r"scikit-learn",
+            r"sympy",
+            r"mpmath",
+            r"networkx",
+            r"pillow",
+            r"opencv(-contrib)?-python(-headless)?",
+            r"numba",
+            r"llvmlite",
+        ),
+    ),
+    ("rest", ()),
+)
+GROUP_NAMES = tuple(name for name, _ in GROUPS)
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==")
+
+
+def normalize(name: str) -> str:
+    """PEP 503's normalized name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def group_of(name: str) -> str:
+    """The group a package goes into (see the module docstring)."""
+    normalized = normalize(name)
+    for group, patterns in GROUPS:
+        if any(re.fullmatch(pattern, normalized) for pattern in patterns):
+            return group
+    return "rest"
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One group of the lock: its name, its packages (`name==version`) and its requirements file."""
+
+    name: str
+    pins: tuple[str, ...]
+    text: str
+    key: str = ""  # what decides the layer (`keyed`): equal keys, equal layers on one engine or registry
+
+    @property
+    def path(self) -> str:
+        """Its path in the build context."""
+        return f"layers/{self.name}.txt"
+
+
+def _blocks(body: str) -> list[list[str]]:
+    """The lock body's requirement blocks: a pin line and its continuation (hash) lines, comments dropped."""
+    blocks: list[list[str]] = []
+    for line in body.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if line[0].isspace():
+            if not blocks:
+                raise ValueError(f"a continuation line before any requirement: {line!r}")
+            blocks[-1].append(line)
+        else:
+            blocks.append([line])
+    return blocks
+
+
+def split_lock(lock_text: str) -> tuple[Layer, ...]:
+    """The lock's requirement blocks, grouped (every group, in install order; a group may be empty)."""
+    _, body = read_header(lock_text)
+    grouped: dict[str, list[list[str]]] = {name: [] for name in GROUP_NAMES}
+    for block in _blocks(body):
+        match = PIN.match(block[0])
+        if match is None:
+            raise ValueError(f"not a pinned requirement: {block[0]!r}")
+        grouped[group_of(match[1])].append(block)
+    layers = []
+    for name in GROUP_NAMES:
+        blocks = grouped[name]
+        text = "".join("\n".join(block) + "\n" for block in blocks)
+        pins = tuple(block[0].split()[0].rstrip("\\").strip() for block in blocks)
+        layers.append(Layer(name, pins, text))
+    return tuple(layers)
+
+
+def keyed(layers: Sequence[Layer], below: str) -> tuple[Layer, ...]:
+    """Each layer with its key: a digest of `below` (what decides the image below the first group: base,
+    build arguments, the Dockerfile and the installer) and of its own group's file and every earlier one's,
+    as the builder's cache decides it. Labelled on the image, the keys say which layers a runner has."""
+    digest = hashlib.sha256(below.encode())
+    result = []
+    for layer in layers:
+        digest.update(b"\0" + layer.name.encode() + b"\0" + layer.text.encode())
+        result.append(replace(layer, key=digest.hexdigest()[:16]))
+    return tuple(result)
+
+
+def keys_label(layers: Sequence[Layer]) -> str:
+    """The image label's value: `group=key` per non-empty group, in install order."""
+    return " ".join(f"{layer.name}={layer.key}" for layer in layers if layer.pins)
+
+
+def read_keys_label(value: str) -> Mapping[str, str]:
+    """`keys_label`'s value read back (anything malformed is skipped: labels are not trusted input)."""
+    pairs = (item.partition("=") for item in value.split())
+    return {name: key for name, sep, key in pairs if sep and name in GROUP_NAMES and re.fullmatch(r"[0-9a-f]{16}", key)}

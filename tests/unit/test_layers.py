@@ -1,0 +1,100 @@
+"""The lock's groups: every pin in exactly one layer, by the documented rule, each keyed by its own pins."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from torchyard.image.layers import GROUP_NAMES, group_of, keyed, keys_label, read_keys_label, split_lock
+
+LOCKS = Path(__file__).parents[2] / "lockfiles"
+
+
+def _pins(text: str) -> list[str]:
+    return [line.split()[0] for line in text.splitlines() if line[:1].isalnum()]
+
+
+@pytest.mark.parametrize("lock", sorted(LOCKS.glob("*.txt")), ids=lambda path: path.stem)
+def test_the_groups_divide_the_lock(lock: Path) -> None:
+    text = lock.read_text()
+    layers = split_lock(text)
+    assert tuple(layer.name for layer in layers) == GROUP_NAMES
+    grouped = [pin for layer in layers for pin in layer.pins]
+    assert sorted(grouped) == sorted(_pins(text.partition("# torchyard-inputs: ")[2].partition("\n")[2]))
+    assert len(set(grouped)) == len(grouped)  # no package installed twice
+    for layer in layers:
+        assert _pins(layer.text) == list(layer.pins)
+        assert "# via" not in layer.text  # dependents' names would tie the group to other groups' pins
+        assert all(line.startswith("    --hash=sha256:") for line in layer.text.splitlines() if line[:1] == " ")
+
+
+def test_the_cpu_lock_puts_torch_and_its_runtime_first() -> None:
+    layers = {layer.name: layer for layer in split_lock((LOCKS / "cpu.txt").read_text())}
+    assert {"torch==2.14.1", "triton==3.8.0", "nvidia-cudnn-cu13==9.24.0.43"} <= set(layers["torch"].pins)
+    assert set(layers["pytorch"].pins) == {"executorch==1.5.1", "torchao==0.18.0"}
+    assert {"numpy==2.4.6", "scipy==1.17.1", "sympy==1.14.0"} <= set(layers["numeric"].pins)
+    assert any(pin.startswith("pytest==") for pin in layers["rest"].pins)
+
+
+@pytest.mark.parametrize(
+    ("name", "group"),
+    [
+        ("torch", "torch"),
+        ("Torch", "torch"),
+        ("pytorch_triton_rocm", "torch"),
+        ("tensorrt-cu13-libs", "torch"),
+        ("intel-sycl-rt", "torch"),
+        ("torch-tensorrt", "pytorch"),
+        ("torch_tensorrt", "pytorch"),
+        ("ExecuTorch", "pytorch"),
+        ("scikit_learn", "numeric"),
+        ("opencv-python-headless", "numeric"),
+        ("torchmetrics", "rest"),
+        ("pytest", "rest"),
+    ],
+)
+def test_a_package_goes_to_its_group_by_its_normalized_name(name: str, group: str) -> None:
+    assert group_of(name) == group
+
+
+LOCK = """\
+# torchyard-inputs: {}
+pytest==9.1.1 \\
+    --hash=sha256:aaaa
+    # via -r requirements
+six==1.17.0 \\
+    --hash=sha256:bbbb
+    # via
+    #   torch
+torch==2.14.1 \\
+    --hash=sha256:cccc \\
+    --hash=sha256:dddd
+    # via executorch
+"""
+
+
+def test_a_layer_key_changes_only_with_its_group_or_an_earlier_one() -> None:
+    first = keyed(split_lock(LOCK), "below")
+    bumped = keyed(split_lock(LOCK.replace("six==1.17.0", "six==1.16.0")), "below")
+    moved = keyed(split_lock(LOCK.replace("cccc", "eeee")), "below")
+    rebased = keyed(split_lock(LOCK), "another base")
+    assert first[0].text == "torch==2.14.1 \\\n    --hash=sha256:cccc \\\n    --hash=sha256:dddd\n"
+    assert [a.key == b.key for a, b in zip(first, bumped, strict=True)] == [True, True, True, False]
+    assert [a.key == b.key for a, b in zip(first, moved, strict=True)] == [False, False, False, False]
+    assert not {layer.key for layer in first} & {layer.key for layer in rebased}
+    # uv's `# via` comments name dependents: a change there moves no key.
+    assert keyed(split_lock(LOCK.replace("#   torch", "#   torch\n    #   executorch")), "below") == first
+
+
+def test_the_keys_label_reads_back_and_ignores_what_is_malformed() -> None:
+    layers = keyed(split_lock(LOCK), "below")
+    label = keys_label(layers)
+    assert label.split()[0].startswith("torch=") and "pytorch=" not in label  # empty groups have no layer
+    assert read_keys_label(label) == {layer.name: layer.key for layer in layers if layer.pins}
+    assert read_keys_label("torch=xyz rest rest=0123456789abcdef0 other=0123456789abcdef") == {}
+
+
+def test_a_line_that_is_not_a_pin_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"not a pinned requirement: 'git\+https://example\.org/x'"):
+        split_lock("git+https://example.org/x\n")
