@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from torchyard.commands.prune import ContainerFacts, ImageFacts, plan_prune
+import dataclasses
+
+from torchyard.commands.prune import ContainerFacts, ImageFacts, _size, plan_prune
 from torchyard.image.build import needs_more_than_free
 
 
@@ -49,3 +51,9 @@ def test_an_untrusted_runs_volume_is_always_pruned_and_the_trusted_scope_kept() 
     trusted, left = "torchyard-cache-0123abcd4567-cpu", "torchyard-cache-0123abcd4567-cpu-untrusted-1a2b3c4d"
     plan = plan_prune([image("a1", "cpu", "1")], [], {trusted: "cpu", left: "cpu"}, keep=1, untrusted=frozenset({left}))
     assert plan.volumes == (left,)
+
+
+def test_an_image_is_shown_with_the_part_only_it_holds() -> None:
+    shared = ImageFacts("sha256:a", "cpu", "", "2026-11-01", 6_460_000_000, ("torchyard/cpu:a",), own=41_000_000)
+    assert _size(shared) == "6.46 GB (41 MB its own)"
+    assert _size(dataclasses.replace(shared, own=-1)) == "6.46 GB"  # the engine did not count it

@@ -10,6 +10,9 @@ this removes exactly torchyard's own leftovers:
   cache volumes from before scopes (`torchyard-inductor-<entry>`, no scope label: nothing mounts them);
 - BuildKit's build cache beyond `--keep-storage`.
 
+Images share layers (the base, and the lock's groups: torchyard.image.layers), so each image removed is
+shown with the bytes of the layers only it holds, as the engine counts them; the disk given back is measured.
+
 The decision (`plan_prune`) is pure; `--dry-run` prints it without removing anything.
 """
 
@@ -39,6 +42,7 @@ class ImageFacts:
     created: str
     size: int
     tags: tuple[str, ...]
+    own: int = -1  # bytes of the layers no other image holds (the engine counts them by layer); -1: unknown
 
 
 @dataclass(frozen=True)
@@ -83,9 +87,20 @@ def plan_prune(
     return PrunePlan(stopped, tuple(doomed), old_volumes)
 
 
+def _own_bytes(client: docker.DockerClient) -> dict[str, int]:
+    """Per image ID: the bytes of its layers that no other image holds (the engine's size less what it shares)."""
+    own = {}
+    for item in client.df().get("Images") or []:
+        size, shared = int(item.get("Size", 0)), int(item.get("SharedSize", -1))
+        if shared >= 0:
+            own[str(item.get("Id", ""))] = size - shared
+    return own
+
+
 def _facts(
     client: docker.DockerClient,
 ) -> tuple[list[ImageFacts], list[ContainerFacts], dict[str, str], frozenset[str], frozenset[str]]:
+    own = _own_bytes(client)
     images = [
         ImageFacts(
             id=str(image.id),
@@ -94,6 +109,7 @@ def _facts(
             created=str(image.attrs.get("Created", "")),
             size=int(image.attrs.get("Size", 0)),
             tags=tuple(image.tags),
+            own=own.get(str(image.id), -1),
         )
         for image in client.images.list(all=True, filters={"label": LABEL})
     ]
@@ -144,11 +160,11 @@ def prune(
         containers = [c for c in containers if c.name.startswith(tuple(f"torchyard-{e}-" for e in entries))]
     plan = plan_prune(images, containers, volumes, keep=keep, in_use=others, untrusted=untrusted)
     rows = [("container", container.name, "-") for container in plan.containers]
-    rows += [("image", ", ".join(image.tags) or image.id[:19], f"{image.size / 1e9:.2f} GB") for image in plan.images]
+    rows += [("image", ", ".join(image.tags) or image.id[:19], _size(image)) for image in plan.images]
     rows += [("volume", name, "-") for name in plan.volumes]
     if not entries:
         rows.append(("build cache", f"beyond {keep_storage}", "-"))
-    sys.stdout.write(markdown_table(("what", "name", "size"), rows))
+    sys.stdout.write(markdown_table(("what", "name", "size (its own layers: what removing it frees)"), rows))
     if dry_run:
         print("dry run: nothing removed")
         return 0
@@ -166,6 +182,14 @@ def prune(
     after = _disk(client)
     print(f"gave back {(before - after) / 1e9:.2f} GB ({before / 1e9:.2f} GB -> {after / 1e9:.2f} GB)")
     return 0
+
+
+def _size(image: ImageFacts) -> str:
+    """An image's size and, counted by layer, the part only it holds: an image that shares its torch layer
+    with a kept one gives back only its other layers."""
+    if image.own < 0:
+        return f"{image.size / 1e9:.2f} GB"
+    return f"{image.size / 1e9:.2f} GB ({image.own / 1e6:.0f} MB its own)"
 
 
 def _bytes(size: str) -> int:
