@@ -42,6 +42,8 @@ BACKEND_SUITES: dict[BackendName, SuiteName] = {
 # after a colon, as for inductor), with SGD (momentum) or AdamW.
 TrainBackendName = Literal["train-eager-sgd", "train-eager-adamw", "train-inductor-sgd", "train-inductor-adamw"]
 TRAIN_BACKENDS: tuple[TrainBackendName, ...] = get_args(TrainBackendName)
+# Timed optimizer steps after the compared one: their median is a train backend's step time.
+TRAIN_TIMED_STEPS = 5
 
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 COMPILE_MODES: tuple[CompileMode, ...] = get_args(CompileMode)

@@ -125,3 +125,34 @@ def test_more_than_the_machines_limit_fails_the_hand_back_and_empties_the_folder
     assert reports.is_dir() and not list(reports.iterdir())
     (reports / "small").write_bytes(b"x")
     assert hand_back(reports, os.getuid(), os.getgid(), limit_bytes=8000) == []
+
+
+def _record(case: str, backend: str, suite: str, latency: float | None) -> dict[str, object]:
+    return {"case": case, "backend": backend, "suite": suite, "outcome": "passed", "latency_ms": latency}
+
+
+def test_train_steps_are_timed_against_the_eager_step_with_their_optimizer(tmp_path: Path) -> None:
+    records = [
+        _record("mlp", "train-inductor-adamw", "train", 2.0),
+        _record("mlp", "eager", "parity", 1.0),
+        _record("mlp", "train-eager-sgd", "train", 4.0),
+        _record("mlp", "inductor", "compile", 0.5),
+        _record("mlp", "train-inductor-sgd:max-autotune", "train", 1.0),
+        _record("mlp", "train-eager-adamw", "train", 3.0),
+        _record("conv", "train-eager-sgd", "train", 1.0),
+        _record("conv", "eager", "parity", 2.0),
+    ]
+    paths = write_reports(tmp_path, records, {"accelerator": "cpu"}, {})
+    speed = json.loads(paths["json"].read_text())["speed"]["mlp"]
+    assert speed["inductor"]["speedup"] == 2.0  # over eager inference
+    assert speed["train-inductor-adamw"]["speedup"] == 1.5  # over the eager AdamW step, not over inference
+    assert speed["train-inductor-sgd:max-autotune"]["speedup"] == 4.0
+    assert speed["train-eager-sgd"]["speedup"] == 1.0
+    text = paths["markdown"].read_text()
+    inference, _, training = text.partition("#### Training speed")
+    assert "train-" not in inference.split("#### Speed")[1]  # the inference table has inference columns only
+    (mlp,) = [" ".join(line.split()) for line in training.splitlines() if line.startswith("| mlp ")]
+    assert mlp == "| mlp | 4.000 (1.00x) | 3.000 (1.00x) | 2.000 (1.50x) | 1.000 (4.00x) |"
+    # A case's inference and training rows stand together in the verdict table.
+    cases = [line.split("|")[1].strip() for line in text.split("#### Speed")[0].splitlines() if line.startswith("| ")]
+    assert cases[1:] == ["conv", "conv", "mlp", "mlp", "mlp", "mlp", "mlp", "mlp"]

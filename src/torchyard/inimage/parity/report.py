@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from torchyard import contract
+from torchyard.names import TRAIN_TIMED_STEPS
 from torchyard.util.markdown import markdown_table
 
 VERDICTS = {"passed": "pass", "failed": "FAIL", "error": "ERROR", "skipped": "skip", "xfailed": "known failure"}
@@ -25,27 +26,41 @@ def _reference(record: Mapping[str, Any]) -> str:
     return kind.split(" (", 1)[0] + (" (fallback)" if kind.startswith("float32") else "")
 
 
+def eager_of(backend: str) -> str:
+    """What a backend's speedup is over: eager inference, or the eager step with the same optimizer."""
+    if backend.startswith("train-"):
+        return "train-eager-" + backend.split(":", 1)[0].rsplit("-", 1)[1]
+    return "eager"
+
+
 def speed(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[str, float | None]]]:
-    """Per case and backend: the median latency (ms, device synchronized) and the speedup over eager."""
+    """Per case and backend: the median latency (ms, device synchronized; for a train backend, one optimizer
+    step's) and the speedup over eager (for a train backend, over the eager step with its optimizer)."""
     latency: dict[str, dict[str, float]] = {}
     for record in records:
         if record.get("latency_ms") is not None and record["outcome"] in ("passed", "failed"):
             latency.setdefault(record["case"], {})[record["backend"]] = float(record["latency_ms"])
     table: dict[str, dict[str, dict[str, float | None]]] = {}
     for case, backends in sorted(latency.items()):
-        eager = backends.get("eager")
-        table[case] = {
-            backend: {"median_ms": value, "speedup": (eager / value) if eager and value else None}
-            for backend, value in backends.items()
-        }
+        table[case] = {}
+        for backend, value in backends.items():
+            eager = backends.get(eager_of(backend))
+            table[case][backend] = {"median_ms": value, "speedup": (eager / value) if eager and value else None}
     return table
 
 
-def speed_markdown(table: Mapping[str, Mapping[str, Mapping[str, float | None]]]) -> str:
-    """Backends as columns, cases as rows: `median ms (speedup over eager)`."""
-    backends = list(dict.fromkeys(backend for row in table.values() for backend in row))
+def speed_markdown(table: Mapping[str, Mapping[str, Mapping[str, float | None]]], *, training: bool = False) -> str:
+    """Backends as columns, cases as rows: `median ms (speedup over eager)`; the inference backends, or with
+    `training` the train backends (one optimizer step's median, speedup over the eager step)."""
+    backends = [
+        backend
+        for backend in dict.fromkeys(backend for row in table.values() for backend in row)
+        if backend.startswith("train-") == training
+    ]
     rows = []
     for case, row in table.items():
+        if not any(backend in row for backend in backends):
+            continue
         cells = []
         for backend in backends:
             value = row.get(backend)
@@ -55,7 +70,8 @@ def speed_markdown(table: Mapping[str, Mapping[str, Mapping[str, float | None]]]
             ratio = value["speedup"]
             cells.append(f"{value['median_ms']:.3f} ({ratio:.2f}x)" if ratio else f"{value['median_ms']:.3f}")
         rows.append((case, *cells))
-    return markdown_table(("case (median ms, speedup over eager)", *backends), rows)
+    what = "median step ms, speedup over the eager step" if training else "median ms, speedup over eager"
+    return markdown_table((f"case ({what})", *backends), rows)
 
 
 def markdown(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any], suites: Sequence[str] = ()) -> str:
@@ -98,15 +114,21 @@ def markdown(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any], 
         {f"{r['case']}: {r['reference']}" for r in records if str(r.get("reference", "")).startswith("float32")}
     )
     notes = "".join(f"- reference for {line}\n" for line in fallbacks)
-    speed_table = speed_markdown(speed(records))
-    return (
+    timed = speed(records)
+    text = (
         title
         + markdown_table(headers, rows)
         + f"\n{summary}\n"
         + (f"\n{notes}" if notes else "")
         + "\n#### Speed: median latency after warm-up, device synchronized\n\n"
-        + speed_table
+        + speed_markdown(timed)
     )
+    if any(backend.startswith("train-") for row in timed.values() for backend in row):
+        text += (
+            f"\n#### Training speed: median of {TRAIN_TIMED_STEPS} optimizer steps after the compared one, device "
+            "synchronized\n\n" + speed_markdown(timed, training=True)
+        )
+    return text
 
 
 def write_reports(
