@@ -14,8 +14,26 @@ def observation(generator: torch.Generator) -> Call:
     return Call(kwargs={"observation": {"camera": camera, "state": state}})
 
 
+def behaviour_cloning_loss(outputs: dict[str, torch.Tensor], call: Call) -> torch.Tensor:
+    """The policy's training loss, as ACT's: L1 to the demonstrated actions (here: hold still), and binary
+    cross-entropy for the gripper (closed where the first joint is past zero)."""
+    state = call.kwargs["observation"]["state"]
+    demonstrated = torch.zeros_like(outputs["actions"])
+    closed = (state[:, :1] > 0).float()
+    gripper = outputs["gripper"].float().clamp(1e-6, 1 - 1e-6)
+    # Written out: torch's binary_cross_entropy refuses to run under autocast, where bf16 training computes.
+    cross_entropy = -(closed * gripper.log() + (1 - closed) * (1 - gripper).log()).mean()
+    return torch.nn.functional.l1_loss(outputs["actions"].float(), demonstrated.float()) + cross_entropy
+
+
 CASES = [
-    Case("robopolicy", Policy, observation, description="robopolicy.Policy: dict observation in, dict out"),
+    Case(
+        "robopolicy",
+        Policy,
+        observation,
+        loss=behaviour_cloning_loss,
+        description="robopolicy.Policy: dict observation in, dict out; trains with its own loss",
+    ),
     Case(
         "robopolicy_chunk8",
         lambda: Policy(chunk=8),

@@ -14,6 +14,7 @@ from torch import nn
 
 from torchyard import contract
 from torchyard.inimage.cases import Case
+from torchyard.inimage.parity import training
 from torchyard.inimage.parity.harness import Result, evaluate
 from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.parity.training import make_train_reference, scaler_contract, train_runner
@@ -59,6 +60,34 @@ class NoGradientWhenCompiled(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         extra: torch.Tensor = self.extra(x)
         output: torch.Tensor = self.main(x) + (extra.detach() if torch.compiler.is_compiling() else extra)
+        return output
+
+
+class _RoundedOnlyWhenCompiled(torch.autograd.Function):
+    """The identity whose backward moves the gradient by half of itself, only in a compiled graph: on a
+    gradient of 1e-9, what float32 rounding does to an element whose terms nearly cancel."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        moved: torch.Tensor = grad * 1.5 if torch.compiler.is_compiling() else grad
+        return moved
+
+
+class GradientBelowAdamWsEps(nn.Module):
+    """`tiny`'s gradient is about 1e-9, below AdamW's eps, and rounded differently when compiled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.main = nn.Linear(8, 4)
+        self.tiny = nn.Parameter(torch.linspace(0.5, 1.0, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tiny: torch.Tensor = _RoundedOnlyWhenCompiled.apply(self.tiny * 1e-8)
+        output: torch.Tensor = self.main(x) + tiny
         return output
 
 
@@ -114,3 +143,19 @@ class NeverSkips(torch.amp.GradScaler):
 def test_a_scaler_that_never_skips_an_overflowing_step_is_caught() -> None:
     problems = scaler_contract(lambda: NeverSkips(RUN_DEVICE.type, init_scale=2.0**8, growth_interval=3), RUN_DEVICE)
     assert problems[0] == "stepped on an overflowing gradient (the parameter or the optimizer state moved)"
+
+
+def test_adamw_holds_still_what_its_eps_would_turn_from_rounding_into_a_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the rule the compiled AdamW step passes, SGD still steps `tiny`, and the gradients are compared all
+    the same; without it (zero in exact arithmetic alone held still) the rounding fails `param[tiny]`."""
+    case = Case("planted_rounding_below_eps", GradientBelowAdamWsEps, _inputs)
+    made = make_train_reference(case, "adamw", device=CPU, dtype=torch.float32)
+    assert bool(made.frozen["tiny"].all()) and not bool(made.frozen["main.weight"].any())
+    assert not bool(make_train_reference(case, "sgd", device=CPU, dtype=torch.float32).frozen["tiny"].any())
+    assert train(case, "train-inductor-adamw", tmp_path / "held").status == "passed"
+    monkeypatch.setattr(training, "held_below", lambda optimizer, largest: training.ZERO * largest)
+    stepped = train(case, "train-inductor-adamw", tmp_path / "stepped")
+    assert stepped.status == "failed" and "output param[tiny]" in stepped.reason, stepped.reason
+    assert "grad[" not in stepped.reason
