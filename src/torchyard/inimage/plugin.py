@@ -345,8 +345,16 @@ class Evaluations:
                 return self._results[key]
             optimizer = TrainBackend.parse(backend).optimizer
             if (case.name, optimizer) not in self._train_references:
+                # The loosest gradient bound among this optimizer's backends decides which elements its
+                # step holds still (`training.held_below`): one mask for the reference and each backend.
+                dtype_name = str(self.dtype).removeprefix("torch.")
+                gradient_bound = max(
+                    self.settings.tolerances.bounds(dtype_name, name, case.tolerances).max_scaled_error
+                    for name in self.settings.train_backends
+                    if TrainBackend.parse(name).optimizer == optimizer
+                )
                 self._train_references[case.name, optimizer] = make_train_reference(
-                    case, optimizer, device=self.device, dtype=self.dtype
+                    case, optimizer, device=self.device, dtype=self.dtype, gradient_bound=gradient_bound
                 )
             made = self._train_references[case.name, optimizer]
             self._results[key] = evaluate(

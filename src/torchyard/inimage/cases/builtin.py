@@ -23,6 +23,12 @@ EXECUTORCH_CHANNELS_LAST = KnownFailure(
     raises="RuntimeError",
     match=r"method->execute\(\) failed with error 0x12",
 )
+# Inductor's compiled conv + BatchNorm training step at bf16 (autocast, float32 master weights) on the CPU,
+# torch 2.14.1, against float64: conv.weight's gradient is 0.0251 off in relative L2 where eager's is 0.0071,
+# norm.weight's 0.0016 where eager's is 0.0003, and the bias before BatchNorm (zero in exact arithmetic) gets
+# 1.9e-4 of rounding where eager gets 1.1e-5, 0.148 of a hundredth of the gradients' largest. The compiled
+# step rounds more than eager's, by these measured amounts: this case's bounds for it say so, at bf16 only.
+COMPILED_BF16_CONV_BN_STEP = {"max-rel-l2": 4e-2, "max-scaled-error": 0.25}
 EXECUTORCH_COMPLEX = KnownFailure(
     "ExecuTorch's edge verifier rejects the complex multiply (operators taking tensors of mismatched "
     "dtypes) when lowering view_as_complex / view_as_real (executorch 1.5.1)",
@@ -254,6 +260,10 @@ CASES: list[Case] = [
         ConvBatchNorm,
         _channels_last,
         known_failures={"executorch-portable": EXECUTORCH_CHANNELS_LAST},
+        tolerances={
+            "bfloat16.train-inductor-sgd": COMPILED_BF16_CONV_BN_STEP,
+            "bfloat16.train-inductor-adamw": COMPILED_BF16_CONV_BN_STEP,
+        },
         description="conv + BatchNorm (eval) on a channels-last input",
     ),
     Case("causal_attention", lambda: Attention(frame=1), _randn(2, 12, 32), description="SDPA, is_causal"),

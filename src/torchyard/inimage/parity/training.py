@@ -30,6 +30,7 @@ from torchyard.names import TRAIN_TIMED_STEPS
 
 CPU = torch.device("cpu")
 ZERO = 1e-9  # of the step's largest gradient: zero in exact arithmetic
+GROUP_FLOOR = 1e-2  # of a group's largest magnitude: a leaf below it is zero at that scale (`floors`)
 SGD_LR, SGD_MOMENTUM = 0.1, 0.9
 ADAMW_LR, ADAMW_WEIGHT_DECAY, ADAMW_EPS = 1e-2, 0.01, 1e-8
 STATE_KEYS = {"sgd": ("momentum_buffer",), "adamw": ("exp_avg", "exp_avg_sq")}
@@ -85,13 +86,21 @@ def _optimizer(name: str, parameters: list[torch.nn.Parameter]) -> torch.optim.O
     return torch.optim.AdamW(parameters, lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY, eps=ADAMW_EPS)
 
 
-def held_below(optimizer: str, largest: float) -> float:
-    """Below this float64 gradient magnitude an element is not stepped: zero in exact arithmetic (`ZERO` of
-    the step's largest gradient) and, for AdamW, below its eps, where its first step lr*g/(|g|+eps) turns from
-    lr*sign(g) to linear with the slope lr/eps: that multiplies a gradient's float32 rounding (1e-10 on an
-    element of 1e-9) by a million, into parameter errors no bound can tell from a wrong step. Such elements'
-    gradients are still compared, and there the rounding is far inside the bounds."""
-    return max(ZERO * largest, ADAMW_EPS if optimizer == "adamw" else 0.0)
+def held_below(optimizer: str, largest: float, leaf_largest: float, gradient_bound: float) -> float:
+    """Below this float64 gradient magnitude an element of a leaf is not stepped.
+
+    - Zero in exact arithmetic (`ZERO` of the step's largest gradient): what the device has there is rounding.
+    - With AdamW, whose first step is lr*g/(|g|+eps): below its eps, where the step turns from lr*sign(g) to
+      linear with the slope lr/eps, which multiplies a gradient's float32 rounding (1e-10 on an element of
+      1e-9) by a million; and within `gradient_bound` (the run's max scaled error for gradients) of zero at
+      the leaf's scale (its largest, or `GROUP_FLOOR` of the step's largest where that is more), where a
+      gradient that passes its bound may still have the other sign, and the step is lr either way.
+
+    Such elements' gradients are still compared, and their rounding is inside the gradient's bounds."""
+    exact_zero = ZERO * largest
+    if optimizer != "adamw":
+        return exact_zero
+    return max(exact_zero, ADAMW_EPS, gradient_bound * max(leaf_largest, GROUP_FLOOR * largest))
 
 
 @contextlib.contextmanager
@@ -113,16 +122,18 @@ def step(
     scale_gradients: Callable[[torch.Tensor], torch.Tensor] | None = None,
     frozen: dict[str, torch.Tensor] | None = None,
     timings: list[float] | None = None,
+    gradient_bound: float = 0.0,
 ) -> tuple[list[Leaf], list[str], dict[str, torch.Tensor]]:
     """One step; the leaves in a fixed order with their names, and which elements it held still. Given
     `timings`, `TRAIN_TIMED_STEPS` more steps follow the compared one, each timed (device synchronized) into it.
 
     `master` is the weights' dtype (float64 for the reference, float32 on the device); `dtype` the autocast
     dtype (float32: none). An element whose gradient is zero in exact arithmetic (a bias before BatchNorm,
-    attention's key bias) gets float32 rounding noise there, which AdamW would normalise into a step of up to
-    lr/2; one below AdamW's eps gets its rounding multiplied by lr/eps (`held_below`): such elements (the
-    reference's, when `frozen` is given) are not stepped. Their gradients are still compared, against their
-    group's scale."""
+    attention's key bias) gets rounding noise there, which AdamW would normalise into a step of up to lr/2;
+    with AdamW, one below its eps or within `gradient_bound` of zero has no step its gradient's bounds decide
+    (`held_below`): such elements (the reference's, when `frozen` is given) are not stepped. Their gradients
+    are still compared, against their group's scale. AdamW's `exp_avg_sq` is compared as its square root, the
+    gradients' RMS that the step divides by: in the gradients' units, with their relative error."""
     module = copy.deepcopy(case.module()).to(dtype=master).to(device).train()
     named = [(name, p) for name, p in module.named_parameters() if p.requires_grad and p.is_floating_point()]
     optimizer = _optimizer(backend.optimizer, [p for _, p in named])
@@ -158,8 +169,11 @@ def step(
     grads = [p.grad.detach().clone() if p.grad is not None else None for _, p in named]
     if frozen is None:
         largest = max((float(g.abs().max()) for g in grads if g is not None and g.numel()), default=0.0)
-        limit = held_below(backend.optimizer, largest)
-        frozen = {name: g.abs() <= limit for (name, _), g in zip(named, grads, strict=True) if g is not None}
+        frozen = {
+            name: g.abs() <= held_below(backend.optimizer, largest, float(g.abs().max()), gradient_bound)
+            for (name, _), g in zip(named, grads, strict=True)
+            if g is not None and g.numel()
+        }
     for name, parameter in named:
         if parameter.grad is not None and name in frozen:
             parameter.grad = parameter.grad.masked_fill(frozen[name].to(parameter.grad.device), 0)
@@ -179,8 +193,10 @@ def step(
         names += [f"grad[{name}]", f"param[{name}]"]
         for key in STATE_KEYS[backend.optimizer]:  # None where a parameter got no step: the same leaves always
             state = optimizer.state[parameter].get(key)
+            if isinstance(state, torch.Tensor) and key == "exp_avg_sq":
+                state = state.sqrt()
             values.append(state.detach() if isinstance(state, torch.Tensor) else None)
-            names.append(f"state[{name}].{key}")
+            names.append(f"state[{name}].{key}" + (" (sqrt)" if key == "exp_avg_sq" else ""))
     for name, buffer in module.named_buffers():
         if buffer.is_floating_point():
             values.append(buffer.detach().clone())
@@ -223,9 +239,12 @@ class TrainReference:
     frozen: dict[str, torch.Tensor]
 
 
-def make_train_reference(case: Case, optimizer: str, *, device: torch.device, dtype: torch.dtype) -> TrainReference:
+def make_train_reference(
+    case: Case, optimizer: str, *, device: torch.device, dtype: torch.dtype, gradient_bound: float = 0.0
+) -> TrainReference:
     """The step in float64 on the CPU (float32 at the highest precision where float64 fails, said so); the
-    dtypes each leaf must have are the eager step's on the device at the run's precision."""
+    dtypes each leaf must have are the eager step's on the device at the run's precision. `gradient_bound`
+    is the max scaled error the run allows a gradient of this optimizer's backends (`held_below`)."""
     backend = TrainBackend(False, optimizer)
     try:
         eager, _, _ = step(case, backend, device=device, dtype=dtype, master=torch.float32)
@@ -234,21 +253,22 @@ def make_train_reference(case: Case, optimizer: str, *, device: torch.device, dt
         failed = Reference([], [], [], "none", f"an eager step on {device.type} fails: {describe_error(error)}")
         return TrainReference(failed, {})
     try:
-        outputs, names, frozen = step(case, backend, device=CPU, dtype=torch.float64, master=torch.float64)
+        outputs, names, frozen = step(
+            case, backend, device=CPU, dtype=torch.float64, master=torch.float64, gradient_bound=gradient_bound
+        )
         made = Reference([outputs], names, expected, "float64 on cpu", floors=floors(outputs, names))
         return TrainReference(made, frozen)
     except Exception as float64_error:
         why = describe_error(float64_error)
     try:
-        outputs, names, frozen = step(case, backend, device=CPU, dtype=torch.float32, master=torch.float32)
+        outputs, names, frozen = step(
+            case, backend, device=CPU, dtype=torch.float32, master=torch.float32, gradient_bound=gradient_bound
+        )
     except Exception as error:
         reason = f"no CPU reference: float64 fails ({why}); float32 fails ({describe_error(error)})"
         return TrainReference(Reference([], [], [], "none", reason), {})
     kind = f"float32 on cpu (float64 fails: {why})"
     return TrainReference(Reference([outputs], names, expected, kind, floors=floors(outputs, names)), frozen)
-
-
-GROUP_FLOOR = 1e-2
 
 
 def floors(outputs: list[Leaf], names: list[str]) -> list[float]:

@@ -195,7 +195,8 @@ pytest_plugins = ["torchyard.inimage.plugin"]
 
 
 # The settings the whole runs these tests start read from their own options, never from this run's.
-OWN_SETTINGS = (contract.SUITES, contract.CASES, contract.TOLERANCES, contract.COMPILE_MODES)
+# The whole runs' planted faults are sized for float32's bounds: the run's precision is not theirs.
+OWN_SETTINGS = (contract.SUITES, contract.CASES, contract.TOLERANCES, contract.COMPILE_MODES, contract.PRECISION)
 REPORTS = "--torchyard-report-dir={workdir}/r"
 
 

@@ -64,29 +64,31 @@ class NoGradientWhenCompiled(nn.Module):
 
 
 class _RoundedOnlyWhenCompiled(torch.autograd.Function):
-    """The identity whose backward moves the gradient by half of itself, only in a compiled graph: on a
-    gradient of 1e-9, what float32 rounding does to an element whose terms nearly cancel."""
+    """The identity whose backward multiplies the gradient by `factor`, only in a compiled graph: on a
+    gradient far below the step's largest, what rounding does to an element whose terms nearly cancel."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, x: torch.Tensor, factor: float) -> torch.Tensor:
+        ctx.factor = factor
         return x.clone()
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        moved: torch.Tensor = grad * 1.5 if torch.compiler.is_compiling() else grad
-        return moved
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        moved: torch.Tensor = grad * ctx.factor if torch.compiler.is_compiling() else grad
+        return moved, None
 
 
-class GradientBelowAdamWsEps(nn.Module):
-    """`tiny`'s gradient is about 1e-9, below AdamW's eps, and rounded differently when compiled."""
+class SmallGradientRoundedWhenCompiled(nn.Module):
+    """`tiny`'s gradient is `scale` of the others', and `factor` times that when compiled."""
 
-    def __init__(self) -> None:
+    def __init__(self, scale: float, factor: float) -> None:
         super().__init__()
+        self.scale, self.factor = scale, factor
         self.main = nn.Linear(8, 4)
         self.tiny = nn.Parameter(torch.linspace(0.5, 1.0, 4))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        tiny: torch.Tensor = _RoundedOnlyWhenCompiled.apply(self.tiny * 1e-8)
+        tiny: torch.Tensor = _RoundedOnlyWhenCompiled.apply(self.tiny * self.scale, self.factor)
         output: torch.Tensor = self.main(x) + tiny
         return output
 
@@ -96,9 +98,12 @@ def _inputs(generator: torch.Generator) -> tuple[torch.Tensor]:
 
 
 def train(case: Case, backend: str, tmp_path: Path, **planted: Any) -> Result:
-    made = make_train_reference(case, backend.rsplit("-", 1)[1], device=CPU, dtype=torch.float32)
+    """As the train suite evaluates `backend` at float32, with the gradient bound the plugin passes."""
+    tolerances = load_tolerances()
+    bound = tolerances.bounds("float32", backend).max_scaled_error
+    made = make_train_reference(case, backend.rsplit("-", 1)[1], device=CPU, dtype=torch.float32, gradient_bound=bound)
     return evaluate(
-        case, backend, device=CPU, dtype=torch.float32, weights=torch.float32, tolerances=load_tolerances(),
+        case, backend, device=CPU, dtype=torch.float32, weights=torch.float32, tolerances=tolerances,
         workdir=tmp_path, reference=made.reference, runner=train_runner(backend, torch.float32, made.frozen, **planted),
     )  # fmt: skip
 
@@ -145,17 +150,25 @@ def test_a_scaler_that_never_skips_an_overflowing_step_is_caught() -> None:
     assert problems[0] == "stepped on an overflowing gradient (the parameter or the optimizer state moved)"
 
 
-def test_adamw_holds_still_what_its_eps_would_turn_from_rounding_into_a_step(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("scale", "factor"),
+    [
+        pytest.param(1e-8, 1.5, id="below-eps"),  # a gradient of ~1e-9, moved by half: lr/eps makes it 1e-4
+        pytest.param(3e-7, -1.0, id="within-the-bound"),  # ~1e-7, sign flipped: inside the gradient bound
+    ],
+)
+def test_adamw_holds_still_what_its_gradient_leaves_undecided(
+    scale: float, factor: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With the rule the compiled AdamW step passes, SGD still steps `tiny`, and the gradients are compared all
     the same; without it (zero in exact arithmetic alone held still) the rounding fails `param[tiny]`."""
-    case = Case("planted_rounding_below_eps", GradientBelowAdamWsEps, _inputs)
-    made = make_train_reference(case, "adamw", device=CPU, dtype=torch.float32)
-    assert bool(made.frozen["tiny"].all()) and not bool(made.frozen["main.weight"].any())
+    case = Case("planted_small_rounding", lambda: SmallGradientRoundedWhenCompiled(scale, factor), _inputs)
+    bound = load_tolerances().bounds("float32", "train-inductor-adamw").max_scaled_error
+    made = make_train_reference(case, "adamw", device=CPU, dtype=torch.float32, gradient_bound=bound)
+    assert bool(made.frozen["tiny"].all()) and not bool(made.frozen["main.weight"].all())
     assert not bool(make_train_reference(case, "sgd", device=CPU, dtype=torch.float32).frozen["tiny"].any())
     assert train(case, "train-inductor-adamw", tmp_path / "held").status == "passed"
-    monkeypatch.setattr(training, "held_below", lambda optimizer, largest: training.ZERO * largest)
+    monkeypatch.setattr(training, "held_below", lambda optimizer, largest, *_: training.ZERO * largest)
     stepped = train(case, "train-inductor-adamw", tmp_path / "stepped")
     assert stepped.status == "failed" and "output param[tiny]" in stepped.reason, stepped.reason
     assert "grad[" not in stepped.reason
