@@ -49,18 +49,19 @@ def test_matrix_github_json(matrix: Path, capsys: pytest.CaptureFixture[str]) ->
     }
 
 
-def test_committed_matrix_has_the_five_entries(capsys: pytest.CaptureFixture[str]) -> None:
+def test_committed_matrix_has_the_six_entries(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["matrix", "--github", "--matrix", str(REPO / "matrix.toml")]) == 0
     include = json.loads(capsys.readouterr().out)["include"]
     assert [(item["name"], item["session"]) for item in include] == [
         ("cpu", "test-cpu"),
+        ("cpu-bf16", "test-cpu"),
         ("cuda", "test-cuda"),
         ("rocm", "test-rocm"),
         ("xpu", "test-xpu"),
         ("mps", "test-mps"),
     ]
-    assert include[0]["runs-on"] == ["ubuntu-24.04"]
-    assert all("self-hosted" in item["runs-on"] for item in include[1:])
+    assert include[0]["runs-on"] == include[1]["runs-on"] == ["ubuntu-24.04"]
+    assert all("self-hosted" in item["runs-on"] for item in include[2:])
 
 
 def test_bad_selection_is_one_line_and_exit_2(matrix: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -40,7 +40,10 @@ def test_valid_matrix_becomes_a_typed_plan() -> None:
 
 def test_committed_matrix_is_valid() -> None:
     plan = load_plan(Path(__file__).parents[2] / "matrix.toml")
-    assert [entry.name for entry in plan.entries] == ["cpu", "cuda", "rocm", "xpu", "mps"]
+    assert [entry.name for entry in plan.entries] == ["cpu", "cpu-bf16", "cuda", "rocm", "xpu", "mps"]
+    bf16 = plan.entry("cpu-bf16")
+    assert (bf16.precision, bf16.suites) == ("bf16", ("train",))
+    assert bf16.requirements == plan.entry("cpu").requirements  # the cpu entry's stack, at bf16
     mps = plan.entry("mps").accelerator
     assert (mps.native, mps.base_image, mps.platform, mps.deployment_target) == (
         True,

@@ -154,7 +154,7 @@ def test_the_matrix_splits_hosted_and_self_hosted_entries() -> None:
     entries = load_plan(REPO / "matrix.toml").entries
     hosted = [item["name"] for item in matrix_include(entries, runners="hosted")["include"]]
     self_hosted = [item["name"] for item in matrix_include(entries, runners="self-hosted")["include"]]
-    assert hosted == ["cpu"] and self_hosted == ["cuda", "rocm", "xpu", "mps"]
+    assert hosted == ["cpu", "cpu-bf16"] and self_hosted == ["cuda", "rocm", "xpu", "mps"]
 
 
 @pytest.mark.parametrize("workflow", [REPO / ".github" / "workflows" / "ci.yml", TEMPLATE])
