@@ -94,7 +94,8 @@ def client_environment(registry: Registry | None, env: Mapping[str, str]) -> Ite
 
 @dataclass(frozen=True)
 class Transfer:
-    """What one pull or push moved: the layers and their bytes (compressed, as the registry holds them)."""
+    """What one pull or push moved: the layers and their bytes as the engine's progress counts them (a pull's
+    compressed, as the registry sends them; a push's uncompressed, the layers' sizes on disk)."""
 
     reference: str
     layers: int
