@@ -98,6 +98,8 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "xpu":
         torch.xpu.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
 
 
 def unavailable_reason(backend: str, device: torch.device) -> str | None:

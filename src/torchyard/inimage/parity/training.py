@@ -23,7 +23,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from torchyard.inimage.cases import Call, Case
-from torchyard.inimage.parity.backends import BackendRun, Leaf, leaves, to_device
+from torchyard.inimage.parity.backends import BackendRun, Leaf, leaves, synchronize, to_device
 from torchyard.inimage.parity.errors import describe_error
 from torchyard.inimage.parity.harness import Reference
 from torchyard.names import TRAIN_TIMED_STEPS
@@ -208,17 +208,11 @@ def step(
     return values, names, frozen
 
 
-def _synchronize(device: torch.device) -> None:
-    module = getattr(torch, device.type, None)
-    if device.type != "cpu" and module is not None and hasattr(module, "synchronize"):
-        module.synchronize()
-
-
 def _timed_step(
     run: Callable[..., torch.Tensor], call: Call, optimizer: torch.optim.Optimizer, scaler: Any, device: torch.device
 ) -> float:
     """One more step (forward, loss, backward, optimizer step) from where the last left off, in seconds."""
-    _synchronize(device)
+    synchronize(device)
     started = time.perf_counter()
     optimizer.zero_grad(set_to_none=True)
     loss = run(*call.args, **call.kwargs)
@@ -229,7 +223,7 @@ def _timed_step(
     else:
         loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
-    _synchronize(device)
+    synchronize(device)
     return time.perf_counter() - started
 
 
