@@ -26,17 +26,20 @@ CPU = torch.device("cpu")
 RUN_DEVICE = torch_device(os.environ.get(contract.ACCELERATOR, "cpu"))
 
 
-class _GradientOnlyWhenCompiled(torch.autograd.Function):
-    """The identity whose backward scales the gradient by 1 + 1e-3, only in a compiled graph."""
+class _ScaledOnlyWhenCompiled(torch.autograd.Function):
+    """The identity whose backward multiplies the gradient by `factor`, only in a compiled graph: a wrong
+    gradient (1 + 1e-3), or, on a gradient far below the step's largest, what rounding does to an element
+    whose terms nearly cancel."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, x: torch.Tensor, factor: float) -> torch.Tensor:
+        ctx.factor = factor
         return x.clone()
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        scaled: torch.Tensor = grad * (1 + 1e-3) if torch.compiler.is_compiling() else grad
-        return scaled
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        moved: torch.Tensor = grad * ctx.factor if torch.compiler.is_compiling() else grad
+        return moved, None
 
 
 class WrongGradientWhenCompiled(nn.Module):
@@ -45,7 +48,7 @@ class WrongGradientWhenCompiled(nn.Module):
         self.first, self.second = nn.Linear(8, 8), nn.Linear(8, 4)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        hidden: torch.Tensor = _GradientOnlyWhenCompiled.apply(self.first(x))
+        hidden: torch.Tensor = _ScaledOnlyWhenCompiled.apply(self.first(x), 1 + 1e-3)
         output: torch.Tensor = self.second(torch.tanh(hidden))
         return output
 
@@ -63,21 +66,6 @@ class NoGradientWhenCompiled(nn.Module):
         return output
 
 
-class _RoundedOnlyWhenCompiled(torch.autograd.Function):
-    """The identity whose backward multiplies the gradient by `factor`, only in a compiled graph: on a
-    gradient far below the step's largest, what rounding does to an element whose terms nearly cancel."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, factor: float) -> torch.Tensor:
-        ctx.factor = factor
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        moved: torch.Tensor = grad * ctx.factor if torch.compiler.is_compiling() else grad
-        return moved, None
-
-
 class SmallGradientRoundedWhenCompiled(nn.Module):
     """`tiny`'s gradient is `scale` of the others', and `factor` times that when compiled."""
 
@@ -88,7 +76,7 @@ class SmallGradientRoundedWhenCompiled(nn.Module):
         self.tiny = nn.Parameter(torch.linspace(0.5, 1.0, 4))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        tiny: torch.Tensor = _RoundedOnlyWhenCompiled.apply(self.tiny * self.scale, self.factor)
+        tiny: torch.Tensor = _ScaledOnlyWhenCompiled.apply(self.tiny * self.scale, self.factor)
         output: torch.Tensor = self.main(x) + tiny
         return output
 
