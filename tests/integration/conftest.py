@@ -11,6 +11,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import tomllib
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -84,8 +85,12 @@ def in_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 @pytest.fixture
 def machine_env(local_base: str) -> dict[str, str]:
-    """This machine's settings: the cpu entry on the local base; local wheel folders when set."""
-    return {**os.environ, "TORCHYARD_BASE_IMAGES": f"cpu={local_base}"}
+    """This machine's settings: the cpu entry on the local base; local wheel folders when set. An adopter's
+    `torchyard init` writes the exclude-newer of this repository's matrix (SOURCE_DATE_EPOCH), so its lock is
+    the same on every run and its torch the cpu entry's."""
+    cutoff = tomllib.loads((REPO / "matrix.toml").read_text())["exclude-newer"]  # a TOML datetime
+    epoch = str(int(cutoff.timestamp()))
+    return {**os.environ, "TORCHYARD_BASE_IMAGES": f"cpu={local_base}", "SOURCE_DATE_EPOCH": epoch}
 
 
 # One cpu entry on a given base, resolved from PyPI up to a fixed date: what the registry and layer tests build.

@@ -10,7 +10,7 @@ import nox.registry
 import pytest
 import yaml
 
-from torchyard.commands.init import init, render
+from torchyard.commands.init import init, init_date, render
 from torchyard.errors import ConfigError, UsageError
 from torchyard.matrix import parse_plan
 from torchyard.names import ACCELERATOR_NAMES
@@ -77,6 +77,17 @@ def test_init_never_overwrites_unless_forced(tmp_path: Path, capsys: pytest.Capt
         ".github/workflows/torchyard.yml",
     ]
     assert capsys.readouterr().out.splitlines()[1].strip().startswith("torchyard nox -s lock")  # no nox on PATH
+
+
+def test_source_date_epoch_sets_the_day_the_locks_start_at(tmp_path: Path) -> None:
+    assert init_date({"SOURCE_DATE_EPOCH": "1795824000"}) == dt.date(2026, 11, 28)  # 2026-11-28T00:00:00Z
+    assert init_date({"SOURCE_DATE_EPOCH": "1795910399"}) == dt.date(2026, 11, 28)  # its last second
+    assert init_date({}) == dt.datetime.now(dt.UTC).date()
+    expected = r"^SOURCE_DATE_EPOCH: expected seconds since 1970 \(an integer\), got 'soon'$"
+    with pytest.raises(UsageError, match=expected):
+        init_date({"SOURCE_DATE_EPOCH": "soon"})
+    init(project(tmp_path), env={"PATH": str(tmp_path), "SOURCE_DATE_EPOCH": "1795824000"})
+    assert "exclude-newer = 2026-11-28T00:00:00Z" in (tmp_path / "matrix.toml").read_text()
 
 
 def test_init_names_the_nox_that_can_import_torchyard(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

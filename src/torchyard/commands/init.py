@@ -112,11 +112,23 @@ def render(root: Path, today: dt.date, spec: str) -> dict[str, str]:
     return rendered
 
 
+def init_date(env: Mapping[str, str]) -> dt.date:
+    """The day `exclude-newer` starts at: today in UTC, or the day of `SOURCE_DATE_EPOCH` where it is set (the
+    reproducible-builds convention), so a scripted `init` writes the same matrix, and so the same locks, every time."""
+    epoch = env.get("SOURCE_DATE_EPOCH", "").strip()
+    if not epoch:
+        return dt.datetime.now(dt.UTC).date()
+    try:
+        return dt.datetime.fromtimestamp(int(epoch), dt.UTC).date()
+    except (ValueError, OverflowError, OSError):
+        raise UsageError(f"SOURCE_DATE_EPOCH: expected seconds since 1970 (an integer), got {epoch!r}") from None
+
+
 def init(
     root: Path, *, force: bool = False, today: dt.date | None = None, env: Mapping[str, str] = os.environ
 ) -> list[Path]:
     """Write the files into `root`; raise `UsageError` naming what exists unless `force`."""
-    rendered = render(root, today or dt.datetime.now(dt.UTC).date(), install_spec())
+    rendered = render(root, today or init_date(env), install_spec())
     existing = [name for name in rendered if (root / name).exists()]
     if existing and not force:
         raise UsageError(f"{', '.join(existing)} already exist: torchyard init never overwrites (--force replaces)")
