@@ -94,3 +94,17 @@ def mutants(session: nox.Session) -> None:
 # The standard sessions (lock, matrix, doctor, refresh, base-image, build-<acc>-image, test-<acc>) are the
 # ones every adopter gets from torchyard.nox; here each installs this checkout into its own venv.
 torchyard_nox.register(install=["-e", "."])
+
+
+@nox.session
+def zoo(session: nox.Session) -> None:
+    """The zoo (examples/zoo): the field's architectures through every backend, at both stacks (its cpu and
+    cpu-torch211 entries), each in its image; then one compatibility table of them in
+    examples/zoo/reports/compatibility.{md,html}. `-- --quick`: the subset CI runs (the cpu-quick entry)."""
+    session.install("-e", ".")
+    entries = ["cpu-quick"] if "--quick" in session.posargs else ["cpu", "cpu-torch211"]
+    session.chdir("examples/zoo")
+    session.run("torchyard", "test", *(f"--entry={entry}" for entry in entries))
+    reports = [f"reports/{entry}" for entry in entries]
+    markdown, html = "reports/compatibility.md", "reports/compatibility.html"
+    session.run("torchyard", "report", *reports, "--markdown", markdown, "--html", html)

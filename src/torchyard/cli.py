@@ -23,7 +23,7 @@ from torchyard.commands.sessions import run_nox
 from torchyard.commands.test import test_entries
 from torchyard.contract import REUSE_RESULTS
 from torchyard.errors import TorchyardError, UsageError
-from torchyard.image.debootstrap import DEFAULT_TAG
+from torchyard.image.debootstrap import DEBIAN_SUITES, DEFAULT_TAG
 from torchyard.image.plan import BuildOptions
 from torchyard.matrix import Entry, load_plan, narrow_suites, select_entries
 from torchyard.matrix.machine import MEMORY, allowed_docker_run
@@ -144,7 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
     report_command.add_argument("--html", type=Path, metavar="FILE", help="write the table as a static HTML page")
 
     base = commands.add_parser("base", help="bootstrap a local Debian base image (debootstrap + docker import)")
-    base.add_argument("--tag", default=DEFAULT_TAG, help="the image tag to create")
+    base.add_argument(
+        "--suite", default="bookworm", choices=sorted(DEBIAN_SUITES),
+        help=f"the Debian release ({', '.join(f'{name}: Python {py}' for name, py in DEBIAN_SUITES.items())})",
+    )  # fmt: skip
+    base.add_argument("--tag", help=f"the image tag to create (default: {DEFAULT_TAG.rsplit(':', 1)[0]}:SUITE)")
     return parser
 
 
@@ -198,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "report":
             return report(args.paths, markdown_file=args.markdown, html_file=args.html)
         elif args.command == "base":
-            make_base(args.tag)
+            make_base(args.tag or f"{DEFAULT_TAG.rsplit(':', 1)[0]}:{args.suite}", suite=args.suite)
         elif args.command == "test":
             selected = _selected(args, passthrough)
             return test_entries(

@@ -178,3 +178,17 @@ def test_nox_runs_from_torchyards_own_environment(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr("torchyard.cli.run_nox", lambda args: run_nox(args, runner=fake))
     assert main(["nox", "-s", "test-cpu", "--", "--local", "--help"]) == 3
     assert seen == [[sys.executable, "-m", "nox", "-s", "test-cpu", "--", "--local", "--help"]]
+
+
+def test_base_bootstraps_the_named_suite_into_its_own_tag(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[tuple[str, str]] = []
+    monkeypatch.setattr("torchyard.cli.make_base", lambda tag, *, suite: made.append((tag, suite)) or "sha256:x")
+    assert main(["base", "--suite", "trixie"]) == 0
+    assert main(["base"]) == 0
+    assert made == [("torchyard/base:trixie", "trixie"), ("torchyard/base:bookworm", "bookworm")]
+
+
+def test_base_refuses_a_suite_it_cannot_make(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["base", "--suite", "sid"])
+    assert exited.value.code == 2 and "invalid choice: 'sid'" in capsys.readouterr().err

@@ -115,8 +115,14 @@ def base_identity(base: str, client: docker.DockerClient) -> str | None:
     return local[0].id if local else None
 
 
-def make_base(tag: str = DEFAULT_TAG, *, runner: proc.Runner = proc.run, env: Mapping[str, str] = os.environ) -> str:
+def make_base(
+    tag: str = DEFAULT_TAG,
+    *,
+    suite: str = "bookworm",
+    runner: proc.Runner = proc.run,
+    env: Mapping[str, str] = os.environ,
+) -> str:
     engine(env)
-    image_id = bootstrap_base(build_client(env, runner), tag=tag, runner=runner, env=env)
+    image_id = bootstrap_base(build_client(env, runner), tag=tag, suite=suite, runner=runner, env=env)
     print(f"{tag} {image_id}\nuse it for the cpu entry on this machine: export TORCHYARD_BASE_IMAGES=cpu={tag}")
     return image_id

@@ -16,6 +16,8 @@ from torchyard.host.engine import DockerCli
 from torchyard.util import proc
 
 DEFAULT_TAG = "torchyard/base:bookworm"
+# The releases a base can be made of, with the Python their apt has (an entry's `python` must be it).
+DEBIAN_SUITES = {"bookworm": "3.11", "trixie": "3.13"}
 PACKAGES = ("python3", "python3-venv", "ca-certificates")
 
 
