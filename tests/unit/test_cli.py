@@ -182,7 +182,12 @@ def test_nox_runs_from_torchyards_own_environment(monkeypatch: pytest.MonkeyPatc
 
 def test_base_bootstraps_the_named_suite_into_its_own_tag(monkeypatch: pytest.MonkeyPatch) -> None:
     made: list[tuple[str, str]] = []
-    monkeypatch.setattr("torchyard.cli.make_base", lambda tag, *, suite: made.append((tag, suite)) or "sha256:x")
+
+    def make_base(tag: str, *, suite: str) -> str:
+        made.append((tag, suite))
+        return "sha256:0"
+
+    monkeypatch.setattr("torchyard.cli.make_base", make_base)
     assert main(["base", "--suite", "trixie"]) == 0
     assert main(["base"]) == 0
     assert made == [("torchyard/base:trixie", "trixie"), ("torchyard/base:bookworm", "bookworm")]
