@@ -13,7 +13,7 @@ import importlib.util
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -73,8 +73,20 @@ def leaves(value: object) -> list[Leaf]:
 def leaf_paths(value: object) -> list[str]:
     """Each output leaf's path, as a person reads it: `["action"][0]`; "" for a bare tensor."""
     register_dataclasses(value)
-    flat, _ = pytree.tree_flatten_with_path(value)
-    return [pytree.keystr(path) for path, _ in flat]
+    return _paths(value, "")
+
+
+def _paths(value: object, prefix: str) -> list[str]:
+    try:
+        flat, _ = pytree.tree_flatten_with_path(value)
+    except ValueError:  # a node type registered without key paths (diffusers' BaseOutput): walked one level here
+        pass
+    else:
+        return [prefix + pytree.keystr(path) for path, _ in flat]
+    children, context = pytree.SUPPORTED_NODES[type(value)].flatten_fn(value)
+    keyed = isinstance(value, Mapping) and isinstance(context, list | tuple) and len(context) == len(children)
+    names = list(context) if keyed else list(range(len(children)))
+    return [path for name, child in zip(names, children, strict=True) for path in _paths(child, f"{prefix}[{name!r}]")]
 
 
 def to_device(call: Call, device: torch.device, dtype: torch.dtype | None = None) -> Call:

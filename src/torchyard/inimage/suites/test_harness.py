@@ -196,7 +196,10 @@ pytest_plugins = ["torchyard.inimage.plugin"]
 
 # The settings the whole runs these tests start read from their own options, never from this run's.
 # The whole runs' planted faults are sized for float32's bounds: the run's precision is not theirs.
-OWN_SETTINGS = (contract.SUITES, contract.CASES, contract.TOLERANCES, contract.COMPILE_MODES, contract.PRECISION)
+OWN_SETTINGS = (
+    contract.SUITES, contract.CASES, contract.BUILTIN_CASES, contract.TOLERANCES, contract.COMPILE_MODES,
+    contract.PRECISION,
+)  # fmt: skip
 REPORTS = "--torchyard-report-dir={workdir}/r"
 
 
@@ -218,6 +221,35 @@ def whole_run(*args: str, conftest: str = SKIPPING_SUITE, **modules: str) -> pyt
 
 def test_every_backend_name_has_a_runner() -> None:
     assert tuple(RUNNERS) == BACKEND_NAMES
+
+
+class KeylessOutput(dict):  # type: ignore[type-arg]
+    """A model output registered as a pytree node without key paths, as diffusers registers its BaseOutput."""
+
+
+torch.utils._pytree.register_pytree_node(
+    KeylessOutput,
+    lambda out: (list(out.values()), list(out.keys())),
+    lambda values, keys: KeylessOutput(zip(keys, values, strict=True)),
+    serialized_type_name=f"{__name__}.KeylessOutput",
+)
+
+
+class KeylessHeads(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> KeylessOutput:
+        return KeylessOutput(sample=self.linear(x), extra=(x.sum(), None))
+
+
+def test_an_output_type_without_key_paths_is_compared_by_its_keys(tmp_path: Path) -> None:
+    """torch.export gives such a type its leaves; their paths come from its keys (diffusers' UNet2DOutput)."""
+    case = Case("keyless", KeylessHeads, lambda g: (torch.randn(2, 4, generator=g),))
+    result = evaluate(case, "export", device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+    assert result.status == "passed", result.reason
+    assert [comparison.output for comparison in result.comparisons] == ["['sample']", "['extra'][0]", "['extra'][1]"]
 
 
 def test_dict_observation_policy_falls_back_to_a_float32_reference_visibly(tmp_path: Path) -> None:
