@@ -76,6 +76,22 @@ def test_base_image_overrides(tmp_path: Path) -> None:
     path.write_text('[base-images]\ncpu = "torchyard/base:bookworm"\nrocm = "registry.internal/rocm:7"\n')
     env = {"TORCHYARD_MACHINE_FILE": str(path), "TORCHYARD_BASE_IMAGES": "rocm=mirror.internal/rocm:7"}
     assert load_base_overrides(env) == {"cpu": "torchyard/base:bookworm", "rocm": "mirror.internal/rocm:7"}
+    digest = "127.0.0.1:5000/team/base@sha256:" + "a" * 64
+    assert load_base_overrides({"TORCHYARD_BASE_IMAGES": f"cpu={digest}"}) == {"cpu": digest}
+
+
+def test_a_base_image_override_that_is_no_image_is_one_line(tmp_path: Path) -> None:
+    commas = {"TORCHYARD_BASE_IMAGES": "cpu=torchyard/base:bookworm,cpu-new=torchyard/base:trixie"}
+    with pytest.raises(ConfigError) as raised:
+        load_base_overrides(commas)
+    assert str(raised.value) == (
+        "TORCHYARD_BASE_IMAGES: cpu: not an image reference: 'torchyard/base:bookworm,cpu-new=torchyard/base:trixie'"
+        " (pairs are separated by spaces)"
+    )
+    path = tmp_path / "m.toml"
+    path.write_text('[base-images]\ncpu = "Base Image"\n')
+    with pytest.raises(ConfigError, match=r"m.toml: base-images: cpu: not an image reference: 'Base Image'"):
+        load_base_overrides({"TORCHYARD_MACHINE_FILE": str(path)})
 
 
 def test_limits_and_allowed_flags_come_from_the_machine_file(tmp_path: Path) -> None:

@@ -389,3 +389,20 @@ def test_an_entry_timeout_is_a_duration() -> None:
     assert error_of(text.replace('"90m"', '"forever"')) == (
         'matrix.toml: entry "cpu" > timeout: expected a duration such as "2h", "90m" or "600s", got "forever"'
     )
+
+
+def test_an_entry_may_build_on_a_base_of_its_own() -> None:
+    own = "docker.io/library/python:3.13-slim@sha256:" + "2" * 64
+    text = VALID.replace(
+        'name = "cpu"\naccelerator = "cpu"\npython = "3.11"\n',
+        f'name = "cpu"\naccelerator = "cpu"\npython = "3.13"\nbase-image = "{own}"\n',
+    )
+    plan = parse(text)
+    assert str(plan.entry("cpu").accelerator.base_image) == own
+    assert str(plan.accelerators[0].base_image) == str(parse(VALID).entry("cpu").accelerator.base_image)  # untouched
+    assert error_of(text.replace(own, "python:3.13-slim")).startswith('matrix.toml: entry "cpu" > base-image: ')
+    native = VALID + '[accelerators.mps]\nindexes = ["pypi"]\nruns-on = ["m"]\n'
+    native += f'[[entry]]\nname = "mac"\naccelerator = "mps"\npython = "3.12"\nrequirements = ["torch"]\nbase-image = "{own}"\n'
+    assert error_of(native) == (
+        'matrix.toml: entry "mac" > base-image: mps runs natively (no container reaches its device): remove it'
+    )

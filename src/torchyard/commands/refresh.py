@@ -61,7 +61,8 @@ def refresh(
     plan = load_plan(matrix, allowed_docker_run=allowed)
     text = bump_exclude_newer(matrix.read_text(encoding="utf-8"), today or dt.datetime.now(dt.UTC).date())
     changes = []
-    bases = (accelerator.base_image for accelerator in plan.accelerators if accelerator.base_image is not None)
+    accelerators = (*plan.accelerators, *(entry.accelerator for entry in plan.entries))  # entries' own bases too
+    bases = (accelerator.base_image for accelerator in accelerators if accelerator.base_image is not None)
     for image in dict.fromkeys(bases):
         current = resolve(image.name)
         if not DIGEST.fullmatch(current):

@@ -57,7 +57,7 @@ MATRIX_KEYS: tuple[Key, ...] = (
         "https://mirror.example.org/simple", "ftp://mirror.example.org", example_name="pypi"),
     # [accelerators.<name>]
     Key("accelerators.<name>", "base-image", "image pinned by digest", "required (none for a native accelerator)",
-        "the image every entry of this accelerator builds on: `name[:tag]@sha256:<64 hex>`",
+        "the image the entries of this accelerator build on (an entry may name its own): `name[:tag]@sha256:<64 hex>`",
         "docker.io/library/debian:trixie-slim@sha256:" + "1" * 64, "debian:bookworm-slim"),
     Key("accelerators.<name>", "indexes", "array of index names", REQUIRED,
         "the indexes to resolve and install from, names from `[indexes]`; the first is the default index",
@@ -87,6 +87,9 @@ MATRIX_KEYS: tuple[Key, ...] = (
         "cpu-py312", "CPU"),
     Key("entry", "accelerator", "string", REQUIRED, "a table under `[accelerators]`", "cuda", "tpu"),
     Key("entry", "python", '"3.N"', REQUIRED, "the entry's Python, one torchyard supports", "3.12", 3.12),
+    Key("entry", "base-image", "image pinned by digest", "its accelerator's",
+        "this entry's own base (for another Python than its accelerator's base has): `name[:tag]@sha256:<64 hex>`",
+        "docker.io/library/python:3.13-slim@sha256:" + "2" * 64, "python:3.13-slim"),
     Key("entry", "requirements", "array of PEP 508 requirements", "required, not empty",
         "what the entry's lock resolves (with the project's dependencies, if any)",
         ["torch==2.14.*", "pytest>=8", "numpy"], ["torch=2.14"]),

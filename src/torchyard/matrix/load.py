@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import datetime as dt
 import re
 import tomllib
@@ -298,9 +300,12 @@ def _entry(
     compile_modes = table.string_list("compile-modes", required=False, non_empty=True) or ("default",)
     for position, mode in enumerate(compile_modes):
         _choice(table, f"compile-modes[{position}]", COMPILE_MODES, mode)
+    accelerator = accelerators[accelerator_name]
+    if table.value("base-image", required=False) is not None:  # the entry's own base, for another Python
+        accelerator = dataclasses.replace(accelerator, base_image=_base_image(table, accelerator.name))
     entry = Entry(
         name=name,
-        accelerator=accelerators[accelerator_name],
+        accelerator=accelerator,
         python=python,
         requirements=requirements,
         suites=cast(tuple[SuiteName, ...], suites),

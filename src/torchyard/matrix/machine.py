@@ -33,6 +33,11 @@ REGISTRY_ENV = "TORCHYARD_REGISTRY"
 TABLES = ("mirrors", "base-images", "limits", "allow", "registry")
 # host[:port][/path], lower case as the distribution spec wants; no scheme, no user, no tag.
 REGISTRY_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*")
+# An image reference as Docker takes it: [registry[:port]/]path[:tag][@sha256:digest].
+IMAGE_REFERENCE = re.compile(
+    r"([a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?/)?[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?"
+)
 MEMORY = re.compile(r"[1-9][0-9]*[bkmg]?")
 DEFAULT_PIDS = 4096
 
@@ -221,7 +226,13 @@ def load_mirrors(env: Mapping[str, str] = os.environ) -> dict[str, Source]:
 
 def load_base_overrides(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     """Base images that replace matrix.toml's on this machine, by entry name or accelerator name."""
-    return {**_from_file(machine_file(env), "base-images"), **_pairs(env, BASES_ENV_VAR, "IMAGE")}
+    path = machine_file(env)
+    bases = {**_from_file(path, "base-images"), **_pairs(env, BASES_ENV_VAR, "IMAGE")}
+    for name, image in bases.items():
+        if not IMAGE_REFERENCE.fullmatch(image):
+            where = BASES_ENV_VAR if name in _pairs(env, BASES_ENV_VAR, "IMAGE") else f"{path}: base-images"
+            raise ConfigError(f"{where}: {name}: not an image reference: {image!r} (pairs are separated by spaces)")
+    return bases
 
 
 def sources_for(indexes: Sequence[Index], mirrors: Mapping[str, Source]) -> tuple[Source, ...]:
