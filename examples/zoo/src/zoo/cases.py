@@ -5,6 +5,8 @@ the subset CI runs on every change (the `cpu-quick` entry).
 
 from __future__ import annotations
 
+import importlib.util
+
 from torchyard.cases import Case
 from zoo import diffusion, language, vision
 
@@ -63,6 +65,11 @@ DIFFUSERS = [
 ]
 
 CASES = [*TORCHVISION, *TIMM, *TRANSFORMERS, *DIFFUSERS]
+
+if importlib.util.find_spec("lerobot") is not None:  # in the torch 2.11 entry's lock only (it needs torch < 2.12)
+    from zoo.robotics import LEROBOT
+
+    CASES += LEROBOT
 
 # One architecture of each package, the quick ones: what CI runs on every change.
 QUICK = [
