@@ -7,8 +7,17 @@ from __future__ import annotations
 
 import importlib.util
 
-from torchyard.cases import Case
+from torchyard.cases import Case, KnownFailure
 from zoo import diffusion, language, vision
+
+# ExecuTorch's edge lowering re-traces GPT-2's attention output, no longer contiguous, into transformers'
+# Conv1D, whose `x.view(-1, x.size(-1))` then fails (transformers/pytorch_utils.py); torch.export and inductor
+# take the same program. The same failure class as pytorch/pytorch#141107 (a view after a permute, open).
+GPT2_EDGE_VIEW = KnownFailure(
+    "ExecuTorch's edge lowering meets transformers' Conv1D view of a non-contiguous tensor (pytorch/pytorch#141107)",
+    raises="ValueError",
+    match=r"Cannot view a tensor with shape torch\.Size\(\[2, 12, 64\]\) and strides \(64, 128, 1\)",
+)
 
 TORCHVISION = [
     Case("tv_resnet18", vision.resnet18, vision.image(), description="torchvision ResNet-18"),
@@ -37,7 +46,13 @@ TIMM = [
 
 TRANSFORMERS = [
     Case("hf_bert", language.bert, language.tokens(), description="transformers BertModel, padded batch"),
-    Case("hf_gpt2", language.gpt2, language.tokens(), description="transformers GPT-2 logits, padded batch"),
+    Case(
+        "hf_gpt2",
+        language.gpt2,
+        language.tokens(),
+        description="transformers GPT-2 logits, padded batch",
+        known_failures=dict.fromkeys(("executorch-portable", "executorch-xnnpack"), GPT2_EDGE_VIEW),
+    ),
     Case(
         "hf_llama_prefill",
         language.LlamaPrefill,
