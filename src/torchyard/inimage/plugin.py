@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import sys
+import tempfile
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -373,9 +374,12 @@ class Evaluations:
 
 @pytest.fixture(scope="session")
 def evaluations(request: pytest.FixtureRequest) -> Iterator[Evaluations]:
+    """The lowered programs are written to a scratch folder, removed when the session ends, never to the
+    reports: real models' programs are tens of MB each (ResNet-18's .pte is 44 MB), and a reports folder
+    over the machine's limit is emptied. The entry's artifact cache keeps them, by content."""
     settings = request.config.stash[_settings_key]
-    worker = worker_id(request.config)
-    yield Evaluations(settings, settings.report_dir / "artifacts" / worker)
+    with tempfile.TemporaryDirectory(prefix=f"torchyard-programs-{worker_id(request.config)}-") as scratch:
+        yield Evaluations(settings, Path(scratch))
 
 
 def record(request: pytest.FixtureRequest, suite: str, result: Result, outcome: str, reason: str = "") -> None:

@@ -18,7 +18,7 @@ from lerobot.policies.vqbet.configuration_vqbet import VQBeTConfig
 from lerobot.policies.vqbet.modeling_vqbet import VQBeTModel
 from torch import nn
 
-from torchyard.cases import Call, Case
+from torchyard.cases import Call, Case, KnownFailure
 
 STATE, ACTIONS, SIDE = 6, 6, 64  # joint state and action sizes; camera frames are SIDE x SIDE
 CAMERA = "observation.images.top"
@@ -137,10 +137,35 @@ def vqbet_history(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tenso
     return state, images
 
 
+# VQ-BeT's head decodes its sampled codes under `torch.no_grad()`: torch 2.11's exported program carries that
+# block as a `wrap_with_set_grad_enabled` submodule whose node the verifier rejects once the program is
+# re-verified (saved and loaded, or decomposed). No upstream report with this message was found; the closest
+# is pytorch/pytorch#130379 (set_grad with a constant tensor: the verifier missed a `val`, fixed in 2024).
+VQBET_EXPORT = KnownFailure(
+    "torch.export's verifier rejects VQ-BeT's no_grad block (wrap_with_set_grad_enabled has no val)",
+    raises="SpecViolationError",
+    match=r"Node\.meta wrap_with_set_grad_enabled is missing val field",
+)
+# The codes are drawn with torch.multinomial, which ExecuTorch's edge dialect (Core ATen) does not have.
+SAMPLING = KnownFailure(
+    "ExecuTorch lowers Core ATen only, and VQ-BeT samples its codes with aten.multinomial",
+    raises="SpecViolationError",
+    match=r"aten\.multinomial\.default is not in Core ATen opset",
+)
+
 LEROBOT = [
     Case("lerobot_act", act, act_batch, description="LeRobot ACT: image and state to an action chunk"),
     Case("lerobot_diffusion_encoder", diffusion_encoder, frames, description="LeRobot Diffusion Policy encoder"),
     Case("lerobot_diffusion_unet", diffusion_unet, noisy_trajectory, description="LeRobot Diffusion Policy U-Net"),
     Case("lerobot_tdmpc", TDMPCHeads, tdmpc_observation, description="LeRobot TD-MPC's TOLD model"),
-    Case("lerobot_vqbet", VQBeTRollout, vqbet_history, description="LeRobot VQ-BeT at rollout"),
+    Case(
+        "lerobot_vqbet",
+        VQBeTRollout,
+        vqbet_history,
+        description="LeRobot VQ-BeT at rollout",
+        known_failures={
+            "export": VQBET_EXPORT,
+            **dict.fromkeys(("executorch-portable", "executorch-xnnpack"), SAMPLING),
+        },
+    ),
 ]
