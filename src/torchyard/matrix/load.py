@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 import datetime as dt
 import re
 import tomllib
