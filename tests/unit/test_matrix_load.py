@@ -402,7 +402,8 @@ def test_an_entry_may_build_on_a_base_of_its_own() -> None:
     assert str(plan.accelerators[0].base_image) == str(parse(VALID).entry("cpu").accelerator.base_image)  # untouched
     assert error_of(text.replace(own, "python:3.13-slim")).startswith('matrix.toml: entry "cpu" > base-image: ')
     native = VALID + '[accelerators.mps]\nindexes = ["pypi"]\nruns-on = ["m"]\n'
-    native += f'[[entry]]\nname = "mac"\naccelerator = "mps"\npython = "3.12"\nrequirements = ["torch"]\nbase-image = "{own}"\n'
+    native += '[[entry]]\nname = "mac"\naccelerator = "mps"\npython = "3.12"\nrequirements = ["torch"]\n'
+    native += f'base-image = "{own}"\n'
     assert error_of(native) == (
         'matrix.toml: entry "mac" > base-image: mps runs natively (no container reaches its device): remove it'
     )
