@@ -86,7 +86,7 @@ if importlib.util.find_spec("lerobot") is not None:  # in the torch 2.11 entry's
 
     CASES += LEROBOT
 
-# One architecture of each package, the quick ones: what CI runs on every change.
+# Five quick ones (torchvision, timm, two of transformers, diffusers): what CI runs on every change.
 QUICK = [
     case
     for case in CASES
