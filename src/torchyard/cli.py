@@ -23,7 +23,7 @@ from torchyard.commands.sessions import run_nox
 from torchyard.commands.test import test_entries
 from torchyard.contract import REUSE_RESULTS
 from torchyard.errors import TorchyardError, UsageError
-from torchyard.image.debootstrap import DEBIAN_SUITES, DEFAULT_TAG
+from torchyard.image.debootstrap import DEBIAN_SUITES, base_tag
 from torchyard.image.plan import BuildOptions
 from torchyard.matrix import Entry, load_plan, narrow_suites, select_entries
 from torchyard.matrix.machine import MEMORY, allowed_docker_run
@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--suite", default="bookworm", choices=sorted(DEBIAN_SUITES),
         help=f"the Debian release ({', '.join(f'{name}: Python {py}' for name, py in DEBIAN_SUITES.items())})",
     )  # fmt: skip
-    base.add_argument("--tag", help=f"the image tag to create (default: {DEFAULT_TAG.rsplit(':', 1)[0]}:SUITE)")
+    base.add_argument("--tag", help=f"the image tag to create (default: {base_tag('SUITE')})")
     return parser
 
 
@@ -202,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "report":
             return report(args.paths, markdown_file=args.markdown, html_file=args.html)
         elif args.command == "base":
-            make_base(args.tag or f"{DEFAULT_TAG.rsplit(':', 1)[0]}:{args.suite}", suite=args.suite)
+            make_base(args.tag or base_tag(args.suite), suite=args.suite)
         elif args.command == "test":
             selected = _selected(args, passthrough)
             return test_entries(

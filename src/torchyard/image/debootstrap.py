@@ -15,9 +15,16 @@ from pathlib import Path
 from torchyard.host.engine import DockerCli
 from torchyard.util import proc
 
-DEFAULT_TAG = "torchyard/base:bookworm"
 # The releases a base can be made of, with the Python their apt has (an entry's `python` must be it).
 DEBIAN_SUITES = {"bookworm": "3.11", "trixie": "3.13"}
+
+
+def base_tag(suite: str) -> str:
+    """The tag a base of `suite` gets unless another is named."""
+    return f"torchyard/base:{suite}"
+
+
+DEFAULT_TAG = base_tag("bookworm")
 PACKAGES = ("python3", "python3-venv", "ca-certificates")
 
 

@@ -227,12 +227,12 @@ def load_mirrors(env: Mapping[str, str] = os.environ) -> dict[str, Source]:
 def load_base_overrides(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     """Base images that replace matrix.toml's on this machine, by entry name or accelerator name."""
     path = machine_file(env)
-    bases = {**_from_file(path, "base-images"), **_pairs(env, BASES_ENV_VAR, "IMAGE")}
-    for name, image in bases.items():
-        if not IMAGE_REFERENCE.fullmatch(image):
-            where = BASES_ENV_VAR if name in _pairs(env, BASES_ENV_VAR, "IMAGE") else f"{path}: base-images"
-            raise ConfigError(f"{where}: {name}: not an image reference: {image!r} (pairs are separated by spaces)")
-    return bases
+    from_file, from_env = _from_file(path, "base-images"), _pairs(env, BASES_ENV_VAR, "IMAGE")
+    for where, pairs in ((f"{path}: base-images", from_file), (BASES_ENV_VAR, from_env)):
+        for name, image in pairs.items():
+            if not IMAGE_REFERENCE.fullmatch(image):
+                raise ConfigError(f"{where}: {name}: not an image reference: {image!r} (pairs are separated by spaces)")
+    return {**from_file, **from_env}
 
 
 def sources_for(indexes: Sequence[Index], mirrors: Mapping[str, Source]) -> tuple[Source, ...]:
