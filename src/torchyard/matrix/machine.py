@@ -31,12 +31,14 @@ BASES_ENV_VAR = "TORCHYARD_BASE_IMAGES"
 FILE_ENV_VAR = "TORCHYARD_MACHINE_FILE"
 REGISTRY_ENV = "TORCHYARD_REGISTRY"
 TABLES = ("mirrors", "base-images", "limits", "allow", "registry")
-# host[:port][/path], lower case as the distribution spec wants; no scheme, no user, no tag.
-REGISTRY_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*")
+# The distribution spec's pieces, lower case: a registry host[:port], and one path component.
+_HOST = r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?"
+_COMPONENT = r"[a-z0-9]+([._-][a-z0-9]+)*"
+# host[:port][/path]; no scheme, no user, no tag.
+REGISTRY_NAME = re.compile(rf"{_HOST}(/{_COMPONENT})*")
 # An image reference as Docker takes it: [registry[:port]/]path[:tag][@sha256:digest].
 IMAGE_REFERENCE = re.compile(
-    r"([a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?/)?[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*"
-    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?"
+    rf"({_HOST}/)?{_COMPONENT}(/{_COMPONENT})*(:[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(@sha256:[0-9a-f]{{64}})?"
 )
 MEMORY = re.compile(r"[1-9][0-9]*[bkmg]?")
 DEFAULT_PIDS = 4096
@@ -228,10 +230,11 @@ def load_base_overrides(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     """Base images that replace matrix.toml's on this machine, by entry name or accelerator name."""
     path = machine_file(env)
     from_file, from_env = _from_file(path, "base-images"), _pairs(env, BASES_ENV_VAR, "IMAGE")
-    for where, pairs in ((f"{path}: base-images", from_file), (BASES_ENV_VAR, from_env)):
+    sources = ((f"{path}: base-images", from_file, ""), (BASES_ENV_VAR, from_env, " (pairs are separated by spaces)"))
+    for where, pairs, hint in sources:
         for name, image in pairs.items():
             if not IMAGE_REFERENCE.fullmatch(image):
-                raise ConfigError(f"{where}: {name}: not an image reference: {image!r} (pairs are separated by spaces)")
+                raise ConfigError(f"{where}: {name}: not an image reference: {image!r}{hint}")
     return {**from_file, **from_env}
 
 
