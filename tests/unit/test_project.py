@@ -4,7 +4,6 @@ source (git-tracked minus .dockerignore) in the build plan, and pointed errors f
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,8 @@ import pytest
 from tests.unit.matrix_text import VALID
 from torchyard.errors import ConfigError
 from torchyard.image.context import project_files, select
-from torchyard.image.plan import plan_build
+from torchyard.image.plan import BuildPlan, plan_build
+from torchyard.image.source import ProjectFile
 from torchyard.lock.check import check_entry
 from torchyard.lock.inputs import LockInputs, requirements_in
 from torchyard.lock.lockfile import lock_path, render_lockfile
@@ -120,37 +120,36 @@ def test_dynamic_dependencies_cannot_be_locked(tmp_path: Path) -> None:
     assert "project.dynamic lists dependencies" in error_of(root, project='"."')
 
 
+@pytest.mark.real_subprocess
 def test_project_source_is_what_git_tracks_minus_dockerignore(tmp_path: Path) -> None:
     root = project_tree(tmp_path)
+    subprocess.run(["git", "init", "--quiet", str(root)], check=True)
+    subprocess.run(["git", "-C", str(root), "add", "--force", "."], check=True)
+    (root / "src" / "robo_policy" / "new.py").write_text("NEW = 1\n")  # untracked, not ignored: part of it
+    files = project_files(root)
+    assert [item.path for item in files] == [
+        ".dockerignore", "keep.log", "pyproject.toml", "src/robo_policy/__init__.py", "src/robo_policy/new.py",
+        "tests/test_it.py",
+    ]  # fmt: skip
+    assert [item.path for item in select(files, ["tests", "pyproject.toml"])] == ["pyproject.toml", "tests/test_it.py"]
 
-    def git(args: Sequence[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-        assert list(args)[:2] == ["git", "ls-files"]
-        tracked = ["keep.log", "notes/draft.log", "pyproject.toml", "src/robo_policy/__init__.py", "tests/test_it.py"]
-        return subprocess.CompletedProcess(args, 0, "\0".join([*tracked, ".dockerignore"]) + "\0", "")
 
-    files = project_files(root, git)
-    assert files == (".dockerignore", "keep.log", "pyproject.toml", "src/robo_policy/__init__.py", "tests/test_it.py")
-    assert select(files, ["tests", "pyproject.toml"]) == ("pyproject.toml", "tests/test_it.py")
-
-
+@pytest.mark.real_subprocess
 def test_build_plan_carries_the_tests_and_is_keyed_by_the_source(tmp_path: Path) -> None:
     root = project_tree(tmp_path)
     entry: Entry = load(root)
     lockdir = tmp_path / "lockfiles"
     lockdir.mkdir()
     lock_path(lockdir, entry).write_text("# lock\n")
-
-    def git(args: Sequence[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-        names = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "lockfiles" not in p.parts)
-        return subprocess.CompletedProcess(args, 0, "\0".join(names) + "\0", "")
+    subprocess.run(["git", "init", "--quiet", str(root)], check=True)
+    subprocess.run(["git", "-C", str(root), "add", "."], check=True)
 
     def plan() -> tuple[str, dict[str, bytes]]:
         built = plan_build(
-            entry, lockdir, base_image="b", base_id="i", uv_version="0.13.9", revision="r", source_date_epoch="0",
-            runner=git,
-        )  # fmt: skip
+            entry, lockdir, base_image="b", base_id="i", uv_version="0.13.9", revision="r", source_date_epoch="0"
+        )
         assert built.project_root == root
-        return built.tag, dict(built.context)
+        return built.tag, {f"workspace/{item.path}": item.data for item in built.workspace}
 
     first, context = plan()
     assert "workspace/tests/test_it.py" in context and "workspace/pyproject.toml" in context
@@ -161,6 +160,31 @@ def test_build_plan_carries_the_tests_and_is_keyed_by_the_source(tmp_path: Path)
     second = plan()[0]
     (root / "notes" / "draft.log").write_text("changed again, still ignored\n")
     assert plan()[0] == second
+
+
+@pytest.mark.real_subprocess
+def test_a_committed_link_is_planned_as_a_link_and_its_target_never_read(tmp_path: Path) -> None:
+    root = project_tree(tmp_path / "project")
+    secret = tmp_path / "id_rsa"
+    secret.write_text("the runner's key\n")
+    (root / "tests" / "key").symlink_to(secret)
+    entry: Entry = load(root)
+    lockdir = tmp_path / "lockfiles"
+    lockdir.mkdir()
+    lock_path(lockdir, entry).write_text("# lock\n")
+    subprocess.run(["git", "init", "--quiet", str(root)], check=True)
+    subprocess.run(["git", "-C", str(root), "add", "."], check=True)
+
+    def plan() -> BuildPlan:
+        return plan_build(
+            entry, lockdir, base_image="b", base_id="i", uv_version="0.13.9", revision="r", source_date_epoch="0"
+        )
+
+    first = plan()
+    assert ProjectFile("tests/key", "link", str(secret).encode()) in first.workspace
+    assert not any(b"runner's key" in item.data for item in (*first.workspace, *first.project_files))
+    secret.write_text("another key\n")
+    assert plan().tag == first.tag
 
 
 def test_a_project_requirement_that_is_not_pep_508_is_one_line(tmp_path: Path) -> None:

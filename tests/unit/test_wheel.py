@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from torchyard.errors import ImageBuildError
+from torchyard.image.source import ProjectFile
 from torchyard.image.wheel import build_args, build_requirements, fetch_args, take_wheels
 
 
@@ -41,13 +42,17 @@ def test_the_requirements_are_fetched_without_the_source_as_wheels_only(tmp_path
     assert "--only-binary :all:" in args[-3] and args[-2:] == ("fetch", "hatchling>=1.20")
 
 
-def test_build_requirements_are_read_without_running_anything(tmp_path: Path) -> None:
-    assert build_requirements(tmp_path) == ("setuptools>=40.8.0",)  # PEP 517's default
-    (tmp_path / "pyproject.toml").write_text('[build-system]\nrequires = ["hatchling"]\nbuild-backend = "x"\n')
-    assert build_requirements(tmp_path) == ("hatchling",)
-    (tmp_path / "pyproject.toml").write_text("[build-system]\nrequires = 'hatchling'\n")
+def pyproject(text: str) -> list[ProjectFile]:
+    return [ProjectFile("pyproject.toml", "file", text.encode())]
+
+
+def test_build_requirements_are_read_without_running_anything() -> None:
+    assert build_requirements([]) == ("setuptools>=40.8.0",)  # PEP 517's default
+    assert build_requirements(pyproject('[build-system]\nrequires = ["hatchling"]\nbuild-backend = "x"\n')) == (
+        "hatchling",
+    )
     with pytest.raises(ImageBuildError, match="requires is not a list of strings"):
-        build_requirements(tmp_path)
+        build_requirements(pyproject("[build-system]\nrequires = 'hatchling'\n"))
 
 
 def test_only_regular_wheels_are_taken_back(tmp_path: Path) -> None:

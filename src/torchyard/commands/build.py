@@ -75,7 +75,7 @@ def build_images(
         base_id = base_identity(base, client) or entry.accelerator.require_base_image().digest
         plan = plan_build(
             entry, lockdir, base_image=base, base_id=base_id, uv_version=uv, revision=revision,
-            source_date_epoch=epoch, runner=runner,
+            source_date_epoch=epoch,
         )  # fmt: skip
         print(f"[{position}/{len(entries)}] {entry.name}: {plan.tag}", file=sys.stderr, flush=True)
         # An untrusted run uses the image a trusted run built from the same inputs, else builds one of its
@@ -84,7 +84,7 @@ def build_images(
         if image is None and not policy.trusted:
             plan = plan_build(
                 entry, lockdir, base_image=base, base_id=base_id, uv_version=uv, revision=revision,
-                source_date_epoch=epoch, policy_args=policy.build_args, runner=runner,
+                source_date_epoch=epoch, policy_args=policy.build_args,
             )  # fmt: skip
         if image is None:
             image = build_image(

@@ -31,6 +31,7 @@ from torchyard.image.plan import BuildOptions, BuildPlan
 from torchyard.image.policy import BuildPolicy, check_entry, without_credentials
 from torchyard.image.registry import Registry, Transfer, client_environment, pull, push
 from torchyard.image.serve import served
+from torchyard.image.source import ProjectFile, write_files
 from torchyard.image.wheel import build_wheel_sealed
 from torchyard.matrix.machine import Source, extra_find_links, index_args, load_mirrors, sources_for
 from torchyard.matrix.schema import Entry
@@ -86,33 +87,31 @@ def wheel_build_args(source: Path, out_dir: Path, sources: Sequence[Source]) -> 
 
 
 def stage_context(plan: BuildPlan, context: Path) -> None:
-    """Write the context: the planned files (the project's wheel joins them once built, sealed)."""
+    """Write the context: the planned files and the project's tests, links as links (the project's wheel
+    joins them once built, sealed)."""
     for name, data in plan.context:
         target = context / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
     (context / "workspace").mkdir(exist_ok=True)
+    write_files(plan.workspace, context / "workspace")
     (context / "project").mkdir(exist_ok=True)
 
 
 def build_project_wheel(
     entry: str,
-    root: Path,
-    names: Sequence[str],
+    files: Sequence[ProjectFile],
     out_dir: Path,
     sources: Sequence[Source],
     *,
     runner: proc.Runner,
     env: Mapping[str, str],
 ) -> list[Path]:
-    """Build the project's wheel from exactly `names` (its tracked source, copied aside) into `out_dir`."""
+    """Build the project's wheel from exactly `files` (its source, written aside) into `out_dir`."""
     with tempfile.TemporaryDirectory(prefix="torchyard-project-") as scratch:
         source = Path(scratch)
-        for name in names:
-            target = source / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes((root / name).read_bytes())
-        print(f"building the project's wheel from {len(names)} files", file=sys.stderr, flush=True)
+        write_files(files, source)
+        print(f"building the project's wheel from {len(files)} files", file=sys.stderr, flush=True)
         try:
             runner(wheel_build_args(source, out_dir, sources), env={**env, "UV_NO_PROGRESS": "1"})
         except CommandError as error:
@@ -433,7 +432,7 @@ def build_image(
             toolchain = Path(scratch) / "toolchain-iid"
             run_build(entry, plan, builder(toolchain, "toolchain"), cli=cli, registry=registry, runner=runner, env=env)
             build_wheel_sealed(
-                entry.name, plan.project_root, plan.project_sources, context / "project",
+                entry.name, plan.project_files, context / "project",
                 image=toolchain.read_text().strip(), docker_path=cli.path, sources=reachable,
                 host_network=host_network, ca_bundle=ca_bundle, runner=runner, env=env,
             )  # fmt: skip

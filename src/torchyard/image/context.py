@@ -1,6 +1,6 @@
 """What goes into a build context, decided without copying anything: torchyard's in-image files (read
 from the installed package with importlib.resources, never from the current directory) and the project's
-source (the files git tracks, minus `.dockerignore`), each as (path in the context, bytes source).
+source (`torchyard.image.source`: what git tracks and does not ignore, minus `.dockerignore`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pathspec
 
-from torchyard.errors import CommandError, CommandNotFoundError
+from torchyard.image.source import ProjectFile, read_project
 from torchyard.util import proc
 
 # The in-image side and the stdlib-only modules it shares with the host (tests/unit/test_layout.py
@@ -56,12 +56,13 @@ def inimage_files() -> ContextFiles:
     return tuple(found)
 
 
-def _dockerignore(root: Path) -> pathspec.GitIgnoreSpec:
-    """The project's `.dockerignore` (anchored at the root, as Docker reads it) plus what never belongs."""
+def _dockerignore(files: Sequence[ProjectFile]) -> pathspec.GitIgnoreSpec:
+    """The project's `.dockerignore` (anchored at the root, as Docker reads it) plus what never belongs;
+    read from the project's files, so a `.dockerignore` that is a link is no `.dockerignore`."""
     lines = list(ALWAYS_IGNORED)
-    ignore = root / ".dockerignore"
-    if ignore.is_file():
-        for raw in ignore.read_text(encoding="utf-8", errors="replace").splitlines():
+    ignore = next((item for item in files if item.path == ".dockerignore" and item.mode != "link"), None)
+    if ignore is not None:
+        for raw in ignore.data.decode("utf-8", errors="replace").splitlines():
             line = raw.strip()
             if not line or line.startswith("#"):
                 continue
@@ -72,30 +73,20 @@ def _dockerignore(root: Path) -> pathspec.GitIgnoreSpec:
     return pathspec.GitIgnoreSpec.from_lines(lines)
 
 
-def _tracked(root: Path, runner: proc.Runner) -> list[str] | None:
-    """The files git tracks under `root`, and new ones it does not ignore (None outside a git work tree)."""
-    try:
-        listed = runner(
-            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "."], cwd=root, capture=True
-        )
-    except (CommandError, CommandNotFoundError):
-        return None
-    return sorted(name for name in listed.stdout.split("\0") if name)
+def project_files(root: Path, git: proc.DataRunner = proc.data) -> tuple[ProjectFile, ...]:
+    """The project's source: what git tracks and does not ignore (or, outside git, every file), minus
+    `.dockerignore`, read without following a link (`torchyard.image.source`)."""
+    files = read_project(root, git)
+    spec = _dockerignore(files)
+    return tuple(item for item in files if not spec.match_file(item.path))
 
 
-def project_files(root: Path, runner: proc.Runner = proc.run) -> tuple[str, ...]:
-    """The project's source: what git tracks (or, outside git, every file), minus `.dockerignore`."""
-    names = _tracked(root, runner)
-    if names is None:
-        names = sorted(str(path.relative_to(root)) for path in root.rglob("*") if path.is_file())
-    spec = _dockerignore(root)
-    return tuple(name for name in names if (root / name).is_file() and not spec.match_file(name))
-
-
-def select(names: Sequence[str], prefixes: Sequence[str]) -> tuple[str, ...]:
-    """The names under any of `prefixes` (a file or a folder, relative to the project root)."""
+def select(files: Sequence[ProjectFile], prefixes: Sequence[str]) -> tuple[ProjectFile, ...]:
+    """The files under any of `prefixes` (a file or a folder, relative to the project root)."""
     cleaned = [prefix.strip("/") for prefix in prefixes]
-    return tuple(name for name in names if any(name == prefix or name.startswith(prefix + "/") for prefix in cleaned))
+    return tuple(
+        item for item in files if any(item.path == prefix or item.path.startswith(prefix + "/") for prefix in cleaned)
+    )
 
 
 def files_digest(pairs: Sequence[tuple[str, bytes]]) -> str:
@@ -103,3 +94,8 @@ def files_digest(pairs: Sequence[tuple[str, bytes]]) -> str:
     for name, data in pairs:
         digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
     return digest.hexdigest()
+
+
+def project_digest(files: Sequence[ProjectFile]) -> str:
+    """`files_digest` with each file's mode: a link and a file of the same text are different sources."""
+    return files_digest([(f"{item.mode}:{item.path}", item.data) for item in files])

@@ -15,8 +15,9 @@ from pathlib import Path
 from torchyard import __version__
 from torchyard.accelerators import ACCELERATORS
 from torchyard.errors import ImageBuildError
-from torchyard.image.context import files_digest, inimage_files, project_files, select
+from torchyard.image.context import files_digest, inimage_files, project_digest, project_files, select
 from torchyard.image.layers import Layer, keyed, keys_label, split_lock
+from torchyard.image.source import ProjectFile
 from torchyard.lock.lockfile import lock_path, read_header
 from torchyard.matrix.schema import Entry
 from torchyard.util import proc
@@ -61,7 +62,8 @@ class BuildOptions:
 
 @dataclass(frozen=True)
 class BuildPlan:
-    """Everything one image build needs; `context` maps each path in the build context to its bytes."""
+    """Everything one image build needs: `context` maps each of torchyard's paths in the build context to
+    its bytes; `workspace` is the project's tests (under `workspace/`), links kept as links."""
 
     entry: str
     base_image: str
@@ -72,7 +74,8 @@ class BuildPlan:
     python: str
     context: tuple[tuple[str, bytes], ...]
     project_root: Path | None  # built into a wheel for the context when the image is built
-    project_sources: tuple[str, ...]
+    project_files: tuple[ProjectFile, ...]
+    workspace: tuple[ProjectFile, ...] = ()
     layers: tuple[Layer, ...] = ()  # the lock's groups, one image layer each, in install order
 
 
@@ -100,7 +103,7 @@ def plan_build(
     revision: str,
     source_date_epoch: str,
     policy_args: tuple[tuple[str, str], ...] = (),
-    runner: proc.Runner = proc.run,
+    git: proc.DataRunner = proc.data,
 ) -> BuildPlan:
     """Everything the build needs, decided without touching Docker."""
     lock_bytes = _read_lock(entry, lockdir)
@@ -118,12 +121,11 @@ def plan_build(
         raise ImageBuildError(f"entry {entry.name!r}: {lock_path(lockdir, entry)}: {error}") from None
     context += [(layer.path, layer.text.encode()) for layer in layers]
     context += [(f"inimage/{name}", node.read_bytes()) for name, node in inimage_files()]
-    project_sources: tuple[str, ...] = ()
+    sources: tuple[ProjectFile, ...] = ()
+    workspace: tuple[ProjectFile, ...] = ()
     if entry.project is not None:
-        root = entry.project.root
-        project_sources = project_files(root, runner)
-        tests = select(project_sources, [*entry.tests, *PYTEST_CONFIG]) if entry.tests else ()
-        context += [(f"workspace/{name}", (root / name).read_bytes()) for name in tests]
+        sources = project_files(entry.project.root, git)
+        workspace = select(sources, [*entry.tests, *PYTEST_CONFIG]) if entry.tests else ()
     content_args = (
         ("BASE_IMAGE", base_image),
         ("PYTHON", f"python{entry.python}"),
@@ -153,8 +155,8 @@ def plan_build(
         digest.update(f"{key}={value}\0".encode())
     digest.update(files_digest(context).encode())
     if entry.project is not None:
-        sources = [(name, (entry.project.root / name).read_bytes()) for name in project_sources]
-        digest.update(b"project\0" + files_digest(sources).encode())
+        digest.update(b"workspace\0" + project_digest(workspace).encode())
+        digest.update(b"project\0" + project_digest(sources).encode())
     # The revision and date label the image; they do not make its content, so they stay out of the tag.
     # Inline cache metadata lets a later build reuse this image's layers even after the builder's own
     # cache was pruned (it is passed as --cache-from then).
@@ -175,6 +177,7 @@ def plan_build(
         python=entry.python,
         context=tuple(context),
         project_root=entry.project.root if entry.project else None,
-        project_sources=project_sources,
+        project_files=sources,
+        workspace=workspace,
         layers=layers,
     )

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from torchyard.errors import CommandError, ImageBuildError
+from torchyard.image.source import ProjectFile, write_files
 from torchyard.matrix.machine import Source, index_args
 from torchyard.run.container import run_user
 from torchyard.util import proc
@@ -47,13 +48,17 @@ BUILD_SCRIPT = (
 )
 
 
-def build_requirements(source: Path) -> tuple[str, ...]:
-    """`[build-system] requires` of the project's pyproject.toml, read without running anything."""
-    try:
-        data = tomllib.loads((source / "pyproject.toml").read_text(encoding="utf-8"))
-    except FileNotFoundError:
+def build_requirements(files: Sequence[ProjectFile]) -> tuple[str, ...]:
+    """`[build-system] requires` of the project's pyproject.toml, read without running anything (and from
+    the project's files, so a pyproject.toml that is a link is never followed on the host)."""
+    pyproject = next((item for item in files if item.path == "pyproject.toml"), None)
+    if pyproject is None:
         return DEFAULT_REQUIRES
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+    if pyproject.mode == "link":
+        raise ImageBuildError("the project's pyproject.toml is a link: torchyard reads only a regular file there")
+    try:
+        data = tomllib.loads(pyproject.data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise ImageBuildError(f"the project's pyproject.toml cannot be read: {error}") from None
     system = data.get("build-system", {})
     requires = system.get("requires", list(DEFAULT_REQUIRES)) if isinstance(system, dict) else None
@@ -117,8 +122,7 @@ def take_wheels(out: Path, target: Path) -> list[Path]:
 
 def build_wheel_sealed(
     entry: str,
-    root: Path,
-    names: Sequence[str],
+    files: Sequence[ProjectFile],
     target: Path,
     *,
     image: str,
@@ -129,14 +133,12 @@ def build_wheel_sealed(
     runner: proc.Runner,
     env: Mapping[str, str],
 ) -> list[Path]:
-    """Build the project's wheel from exactly `names` in two sealed containers of `image`; into `target`."""
+    """Build the project's wheel from exactly `files` in two sealed containers of `image`; into `target`."""
     name = f"torchyard-wheel-{entry}-{os.urandom(4).hex()}"
     with tempfile.TemporaryDirectory(prefix="torchyard-wheel-") as scratch:
         source = Path(scratch) / "source"
-        for relative in names:
-            path = source / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes((root / relative).read_bytes())
+        source.mkdir()
+        write_files(files, source)
         source.chmod(0o755)
         user = run_user(os.getuid(), os.getgid())  # as a test container runs: never root
         buildenv = _writable_by(Path(scratch) / "buildenv", user)
@@ -144,9 +146,9 @@ def build_wheel_sealed(
         index_file = Path(scratch) / "index-args"
         index_file.write_text(" ".join(index_args(sources)) + "\n")
         index_file.chmod(0o644)
-        requires = build_requirements(source)
+        requires = build_requirements(files)
         print(
-            f"building the project's wheel from {len(names)} files in a sealed container "
+            f"building the project's wheel from {len(files)} files in a sealed container "
             f"(build requirements: {', '.join(requires)})",
             file=sys.stderr,
             flush=True,

@@ -117,9 +117,8 @@ def run_local(
             f"[3/{steps}] building and installing {entry.project.name} (no dependencies)", file=sys.stderr, flush=True
         )
         with tempfile.TemporaryDirectory(prefix="torchyard-wheels-") as out:
-            names = project_files(entry.project.root, runner)
             wheels = build_project_wheel(
-                entry.name, entry.project.root, names, Path(out), sources, runner=runner, env=uv_env
+                entry.name, project_files(entry.project.root), Path(out), sources, runner=runner, env=uv_env
             )
             install = ["uv", "pip", "install", "--quiet", "--python", str(python), "--no-deps", "--no-config"]
             # Bytecode as the lock's packages have it: the suites import the project at start-up.

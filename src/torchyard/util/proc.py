@@ -40,6 +40,10 @@ class Runner(Protocol):
     ) -> subprocess.CompletedProcess[str]: ...
 
 
+class DataRunner(Protocol):
+    def __call__(self, args: Sequence[str], *, cwd: Path | None = None, stdin: bytes = b"") -> bytes: ...
+
+
 SECRET_NAMES = re.compile(r"TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIAL|API_KEY|AUTH", re.IGNORECASE)
 USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s'\"]+@")
 QUERY_SECRET = re.compile(
@@ -132,6 +136,24 @@ def run(
             f"{Path(args[0]).name} failed with exit status {completed.returncode}{where}", completed.returncode, output
         )
     return completed
+
+
+def data(args: Sequence[str], *, cwd: Path | None = None, stdin: bytes = b"") -> bytes:
+    """Run `args` with `stdin` and return its stdout as bytes: for output that is data, not text (git's
+    objects, paths in any encoding). A failure is a `CommandError` as with `run`."""
+    found = executable(args[0], os.environ.get("PATH"))
+    if found is None:
+        raise CommandNotFoundError(f"{args[0]}: command not found")
+    print(f"+ {format_command(args)}", file=sys.stderr, flush=True)
+    completed = subprocess.run([found, *args[1:]], cwd=cwd, input=stdin, capture_output=True, check=False)
+    if completed.returncode != 0:
+        why = cause(completed.stderr.decode(errors="replace"))
+        raise CommandError(
+            f"{Path(args[0]).name} failed with exit status {completed.returncode}{f': {why}' if why else ''}",
+            completed.returncode,
+            completed.stderr.decode(errors="replace"),
+        )
+    return completed.stdout
 
 
 def _tee(command: list[str], env: Mapping[str, str] | None, cwd: Path | None) -> subprocess.CompletedProcess[str]:
