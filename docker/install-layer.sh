@@ -3,7 +3,8 @@
 # exactly that group's pins with their hashes (torchyard.image.layers), so the layer's cache key is those pins.
 # Every file is hash-checked and nothing beyond the group is installed (--no-deps: the lock is the whole tree,
 # and the groups divide it). A vendor entry's lock never names a vendor package; --override holds them at the
-# recorded versions all the same, and the verify step after each group fails the build naming any package
+# recorded versions all the same, and the vendor guard on the built image (torchyard.image.check, sealed: this
+# step has the network and runs as root, so it runs no installed code) fails the build naming any package
 # that was replaced or shadowed. uv refuses an --override pin without a hash under --require-hashes, so vendor
 # entries verify every hash the group carries (--verify-hashes) instead of requiring them.
 # Index URLs (and any credentials in them) come in as a secret: never in a layer or the history.
@@ -25,4 +26,3 @@ if [ -n "${VENDOR_PACKAGES}" ]; then hashes=(--verify-hashes --override /opt/tor
 if [ -n "${WHEELS_ONLY}" ]; then hashes+=(--no-build); fi
 uv pip install --python /opt/torchyard/venv/bin/python --no-deps --no-config --compile-bytecode \
     "${hashes[@]}" "${index_args[@]}" -r "${requirements}"
-/opt/torchyard/venv/bin/python /opt/torchyard/vendor.py verify /opt/torchyard/vendor.json

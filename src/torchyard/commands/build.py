@@ -80,11 +80,11 @@ def build_images(
         print(f"[{position}/{len(entries)}] {entry.name}: {plan.tag}", file=sys.stderr, flush=True)
         # An untrusted run uses the image a trusted run built from the same inputs, else builds one of its
         # own (under its own tag: no trusted run ever reuses what an untrusted build made).
-        image = None if policy.trusted else reuse_image(entry, plan, client, registry=registry, env=env)
+        image = None if policy.trusted else reuse_image(entry, plan, client, registry=registry, env=env, policy=policy)
         if image is None and not policy.trusted:
             plan = plan_build(
                 entry, lockdir, base_image=base, base_id=base_id, uv_version=uv, revision=revision,
-                source_date_epoch=epoch, policy_args=policy.build_args,
+                source_date_epoch=epoch, policy=policy,
             )  # fmt: skip
         if image is None:
             image = build_image(

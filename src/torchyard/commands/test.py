@@ -25,12 +25,11 @@ from torchyard.run.container import (
     container_name,
     require_device_runtime,
     run_entry,
-    run_user,
 )
 from torchyard.run.inplace import run_in_place
 from torchyard.run.reports import read_report
 from torchyard.run.scopes import cache_scope
-from torchyard.run.seal import Seal, default_memory
+from torchyard.run.seal import Seal, default_memory, run_user
 from torchyard.run.venv import run_local
 from torchyard.trust import TRUST_ENV, RunTrust, project_scope, resolve_trust
 from torchyard.util import proc

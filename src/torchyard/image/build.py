@@ -24,8 +24,10 @@ import docker
 import docker.errors
 from docker.models.images import Image
 
+from torchyard.accelerators import ACCELERATORS
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.host.engine import DockerCli
+from torchyard.image.check import check_image
 from torchyard.image.layers import Layer, read_keys_label
 from torchyard.image.plan import BuildOptions, BuildPlan
 from torchyard.image.policy import BuildPolicy, check_entry, without_credentials
@@ -35,6 +37,7 @@ from torchyard.image.source import ProjectFile, write_files
 from torchyard.image.wheel import build_wheel_sealed
 from torchyard.matrix.machine import Source, extra_find_links, index_args, load_mirrors, sources_for
 from torchyard.matrix.schema import Entry
+from torchyard.run.seal import run_user
 from torchyard.util import proc
 from torchyard.util.proc import cause
 
@@ -360,9 +363,11 @@ def reuse_image(
     options: BuildOptions = NO_OPTIONS,
     registry: Registry | None = None,
     env: Mapping[str, str] = os.environ,
+    policy: BuildPolicy = TRUSTED,
 ) -> Built | None:
     """`plan`'s image when this runner has it, or pulled from the registry by its content-addressed tag;
-    None when it would have to be built."""
+    None when it would have to be built. An untrusted run uses a trusted image as it is, and moves no tag
+    of it (the alias a trusted build reads stays where trusted builds put it)."""
     started = time.monotonic()
     existing = _local_image(client, plan.tag)
     origin: Origin = "local"
@@ -375,7 +380,8 @@ def reuse_image(
             origin = "pulled"
     if existing is None:
         return None
-    existing.tag(plan.alias)
+    if policy.trusted:
+        existing.tag(plan.alias)
     pushed = publish(client, registry, existing, plan, env) if options.push else ()
     seconds = time.monotonic() - started
     return Built(entry.name, plan.tag, existing.attrs["Size"], seconds, origin, pushed, pulled)
@@ -397,7 +403,7 @@ def build_image(
     content-addressed tag, else build it (taking layers from the registry's cache); `--push` publishes
     it. The base is checked before the first layer (the caller has checked the lock)."""
     started = time.monotonic()
-    reused = reuse_image(entry, plan, client, options=options, registry=registry, env=env)
+    reused = reuse_image(entry, plan, client, options=options, registry=registry, env=env, policy=policy)
     if reused is not None:
         return reused
     check_entry(entry, policy)
@@ -440,6 +446,11 @@ def build_image(
         print(f"building {plan.tag} for entry {entry.name!r} from {plan.base_image}", file=sys.stderr, flush=True)
         completed = run_build(entry, plan, args, cli=cli, registry=registry, runner=runner, env=env)
         image_id = iidfile.read_text().strip() if iidfile.exists() else ""
+        checks = ACCELERATORS[entry.accelerator.name].IMAGE_CHECKS
+        check_image(
+            entry.name, image_id, checks, name=f"torchyard-{entry.name}-{os.urandom(4).hex()}",
+            user=run_user(os.getuid(), os.getgid()), docker_path=cli.path, runner=runner, env=env,
+        )  # fmt: skip
         if plan.project_root is not None:  # the toolchain stage's untagged image: its layers stay in the image
             with contextlib.suppress(docker.errors.APIError):
                 client.images.remove(toolchain.read_text().strip())

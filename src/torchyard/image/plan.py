@@ -17,12 +17,18 @@ from torchyard.accelerators import ACCELERATORS
 from torchyard.errors import ImageBuildError
 from torchyard.image.context import files_digest, inimage_files, project_digest, project_files, select
 from torchyard.image.layers import Layer, keyed, keys_label, split_lock
+from torchyard.image.policy import BuildPolicy
 from torchyard.image.source import ProjectFile
 from torchyard.lock.lockfile import lock_path, read_header
 from torchyard.matrix.schema import Entry
+from torchyard.trust import Trust
 from torchyard.util import proc
 
 REPOSITORY = "torchyard"
+# The tag that names an entry's last image, per trust: a trusted build reads `latest` (its base check and its
+# layer cache come from it), so an untrusted build never moves it.
+ALIASES: dict[Trust, str] = {"trusted": "latest", "untrusted": "untrusted"}
+TRUSTED_BUILD = BuildPolicy()
 # The build arguments in scope for the dependency layers (the rest label the image).
 LAYER_ARGS = frozenset(
     {"BASE_IMAGE", "BASE_DIGEST", "PYTHON", "VENDOR_PACKAGES", "SYSTEM_PACKAGES", "UV_VERSION", "WHEELS_ONLY"}
@@ -49,6 +55,19 @@ def image_file(name: str) -> bytes:
 def dockerfile() -> bytes:
     """The one Dockerfile."""
     return image_file("Dockerfile")
+
+
+# Each cache mount's id, as the Dockerfile spells it for a trusted build.
+TRUSTED_CACHE_ID = b"id=torchyard-uv-trusted,"
+
+
+def scoped_dockerfile(text: bytes, scope: Trust) -> bytes:
+    """The Dockerfile with every cache mount's id naming `scope`, so an untrusted build never writes a cache
+    a trusted one reads (written into the text: this engine's built-in BuildKit frontend does not expand a
+    build argument in a mount option). A cache mount without torchyard's id is refused."""
+    if text.count(b"--mount=type=cache,") != text.count(b"--mount=type=cache," + TRUSTED_CACHE_ID):
+        raise ImageBuildError("torchyard's Dockerfile has a cache mount whose id does not name its trust scope")
+    return text.replace(TRUSTED_CACHE_ID, f"id=torchyard-uv-{scope},".encode())
 
 
 @dataclass(frozen=True)
@@ -102,15 +121,18 @@ def plan_build(
     uv_version: str,
     revision: str,
     source_date_epoch: str,
-    policy_args: tuple[tuple[str, str], ...] = (),
+    policy: BuildPolicy = TRUSTED_BUILD,
     git: proc.DataRunner = proc.data,
 ) -> BuildPlan:
-    """Everything the build needs, decided without touching Docker."""
+    """Everything the build needs, decided without touching Docker. An untrusted `policy` gets a cache
+    scope, a content tag and an alias of its own: nothing it builds is what a trusted build reads."""
+    scope: Trust = "trusted" if policy.trusted else "untrusted"
+    image_dockerfile = scoped_dockerfile(dockerfile(), scope)
     lock_bytes = _read_lock(entry, lockdir)
     fields, _ = read_header(lock_bytes.decode("utf-8", errors="replace"))
     vendor = tuple(pin.name for pin in entry.accelerator.vendor)
     context: list[tuple[str, bytes]] = [
-        ("Dockerfile", dockerfile()),
+        ("Dockerfile", image_dockerfile),
         (".dockerignore", image_file(".dockerignore")),
         ("lock.txt", lock_bytes),
         ("install-layer.sh", image_file("install-layer.sh")),
@@ -138,11 +160,11 @@ def plan_build(
         ("BASE_DIGEST", base_id),
         ("TORCHYARD_VERSION", __version__),
         ("PROJECT", entry.project.name if entry.project else ""),
-        *policy_args,
+        *policy.build_args,
     )
     # What decides the image below the first dependency layer; the label-only arguments (entry, lock
     # digest, versions) come after the groups in the Dockerfile, so they stay out.
-    below = hashlib.sha256(dockerfile() + image_file("install-layer.sh"))
+    below = hashlib.sha256(image_dockerfile + image_file("install-layer.sh"))
     for name, node in inimage_files():
         if name.endswith("/inimage/vendor.py"):
             below.update(node.read_bytes())
@@ -172,7 +194,7 @@ def plan_build(
         base_image=base_image,
         build_args=build_args,
         tag=f"{REPOSITORY}/{entry.name}:{digest.hexdigest()[:16]}",
-        alias=f"{REPOSITORY}/{entry.name}:latest",
+        alias=f"{REPOSITORY}/{entry.name}:{ALIASES[scope]}",
         vendor=vendor,
         python=entry.python,
         context=tuple(context),

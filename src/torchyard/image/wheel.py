@@ -27,13 +27,11 @@ from pathlib import Path
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.image.source import ProjectFile, write_files
 from torchyard.matrix.machine import Source, index_args
-from torchyard.run.container import run_user
+from torchyard.run.seal import bounded, helper_args, run_user
 from torchyard.util import proc
 
 # PEP 517: a project without [build-system] is built by setuptools' legacy backend.
 DEFAULT_REQUIRES = ("setuptools>=40.8.0",)
-SEAL = ("--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--read-only")
-SCRATCH = "/tmp:rw,exec,nosuid,nodev,mode=1777,size=2g"
 BUILDENV = "/opt/torchyard-build"
 CA_TARGET = "/run/torchyard/cacert"
 INDEX_ARGS_TARGET = "/run/torchyard/index-args"
@@ -77,25 +75,25 @@ def fetch_args(
         "--env", f"SSL_CERT_FILE={CA_TARGET}", "--env", "UV_NATIVE_TLS=1",
     )  # fmt: skip
     return (
-        "run", "--rm", "--name", f"{name}-fetch", "--user", user, *SEAL,
+        "run", "--rm", "--name", f"{name}-fetch", *helper_args(user, network=True),
         *(("--network", "host") if host_network else ()),
-        "--tmpfs", SCRATCH, "--env", "HOME=/tmp", "--env", "UV_CACHE_DIR=/tmp/uv",
+        "--env", "HOME=/tmp", "--env", "UV_CACHE_DIR=/tmp/uv",
         "--mount", f"type=bind,source={buildenv},target={BUILDENV}",
         "--mount", f"type=bind,source={index_file},target={INDEX_ARGS_TARGET},readonly",
         *ca,
-        "--entrypoint", "/bin/bash", image, "-e", "-c", FETCH_SCRIPT, "fetch", *requires,
+        *bounded(image, ("/bin/bash", "-e", "-c", FETCH_SCRIPT, "fetch", *requires)),
     )  # fmt: skip
 
 
 def build_args(image: str, *, name: str, user: str, source: Path, buildenv: Path, out: Path) -> tuple[str, ...]:
     """`docker run` that builds the wheel: no network, no secret, the source read-only, one output folder."""
     return (
-        "run", "--rm", "--name", f"{name}-build", "--user", user, *SEAL, "--network", "none",
-        "--tmpfs", SCRATCH, "--env", "HOME=/tmp", "--env", "UV_CACHE_DIR=/tmp/uv",
+        "run", "--rm", "--name", f"{name}-build", *helper_args(user),
+        "--env", "HOME=/tmp", "--env", "UV_CACHE_DIR=/tmp/uv",
         "--mount", f"type=bind,source={source},target=/src,readonly",
         "--mount", f"type=bind,source={buildenv},target={BUILDENV},readonly",
         "--mount", f"type=bind,source={out},target=/out",
-        "--entrypoint", "/bin/bash", image, "-e", "-c", BUILD_SCRIPT,
+        *bounded(image, ("/bin/bash", "-e", "-c", BUILD_SCRIPT)),
     )  # fmt: skip
 
 

@@ -29,11 +29,10 @@ from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
 from torchyard.run.reports import exclusive_run, fresh_folder, hand_back, read_report
 from torchyard.run.scopes import CacheScope, seed_args
-from torchyard.run.seal import Seal, check_matrix_flags, sealing_args
+from torchyard.run.seal import IMAGE_USER, Seal, check_matrix_flags, sealing_args
 from torchyard.trust import TRUST_ENV
 from torchyard.util import proc
 
-IMAGE_USER = "1000:1000"
 OOM_STATUS = 137
 TIMEOUT_STATUS = 124  # as timeout(1) exits
 
@@ -53,11 +52,6 @@ class RunPlan:
 
 def container_name(entry: Entry) -> str:
     return f"torchyard-{entry.name}-{uuid.uuid4().hex[:8]}"
-
-
-def run_user(uid: int, gid: int) -> str:
-    """The caller's ids, so report files are theirs; root runs as the image's unprivileged user instead."""
-    return IMAGE_USER if uid == 0 else f"{uid}:{gid}"
 
 
 def docker_run_args(

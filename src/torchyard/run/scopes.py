@@ -18,6 +18,7 @@ from pathlib import Path
 
 from torchyard import contract
 from torchyard.matrix.schema import Entry
+from torchyard.run.seal import bounded, helper_args
 from torchyard.trust import Trust
 
 CACHES = Path(".torchyard") / "cache"
@@ -52,17 +53,14 @@ def cache_scope(entry: Entry, project: str, trust: Trust, run_id: str) -> CacheS
 
 
 def seed_args(scope: CacheScope, *, image: str, user: str, name: str) -> tuple[str, ...]:
-    """`docker run` that copies the trusted scope into the untrusted run's own volume, sealed like a test
-    container (the copy runs the image's `cp`, no code of the project's)."""
+    """`docker run` that copies the trusted scope into the untrusted run's own volume, sealed as every helper
+    container is (the copy runs the image's `cp`, no code of the project's)."""
     assert scope.seed is not None
     return (
-        "run", "--rm", "--name", f"{name}-seed",
-        "--network", "none", "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--read-only",
-        "--user", user,
+        "run", "--rm", "--name", f"{name}-seed", *helper_args(user),
         "--mount", f"type=volume,source={scope.seed},target={SEED_TARGET},readonly",
         "--mount", f"type=volume,source={scope.volume},target={contract.IMAGE_CACHE}",
-        "--entrypoint", "cp", image,
-        "-R", f"{SEED_TARGET}/.", f"{contract.IMAGE_CACHE}/",
+        *bounded(image, ("cp", "-R", f"{SEED_TARGET}/.", f"{contract.IMAGE_CACHE}/")),
     )  # fmt: skip
 
 

@@ -1,4 +1,8 @@
-"""The seal around a test container, and the rule that matrix.toml can only tighten it.
+"""The seal around every container torchyard starts, and the rule that matrix.toml can only tighten it.
+
+One seal, spelled once: test containers, the wheel's fetch and build containers, the cache seed and the
+built image's checks all run as an unprivileged user with no capabilities, no privilege gain, a read-only
+root, bounded private scratch, and pids and memory limits; the helpers also get a wall-clock bound.
 
 matrix.toml comes from the pull request under test, so nothing in it may widen what the container reaches
 or uses: its resource flags may lower this machine's limits (machine.toml `[limits]`), never raise them; a
@@ -7,6 +11,7 @@ network needs the machine's permission (`[allow] network = true`) and a trusted 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from torchyard import contract
@@ -16,6 +21,7 @@ from torchyard.matrix.schema import Entry
 from torchyard.matrix.values import flag_values
 
 SCRATCH = "rw,exec,nosuid,nodev,mode=1777"
+IMAGE_USER = "1000:1000"
 
 
 @dataclass(frozen=True)
@@ -25,6 +31,28 @@ class Seal:
     limits: Limits
     memory: str  # docker's --memory for this run: the machine's, else its share of the engine's memory
     network: bool = False
+
+
+# torchyard's own containers (wheel fetch and build, cache seed, image check): the code they run is a build
+# backend, a copy or a check, so they get fixed limits of their own, and a deadline.
+HELPER_SEAL = Seal(Limits(memory="8g", tmp="2g", home="256m"), memory="8g")
+HELPER_SECONDS = 1800
+
+
+def run_user(uid: int, gid: int) -> str:
+    """The caller's ids, so report files are theirs; root runs as the image's unprivileged user instead."""
+    return IMAGE_USER if uid == 0 else f"{uid}:{gid}"
+
+
+def helper_args(user: str, *, network: bool = False, seal: Seal = HELPER_SEAL) -> tuple[str, ...]:
+    """The seal of a container torchyard starts around its own work: a test container's, as `user` (never
+    root); `network` (the wheel's fetch only) lifts nothing else."""
+    return ("--user", user, *sealing_args(Seal(seal.limits, seal.memory, network)))
+
+
+def bounded(image: str, command: Sequence[str], seconds: int = HELPER_SECONDS) -> tuple[str, ...]:
+    """`image` running `command` killed after `seconds`: a hung backend or copy never holds the runner."""
+    return ("--entrypoint", "timeout", image, "--signal=KILL", str(seconds), *command)
 
 
 def sealing_args(seal: Seal) -> tuple[str, ...]:

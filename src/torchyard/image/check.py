@@ -1,0 +1,48 @@
+"""The built image's checks, run in a sealed container before the image is tagged.
+
+The vendor guard and the image check import what the lock and the project's wheel installed (a package's
+`.pth` file runs at every interpreter start), so they never run in a build step: this engine's BuildKit
+gives every RUN the network (the built-in frontend has no `RUN --network=none`, and a build step cannot
+unshare one), and a step runs as root beside the cache mounts and secrets. Instead the image is built
+untagged and checked here, as a test container runs: no network, no capability, a read-only root, the
+unprivileged user, limits and a deadline. Both checks only read, so Python runs isolated (`-I`: no
+environment variables, no working folder on the path); site hooks stay on, as the vendor packages are
+found through a `.pth` file. A failure is the check's own line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from torchyard.errors import CommandError, ImageBuildError
+from torchyard.run.seal import bounded, helper_args
+from torchyard.util import proc
+
+PYTHON = "/opt/torchyard/venv/bin/python"
+CHECK_SCRIPT = (
+    f"{PYTHON} -I /opt/torchyard/vendor.py verify /opt/torchyard/vendor.json; "
+    f'{PYTHON} -I -m torchyard.inimage.imagecheck "$@"'
+)
+CHECK_LINE = re.compile(r"^((?:vendor guard|image check): .*)$", re.MULTILINE)
+
+
+def image_check_args(image: str, *, name: str, user: str, checks: Sequence[str]) -> tuple[str, ...]:
+    """`docker run` of the vendor guard and the accelerator's image checks in the built `image`, sealed."""
+    return (
+        "run", "--rm", "--name", f"{name}-check", *helper_args(user),
+        *bounded(image, ("/bin/bash", "-e", "-c", CHECK_SCRIPT, "check", *checks)),
+    )  # fmt: skip
+
+
+def check_image(
+    entry: str, image: str, checks: Sequence[str], *, name: str, user: str, docker_path: str,
+    runner: proc.Runner, env: Mapping[str, str],
+) -> None:  # fmt: skip
+    """Run the checks; a failure is one line naming the entry and the check's own words."""
+    try:
+        runner((docker_path, *image_check_args(image, name=name, user=user, checks=checks)), env=env, capture=True)
+    except CommandError as error:
+        found = CHECK_LINE.findall(error.output)
+        why = found[-1] if found else str(error)
+        raise ImageBuildError(f"entry {entry!r}: the image build failed: {why}") from None
