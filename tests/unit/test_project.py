@@ -4,12 +4,13 @@ source (git-tracked minus .dockerignore) in the build plan, and pointed errors f
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from tests.unit.matrix_text import VALID
-from torchyard.errors import ConfigError
+from torchyard.errors import CommandError, ConfigError, ImageBuildError
 from torchyard.image.context import project_files, select
 from torchyard.image.plan import BuildPlan, plan_build
 from torchyard.image.source import ProjectFile
@@ -190,3 +191,21 @@ def test_a_committed_link_is_planned_as_a_link_and_its_target_never_read(tmp_pat
 def test_a_project_requirement_that_is_not_pep_508_is_one_line(tmp_path: Path) -> None:
     root = project_tree(tmp_path, PYPROJECT.replace('"numpy"', '"numpy >>= 2"'))
     assert "pyproject.toml: not a PEP 508 requirement: 'numpy >>= 2'" in error_of(root)
+
+
+def test_an_option_as_a_build_requirement_stops_the_plan_before_any_container(tmp_path: Path) -> None:
+    hostile = '[build-system]\nrequires = ["--no-binary", "evilb", "--find-links", "http://host/", "evilb"]\n'
+    root = project_tree(tmp_path / "project", PYPROJECT + hostile)
+    entry: Entry = load(root)
+    lockdir = tmp_path / "lockfiles"
+    lockdir.mkdir()
+    lock_path(lockdir, entry).write_text("# lock\n")
+
+    def no_git(args: Sequence[str], **kwargs: object) -> bytes:
+        raise CommandError("git failed with exit status 128: not a git repository", 128)
+
+    with pytest.raises(ImageBuildError, match=r"requires item '--no-binary' is an option, not a requirement"):
+        plan_build(
+            entry, lockdir, base_image="b", base_id="i", uv_version="0.13.9", revision="r", source_date_epoch="0",
+            git=no_git,
+        )  # fmt: skip

@@ -62,3 +62,29 @@ def test_only_regular_wheels_are_taken_back(tmp_path: Path) -> None:
     os.mkfifo(out / "fifo.whl")
     assert take_wheels(out, target) == [target / "robot_policy-0.1-py3-none-any.whl"]
     assert sorted(path.name for path in target.iterdir()) == ["robot_policy-0.1-py3-none-any.whl"]
+
+
+@pytest.mark.parametrize(
+    ("item", "why"),
+    [
+        ("--no-binary", "is an option, not a requirement; name a package (PEP 508)"),
+        ("--find-links", "is an option, not a requirement; name a package (PEP 508)"),
+        (" -e .", "is an option, not a requirement; name a package (PEP 508)"),
+        ("evilb @ http://host/evilb-1.tar.gz", "names a URL; build requirements come from the entry's indexes only"),
+        ("hatchling >>= 1", "is not a PEP 508 requirement"),
+    ],
+)
+def test_a_build_requirement_uv_would_read_as_an_option_or_url_is_refused(item: str, why: str) -> None:
+    text = f'[build-system]\nrequires = ["hatchling", {item!r}, "evilb"]\n'.replace("'", '"')
+    with pytest.raises(ImageBuildError) as caught:
+        build_requirements(pyproject(text))
+    assert str(caught.value) == (f"the project's pyproject.toml: [build-system] requires item {item!r} {why}")
+
+
+def test_the_requirements_reach_uv_after_the_end_of_its_options(tmp_path: Path) -> None:
+    args = fetch_args(
+        "img", name="n", user="1000:1000", buildenv=tmp_path / "e", index_file=tmp_path / "i", ca_bundle=None,
+        host_network=False, requires=("hatchling",),
+    )  # fmt: skip
+    script = args[args.index("-c") + 1]
+    assert script.endswith('"${index[@]}" -- "$@"; fi')

@@ -438,7 +438,7 @@ def build_image(
             toolchain = Path(scratch) / "toolchain-iid"
             run_build(entry, plan, builder(toolchain, "toolchain"), cli=cli, registry=registry, runner=runner, env=env)
             build_wheel_sealed(
-                entry.name, plan.project_files, context / "project",
+                entry.name, plan.project_files, context / "project", requires=plan.build_requires,
                 image=toolchain.read_text().strip(), docker_path=cli.path, sources=reachable,
                 host_network=host_network, ca_bundle=ca_bundle, runner=runner, env=env,
             )  # fmt: skip

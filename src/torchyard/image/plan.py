@@ -19,6 +19,7 @@ from torchyard.image.context import files_digest, inimage_files, project_digest,
 from torchyard.image.layers import Layer, keyed, keys_label, split_lock
 from torchyard.image.policy import BuildPolicy
 from torchyard.image.source import ProjectFile
+from torchyard.image.wheel import build_requirements
 from torchyard.lock.lockfile import lock_path, read_header
 from torchyard.matrix.schema import Entry
 from torchyard.trust import Trust
@@ -95,6 +96,7 @@ class BuildPlan:
     project_root: Path | None  # built into a wheel for the context when the image is built
     project_files: tuple[ProjectFile, ...]
     workspace: tuple[ProjectFile, ...] = ()
+    build_requires: tuple[str, ...] = ()  # the project's [build-system] requires, checked
     layers: tuple[Layer, ...] = ()  # the lock's groups, one image layer each, in install order
 
 
@@ -145,9 +147,11 @@ def plan_build(
     context += [(f"inimage/{name}", node.read_bytes()) for name, node in inimage_files()]
     sources: tuple[ProjectFile, ...] = ()
     workspace: tuple[ProjectFile, ...] = ()
+    build_requires: tuple[str, ...] = ()
     if entry.project is not None:
         sources = project_files(entry.project.root, git)
         workspace = select(sources, [*entry.tests, *PYTEST_CONFIG]) if entry.tests else ()
+        build_requires = build_requirements(sources)  # checked here: before any build or container starts
     content_args = (
         ("BASE_IMAGE", base_image),
         ("PYTHON", f"python{entry.python}"),
@@ -201,5 +205,6 @@ def plan_build(
         project_root=entry.project.root if entry.project else None,
         project_files=sources,
         workspace=workspace,
+        build_requires=build_requires,
         layers=layers,
     )

@@ -4,7 +4,8 @@ A pull request controls its project's build backend (`backend-path = ["."]` is e
 code), so the build happens in two containers of the entry's toolchain stage (the base, its Python and uv):
 
 1. `fetch`: the build requirements `[build-system]` names (read from pyproject.toml with tomllib, which
-   runs nothing) are installed from the entry's indexes, by the same route the dependency layer takes,
+   runs nothing, each a PEP 508 name: no option, no URL, handed to uv after `--`) are installed from the
+   entry's indexes, by the same route the dependency layer takes,
    as wheels only (`--only-binary :all:`: installing a wheel runs none of its code). No project file is
    in this container; it has the index arguments and the network.
 2. `build`: the backend builds the wheel with no network, no secret, no capability, a read-only root,
@@ -24,6 +25,8 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.image.source import ProjectFile, write_files
 from torchyard.matrix.machine import Source, index_args
@@ -38,7 +41,7 @@ INDEX_ARGS_TARGET = "/run/torchyard/index-args"
 FETCH_SCRIPT = (
     f"read -ra index < {INDEX_ARGS_TARGET}; uv venv --quiet --python /opt/torchyard/venv/bin/python {BUILDENV}/venv; "
     f"if [ $# -gt 0 ]; then uv pip install --quiet --no-config --only-binary :all: "
-    f'--python {BUILDENV}/venv/bin/python "${{index[@]}}" "$@"; fi'
+    f'--python {BUILDENV}/venv/bin/python "${{index[@]}}" -- "$@"; fi'
 )
 BUILD_SCRIPT = (
     f"cp -R /src /tmp/src; uv build --wheel --no-build-isolation --offline --no-config "
@@ -62,7 +65,24 @@ def build_requirements(files: Sequence[ProjectFile]) -> tuple[str, ...]:
     requires = system.get("requires", list(DEFAULT_REQUIRES)) if isinstance(system, dict) else None
     if not isinstance(requires, list) or not all(isinstance(item, str) for item in requires):
         raise ImageBuildError("the project's pyproject.toml: [build-system] requires is not a list of strings")
-    return tuple(requires)
+    return tuple(_requirement(item) for item in requires)
+
+
+def _requirement(item: str) -> str:
+    """One build requirement, checked before any container starts: the fetch container has the network, so
+    an item that uv would read as an option (`--find-links http://...`, `--no-binary`) or a URL would
+    let the pull request choose what is downloaded and built there. Only a PEP 508 name from the entry's
+    indexes passes (and it is handed over after `--`)."""
+    where = f"the project's pyproject.toml: [build-system] requires item {item!r}"
+    if item.lstrip().startswith("-"):
+        raise ImageBuildError(f"{where} is an option, not a requirement; name a package (PEP 508)")
+    try:
+        requirement = Requirement(item)
+    except InvalidRequirement:
+        raise ImageBuildError(f"{where} is not a PEP 508 requirement") from None
+    if requirement.url:
+        raise ImageBuildError(f"{where} names a URL; build requirements come from the entry's indexes only")
+    return item
 
 
 def fetch_args(
@@ -123,6 +143,7 @@ def build_wheel_sealed(
     files: Sequence[ProjectFile],
     target: Path,
     *,
+    requires: Sequence[str],
     image: str,
     docker_path: str,
     sources: Sequence[Source],
@@ -144,7 +165,6 @@ def build_wheel_sealed(
         index_file = Path(scratch) / "index-args"
         index_file.write_text(" ".join(index_args(sources)) + "\n")
         index_file.chmod(0o644)
-        requires = build_requirements(files)
         print(
             f"building the project's wheel from {len(files)} files in a sealed container "
             f"(build requirements: {', '.join(requires)})",
