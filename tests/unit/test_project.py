@@ -4,13 +4,13 @@ source (git-tracked minus .dockerignore) in the build plan, and pointed errors f
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.unit.matrix_text import VALID
-from torchyard.errors import CommandError, ConfigError, ImageBuildError
+from torchyard.errors import ConfigError, ImageBuildError
 from torchyard.image.context import project_files, select
 from torchyard.image.plan import BuildPlan, plan_build
 from torchyard.image.source import ProjectFile
@@ -135,20 +135,25 @@ def test_project_source_is_what_git_tracks_minus_dockerignore(tmp_path: Path) ->
     assert [item.path for item in select(files, ["tests", "pyproject.toml"])] == ["pyproject.toml", "tests/test_it.py"]
 
 
-@pytest.mark.real_subprocess
-def test_build_plan_carries_the_tests_and_is_keyed_by_the_source(tmp_path: Path) -> None:
-    root = project_tree(tmp_path)
+def planner(root: Path, lockdir: Path) -> Callable[[], BuildPlan]:
+    """The plan of `root`'s entry, its files added to a fresh git index."""
     entry: Entry = load(root)
-    lockdir = tmp_path / "lockfiles"
     lockdir.mkdir()
     lock_path(lockdir, entry).write_text("# lock\n")
     subprocess.run(["git", "init", "--quiet", str(root)], check=True)
     subprocess.run(["git", "-C", str(root), "add", "."], check=True)
+    return lambda: plan_build(
+        entry, lockdir, base_image="b", base_id="i", uv_version="0.13.9", revision="r", source_date_epoch="0"
+    )
+
+
+@pytest.mark.real_subprocess
+def test_build_plan_carries_the_tests_and_is_keyed_by_the_source(tmp_path: Path) -> None:
+    root = project_tree(tmp_path)
+    planned = planner(root, tmp_path / "lockfiles")
 
     def plan() -> tuple[str, dict[str, bytes]]:
-        built = plan_build(
-            entry, lockdir, base_image="b", base_id="i", uv_version="0.13.9", revision="r", source_date_epoch="0"
-        )
+        built = planned()
         assert built.project_root == root
         return built.tag, {f"workspace/{item.path}": item.data for item in built.workspace}
 
@@ -169,18 +174,7 @@ def test_a_committed_link_is_planned_as_a_link_and_its_target_never_read(tmp_pat
     secret = tmp_path / "id_rsa"
     secret.write_text("the runner's key\n")
     (root / "tests" / "key").symlink_to(secret)
-    entry: Entry = load(root)
-    lockdir = tmp_path / "lockfiles"
-    lockdir.mkdir()
-    lock_path(lockdir, entry).write_text("# lock\n")
-    subprocess.run(["git", "init", "--quiet", str(root)], check=True)
-    subprocess.run(["git", "-C", str(root), "add", "."], check=True)
-
-    def plan() -> BuildPlan:
-        return plan_build(
-            entry, lockdir, base_image="b", base_id="i", uv_version="0.13.9", revision="r", source_date_epoch="0"
-        )
-
+    plan = planner(root, tmp_path / "lockfiles")
     first = plan()
     assert ProjectFile("tests/key", "link", str(secret).encode()) in first.workspace
     assert not any(b"runner's key" in item.data for item in (*first.workspace, *first.project_files))
@@ -193,19 +187,9 @@ def test_a_project_requirement_that_is_not_pep_508_is_one_line(tmp_path: Path) -
     assert "pyproject.toml: not a PEP 508 requirement: 'numpy >>= 2'" in error_of(root)
 
 
+@pytest.mark.real_subprocess
 def test_an_option_as_a_build_requirement_stops_the_plan_before_any_container(tmp_path: Path) -> None:
     hostile = '[build-system]\nrequires = ["--no-binary", "evilb", "--find-links", "http://host/", "evilb"]\n'
-    root = project_tree(tmp_path / "project", PYPROJECT + hostile)
-    entry: Entry = load(root)
-    lockdir = tmp_path / "lockfiles"
-    lockdir.mkdir()
-    lock_path(lockdir, entry).write_text("# lock\n")
-
-    def no_git(args: Sequence[str], **kwargs: object) -> bytes:
-        raise CommandError("git failed with exit status 128: not a git repository", 128)
-
+    plan = planner(project_tree(tmp_path / "project", PYPROJECT + hostile), tmp_path / "lockfiles")
     with pytest.raises(ImageBuildError, match=r"requires item '--no-binary' is an option, not a requirement"):
-        plan_build(
-            entry, lockdir, base_image="b", base_id="i", uv_version="0.13.9", revision="r", source_date_epoch="0",
-            git=no_git,
-        )  # fmt: skip
+        plan()
