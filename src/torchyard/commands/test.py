@@ -28,7 +28,7 @@ from torchyard.run.container import (
     run_user,
 )
 from torchyard.run.inplace import run_in_place
-from torchyard.run.reports import read_report
+from torchyard.run.reports import read_report, reports_folder
 from torchyard.run.scopes import cache_scope
 from torchyard.run.seal import Seal, default_memory
 from torchyard.run.venv import run_local
@@ -164,7 +164,7 @@ def _in_containers(
             entry=entry.name,
             image=image.tag,
             name=name,
-            reports=(reports / entry.name).resolve(),
+            reports=reports_folder(reports, entry.name),
             scope=cache_scope(entry, project, trust.level, name.rsplit("-", 1)[-1]),
             user=run_user(os.getuid(), os.getgid()),
             seal=Seal(limits, memory, network=_network(entry, trust, env)),

@@ -28,6 +28,8 @@ SAFE_DOCKER_RUN = frozenset(
         "--env", "-e", "--label", "-l", "--stop-timeout", "--pids-limit", "--oom-score-adj",
     }
 )  # fmt: skip
+# The prefix of the variables torchyard sets in its containers (the run's trust among them).
+OWN_VARIABLES = "TORCHYARD_"
 TOLERANCE_BACKENDS = (
     *BACKEND_NAMES,
     *(f"inductor:{mode}" for mode in COMPILE_MODES if mode != "default"),
@@ -104,6 +106,12 @@ def docker_run(table: Table, key: str, flags: tuple[str, ...], allowed: Collecti
                 f"{key}[{position}]",
                 f"{describe(item)} can give up the container's isolation; a machine that accepts that allows it "
                 f'in its own machine.toml ([allow] docker-run = ["{flag}"]), never in matrix.toml',
+            )
+        if flag in ("--env", "-e") and "=" in value and value.upper().startswith(OWN_VARIABLES):
+            raise table.error(
+                f"{key}[{position}]",
+                f"{flag} {describe(value)}: {OWN_VARIABLES}* variables are torchyard's own (the run's trust "
+                "among them), set by the host alone",
             )
         if flag in allowed:
             continue

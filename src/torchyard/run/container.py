@@ -11,6 +11,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -27,15 +28,17 @@ from torchyard.errors import DeviceUnavailableError, TorchyardError
 from torchyard.matrix.machine import Limits, size_bytes
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
-from torchyard.run.reports import exclusive_run, fresh_folder, hand_back, read_report
+from torchyard.run.reports import HandBackError, exclusive_run, folder_bytes, fresh_folder, hand_back, read_report
 from torchyard.run.scopes import CacheScope, seed_args
-from torchyard.run.seal import Seal, check_matrix_flags, sealing_args
+from torchyard.run.seal import Seal, check_matrix_flags, check_untrusted_seal, sealing_args
+from torchyard.run.stamp import stamp_reports
 from torchyard.trust import TRUST_ENV
 from torchyard.util import proc
 
 IMAGE_USER = "1000:1000"
 OOM_STATUS = 137
 TIMEOUT_STATUS = 124  # as timeout(1) exits
+WATCH_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -76,14 +79,15 @@ def docker_run_args(
         "--mount", f"type=bind,source={plan.reports},target={contract.IMAGE_REPORTS}",
         "--mount", f"type=volume,source={plan.scope.volume},target={contract.IMAGE_CACHE}",
         "--mount", f"type=volume,source={plan.scope.volume},target={contract.IMAGE_INDUCTOR_DEFAULT}",
-        "--env", f"LOGNAME={contract.IMAGE_LOGNAME}",
-        "--env", f"{TRUST_ENV}={plan.scope.trust}",
         "--workdir", contract.IMAGE_PROJECT,
-        *(arg for key, value in sorted(suite_env.items()) for arg in ("--env", f"{key}={value}")),
-        *replay_args(plan, env),
         *sealing_args(plan.seal),
         *accelerator.docker_run_args(host, env),
         *entry.accelerator.docker_run,
+        # torchyard's own variables last: docker keeps the last value, so no flag above can set them.
+        "--env", f"LOGNAME={contract.IMAGE_LOGNAME}",
+        "--env", f"{TRUST_ENV}={plan.scope.trust}",
+        *(arg for key, value in sorted(suite_env.items()) for arg in ("--env", f"{key}={value}")),
+        *replay_args(plan, env),
         plan.image,
         *contract.pytest_args(
             suites_dir=contract.IMAGE_SUITES,
@@ -175,27 +179,38 @@ def prepare_cache(
         )
 
 
-class _Deadline:
-    """Stops the container when the run's time is up (docker stop: SIGTERM, then SIGKILL after 10 s)."""
+class _Watch:
+    """Stops the container (docker stop: SIGTERM, then SIGKILL after 10 s) when the run's time is up or its
+    reports pass the machine's bound while it writes: a run cannot fill the host's disk before the hand-back
+    counts what it left."""
 
-    def __init__(self, client: docker.DockerClient, name: str, seconds: int) -> None:
-        self.passed = False
-        self._timer = threading.Timer(seconds, self._stop, args=(client, name)) if seconds > 0 else None
+    def __init__(self, client: docker.DockerClient, name: str, seconds: int, reports: Path, limit: int) -> None:
+        self.passed = False  # the deadline
+        self.overflowed = False  # the reports bound
+        self._client, self._name, self._reports, self._limit = client, name, reports, limit
+        self._ends = time.monotonic() + seconds if seconds > 0 else None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
 
-    def _stop(self, client: docker.DockerClient, name: str) -> None:
-        self.passed = True
-        with contextlib.suppress(docker.errors.APIError):  # gone already
-            client.containers.get(name).stop(timeout=10)
+    def _watch(self) -> None:
+        while not self._done.wait(WATCH_INTERVAL_S):
+            if self._ends is not None and time.monotonic() >= self._ends:
+                self.passed = True
+            elif folder_bytes(self._reports) > self._limit:
+                self.overflowed = True
+            else:
+                continue
+            with contextlib.suppress(docker.errors.APIError):  # gone already
+                self._client.containers.get(self._name).stop(timeout=10)
+            return
 
-    def __enter__(self) -> _Deadline:
-        if self._timer is not None:
-            self._timer.daemon = True
-            self._timer.start()
+    def __enter__(self) -> _Watch:
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        self._done.set()
+        self._thread.join()
 
 
 def format_duration(seconds: int) -> str:
@@ -229,6 +244,7 @@ def run_entry(
     require_device_runtime(entry, host, env)
     check_matrix_flags(entry, plan.seal)
     args = (docker_path, *docker_run_args(entry, plan, host, env, pytest_args))
+    check_untrusted_seal(args[: args.index(plan.image)], plan.scope.trust == "trusted")  # options only
     status: int | None = None
     oom: int | None = None
     try:
@@ -236,7 +252,7 @@ def run_entry(
         limit = size_bytes(plan.seal.limits.reports)
         with (
             prepared_reports(plan.reports, os.getuid(), os.getgid(), limit),
-            _Deadline(client, plan.name, plan.timeout_s) as deadline,
+            _Watch(client, plan.name, plan.timeout_s, plan.reports, limit) as watch,
         ):
             try:
                 status = runner(args, check=False, env=env).returncode
@@ -247,7 +263,13 @@ def run_entry(
         if plan.scope.ephemeral and not keep:
             with contextlib.suppress(docker.errors.APIError):
                 client.volumes.get(plan.scope.volume).remove(force=True)
-    if deadline.passed:
+    stamp_reports(plan.reports, {"trust": plan.scope.trust, "entry": entry.name, "image": plan.image})
+    if watch.overflowed:
+        raise HandBackError(
+            f"entry {entry.name!r}: the run wrote more than this machine's {plan.seal.limits.reports} of reports "
+            "(machine.toml [limits] reports): the container was stopped and the reports emptied"
+        )
+    if watch.passed:
         print(f"torchyard: {note_timeout(plan.reports, entry, format_duration(plan.timeout_s))}", file=sys.stderr)
         return TIMEOUT_STATUS
     if oom is not None or status == OOM_STATUS:

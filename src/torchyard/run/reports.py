@@ -30,11 +30,36 @@ class HandBackError(TorchyardError):
     """The reports could not be handed back whole and safe; the folder was emptied."""
 
 
+def _checked_from(absolute: Path) -> Path:
+    """Where the walk for links starts: the working folder when the path lies in it (the checkout: a pull
+    request commits what is below), else the parent of the folder torchyard makes there (a path the caller
+    chose, such as $RUNNER_TEMP/reports)."""
+    here = Path.cwd()
+    return here if absolute.is_relative_to(here) and absolute != here else absolute.parent.parent
+
+
 def _usable_folder(path: Path) -> None:
-    if path.is_symlink():
-        raise UsageError(f"reports folder {path} is a symbolic link: refusing to write through it")
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"reports folder {path} is a file, not a folder: pass --reports PATH")
+    """No link on the way to `path` below where the caller's own folders end, and no file in its place: a
+    committed `reports -> /somewhere` is refused, never followed."""
+    absolute = Path(os.path.abspath(path))  # noqa: PTH100 (lexical: resolving would follow the links)
+    start = _checked_from(absolute)
+    for part in (absolute, *absolute.parents):
+        if part == start or not part.is_relative_to(start):
+            break
+        if part.is_symlink():
+            raise UsageError(
+                f"reports folder {absolute}: {part} is a symbolic link (committed?): refusing to write through "
+                "it; remove it, or pass --reports PATH outside the checkout"
+            )
+        if part.exists() and not part.is_dir():
+            raise UsageError(f"reports folder {absolute}: {part} is a file, not a folder: pass --reports PATH")
+
+
+def reports_folder(reports: Path, name: str) -> Path:
+    """`reports/<name>` as an absolute path, never resolved through a link (a link on the way is refused)."""
+    folder = Path(os.path.abspath(reports / name))  # noqa: PTH100 (never resolved through a link)
+    _usable_folder(folder)
+    return folder
 
 
 @contextmanager
@@ -187,3 +212,18 @@ def read_report(path: Path) -> str | None:
         if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
             return None
         return stream.read().decode("utf-8", errors="replace")
+
+
+def folder_bytes(path: Path) -> int:
+    """The bytes of the regular files under `path` as the run writes them (links not followed; what
+    vanishes on the way is skipped)."""
+    total = 0
+    for folder, _, names in os.walk(path, followlinks=False):
+        for name in names:
+            try:
+                info = os.lstat(Path(folder, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                total += info.st_size
+    return total
