@@ -108,3 +108,11 @@ def test_the_trusted_matrix_resolves_its_project_beside_the_checkout(tmp_path: P
 def test_an_unreadable_trusted_matrix_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"TORCHYARD_TRUSTED_MATRIX=.*cannot read the trusted matrix\.toml"):
         load_trusted(tmp_path / "matrix.toml", (), {TRUSTED_MATRIX_ENV: str(tmp_path / "missing.toml")})
+
+
+def test_an_entry_with_its_own_base_is_compared_with_its_trusted_self() -> None:
+    base = 'base-image = "debian:trixie-slim@sha256:' + "a" * 64 + '"\n'
+    text = VALID.replace('name = "cpu"\n', 'name = "cpu"\n' + base, 1)
+    assert gate_entries(_plan(text).entries, "untrusted", _trusted(text)) == _plan(text).entries
+    with pytest.raises(ConfigError, match="changes base-image"):
+        gate_entries(_plan(text.replace("a" * 64, "b" * 64)).entries, "untrusted", _trusted(text))

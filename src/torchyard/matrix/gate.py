@@ -36,10 +36,15 @@ class TrustedConfig:
     plan: Plan | None
     origin: str  # for messages: where the trusted matrix came from
 
-    def accelerator(self, name: str) -> AcceleratorConfig | None:
+    def accelerator(self, entry: Entry) -> AcceleratorConfig | None:
+        """What the trusted configuration says for `entry`: its trusted entry's settings (an entry may name
+        its own base), else its accelerator's table."""
         if self.plan is None:
             return None
-        return next((config for config in self.plan.accelerators if config.name == name), None)
+        same = next((trusted for trusted in self.plan.entries if trusted.name == entry.name), None)
+        if same is not None and same.accelerator.name == entry.accelerator.name:
+            return same.accelerator
+        return next((config for config in self.plan.accelerators if config.name == entry.accelerator.name), None)
 
 
 def load_trusted(matrix: Path, allowed_docker_run: Collection[str], env: Mapping[str, str]) -> TrustedConfig:
@@ -81,7 +86,7 @@ def gate_entry(entry: Entry, trust: Trust, trusted: TrustedConfig) -> Entry:
         return entry
     name = entry.accelerator.name
     where = f'entry "{entry.name}" > accelerators > {name}'
-    config = trusted.accelerator(name)
+    config = trusted.accelerator(entry)
     if trusted.plan is not None:
         if config is None:
             raise ConfigError(

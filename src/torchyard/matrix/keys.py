@@ -154,8 +154,12 @@ MACHINE_KEYS: tuple[Key, ...] = (
     Key("limits", "tmp", "size", '`"4g"`', "the size of the container's private `/tmp` (a tmpfs)", "8g", "8 GB"),
     Key("limits", "home", "size", '`"1g"`', "the size of its private home folder (a tmpfs)", "2g", "-1"),
     Key("limits", "reports", "size", '`"512m"`',
-        "the most a run may hand back in its reports folder; a run that leaves more fails, its reports emptied",
+        "the most a run may write in its reports folder, counted while it runs: past it the container is stopped "
+        "and the reports emptied",
         "1g", "1 GB"),
+    Key("limits", "cache", "size", '`"32g"`',
+        "the most an untrusted run's own cache volume may hold while it runs (counted where the host can read the "
+        "engine's volumes): past it the container is stopped", "64g", "a lot"),
     Key("limits", "timeout", "duration", '`"6h"`', "the most an entry's `timeout` may be", "12h", "forever"),
     Key("allow", "docker-run", "array of `docker run` flags", "`[]`",
         "flags matrix.toml may use although they give up isolation (matrix.toml can never allow them itself)",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Collection, Iterator
+from pathlib import Path, PurePosixPath
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
@@ -127,3 +128,19 @@ def docker_run(table: Table, key: str, flags: tuple[str, ...], allowed: Collecti
             raise table.error(
                 f"{key}[{position}]", f"a negative --oom-score-adj ({value}) shields the container from the OOM killer"
             )
+
+
+def checkout_path(table: Table, key: str, folder: Path, value: str) -> Path:
+    """`value` as a folder or file inside `folder` (the checkout): relative, without `..`, and reached
+    through no link. A pull request edits these keys, and the host reads what they name."""
+    relative = PurePosixPath(value)
+    if relative.is_absolute() or ".." in relative.parts or "\\" in value:
+        raise table.error(key, f"expected a path inside the project's checkout, got {describe(value)}")
+    current = folder
+    for part in relative.parts:
+        current = current / part
+        if current.is_symlink():
+            raise table.error(
+                key, f"{describe(value)} goes through a symbolic link ({current}): the host reads it, so never that"
+            )
+    return current

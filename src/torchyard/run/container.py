@@ -179,27 +179,40 @@ def prepare_cache(
         )
 
 
-class _Watch:
-    """Stops the container (docker stop: SIGTERM, then SIGKILL after 10 s) when the run's time is up or its
-    reports pass the machine's bound while it writes: a run cannot fill the host's disk before the hand-back
-    counts what it left."""
+@dataclass(frozen=True)
+class Bound:
+    """A folder the run writes on the host and the most it may hold; checked every `every` ticks."""
 
-    def __init__(self, client: docker.DockerClient, name: str, seconds: int, reports: Path, limit: int) -> None:
+    what: str
+    folder: Path
+    limit: int
+    every: int = 1
+
+
+class _Watch:
+    """Stops the container (docker stop: SIGTERM, then SIGKILL after 10 s) when the run's time is up or a
+    folder it writes on the host passes its bound while it writes: a run cannot fill the host's disk before
+    the hand-back counts what it left."""
+
+    def __init__(self, client: docker.DockerClient, name: str, seconds: int, bounds: Sequence[Bound]) -> None:
         self.passed = False  # the deadline
-        self.overflowed = False  # the reports bound
-        self._client, self._name, self._reports, self._limit = client, name, reports, limit
+        self.overflowed: Bound | None = None
+        self._client, self._name, self._bounds = client, name, bounds
         self._ends = time.monotonic() + seconds if seconds > 0 else None
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
     def _watch(self) -> None:
+        tick = 0
         while not self._done.wait(WATCH_INTERVAL_S):
+            tick += 1
             if self._ends is not None and time.monotonic() >= self._ends:
                 self.passed = True
-            elif folder_bytes(self._reports) > self._limit:
-                self.overflowed = True
             else:
-                continue
+                due = (bound for bound in self._bounds if tick % bound.every == 0)
+                self.overflowed = next((bound for bound in due if folder_bytes(bound.folder) > bound.limit), None)
+                if self.overflowed is None:
+                    continue
             with contextlib.suppress(docker.errors.APIError):  # gone already
                 self._client.containers.get(self._name).stop(timeout=10)
             return
@@ -211,6 +224,17 @@ class _Watch:
     def __exit__(self, *exc: object) -> None:
         self._done.set()
         self._thread.join()
+
+
+def run_bounds(client: docker.DockerClient, plan: RunPlan) -> tuple[Bound, ...]:
+    """The reports folder, and an untrusted run's own cache volume where this host can read the engine's
+    volumes (a root runner: where the pull request's code could otherwise fill the disk)."""
+    bounds = [Bound("reports", plan.reports, size_bytes(plan.seal.limits.reports))]
+    if plan.scope.ephemeral:
+        mountpoint = Path(str(client.volumes.get(plan.scope.volume).attrs.get("Mountpoint", "")))
+        if mountpoint.is_absolute() and os.access(mountpoint, os.R_OK | os.X_OK):
+            bounds.append(Bound("cache", mountpoint, size_bytes(plan.seal.limits.cache), every=10))
+    return tuple(bounds)
 
 
 def format_duration(seconds: int) -> str:
@@ -249,10 +273,10 @@ def run_entry(
     oom: int | None = None
     try:
         prepare_cache(entry, plan, client=client, docker_path=docker_path, runner=runner, env=env)
-        limit = size_bytes(plan.seal.limits.reports)
+        bounds = run_bounds(client, plan)
         with (
-            prepared_reports(plan.reports, os.getuid(), os.getgid(), limit),
-            _Watch(client, plan.name, plan.timeout_s, plan.reports, limit) as watch,
+            prepared_reports(plan.reports, os.getuid(), os.getgid(), bounds[0].limit),
+            _Watch(client, plan.name, plan.timeout_s, bounds) as watch,
         ):
             try:
                 status = runner(args, check=False, env=env).returncode
@@ -264,10 +288,11 @@ def run_entry(
             with contextlib.suppress(docker.errors.APIError):
                 client.volumes.get(plan.scope.volume).remove(force=True)
     stamp_reports(plan.reports, {"trust": plan.scope.trust, "entry": entry.name, "image": plan.image})
-    if watch.overflowed:
+    if watch.overflowed is not None:
+        bound = watch.overflowed
         raise HandBackError(
-            f"entry {entry.name!r}: the run wrote more than this machine's {plan.seal.limits.reports} of reports "
-            "(machine.toml [limits] reports): the container was stopped and the reports emptied"
+            f"entry {entry.name!r}: the run wrote more than this machine's {bound.limit >> 20} MiB of {bound.what} "
+            f"(machine.toml [limits] {bound.what}): the container was stopped"
         )
     if watch.passed:
         print(f"torchyard: {note_timeout(plan.reports, entry, format_duration(plan.timeout_s))}", file=sys.stderr)
