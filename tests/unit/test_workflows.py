@@ -11,12 +11,13 @@ import pytest
 import yaml
 
 from torchyard.cli import build_parser
-from torchyard.commands.matrix import matrix_include
+from torchyard.commands.matrix import hosted_labels, matrix_include
 from torchyard.matrix import load_plan
 
 REPO = Path(__file__).parents[2]
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 TEMPLATE = REPO / "src" / "torchyard" / "templates" / "torchyard.yml"
+BOTH = [REPO / ".github" / "workflows" / "ci.yml", TEMPLATE]
 
 
 def run_lines() -> list[str]:
@@ -195,3 +196,72 @@ def test_the_compatibility_job_merges_what_the_suites_upload(path: Path) -> None
     assert not any(name.startswith("reports-") for name in uploaded - {"reports-${{ matrix.name }}"})
     merge = next(step["run"] for step in job["steps"] if "nox -s report" in step.get("run", ""))
     assert '"$RUNNER_TEMP/reports"' in merge and "--html" in merge
+
+
+def runs_for(job: dict[str, Any], event: str) -> bool:
+    """Whether a job's `if` lets it run for `event` (the workflows' conditions name events as
+    `github.event_name == 'X'` or `!= 'X'`)."""
+    condition = str(job.get("if", ""))
+    if f"github.event_name != '{event}'" in condition:
+        return False
+    only = re.findall(r"github\.event_name == '([\w-]+)'", condition)
+    return not only or event in only
+
+
+GUARDED = re.compile(r"^\$\{\{ github\.event_name == 'pull_request' && '([\w.-]+)' \|\| [^']*\}\}$")
+
+
+@pytest.mark.parametrize("workflow", BOTH, ids=["ci", "template"])
+def test_no_pull_request_job_runs_on_labels_computed_from_the_pull_request(workflow: Path) -> None:
+    """For `pull_request` the plan job runs the pull request's own code: no runs-on may come from its outputs
+    or the matrix made of them, only from a literal in the workflow (a GitHub-hosted label)."""
+    jobs = yaml.safe_load(workflow.read_text().replace("@SPEC@", "torchyard"))["jobs"]
+    checked = 0
+    for name, job in jobs.items():
+        if not runs_for(job, "pull_request"):
+            continue
+        runs_on = job["runs-on"]
+        assert isinstance(runs_on, str), (name, runs_on)
+        if "${{" in runs_on:
+            guarded = GUARDED.match(runs_on)
+            assert guarded, (name, runs_on)
+            runs_on = guarded.group(1)
+            checked += 1
+        assert runs_on in hosted_labels(), (name, runs_on)
+    assert checked == 1  # the suites job: its matrix labels only for other events
+    assert not runs_for(jobs["suites-pull-request"], "pull_request")
+    assert runs_for(jobs["suites-pull-request"], "pull_request_target") and runs_for(jobs["suites"], "pull_request")
+
+
+@pytest.mark.parametrize("workflow", BOTH, ids=["ci", "template"])
+def test_only_the_approved_job_checks_the_pull_request_out(workflow: Path) -> None:
+    """For pull_request_target the plan job (whose labels pick the self-hosted runners) checks out the base
+    branch; the pull request's head is checked out only in the job an environment's reviewers approve, and
+    without credentials."""
+    jobs = yaml.safe_load(workflow.read_text().replace("@SPEC@", "torchyard"))["jobs"]
+    heads = []
+    for name, job in jobs.items():
+        for step in job.get("steps", []):
+            if "actions/checkout" not in str(step.get("uses", "")):
+                continue
+            ref = str(step.get("with", {}).get("ref", ""))
+            if runs_for(job, "pull_request_target") and ref:
+                heads.append(name)
+                assert ref == "${{ github.event.pull_request.head.sha }}", (name, ref)
+                assert job["environment"] == "self-hosted-pull-requests", name
+                assert step["with"]["persist-credentials"] is False, name
+    assert heads == ["suites-pull-request"]
+    plan = jobs["plan"]
+    assert runs_for(plan, "pull_request_target") and "if" not in plan
+    assert all("ref" not in step.get("with", {}) for step in plan["steps"])
+    assert jobs["suites-pull-request"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.self-hosted) }}"
+
+
+@pytest.mark.parametrize("workflow", BOTH, ids=["ci", "template"])
+def test_a_pull_requests_plan_takes_its_labels_from_the_base_branch(workflow: Path) -> None:
+    steps = yaml.safe_load(workflow.read_text().replace("@SPEC@", "torchyard"))["jobs"]["plan"]["steps"]
+    names = [step.get("id") or step.get("name", "") for step in steps]
+    trusted = names.index("the trusted matrix.toml (pull requests)")
+    assert trusted < names.index("plan") and steps[trusted]["if"] == "github.event_name == 'pull_request'"
+    assert 'git show FETCH_HEAD:matrix.toml > "$RUNNER_TEMP/trusted-matrix.toml"' in steps[trusted]["run"]
+    assert "TORCHYARD_TRUSTED_MATRIX=" in steps[trusted]["run"]
