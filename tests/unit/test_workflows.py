@@ -265,3 +265,17 @@ def test_a_pull_requests_plan_takes_its_labels_from_the_base_branch(workflow: Pa
     assert trusted < names.index("plan") and steps[trusted]["if"] == "github.event_name == 'pull_request'"
     assert 'git show FETCH_HEAD:matrix.toml > "$RUNNER_TEMP/trusted-matrix.toml"' in steps[trusted]["run"]
     assert "TORCHYARD_TRUSTED_MATRIX=" in steps[trusted]["run"]
+
+
+@pytest.mark.parametrize("workflow", BOTH, ids=["ci", "template"])
+def test_runs_are_grouped_per_event_and_pull_request_and_the_default_branch_is_never_cancelled(
+    workflow: Path,
+) -> None:
+    """For pull_request_target github.ref is the default branch: a group by ref let any fork's pull request
+    cancel main's run."""
+    concurrency = yaml.safe_load(workflow.read_text())["concurrency"]
+    group = concurrency["group"]
+    assert group.startswith("${{ github.workflow }}-${{ github.event_name }}-")
+    assert "${{ github.event.pull_request.number\n" in group or "github.event.pull_request.number ||" in group
+    assert "github.event.repository.default_branch) && github.run_id" in group  # a group of its own
+    assert concurrency["cancel-in-progress"] == "${{ startsWith(github.event_name, 'pull_request') }}"
