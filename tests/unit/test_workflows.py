@@ -196,6 +196,11 @@ def test_the_compatibility_job_merges_what_the_suites_upload(path: Path) -> None
     assert not any(name.startswith("reports-") for name in uploaded - {"reports-${{ matrix.name }}"})
     merge = next(step["run"] for step in job["steps"] if "nox -s report" in step.get("run", ""))
     assert '"$RUNNER_TEMP/reports"' in merge and "--html" in merge
+    # Only when some suites job ran; with no report at all (every entry stopped early) no second error.
+    assert "needs.suites.result == 'success' || needs.suites.result == 'failure'" in job["if"]
+    assert merge.index('ls -A "$RUNNER_TEMP/reports"') < merge.index("exit 0") < merge.index("nox -s report")
+    upload = next(step for step in job["steps"] if "upload-artifact" in step.get("uses", ""))
+    assert upload["with"]["if-no-files-found"] == "ignore"
 
 
 def runs_for(job: dict[str, Any], event: str) -> bool:
@@ -279,3 +284,42 @@ def test_runs_are_grouped_per_event_and_pull_request_and_the_default_branch_is_n
     assert "${{ github.event.pull_request.number\n" in group or "github.event.pull_request.number ||" in group
     assert "github.event.repository.default_branch) && github.run_id" in group  # a group of its own
     assert concurrency["cancel-in-progress"] == "${{ startsWith(github.event_name, 'pull_request') }}"
+
+
+@pytest.mark.parametrize("workflow", BOTH, ids=["ci", "template"])
+def test_reports_are_written_and_uploaded_outside_the_checkout(workflow: Path) -> None:
+    """A pull request could commit reports/<entry> as a link to a host folder, and the upload follows links:
+    every suites job writes its reports under $RUNNER_TEMP and uploads from there."""
+    jobs = yaml.safe_load(workflow.read_text().replace("@SPEC@", "torchyard"))["jobs"]
+    for name in ("suites", "suites-pull-request"):
+        steps = jobs[name]["steps"]
+        (run,) = [
+            step["run"]
+            for step in steps
+            if re.search(r"nox -s \$\{\{ matrix.session|torchyard test", step.get("run", ""))
+        ]
+        assert run.endswith('--reports "$RUNNER_TEMP/reports"'), run
+        (upload,) = [step for step in steps if str(step.get("with", {}).get("name", "")).startswith("reports-")]
+        assert upload["with"]["path"] == "${{ runner.temp }}/reports/${{ matrix.name }}"
+        assert upload["with"]["if-no-files-found"] == "warn"  # an early failure has none: its own error says why
+
+
+def test_the_test_session_passes_the_reports_folder_to_torchyard_test(nox_sessions: set[str]) -> None:
+    import nox.registry
+
+    class Session:
+        def __init__(self) -> None:
+            self.posargs = ["cpu", "--reports", "/runner/temp/reports"]
+            self.ran: list[tuple[str, ...]] = []
+
+        def install(self, *args: str) -> None:
+            pass
+
+        def run(self, *args: str, **kwargs: object) -> None:
+            self.ran.append(args)
+
+    session = Session()
+    nox.registry.get()["test-cpu"].func(session)
+    assert session.ran == [("torchyard", "test", "--accelerator", "cpu", "cpu", "--reports", "/runner/temp/reports")]
+    args, rest = build_parser().parse_known_args(session.ran[0][1:])
+    assert args.reports == Path("/runner/temp/reports") and rest == ["cpu"]
