@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -158,14 +159,45 @@ def test_the_matrix_splits_hosted_and_self_hosted_entries() -> None:
     assert hosted == ["cpu", "cpu-bf16"] and self_hosted == ["cuda", "rocm", "xpu", "mps"]
 
 
-@pytest.mark.parametrize("workflow", [REPO / ".github" / "workflows" / "ci.yml", TEMPLATE])
-def test_the_plan_step_fails_where_the_matrix_command_fails(workflow: Path) -> None:
-    """GitHub runs `bash -e`: the matrix command is a command of its own (its exit status fails the step,
-    its error stays in the log), never inside `$(...)` where a failure is lost."""
+def plan_script(workflow: Path) -> str:
     steps = yaml.safe_load(workflow.read_text())["jobs"]["plan"]["steps"]
     (step,) = [step for step in steps if step.get("id") == "plan"]
-    lines = [line.strip() for line in step["run"].splitlines()]
-    assert any(line.startswith("nox -s matrix -- --github") and line.endswith('.json"') for line in lines)
+    return str(step["run"])
+
+
+def run_plan_step(workflow: Path, tmp_path: Path, nox_says: str, nox_status: int) -> subprocess.CompletedProcess[str]:
+    """The plan step's script as GitHub runs it (`bash -eo pipefail`), with a `nox` that says `nox_says` on
+    stdout (where nox puts a session's stderr too) and exits `nox_status`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "nox").write_text(
+        f"#!/bin/sh\necho 'nox > Running session matrix' >&2\necho '{nox_says}'\nexit {nox_status}\n"
+    )
+    (bin_dir / "nox").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RUNNER_TEMP": str(tmp_path), "GITHUB_OUTPUT": str(tmp_path / "out")}
+    command = ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", plan_script(workflow)]
+    return subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+
+
+@pytest.mark.real_subprocess
+@pytest.mark.parametrize("workflow", BOTH, ids=["ci", "template"])
+def test_the_plan_step_fails_with_the_matrix_commands_error_in_the_log(workflow: Path, tmp_path: Path) -> None:
+    """nox merges torchyard's stderr into the output the step writes to a file: on failure the step fails and
+    the one-line error reaches the log; on success each half of the matrix is an output."""
+    error = "torchyard: matrix.toml: accelerators > cuda > runs-on: expected an array"
+    failed = run_plan_step(workflow, tmp_path / "bad", error, 2)
+    assert failed.returncode != 0 and error in failed.stderr
+    passed = run_plan_step(workflow, tmp_path / "good", '{"include":[]}', 0)
+    assert passed.returncode == 0, passed.stderr
+    outputs = (tmp_path / "good" / "out").read_text().splitlines()
+    assert outputs == ['matrix={"include":[]}', 'hosted={"include":[]}', 'self-hosted={"include":[]}']
+
+
+@pytest.mark.parametrize("workflow", BOTH, ids=["ci", "template"])
+def test_the_plan_step_runs_the_matrix_command_on_its_own_line(workflow: Path) -> None:
+    """Never inside `$(...)`, where a failure is lost, and never with its error thrown away."""
+    lines = [line.strip() for line in plan_script(workflow).splitlines()]
+    assert any("nox -s matrix -- --github" in line for line in lines)
     assert not [line for line in lines if "$(nox" in line or "2>/dev/null" in line]
 
 
