@@ -14,7 +14,7 @@ from torchyard.commands.build import build_images, make_base
 from torchyard.commands.doctor import doctor
 from torchyard.commands.init import init
 from torchyard.commands.lock import check_locks, lock_all
-from torchyard.commands.matrix import matrix_include
+from torchyard.commands.matrix import RUNNERS, matrix_include
 from torchyard.commands.plan import plan_table
 from torchyard.commands.prune import prune
 from torchyard.commands.refresh import refresh
@@ -65,9 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     matrix.add_argument("--github", action="store_true", required=True, help="GitHub Actions `include` JSON")
     matrix.add_argument(
         "--runners",
-        choices=("all", "hosted", "self-hosted"),
+        choices=RUNNERS,
         default="all",
-        help="only the entries whose runs-on names (or does not name) self-hosted runners",
+        help="only the entries on GitHub-hosted runners (runs-on is one GitHub-hosted label) or on self-hosted ones",
     )
 
     lock = commands.add_parser("lock", parents=[common, lockdir], help="lock each entry with uv, or --check them")

@@ -53,7 +53,9 @@ def test_a_pull_request_cannot_change_a_policy_value(edit: tuple[str, str], fiel
     hostile = _plan(VALID.replace(*edit))
     with pytest.raises(ConfigError) as caught:
         gate_entries(hostile.entries, "untrusted", _trusted())
-    assert str(caught.value).startswith(f'entry "cuda" > accelerators > cuda: this untrusted run changes {field} ')
+    assert str(caught.value).startswith(
+        f'matrix.toml: entry "cuda" > accelerators > cuda: this untrusted run changes {field} '
+    )
 
 
 def test_an_accelerator_the_trusted_matrix_lacks_is_refused() -> None:

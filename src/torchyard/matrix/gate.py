@@ -85,7 +85,7 @@ def gate_entry(entry: Entry, trust: Trust, trusted: TrustedConfig) -> Entry:
     if trust == "trusted":
         return entry
     name = entry.accelerator.name
-    where = f'entry "{entry.name}" > accelerators > {name}'
+    where = f'matrix.toml: entry "{entry.name}" > accelerators > {name}'
     config = trusted.accelerator(entry)
     if trusted.plan is not None:
         if config is None:

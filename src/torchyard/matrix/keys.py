@@ -70,7 +70,8 @@ MATRIX_KEYS: tuple[Key, ...] = (
     Key("accelerators.<name>", "deployment-target", "macOS version", "none",
         "`MACOSX_DEPLOYMENT_TARGET` for resolving macOS wheels", "14.0", "14"),
     Key("accelerators.<name>", "runs-on", "array of runner labels", REQUIRED,
-        "the CI runner labels this accelerator's jobs run on", ["self-hosted", "linux", "x64", "gpu", "cuda"], []),
+        "the CI runner labels this accelerator's jobs run on (hosted: one GitHub-hosted label; else self-hosted)",
+        ["self-hosted", "linux", "x64", "gpu", "cuda"], []),
     Key("accelerators.<name>", "system-packages", "array of Debian package names", "`[]`",
         'apt packages the image needs; `"a|b"` takes the first the base\'s apt sources have',
         ["libze1", "libze-intel-gpu1|intel-level-zero-gpu"], ["Level Zero"]),
@@ -185,7 +186,7 @@ ENVIRONMENT: tuple[Variable, ...] = (
     Variable("TORCHYARD_REGISTRY_USERNAME", "the registry's user, when Docker's own credential store has none"),
     Variable("TORCHYARD_REGISTRY_PASSWORD", "its password: never in an argument, label, layer or log line"),
     Variable("TORCHYARD_TRUST", "`trusted` or `untrusted`: the run's trust when `--trust` is not given"),
-    Variable("TORCHYARD_TRUSTED_MATRIX", "the trusted matrix.toml an untrusted build's bases and indexes must match"),
+    Variable("TORCHYARD_TRUSTED_MATRIX", "the trusted matrix.toml: an untrusted run's bases, indexes, runner labels"),
     Variable("TORCHYARD_DOCKER", "the `docker` client to build with, when several are on `PATH`"),
     Variable("TORCHYARD_ARTIFACT_CACHE", "`off`: lower every program again (no artifact cache, no stored patterns)"),
 )  # fmt: skip
