@@ -14,12 +14,13 @@ from pathlib import Path
 
 from torchyard import __version__
 from torchyard.accelerators import ACCELERATORS
-from torchyard.errors import ImageBuildError
+from torchyard.errors import ImageBuildError, UsageError
 from torchyard.image.context import files_digest, inimage_files, project_files, select
 from torchyard.image.layers import Layer, keyed, keys_label, split_lock
 from torchyard.lock.lockfile import lock_path, read_header
 from torchyard.matrix.schema import Entry
 from torchyard.util import proc
+from torchyard.util.checkout import read_checkout_file
 
 REPOSITORY = "torchyard"
 # The build arguments in scope for the dependency layers (the rest label the image).
@@ -85,9 +86,9 @@ def resolve_base(entry: Entry, overrides: Mapping[str, str]) -> str:
 def _read_lock(entry: Entry, lockdir: Path) -> bytes:
     path = lock_path(lockdir, entry)
     try:
-        return path.read_bytes()
-    except OSError as error:
-        raise ImageBuildError(f"entry {entry.name!r}: cannot read {path}: {error.strerror}") from None
+        return read_checkout_file(path, f"entry {entry.name!r}: the lockfile")
+    except UsageError as error:
+        raise ImageBuildError(str(error)) from None
 
 
 def plan_build(

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from torchyard.errors import TorchyardError, UsageError
+from torchyard.util.checkout import linked_component
 
 MAX_DEPTH = 32
 DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
@@ -30,29 +31,17 @@ class HandBackError(TorchyardError):
     """The reports could not be handed back whole and safe; the folder was emptied."""
 
 
-def _checked_from(absolute: Path) -> Path:
-    """Where the walk for links starts: the working folder when the path lies in it (the checkout: a pull
-    request commits what is below), else the parent of the folder torchyard makes there (a path the caller
-    chose, such as $RUNNER_TEMP/reports)."""
-    here = Path.cwd()
-    return here if absolute.is_relative_to(here) and absolute != here else absolute.parent.parent
-
-
 def _usable_folder(path: Path) -> None:
-    """No link on the way to `path` below where the caller's own folders end, and no file in its place: a
-    committed `reports -> /somewhere` is refused, never followed."""
-    absolute = Path(os.path.abspath(path))  # noqa: PTH100 (lexical: resolving would follow the links)
-    start = _checked_from(absolute)
-    for part in (absolute, *absolute.parents):
-        if part == start or not part.is_relative_to(start):
-            break
-        if part.is_symlink():
-            raise UsageError(
-                f"reports folder {absolute}: {part} is a symbolic link (committed?): refusing to write through "
-                "it; remove it, or pass --reports PATH outside the checkout"
-            )
-        if part.exists() and not part.is_dir():
-            raise UsageError(f"reports folder {absolute}: {part} is a file, not a folder: pass --reports PATH")
+    """No link on the way to `path` from the checkout down, and no file in its place: a committed
+    `reports -> /somewhere` is refused, never followed."""
+    link = linked_component(path)
+    if link is not None:
+        raise UsageError(
+            f"reports folder {path}: {link} is a symbolic link (committed?): refusing to write through it; remove "
+            "it, or pass --reports PATH outside the checkout"
+        )
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"reports folder {path} is a file, not a folder: pass --reports PATH")
 
 
 def reports_folder(reports: Path, name: str) -> Path:
