@@ -14,7 +14,7 @@ from torchyard.commands.build import build_images, make_base
 from torchyard.commands.doctor import doctor
 from torchyard.commands.init import init
 from torchyard.commands.lock import check_locks, lock_all
-from torchyard.commands.matrix import matrix_include
+from torchyard.commands.matrix import RUNNERS, matrix_include
 from torchyard.commands.plan import plan_table
 from torchyard.commands.prune import prune
 from torchyard.commands.refresh import refresh
@@ -26,10 +26,11 @@ from torchyard.errors import TorchyardError, UsageError
 from torchyard.image.debootstrap import DEBIAN_SUITES, base_tag
 from torchyard.image.plan import BuildOptions
 from torchyard.matrix import Entry, load_plan, narrow_suites, select_entries
+from torchyard.matrix.gate import TrustedConfig, gate_entries, load_trusted
 from torchyard.matrix.machine import MEMORY, allowed_docker_run
 from torchyard.matrix.reader import one_line
 from torchyard.names import ACCELERATOR_NAMES, SUITE_NAMES
-from torchyard.trust import TRUST_ENV, TRUST_LEVELS, project_scope, resolve_trust
+from torchyard.trust import TRUST_ENV, TRUST_LEVELS, Trust, project_scope, resolve_trust
 from torchyard.util.proc import redact
 
 
@@ -64,9 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     matrix.add_argument("--github", action="store_true", required=True, help="GitHub Actions `include` JSON")
     matrix.add_argument(
         "--runners",
-        choices=("all", "hosted", "self-hosted"),
+        choices=RUNNERS,
         default="all",
-        help="only the entries whose runs-on names (or does not name) self-hosted runners",
+        help="only the entries on GitHub-hosted runners (runs-on is one GitHub-hosted label) or on self-hosted ones",
     )
 
     lock = commands.add_parser("lock", parents=[common, lockdir], help="lock each entry with uv, or --check them")
@@ -152,14 +153,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _selected(args: argparse.Namespace, passthrough: list[str] | None = None) -> tuple[Entry, ...]:
+def _selected(
+    args: argparse.Namespace, passthrough: list[str] | None = None, trust: Trust = "trusted"
+) -> tuple[Entry, ...]:
     """The entries that --entry, positional ENTRY arguments and --accelerator select (for `test`, running
-    only the suites `--suite` names, where it names any).
+    only the suites `--suite` names, where it names any), through the trust gate: an untrusted run's
+    entries keep the trusted matrix.toml's policy values (`torchyard.matrix.gate`).
 
     For `test`, words before `--` that name an entry are taken out of `passthrough`; everything else, and
     everything after `--` (the separator itself dropped), goes to pytest.
     """
-    plan = load_plan(args.matrix, allowed_docker_run=allowed_docker_run())
+    allowed = allowed_docker_run()
+    plan = load_plan(args.matrix, allowed_docker_run=allowed)
+    trusted = load_trusted(args.matrix, allowed, os.environ) if trust == "untrusted" else TrustedConfig(None, "")
     names = [*args.entry, *getattr(args, "entries", [])]
     if passthrough is not None:
         known = {entry.name for entry in plan.entries}
@@ -167,7 +173,8 @@ def _selected(args: argparse.Namespace, passthrough: list[str] | None = None) ->
         before, after = passthrough[:split], passthrough[split + 1 :]
         names += [word for word in before if word in known]
         passthrough[:] = [word for word in before if word not in known] + after
-    return narrow_suites(plan, select_entries(plan, names, args.accelerator), getattr(args, "suite", ()))
+    selected = narrow_suites(plan, select_entries(plan, names, args.accelerator), getattr(args, "suite", ()))
+    return gate_entries(selected, trust, trusted)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -178,7 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "plan":
             sys.stdout.write(plan_table(_selected(args)))
         elif args.command == "matrix":
-            print(json.dumps(matrix_include(_selected(args), runners=args.runners), separators=(",", ":")))
+            entries = _selected(args, trust=resolve_trust(None, os.environ).level)
+            print(json.dumps(matrix_include(entries, runners=args.runners), separators=(",", ":")))
         elif args.command == "lock" and args.check:
             check_locks(_selected(args), args.lockdir)
         elif args.command == "lock":
@@ -186,7 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "build":
             options = BuildOptions(args.push, tuple(args.cache_from), tuple(args.cache_to))
             trust = resolve_trust(args.trust, os.environ)
-            build_images(_selected(args), args.lockdir, options, env={**os.environ, TRUST_ENV: trust.level})
+            selected = _selected(args, trust=trust.level)
+            build_images(selected, args.lockdir, options, env={**os.environ, TRUST_ENV: trust.level})
         elif args.command == "doctor":
             return doctor(args.accelerator or ACCELERATOR_NAMES)
         elif args.command == "refresh":
@@ -204,7 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "base":
             make_base(args.tag or base_tag(args.suite), suite=args.suite)
         elif args.command == "test":
-            selected = _selected(args, passthrough)
+            trust = resolve_trust(args.trust, os.environ)
+            selected = _selected(args, passthrough, trust.level)
             return test_entries(
                 selected,
                 mode="local" if args.local else "in-place" if args.in_place else "container",
@@ -212,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 reports=args.reports,
                 pytest_args=passthrough,
                 keep=args.keep,
-                trust=resolve_trust(args.trust, os.environ),
+                trust=trust,
                 project=project_scope(args.matrix, os.environ),
                 unsandboxed=args.unsandboxed,
                 env={**os.environ, REUSE_RESULTS: "1"} if args.reuse_results else os.environ,

@@ -161,3 +161,25 @@ def test_an_unmarked_block_and_two_texts_under_one_id_are_caught(tmp_path: Path)
 def test_readme_fits_one_screen() -> None:
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= 60, f"README.md has {len(lines)} lines; the rest belongs in docs/"
+
+
+def _threat_model_rows() -> set[str]:
+    text = (ROOT / "docs" / "concepts" / "trust.md").read_text()
+    section = text[text.index("## The threat model") :]
+    return {match.group(1) for match in re.finditer(r"(?m)^\| `([^`]+)` \|[^|]+\|[^|]*\S[^|]*\|$", section)}
+
+
+def test_every_matrix_key_says_how_it_is_trusted() -> None:
+    """A new matrix.toml key must say who reads it and what gates it, in the threat model's table."""
+    rows = _threat_model_rows()
+    listed = {f"{key.table}.{key.name}" if key.table else key.name for key in keys.MATRIX_KEYS}
+    assert listed - rows == set(), "keys of matrix.toml without a row in docs/concepts/trust.md's threat model"
+
+
+def test_every_variable_the_workflows_pass_says_how_it_is_trusted() -> None:
+    workflows = [
+        *(ROOT / ".github" / "workflows").glob("*.yml"),
+        ROOT / "src" / "torchyard" / "templates" / "torchyard.yml",
+    ]
+    passed = {name for path in workflows for name in re.findall(r"\b(TORCHYARD_[A-Z_]+)", path.read_text())}
+    assert passed and passed - _threat_model_rows() == set()

@@ -233,7 +233,7 @@ def test_each_layer_is_reused_pulled_or_built_with_its_size() -> None:
 
 def test_an_unreadable_lockfile_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "cpu.txt").mkdir()
-    with pytest.raises(ImageBuildError, match=r"entry 'cpu': cannot read .*cpu.txt: Is a directory"):
+    with pytest.raises(ImageBuildError, match=r"entry 'cpu': the lockfile .*cpu.txt: not a regular file"):
         plan_build(
             PLAN.entry("cpu"), tmp_path, base_image="b", base_id="i", uv_version="0.13.9",
             revision="r", source_date_epoch="0",

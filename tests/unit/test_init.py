@@ -48,7 +48,7 @@ def test_noxfile_and_workflow(tmp_path: Path) -> None:
     assert set(workflow["jobs"]) == {"plan", "suites", "compatibility", "suites-pull-request"}
     steps = [step.get("run", "") for step in workflow["jobs"]["suites"]["steps"]]
     assert 'python -m pip install "torchyard @ file:///wheels/torchyard-0.1.0-py3-none-any.whl"' in steps
-    assert "nox -s ${{ matrix.session }} -- ${{ matrix.name }}" in steps
+    assert 'nox -s ${{ matrix.session }} -- ${{ matrix.name }} --reports "$RUNNER_TEMP/reports"' in steps
 
 
 @pytest.mark.parametrize(

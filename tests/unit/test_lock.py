@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from torchyard.errors import LockError
+from torchyard.errors import ImageBuildError, LockError
 from torchyard.lock.check import check_entry
 from torchyard.lock.inputs import LockInputs, compile_args, requirements_in, uv_environment
 from torchyard.lock.install import sync_args
@@ -182,6 +182,28 @@ def test_missing_lock_says_which_index_and_what_to_run(tmp_path: Path) -> None:
     assert result.detail == (
         "run `nox -s lock -- app` on a machine that reaches pypi (https://unreachable.invalid/simple)"
     )
+
+
+@pytest.mark.parametrize("linked", ["file", "folder"])
+def test_a_linked_lockfile_is_never_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, linked: str) -> None:
+    """A pull request commits `lockfiles/app.txt -> /home/runner/.ssh/id_rsa` (or links the folder): the host
+    reads neither, and the image plan refuses it in one line."""
+    from torchyard.image.plan import _read_lock
+
+    app, _ = make_plan()
+    secret = tmp_path / "host" / "app.txt"
+    secret.parent.mkdir()
+    secret.write_text("a host secret\n")
+    monkeypatch.chdir(tmp_path)
+    if linked == "file":
+        Path("lockfiles").mkdir()
+        Path("lockfiles/app.txt").symlink_to(secret)
+    else:
+        Path("lockfiles").symlink_to(secret.parent)
+    result = check_entry(app, Path("lockfiles"), "0.13.9")
+    assert result.status == "stale" and "is a symbolic link" in result.detail and "a host secret" not in result.detail
+    with pytest.raises(ImageBuildError, match=r"is a symbolic link .*the host never reads through one"):
+        _read_lock(app, Path("lockfiles"))
 
 
 @pytest.mark.real_subprocess

@@ -97,7 +97,10 @@ def test_a_base_image_override_that_is_no_image_is_one_line(tmp_path: Path) -> N
 def test_limits_and_allowed_flags_come_from_the_machine_file(tmp_path: Path) -> None:
     path = tmp_path / "machine.toml"
     env = {"TORCHYARD_MACHINE_FILE": str(path)}
-    assert load_limits(env) == Limits(None, 4096, "4g", "1g", "512m", "6h") and allowed_docker_run(env) == frozenset()
+    assert (
+        load_limits(env) == Limits(None, 4096, "4g", "1g", "512m", "32g", "6h")
+        and allowed_docker_run(env) == frozenset()
+    )
     assert not allows_network(env)
     path.write_text(
         '[limits]\nmemory = "16g"\npids = 2048\ntmp = "8g"\ntimeout = "90m"\n'

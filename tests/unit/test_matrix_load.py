@@ -267,6 +267,18 @@ VALUE_MISTAKES = [
     ),
     (
         'docker-run = ["--shm-size", "8g"]',
+        'docker-run = ["--env", "TORCHYARD_TRUST=trusted"]',
+        'matrix.toml: accelerators > cuda > docker-run[0]: --env "TORCHYARD_TRUST=trusted": TORCHYARD_* variables are '
+        "torchyard's own (the run's trust among them), set by the host alone",
+    ),
+    (
+        'docker-run = ["--shm-size", "8g"]',
+        'docker-run = ["-e=torchyard_report_dir=/tmp"]',
+        'matrix.toml: accelerators > cuda > docker-run[0]: -e "torchyard_report_dir=/tmp": TORCHYARD_* variables '
+        "are torchyard's own (the run's trust among them), set by the host alone",
+    ),
+    (
+        'docker-run = ["--shm-size", "8g"]',
         'docker-run = ["-v", "/:/host"]',
         'matrix.toml: accelerators > cuda > docker-run[0]: "-v" can give up the container\'s isolation; a machine '
         'that accepts that allows it in its own machine.toml ([allow] docker-run = ["-v"]), never in matrix.toml',

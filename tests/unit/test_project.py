@@ -108,6 +108,32 @@ def test_project_mistakes_are_one_pointed_line(tmp_path: Path, changes: dict[str
     assert expected in error_of(project_tree(tmp_path), **changes)
 
 
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"project": '"/"'}, 'entry "policy" > project: expected a path inside the project\'s checkout, got "/"'),
+        ({"project": '"../victim"'}, 'entry "policy" > project: expected a path inside the project\'s checkout'),
+        ({"project": '{ path = "src/../.." }'}, "project > path: expected a path inside the project's checkout"),
+        ({"tests": '["/etc"]'}, 'entry "policy" > tests[0]: expected a path inside the project\'s checkout'),
+        (
+            {"tests": '["tests", "../notes"]'},
+            'entry "policy" > tests[1]: expected a path inside the project\'s checkout',
+        ),
+        ({"project": '"linked"'}, 'entry "policy" > project: "linked" goes through a symbolic link'),
+        ({"tests": '["linked-tests/x"]'}, 'entry "policy" > tests[0]: "linked-tests/x" goes through a symbolic link'),
+    ],
+)
+def test_a_path_the_host_reads_stays_in_the_checkout(tmp_path: Path, changes: dict[str, str], expected: str) -> None:
+    """A pull request's matrix.toml names the project and its tests; the host reads what they name."""
+    root = project_tree(tmp_path / "checkout")
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "victim" / "pyproject.toml").write_text(PYPROJECT)
+    (tmp_path / "victim" / "x").mkdir()
+    (root / "linked").symlink_to(tmp_path / "victim")
+    (root / "linked-tests").symlink_to(tmp_path / "victim")
+    assert expected in error_of(root, **changes)
+
+
 def test_tests_without_a_project_are_refused(tmp_path: Path) -> None:
     (tmp_path / "matrix.toml").write_text(
         VALID.replace('requirements = ["torch==2.14.*", "pytest"]', 'requirements = ["torch"]\ntests = ["t"]', 1)

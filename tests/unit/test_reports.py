@@ -11,7 +11,16 @@ import pytest
 
 from torchyard.errors import UsageError
 from torchyard.inimage.parity.report import write_reports
-from torchyard.run.reports import HandBackError, exclusive_run, fresh_folder, hand_back, read_report
+from torchyard.run.reports import (
+    HandBackError,
+    exclusive_run,
+    folder_bytes,
+    fresh_folder,
+    hand_back,
+    read_report,
+    reports_folder,
+)
+from torchyard.run.stamp import HOST_LINE, stamp_reports
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="handing back as root is what can take over host files")
@@ -156,3 +165,65 @@ def test_train_steps_are_timed_against_the_eager_step_with_their_optimizer(tmp_p
     # A case's inference and training rows stand together in the verdict table.
     cases = [line.split("|")[1].strip() for line in text.split("#### Speed")[0].splitlines() if line.startswith("| ")]
     assert cases[1:] == ["conv", "conv", "mlp", "mlp", "mlp", "mlp", "mlp", "mlp"]
+
+
+@pytest.mark.parametrize("link", ["reports", "reports/cpu"])
+def test_a_committed_link_on_the_way_to_the_reports_is_refused_never_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, link: str
+) -> None:
+    """A pull request commits `reports -> ../victim` (or `reports/cpu -> ...`): the victim is never written."""
+    checkout, victim = tmp_path / "checkout", tmp_path / "victim"
+    checkout.mkdir()
+    victim.mkdir()
+    (victim / "keep").write_text("the host's")
+    (checkout / link).parent.mkdir(parents=True, exist_ok=True)
+    (checkout / link).symlink_to(victim)
+    monkeypatch.chdir(checkout)
+    with pytest.raises(UsageError, match=rf"{checkout / link} is a symbolic link .*: refusing to write through it"):
+        reports_folder(Path("reports"), "cpu")
+    with pytest.raises(UsageError, match="is a symbolic link"):
+        fresh_folder(Path("reports") / "cpu")
+    assert [item.name for item in victim.iterdir()] == ["keep"]
+
+
+def test_a_reports_folder_outside_the_checkout_is_taken_as_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$RUNNER_TEMP may itself lie behind a link (macOS's /tmp): only what torchyard makes there is checked."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "temp").symlink_to(tmp_path / "real")
+    monkeypatch.chdir(tmp_path / "real")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert reports_folder(tmp_path / "temp" / "reports", "cpu") == tmp_path / "temp" / "reports" / "cpu"
+
+
+def test_the_reports_are_counted_as_they_are_written_without_following_links(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "big").write_bytes(b"x" * 1000)
+    (tmp_path / "huge-elsewhere").write_bytes(b"x" * 5000)
+    (tmp_path / "a" / "link").symlink_to(tmp_path / "huge-elsewhere")
+    assert folder_bytes(tmp_path / "a") == 1000
+
+
+def test_the_host_stamps_trust_entry_and_image_over_what_the_container_wrote(tmp_path: Path) -> None:
+    """A conftest that rewrites the reports after torchyard's plugin cannot call an untrusted run trusted."""
+    (tmp_path / "env.json").write_text(json.dumps({"trust": "trusted", "torch": "2.14.1", "entry": "forged"}))
+    (tmp_path / "parity.json").write_text(json.dumps({"environment": {"trust": "trusted"}, "results": []}))
+    (tmp_path / "parity.md").write_text(f"{HOST_LINE} entry `cpu`, image `x`, **trusted** run\n### torchyard parity\n")
+    stamp_reports(tmp_path, {"trust": "untrusted", "entry": "cpu", "image": "torchyard/cpu:abc"})
+    environment = json.loads((tmp_path / "env.json").read_text())
+    assert environment == {"trust": "untrusted", "torch": "2.14.1", "entry": "cpu", "image": "torchyard/cpu:abc"}
+    assert json.loads((tmp_path / "parity.json").read_text())["environment"]["trust"] == "untrusted"
+    markdown = (tmp_path / "parity.md").read_text().splitlines()
+    assert markdown[0] == f"{HOST_LINE} entry `cpu`, image `torchyard/cpu:abc`, **untrusted** run"
+    assert [line for line in markdown if line.startswith(HOST_LINE)] == markdown[:1]
+
+
+def test_a_link_left_in_place_of_a_report_is_replaced_not_written_through(tmp_path: Path) -> None:
+    (tmp_path / "victim").write_text("the host's")
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "env.json").symlink_to(tmp_path / "victim")
+    stamp_reports(tmp_path / "reports", {"trust": "untrusted", "entry": "cpu", "image": "i"})
+    assert (tmp_path / "victim").read_text() == "the host's"
+    assert not (tmp_path / "reports" / "env.json").is_symlink()

@@ -18,7 +18,7 @@ from torchyard.matrix.machine import Limits
 from torchyard.run.container import RunPlan, docker_run_args, require_device_runtime
 from torchyard.run.inplace import require_stack, run_in_place
 from torchyard.run.scopes import cache_scope, seed_args
-from torchyard.run.seal import Seal, check_matrix_flags, helper_args, run_user
+from torchyard.run.seal import Seal, check_matrix_flags, check_untrusted_seal, helper_args, loosening, run_user
 from torchyard.run.venv import sync_venv
 from torchyard.trust import RunTrust, Trust
 
@@ -42,7 +42,7 @@ def run_plan(entry: str, trust: Trust = "trusted") -> RunPlan:
     )
 
 
-def common(entry: str, suites: str = "export,compile,runtime,parity,train") -> tuple[str, ...]:
+def common(entry: str) -> tuple[str, ...]:
     return (
         "run", "--name", f"torchyard-{entry}-1", "--init",
         "--label", f"dev.torchyard.entry={entry}",
@@ -52,17 +52,7 @@ def common(entry: str, suites: str = "export,compile,runtime,parity,train") -> t
         "--mount", f"type=bind,source=/src/reports/{entry},target=/reports",
         "--mount", f"type=volume,source=torchyard-cache-0123abcd4567-{entry},target=/cache/inductor",
         "--mount", f"type=volume,source=torchyard-cache-0123abcd4567-{entry},target=/tmp/torchinductor_torchyard",
-        "--env", "LOGNAME=torchyard",
-        "--env", "TORCHYARD_TRUST=trusted",
         "--workdir", "/workspace",
-        "--env", f"TORCHYARD_ACCELERATOR={entry}",
-        "--env", "TORCHYARD_BUILTIN_CASES=1",
-        "--env", "TORCHYARD_CASES=",
-        "--env", "TORCHYARD_COMPILE_MODES=default",
-        "--env", "TORCHYARD_PRECISION=fp32",
-        "--env", "TORCHYARD_REPORT_DIR=/reports",
-        "--env", f"TORCHYARD_SUITES={suites}",
-        "--env", "TORCHYARD_TOLERANCES={}",
         "--network", "none",
         "--cap-drop", "ALL",
         "--security-opt", "no-new-privileges",
@@ -74,8 +64,19 @@ def common(entry: str, suites: str = "export,compile,runtime,parity,train") -> t
     )  # fmt: skip
 
 
-def tail(entry: str, markers: str) -> tuple[str, ...]:
+def tail(entry: str, markers: str, suites: str = "export,compile,runtime,parity,train") -> tuple[str, ...]:
+    """torchyard's own variables (after every flag that could set them), the image and pytest's arguments."""
     return (
+        "--env", "LOGNAME=torchyard",
+        "--env", "TORCHYARD_TRUST=trusted",
+        "--env", f"TORCHYARD_ACCELERATOR={entry}",
+        "--env", "TORCHYARD_BUILTIN_CASES=1",
+        "--env", "TORCHYARD_CASES=",
+        "--env", "TORCHYARD_COMPILE_MODES=default",
+        "--env", "TORCHYARD_PRECISION=fp32",
+        "--env", "TORCHYARD_REPORT_DIR=/reports",
+        "--env", f"TORCHYARD_SUITES={suites}",
+        "--env", "TORCHYARD_TOLERANCES={}",
         f"torchyard/{entry}:0123456789abcdef",
         "/opt/torchyard/inimage/torchyard/inimage/suites",
         "-p", "torchyard.inimage.plugin",
@@ -121,22 +122,22 @@ def test_cuda_run_args_request_the_selected_gpu() -> None:
 def test_rocm_run_args() -> None:
     args = docker_run_args(PLAN.entry("rocm"), run_plan("rocm"), HOST, {"HIP_VISIBLE_DEVICES": "1"}, ["-q"])
     assert args == (
-        *common("rocm", "export,compile,runtime,parity"),
+        *common("rocm"),
         "--device", "/dev/kfd", "--device", "/dev/dri",
         "--group-add", "44", "--group-add", "993",
-        "--security-opt", "seccomp=unconfined", "--ipc=host", "--shm-size", "16g",
+        "--shm-size", "16g",
         "-e", "HIP_VISIBLE_DEVICES",
-        *tail("rocm", "export or compile or runtime or parity or harness"),
+        *tail("rocm", "export or compile or runtime or parity or harness", "export,compile,runtime,parity"),
     )  # fmt: skip
 
 
 def test_xpu_run_args_follow_its_suites() -> None:
     args = docker_run_args(PLAN.entry("xpu"), run_plan("xpu"), HOST, {"ZE_AFFINITY_MASK": "0.0"}, ["-q"])
     assert args == (
-        *common("xpu", "export,compile,parity"),
-        "--device", "/dev/dri", "--group-add", "993", "--ipc=host",
+        *common("xpu"),
+        "--device", "/dev/dri", "--group-add", "993", "--shm-size", "16g",
         "-e", "ZE_AFFINITY_MASK",
-        *tail("xpu", "export or compile or parity or harness"),
+        *tail("xpu", "export or compile or parity or harness", "export,compile,parity"),
     )  # fmt: skip
 
 
@@ -327,3 +328,32 @@ def test_a_sync_stamp_planted_as_a_link_is_neither_trusted_nor_written_through(t
         assert sync(venv, lockfile, runner) == [(False, True)]  # not trusted: online, compiled
         assert not stamp.is_symlink()  # replaced, not followed
     assert precious.read_text() == "precious\n"
+
+
+def test_torchyards_own_variables_come_after_every_flag_that_could_set_them() -> None:
+    """docker keeps the last --env of a name: matrix.toml's flags come before torchyard's own."""
+    entry = PLAN.entry("cpu")
+    entry = dataclasses.replace(entry, accelerator=dataclasses.replace(entry.accelerator, docker_run=("--env", "X=1")))
+    args = docker_run_args(entry, run_plan("cpu", "untrusted"), HOST, {}, [])
+    assert args.index("X=1") < args.index("TORCHYARD_TRUST=untrusted")
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ("--ipc=host",), ("--ipc", "host"), ("--pid=host",), ("--network", "host"), ("--userns=host",),
+        ("--security-opt", "seccomp=unconfined"), ("--security-opt=apparmor=unconfined",), ("--privileged",),
+        ("--cap-add", "SYS_ADMIN"),
+    ],
+)  # fmt: skip
+def test_an_untrusted_container_keeps_every_namespace_and_filter(flags: tuple[str, ...]) -> None:
+    assert loosening(("--network", "none", *flags))
+    with pytest.raises(ConfigError, match="an untrusted run's container keeps the seal"):
+        check_untrusted_seal(("--cap-drop", "ALL", *flags), trusted=False)
+    check_untrusted_seal(flags, trusted=True)
+
+
+@pytest.mark.parametrize("name", ["rocm", "xpu", "cuda", "cpu"])
+def test_no_accelerator_opens_the_seal(name: str) -> None:
+    args = docker_run_args(PLAN.entry(name), run_plan(name, "untrusted"), HOST, {}, [])
+    assert loosening(args[: args.index(run_plan(name).image)]) == []

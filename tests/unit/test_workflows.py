@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +12,13 @@ import pytest
 import yaml
 
 from torchyard.cli import build_parser
-from torchyard.commands.matrix import matrix_include
+from torchyard.commands.matrix import hosted_labels, matrix_include
 from torchyard.matrix import load_plan
 
 REPO = Path(__file__).parents[2]
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
 TEMPLATE = REPO / "src" / "torchyard" / "templates" / "torchyard.yml"
+BOTH = [REPO / ".github" / "workflows" / "ci.yml", TEMPLATE]
 
 
 def run_lines() -> list[str]:
@@ -157,14 +159,45 @@ def test_the_matrix_splits_hosted_and_self_hosted_entries() -> None:
     assert hosted == ["cpu", "cpu-bf16"] and self_hosted == ["cuda", "rocm", "xpu", "mps"]
 
 
-@pytest.mark.parametrize("workflow", [REPO / ".github" / "workflows" / "ci.yml", TEMPLATE])
-def test_the_plan_step_fails_where_the_matrix_command_fails(workflow: Path) -> None:
-    """GitHub runs `bash -e`: the matrix command is a command of its own (its exit status fails the step,
-    its error stays in the log), never inside `$(...)` where a failure is lost."""
+def plan_script(workflow: Path) -> str:
     steps = yaml.safe_load(workflow.read_text())["jobs"]["plan"]["steps"]
     (step,) = [step for step in steps if step.get("id") == "plan"]
-    lines = [line.strip() for line in step["run"].splitlines()]
-    assert any(line.startswith("nox -s matrix -- --github") and line.endswith('.json"') for line in lines)
+    return str(step["run"])
+
+
+def run_plan_step(workflow: Path, tmp_path: Path, nox_says: str, nox_status: int) -> subprocess.CompletedProcess[str]:
+    """The plan step's script as GitHub runs it (`bash -eo pipefail`), with a `nox` that says `nox_says` on
+    stdout (where nox puts a session's stderr too) and exits `nox_status`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "nox").write_text(
+        f"#!/bin/sh\necho 'nox > Running session matrix' >&2\necho '{nox_says}'\nexit {nox_status}\n"
+    )
+    (bin_dir / "nox").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RUNNER_TEMP": str(tmp_path), "GITHUB_OUTPUT": str(tmp_path / "out")}
+    command = ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", plan_script(workflow)]
+    return subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+
+
+@pytest.mark.real_subprocess
+@pytest.mark.parametrize("workflow", BOTH, ids=["ci", "template"])
+def test_the_plan_step_fails_with_the_matrix_commands_error_in_the_log(workflow: Path, tmp_path: Path) -> None:
+    """nox merges torchyard's stderr into the output the step writes to a file: on failure the step fails and
+    the one-line error reaches the log; on success each half of the matrix is an output."""
+    error = "torchyard: matrix.toml: accelerators > cuda > runs-on: expected an array"
+    failed = run_plan_step(workflow, tmp_path / "bad", error, 2)
+    assert failed.returncode != 0 and error in failed.stderr
+    passed = run_plan_step(workflow, tmp_path / "good", '{"include":[]}', 0)
+    assert passed.returncode == 0, passed.stderr
+    outputs = (tmp_path / "good" / "out").read_text().splitlines()
+    assert outputs == ['matrix={"include":[]}', 'hosted={"include":[]}', 'self-hosted={"include":[]}']
+
+
+@pytest.mark.parametrize("workflow", BOTH, ids=["ci", "template"])
+def test_the_plan_step_runs_the_matrix_command_on_its_own_line(workflow: Path) -> None:
+    """Never inside `$(...)`, where a failure is lost, and never with its error thrown away."""
+    lines = [line.strip() for line in plan_script(workflow).splitlines()]
+    assert any("nox -s matrix -- --github" in line for line in lines)
     assert not [line for line in lines if "$(nox" in line or "2>/dev/null" in line]
 
 
@@ -195,3 +228,130 @@ def test_the_compatibility_job_merges_what_the_suites_upload(path: Path) -> None
     assert not any(name.startswith("reports-") for name in uploaded - {"reports-${{ matrix.name }}"})
     merge = next(step["run"] for step in job["steps"] if "nox -s report" in step.get("run", ""))
     assert '"$RUNNER_TEMP/reports"' in merge and "--html" in merge
+    # Only when some suites job ran; with no report at all (every entry stopped early) no second error.
+    assert "needs.suites.result == 'success' || needs.suites.result == 'failure'" in job["if"]
+    assert merge.index('ls -A "$RUNNER_TEMP/reports"') < merge.index("exit 0") < merge.index("nox -s report")
+    upload = next(step for step in job["steps"] if "upload-artifact" in step.get("uses", ""))
+    assert upload["with"]["if-no-files-found"] == "ignore"
+
+
+def runs_for(job: dict[str, Any], event: str) -> bool:
+    """Whether a job's `if` lets it run for `event` (the workflows' conditions name events as
+    `github.event_name == 'X'` or `!= 'X'`)."""
+    condition = str(job.get("if", ""))
+    if f"github.event_name != '{event}'" in condition:
+        return False
+    only = re.findall(r"github\.event_name == '([\w-]+)'", condition)
+    return not only or event in only
+
+
+GUARDED = re.compile(r"^\$\{\{ github\.event_name == 'pull_request' && '([\w.-]+)' \|\| [^']*\}\}$")
+
+
+@pytest.mark.parametrize("workflow", BOTH, ids=["ci", "template"])
+def test_no_pull_request_job_runs_on_labels_computed_from_the_pull_request(workflow: Path) -> None:
+    """For `pull_request` the plan job runs the pull request's own code: no runs-on may come from its outputs
+    or the matrix made of them, only from a literal in the workflow (a GitHub-hosted label)."""
+    jobs = yaml.safe_load(workflow.read_text().replace("@SPEC@", "torchyard"))["jobs"]
+    checked = 0
+    for name, job in jobs.items():
+        if not runs_for(job, "pull_request"):
+            continue
+        runs_on = job["runs-on"]
+        assert isinstance(runs_on, str), (name, runs_on)
+        if "${{" in runs_on:
+            guarded = GUARDED.match(runs_on)
+            assert guarded, (name, runs_on)
+            runs_on = guarded.group(1)
+            checked += 1
+        assert runs_on in hosted_labels(), (name, runs_on)
+    assert checked == 1  # the suites job: its matrix labels only for other events
+    assert not runs_for(jobs["suites-pull-request"], "pull_request")
+    assert runs_for(jobs["suites-pull-request"], "pull_request_target") and runs_for(jobs["suites"], "pull_request")
+
+
+@pytest.mark.parametrize("workflow", BOTH, ids=["ci", "template"])
+def test_only_the_approved_job_checks_the_pull_request_out(workflow: Path) -> None:
+    """For pull_request_target the plan job (whose labels pick the self-hosted runners) checks out the base
+    branch; the pull request's head is checked out only in the job an environment's reviewers approve, and
+    without credentials."""
+    jobs = yaml.safe_load(workflow.read_text().replace("@SPEC@", "torchyard"))["jobs"]
+    heads = []
+    for name, job in jobs.items():
+        for step in job.get("steps", []):
+            if "actions/checkout" not in str(step.get("uses", "")):
+                continue
+            ref = str(step.get("with", {}).get("ref", ""))
+            if runs_for(job, "pull_request_target") and ref:
+                heads.append(name)
+                assert ref == "${{ github.event.pull_request.head.sha }}", (name, ref)
+                assert job["environment"] == "self-hosted-pull-requests", name
+                assert step["with"]["persist-credentials"] is False, name
+    assert heads == ["suites-pull-request"]
+    plan = jobs["plan"]
+    assert runs_for(plan, "pull_request_target") and "if" not in plan
+    assert all("ref" not in step.get("with", {}) for step in plan["steps"])
+    assert jobs["suites-pull-request"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.self-hosted) }}"
+
+
+@pytest.mark.parametrize("workflow", BOTH, ids=["ci", "template"])
+def test_a_pull_requests_plan_takes_its_labels_from_the_base_branch(workflow: Path) -> None:
+    steps = yaml.safe_load(workflow.read_text().replace("@SPEC@", "torchyard"))["jobs"]["plan"]["steps"]
+    names = [step.get("id") or step.get("name", "") for step in steps]
+    trusted = names.index("the trusted matrix.toml (pull requests)")
+    assert trusted < names.index("plan") and steps[trusted]["if"] == "github.event_name == 'pull_request'"
+    assert 'git show FETCH_HEAD:matrix.toml > "$RUNNER_TEMP/trusted-matrix.toml"' in steps[trusted]["run"]
+    assert "TORCHYARD_TRUSTED_MATRIX=" in steps[trusted]["run"]
+
+
+@pytest.mark.parametrize("workflow", BOTH, ids=["ci", "template"])
+def test_runs_are_grouped_per_event_and_pull_request_and_the_default_branch_is_never_cancelled(
+    workflow: Path,
+) -> None:
+    """For pull_request_target github.ref is the default branch: a group by ref let any fork's pull request
+    cancel main's run."""
+    concurrency = yaml.safe_load(workflow.read_text())["concurrency"]
+    group = concurrency["group"]
+    assert group.startswith("${{ github.workflow }}-${{ github.event_name }}-")
+    assert "${{ github.event.pull_request.number\n" in group or "github.event.pull_request.number ||" in group
+    assert "github.event.repository.default_branch) && github.run_id" in group  # a group of its own
+    assert concurrency["cancel-in-progress"] == "${{ startsWith(github.event_name, 'pull_request') }}"
+
+
+@pytest.mark.parametrize("workflow", BOTH, ids=["ci", "template"])
+def test_reports_are_written_and_uploaded_outside_the_checkout(workflow: Path) -> None:
+    """A pull request could commit reports/<entry> as a link to a host folder, and the upload follows links:
+    every suites job writes its reports under $RUNNER_TEMP and uploads from there."""
+    jobs = yaml.safe_load(workflow.read_text().replace("@SPEC@", "torchyard"))["jobs"]
+    for name in ("suites", "suites-pull-request"):
+        steps = jobs[name]["steps"]
+        (run,) = [
+            step["run"]
+            for step in steps
+            if re.search(r"nox -s \$\{\{ matrix.session|torchyard test", step.get("run", ""))
+        ]
+        assert run.endswith('--reports "$RUNNER_TEMP/reports"'), run
+        (upload,) = [step for step in steps if str(step.get("with", {}).get("name", "")).startswith("reports-")]
+        assert upload["with"]["path"] == "${{ runner.temp }}/reports/${{ matrix.name }}"
+        assert upload["with"]["if-no-files-found"] == "warn"  # an early failure has none: its own error says why
+
+
+def test_the_test_session_passes_the_reports_folder_to_torchyard_test(nox_sessions: set[str]) -> None:
+    import nox.registry
+
+    class Session:
+        def __init__(self) -> None:
+            self.posargs = ["cpu", "--reports", "/runner/temp/reports"]
+            self.ran: list[tuple[str, ...]] = []
+
+        def install(self, *args: str) -> None:
+            pass
+
+        def run(self, *args: str, **kwargs: object) -> None:
+            self.ran.append(args)
+
+    session = Session()
+    nox.registry.get()["test-cpu"].func(session)
+    assert session.ran == [("torchyard", "test", "--accelerator", "cpu", "cpu", "--reports", "/runner/temp/reports")]
+    args, rest = build_parser().parse_known_args(session.ran[0][1:])
+    assert args.reports == Path("/runner/temp/reports") and rest == ["cpu"]

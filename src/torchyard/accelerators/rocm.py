@@ -1,4 +1,6 @@
-"""AMD ROCm: the KFD and DRI device nodes, the video and render groups by host id, relaxed seccomp.
+"""AMD ROCm: the KFD and DRI device nodes, the video and render groups by host id, and shared memory for
+PyTorch's workers sized by --shm-size, not the host's IPC namespace: the container keeps docker's seccomp
+profile and its own /dev/shm (a machine that needs more allows it in machine.toml, for trusted runs only).
 
 Every GPU's node is passed, so the job's selection (HIP_VISIBLE_DEVICES and its aliases) keeps its host
 numbering inside the container and is copied in as it is."""
@@ -34,8 +36,6 @@ def docker_run_args(host: HostFacts, env: Mapping[str, str]) -> tuple[str, ...]:
         "--device", "/dev/kfd",
         "--device", "/dev/dri",
         *group_add_args(host, GROUPS),
-        "--security-opt", "seccomp=unconfined",
-        "--ipc=host",
         "--shm-size", "16g",
         *visible_device_args(VISIBLE_DEVICE_VARIABLES, env),
     )  # fmt: skip

@@ -26,7 +26,7 @@ def docker_run_args(host: HostFacts, env: Mapping[str, str]) -> tuple[str, ...]:
     return (
         "--device", "/dev/dri",
         *group_add_args(host, ("render",)),
-        "--ipc=host",
+        "--shm-size", "16g",  # PyTorch's workers share tensors through /dev/shm: its own, never the host's
         *visible_device_args(VISIBLE_DEVICE_VARIABLES, env),
     )  # fmt: skip
 

@@ -16,19 +16,9 @@ from torchyard.host.facts import gather_host_facts
 from torchyard.lock.resolve import uv_version
 from torchyard.matrix.machine import MEMORY_SHARE, load_limits
 from torchyard.names import AcceleratorName
-from torchyard.run.seal import Seal, default_memory, sealing_args
+from torchyard.run.seal import Seal, default_memory, loosening, sealing_args
 from torchyard.util import proc
 from torchyard.util.markdown import markdown_table
-
-# What each device flag gives up of the seal, in the words the ROCm and oneAPI container guides use.
-GIVEN_UP = {
-    "seccomp=unconfined": "no seccomp filter (ROCm's documented requirement)",
-    "--ipc=host": "the host's IPC namespace (shared memory for the runtime)",
-}
-
-
-def given_up(flags: Sequence[str]) -> list[str]:
-    return [reason for flag, reason in GIVEN_UP.items() if flag in flags]
 
 
 def gpu_row(host: HostFacts) -> str:
@@ -85,7 +75,7 @@ def doctor(
                 name,
                 "ready" if not missing and client else "not ready",
                 shlex.join(flags) or "(none)",
-                "; ".join(given_up(flags)) or "none",
+                ", ".join(loosening(flags)) or "none",
                 "; ".join(missing) or "-",
             )
         )

@@ -27,7 +27,7 @@ from torchyard.run.container import (
     run_entry,
 )
 from torchyard.run.inplace import run_in_place
-from torchyard.run.reports import read_report
+from torchyard.run.reports import read_report, reports_folder
 from torchyard.run.scopes import cache_scope
 from torchyard.run.seal import Seal, default_memory, run_user
 from torchyard.run.venv import run_local
@@ -148,8 +148,10 @@ def _in_containers(
     except DockerUnavailableError as error:
         raise DockerUnavailableError(f"{error}{LOCAL_HINT}") from None
     host = gather_host_facts(client)
+    folders = {}
     for entry in entries:
         require_device_runtime(entry, host, env)  # before any lock check or build: fail fast, and say why
+        folders[entry.name] = reports_folder(reports, entry.name)  # a committed link there: refused, now
     cli = build_client(env, runner)
     built = build_images(
         entries, lockdir, BuildOptions(), client=client, cli=cli, runner=runner, env=env, summarize_found=False
@@ -163,7 +165,7 @@ def _in_containers(
             entry=entry.name,
             image=image.tag,
             name=name,
-            reports=(reports / entry.name).resolve(),
+            reports=folders[entry.name],
             scope=cache_scope(entry, project, trust.level, name.rsplit("-", 1)[-1]),
             user=run_user(os.getuid(), os.getgid()),
             seal=Seal(limits, memory, network=_network(entry, trust, env)),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from torchyard import __version__
 from torchyard.accelerators import ACCELERATORS
-from torchyard.errors import ImageBuildError
+from torchyard.errors import ImageBuildError, UsageError
 from torchyard.image.context import files_digest, inimage_files, project_digest, project_files, select
 from torchyard.image.layers import Layer, keyed, keys_label, split_lock
 from torchyard.image.policy import BuildPolicy
@@ -24,6 +24,7 @@ from torchyard.lock.lockfile import lock_path, read_header
 from torchyard.matrix.schema import Entry
 from torchyard.trust import Trust
 from torchyard.util import proc
+from torchyard.util.checkout import read_checkout_file
 
 REPOSITORY = "torchyard"
 # The tag that names an entry's last image, per trust: a trusted build reads `latest` (its base check and its
@@ -109,9 +110,9 @@ def resolve_base(entry: Entry, overrides: Mapping[str, str]) -> str:
 def _read_lock(entry: Entry, lockdir: Path) -> bytes:
     path = lock_path(lockdir, entry)
     try:
-        return path.read_bytes()
-    except OSError as error:
-        raise ImageBuildError(f"entry {entry.name!r}: cannot read {path}: {error.strerror}") from None
+        return read_checkout_file(path, f"entry {entry.name!r}: the lockfile")
+    except UsageError as error:
+        raise ImageBuildError(str(error)) from None
 
 
 def plan_build(

@@ -12,6 +12,7 @@ from torchyard.errors import StaleLockError
 from torchyard.lock.inputs import LockInputs
 from torchyard.lock.lockfile import body_digest, lock_path, read_header, reproduce_command
 from torchyard.matrix.schema import Entry
+from torchyard.util.checkout import linked_component
 
 Status = Literal["fresh", "stale", "missing"]
 
@@ -36,6 +37,9 @@ def _changed_inputs(recorded: str, current: Mapping[str, Any]) -> list[str]:
 def check_entry(entry: Entry, lockdir: Path, uv: str) -> Freshness:
     """Compare the lockfile with the current inputs; offline, reads one file."""
     path = lock_path(lockdir, entry)
+    link = linked_component(path)
+    if link is not None:  # a committed link to a host file: never read, in any run
+        return Freshness(entry.name, "stale", f"{link} is a symbolic link: a lockfile is a file the checkout holds")
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -70,7 +70,8 @@ MATRIX_KEYS: tuple[Key, ...] = (
     Key("accelerators.<name>", "deployment-target", "macOS version", "none",
         "`MACOSX_DEPLOYMENT_TARGET` for resolving macOS wheels", "14.0", "14"),
     Key("accelerators.<name>", "runs-on", "array of runner labels", REQUIRED,
-        "the CI runner labels this accelerator's jobs run on", ["self-hosted", "linux", "x64", "gpu", "cuda"], []),
+        "the CI runner labels this accelerator's jobs run on (hosted: one GitHub-hosted label; else self-hosted)",
+        ["self-hosted", "linux", "x64", "gpu", "cuda"], []),
     Key("accelerators.<name>", "system-packages", "array of Debian package names", "`[]`",
         'apt packages the image needs; `"a|b"` takes the first the base\'s apt sources have',
         ["libze1", "libze-intel-gpu1|intel-level-zero-gpu"], ["Level Zero"]),
@@ -154,8 +155,12 @@ MACHINE_KEYS: tuple[Key, ...] = (
     Key("limits", "tmp", "size", '`"4g"`', "the size of the container's private `/tmp` (a tmpfs)", "8g", "8 GB"),
     Key("limits", "home", "size", '`"1g"`', "the size of its private home folder (a tmpfs)", "2g", "-1"),
     Key("limits", "reports", "size", '`"512m"`',
-        "the most a run may hand back in its reports folder; a run that leaves more fails, its reports emptied",
+        "the most a run may write in its reports folder, counted while it runs: past it the container is stopped "
+        "and the reports emptied",
         "1g", "1 GB"),
+    Key("limits", "cache", "size", '`"32g"`',
+        "the most an untrusted run's own cache volume may hold while it runs (counted where the host can read the "
+        "engine's volumes): past it the container is stopped", "64g", "a lot"),
     Key("limits", "timeout", "duration", '`"6h"`', "the most an entry's `timeout` may be", "12h", "forever"),
     Key("allow", "docker-run", "array of `docker run` flags", "`[]`",
         "flags matrix.toml may use although they give up isolation (matrix.toml can never allow them itself)",
@@ -181,7 +186,7 @@ ENVIRONMENT: tuple[Variable, ...] = (
     Variable("TORCHYARD_REGISTRY_USERNAME", "the registry's user, when Docker's own credential store has none"),
     Variable("TORCHYARD_REGISTRY_PASSWORD", "its password: never in an argument, label, layer or log line"),
     Variable("TORCHYARD_TRUST", "`trusted` or `untrusted`: the run's trust when `--trust` is not given"),
-    Variable("TORCHYARD_TRUSTED_MATRIX", "the trusted matrix.toml an untrusted build's bases and indexes must match"),
+    Variable("TORCHYARD_TRUSTED_MATRIX", "the trusted matrix.toml: an untrusted run's bases, indexes, runner labels"),
     Variable("TORCHYARD_DOCKER", "the `docker` client to build with, when several are on `PATH`"),
     Variable("TORCHYARD_ARTIFACT_CACHE", "`off`: lower every program again (no artifact cache, no stored patterns)"),
 )  # fmt: skip

@@ -333,6 +333,7 @@ def _project(table: Table, folder: Path, tests: tuple[str, ...]) -> Project | No
         return None
     extras: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
+    where, key = table, "project"
     if isinstance(value, str):
         path = value
     else:
@@ -342,7 +343,10 @@ def _project(table: Table, folder: Path, tests: tuple[str, ...]) -> Project | No
         extras = section.string_list("extras", required=False) or ()
         groups = section.string_list("groups", required=False) or ()
         section.finish()
-    root = (folder / path).resolve()
+        where, key = section, "path"
+    root = values.checkout_path(where, key, folder, path).resolve()
+    for position, test_path in enumerate(tests):
+        values.checkout_path(table, f"tests[{position}]", root, test_path)
     if not root.is_dir():
         raise table.error("project", f"expected a folder holding pyproject.toml, got {describe(path)} ({root})")
     return load_project(root, extras, groups, tests)

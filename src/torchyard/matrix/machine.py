@@ -109,12 +109,13 @@ class Limits:
     pids: int = DEFAULT_PIDS
     tmp: str = "4g"  # the size of the container's private /tmp (a tmpfs: it counts as the container's memory)
     home: str = "1g"  # the size of its private home folder (a tmpfs too)
-    reports: str = "512m"  # the most a run may hand back in its reports folder
+    reports: str = "512m"  # the most a run may hand back in its reports folder (counted while it writes)
+    cache: str = "32g"  # the most an untrusted run's own cache volume may hold while it runs
     timeout: str = "6h"  # the longest an entry's `timeout` may be
 
 
 MEMORY_SHARE = 0.75
-LIMIT_KEYS = ("memory", "pids", "tmp", "home", "reports", "timeout")
+LIMIT_KEYS = ("memory", "pids", "tmp", "home", "reports", "cache", "timeout")
 
 
 def _size(path: Path, key: str, value: object) -> str:
@@ -145,6 +146,7 @@ def load_limits(env: Mapping[str, str] = os.environ) -> Limits:
         tmp=_size(path, "tmp", table.get("tmp", defaults.tmp)),
         home=_size(path, "home", table.get("home", defaults.home)),
         reports=_size(path, "reports", table.get("reports", defaults.reports)),
+        cache=_size(path, "cache", table.get("cache", defaults.cache)),
         timeout=timeout,
     )
 

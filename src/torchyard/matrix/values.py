@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Collection, Iterator
+from pathlib import Path, PurePosixPath
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
@@ -28,6 +29,8 @@ SAFE_DOCKER_RUN = frozenset(
         "--env", "-e", "--label", "-l", "--stop-timeout", "--pids-limit", "--oom-score-adj",
     }
 )  # fmt: skip
+# The prefix of the variables torchyard sets in its containers (the run's trust among them).
+OWN_VARIABLES = "TORCHYARD_"
 TOLERANCE_BACKENDS = (
     *BACKEND_NAMES,
     *(f"inductor:{mode}" for mode in COMPILE_MODES if mode != "default"),
@@ -105,6 +108,12 @@ def docker_run(table: Table, key: str, flags: tuple[str, ...], allowed: Collecti
                 f"{describe(item)} can give up the container's isolation; a machine that accepts that allows it "
                 f'in its own machine.toml ([allow] docker-run = ["{flag}"]), never in matrix.toml',
             )
+        if flag in ("--env", "-e") and "=" in value and value.upper().startswith(OWN_VARIABLES):
+            raise table.error(
+                f"{key}[{position}]",
+                f"{flag} {describe(value)}: {OWN_VARIABLES}* variables are torchyard's own (the run's trust "
+                "among them), set by the host alone",
+            )
         if flag in allowed:
             continue
         if flag in ("--env", "-e") and "=" not in value:
@@ -119,3 +128,19 @@ def docker_run(table: Table, key: str, flags: tuple[str, ...], allowed: Collecti
             raise table.error(
                 f"{key}[{position}]", f"a negative --oom-score-adj ({value}) shields the container from the OOM killer"
             )
+
+
+def checkout_path(table: Table, key: str, folder: Path, value: str) -> Path:
+    """`value` as a folder or file inside `folder` (the checkout): relative, without `..`, and reached
+    through no link. A pull request edits these keys, and the host reads what they name."""
+    relative = PurePosixPath(value)
+    if relative.is_absolute() or ".." in relative.parts or "\\" in value:
+        raise table.error(key, f"expected a path inside the project's checkout, got {describe(value)}")
+    current = folder
+    for part in relative.parts:
+        current = current / part
+        if current.is_symlink():
+            raise table.error(
+                key, f"{describe(value)} goes through a symbolic link ({current}): the host reads it, so never that"
+            )
+    return current

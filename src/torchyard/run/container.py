@@ -11,6 +11,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -27,14 +28,16 @@ from torchyard.errors import DeviceUnavailableError, TorchyardError
 from torchyard.matrix.machine import Limits, size_bytes
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
-from torchyard.run.reports import exclusive_run, fresh_folder, hand_back, read_report
+from torchyard.run.reports import HandBackError, exclusive_run, folder_bytes, fresh_folder, hand_back, read_report
 from torchyard.run.scopes import CacheScope, seed_args
-from torchyard.run.seal import IMAGE_USER, Seal, check_matrix_flags, sealing_args
+from torchyard.run.seal import IMAGE_USER, Seal, check_matrix_flags, check_untrusted_seal, sealing_args
+from torchyard.run.stamp import stamp_reports
 from torchyard.trust import TRUST_ENV
 from torchyard.util import proc
 
 OOM_STATUS = 137
 TIMEOUT_STATUS = 124  # as timeout(1) exits
+WATCH_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -70,14 +73,15 @@ def docker_run_args(
         "--mount", f"type=bind,source={plan.reports},target={contract.IMAGE_REPORTS}",
         "--mount", f"type=volume,source={plan.scope.volume},target={contract.IMAGE_CACHE}",
         "--mount", f"type=volume,source={plan.scope.volume},target={contract.IMAGE_INDUCTOR_DEFAULT}",
-        "--env", f"LOGNAME={contract.IMAGE_LOGNAME}",
-        "--env", f"{TRUST_ENV}={plan.scope.trust}",
         "--workdir", contract.IMAGE_PROJECT,
-        *(arg for key, value in sorted(suite_env.items()) for arg in ("--env", f"{key}={value}")),
-        *replay_args(plan, env),
         *sealing_args(plan.seal),
         *accelerator.docker_run_args(host, env),
         *entry.accelerator.docker_run,
+        # torchyard's own variables last: docker keeps the last value, so no flag above can set them.
+        "--env", f"LOGNAME={contract.IMAGE_LOGNAME}",
+        "--env", f"{TRUST_ENV}={plan.scope.trust}",
+        *(arg for key, value in sorted(suite_env.items()) for arg in ("--env", f"{key}={value}")),
+        *replay_args(plan, env),
         plan.image,
         *contract.pytest_args(
             suites_dir=contract.IMAGE_SUITES,
@@ -169,27 +173,62 @@ def prepare_cache(
         )
 
 
-class _Deadline:
-    """Stops the container when the run's time is up (docker stop: SIGTERM, then SIGKILL after 10 s)."""
+@dataclass(frozen=True)
+class Bound:
+    """A folder the run writes on the host and the most it may hold; checked every `every` ticks."""
 
-    def __init__(self, client: docker.DockerClient, name: str, seconds: int) -> None:
-        self.passed = False
-        self._timer = threading.Timer(seconds, self._stop, args=(client, name)) if seconds > 0 else None
+    what: str
+    folder: Path
+    limit: int
+    every: int = 1
 
-    def _stop(self, client: docker.DockerClient, name: str) -> None:
-        self.passed = True
-        with contextlib.suppress(docker.errors.APIError):  # gone already
-            client.containers.get(name).stop(timeout=10)
 
-    def __enter__(self) -> _Deadline:
-        if self._timer is not None:
-            self._timer.daemon = True
-            self._timer.start()
+class _Watch:
+    """Stops the container (docker stop: SIGTERM, then SIGKILL after 10 s) when the run's time is up or a
+    folder it writes on the host passes its bound while it writes: a run cannot fill the host's disk before
+    the hand-back counts what it left."""
+
+    def __init__(self, client: docker.DockerClient, name: str, seconds: int, bounds: Sequence[Bound]) -> None:
+        self.passed = False  # the deadline
+        self.overflowed: Bound | None = None
+        self._client, self._name, self._bounds = client, name, bounds
+        self._ends = time.monotonic() + seconds if seconds > 0 else None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        tick = 0
+        while not self._done.wait(WATCH_INTERVAL_S):
+            tick += 1
+            if self._ends is not None and time.monotonic() >= self._ends:
+                self.passed = True
+            else:
+                due = (bound for bound in self._bounds if tick % bound.every == 0)
+                self.overflowed = next((bound for bound in due if folder_bytes(bound.folder) > bound.limit), None)
+                if self.overflowed is None:
+                    continue
+            with contextlib.suppress(docker.errors.APIError):  # gone already
+                self._client.containers.get(self._name).stop(timeout=10)
+            return
+
+    def __enter__(self) -> _Watch:
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        self._done.set()
+        self._thread.join()
+
+
+def run_bounds(client: docker.DockerClient, plan: RunPlan) -> tuple[Bound, ...]:
+    """The reports folder, and an untrusted run's own cache volume where this host can read the engine's
+    volumes (a root runner: where the pull request's code could otherwise fill the disk)."""
+    bounds = [Bound("reports", plan.reports, size_bytes(plan.seal.limits.reports))]
+    if plan.scope.ephemeral:
+        mountpoint = Path(str(client.volumes.get(plan.scope.volume).attrs.get("Mountpoint", "")))
+        if mountpoint.is_absolute() and os.access(mountpoint, os.R_OK | os.X_OK):
+            bounds.append(Bound("cache", mountpoint, size_bytes(plan.seal.limits.cache), every=10))
+    return tuple(bounds)
 
 
 def format_duration(seconds: int) -> str:
@@ -223,14 +262,15 @@ def run_entry(
     require_device_runtime(entry, host, env)
     check_matrix_flags(entry, plan.seal)
     args = (docker_path, *docker_run_args(entry, plan, host, env, pytest_args))
+    check_untrusted_seal(args[: args.index(plan.image)], plan.scope.trust == "trusted")  # options only
     status: int | None = None
     oom: int | None = None
     try:
         prepare_cache(entry, plan, client=client, docker_path=docker_path, runner=runner, env=env)
-        limit = size_bytes(plan.seal.limits.reports)
+        bounds = run_bounds(client, plan)
         with (
-            prepared_reports(plan.reports, os.getuid(), os.getgid(), limit),
-            _Deadline(client, plan.name, plan.timeout_s) as deadline,
+            prepared_reports(plan.reports, os.getuid(), os.getgid(), bounds[0].limit),
+            _Watch(client, plan.name, plan.timeout_s, bounds) as watch,
         ):
             try:
                 status = runner(args, check=False, env=env).returncode
@@ -241,7 +281,14 @@ def run_entry(
         if plan.scope.ephemeral and not keep:
             with contextlib.suppress(docker.errors.APIError):
                 client.volumes.get(plan.scope.volume).remove(force=True)
-    if deadline.passed:
+    stamp_reports(plan.reports, {"trust": plan.scope.trust, "entry": entry.name, "image": plan.image})
+    if watch.overflowed is not None:
+        bound = watch.overflowed
+        raise HandBackError(
+            f"entry {entry.name!r}: the run wrote more than this machine's {bound.limit >> 20} MiB of {bound.what} "
+            f"(machine.toml [limits] {bound.what}): the container was stopped"
+        )
+    if watch.passed:
         print(f"torchyard: {note_timeout(plan.reports, entry, format_duration(plan.timeout_s))}", file=sys.stderr)
         return TIMEOUT_STATUS
     if oom is not None or status == OOM_STATUS:

@@ -19,6 +19,7 @@ from torchyard.lock.lockfile import lock_path
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
 from torchyard.run.interpreter import run_suites
+from torchyard.run.reports import reports_folder
 from torchyard.run.scopes import local_cache
 from torchyard.trust import level_of
 from torchyard.util import proc
@@ -66,7 +67,7 @@ def run_in_place(
 ) -> int:
     """pytest with torchyard's suites in this interpreter; the run fails closed like any other."""
     require_stack(entry, lockdir, python)
-    report_dir = (reports / f"{entry.name}-in-place").resolve()
+    report_dir = reports_folder(reports, f"{entry.name}-in-place")
     workdir = entry.project.root if entry.project is not None else Path.cwd()
     print(f"running {entry.name} in place with {python} (unlocked); reports in {report_dir}", file=sys.stderr)
     with as_file(files("torchyard.inimage.suites")) as suites:

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from torchyard.errors import TorchyardError, UsageError
+from torchyard.util.checkout import linked_component
 
 MAX_DEPTH = 32
 DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
@@ -31,10 +32,23 @@ class HandBackError(TorchyardError):
 
 
 def _usable_folder(path: Path) -> None:
-    if path.is_symlink():
-        raise UsageError(f"reports folder {path} is a symbolic link: refusing to write through it")
+    """No link on the way to `path` from the checkout down, and no file in its place: a committed
+    `reports -> /somewhere` is refused, never followed."""
+    link = linked_component(path)
+    if link is not None:
+        raise UsageError(
+            f"reports folder {path}: {link} is a symbolic link (committed?): refusing to write through it; remove "
+            "it, or pass --reports PATH outside the checkout"
+        )
     if path.exists() and not path.is_dir():
         raise UsageError(f"reports folder {path} is a file, not a folder: pass --reports PATH")
+
+
+def reports_folder(reports: Path, name: str) -> Path:
+    """`reports/<name>` as an absolute path, never resolved through a link (a link on the way is refused)."""
+    folder = Path(os.path.abspath(reports / name))  # noqa: PTH100 (never resolved through a link)
+    _usable_folder(folder)
+    return folder
 
 
 @contextmanager
@@ -187,3 +201,18 @@ def read_report(path: Path) -> str | None:
         if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
             return None
         return stream.read().decode("utf-8", errors="replace")
+
+
+def folder_bytes(path: Path) -> int:
+    """The bytes of the regular files under `path` as the run writes them (links not followed; what
+    vanishes on the way is skipped)."""
+    total = 0
+    for folder, _, names in os.walk(path, followlinks=False):
+        for name in names:
+            try:
+                info = os.lstat(Path(folder, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                total += info.st_size
+    return total

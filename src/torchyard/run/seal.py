@@ -73,6 +73,33 @@ def sealing_args(seal: Seal) -> tuple[str, ...]:
     )  # fmt: skip
 
 
+# Flags (and values) that open the host's namespaces or drop the kernel's filters: never part of an untrusted
+# run, whoever wrote them (the trusted matrix.toml, with the machine's permission, may give them to trusted runs).
+HOST_NAMESPACES = ("--ipc", "--pid", "--uts", "--userns", "--network", "--net", "--cgroupns")
+UNCONFINED = ("seccomp=unconfined", "apparmor=unconfined", "label=disable", "label:disable", "systempaths=unconfined")
+
+
+def loosening(args: Sequence[str]) -> list[str]:
+    """The flags in a `docker run` argument list that give up the seal (a host namespace, no seccomp or
+    AppArmor profile, privileges, added capabilities)."""
+    found = []
+    for position, flag, value in flag_values(tuple(args)):
+        if flag in {"--privileged", "--cap-add"}:
+            found.append(args[position])
+        elif (flag in HOST_NAMESPACES and value == "host") or (flag == "--security-opt" and value in UNCONFINED):
+            found.append(f"{flag}={value}")
+    return found
+
+
+def check_untrusted_seal(args: Sequence[str], trusted: bool) -> None:
+    """An untrusted run's container keeps every namespace and filter, whatever asked to open one."""
+    opened = loosening(args)
+    if opened and not trusted:
+        raise ConfigError(
+            f"an untrusted run's container keeps the seal: {', '.join(opened)} is given to trusted runs only"
+        )
+
+
 def check_matrix_flags(entry: Entry, seal: Seal) -> None:
     """A matrix.toml resource flag above this machine's limit is one line naming machine.toml."""
     machine = {"--memory": seal.memory, "--memory-swap": seal.memory, "--pids-limit": str(seal.limits.pids)}

@@ -22,6 +22,7 @@ from torchyard.matrix.machine import Source, extra_find_links, load_mirrors, sou
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
 from torchyard.run.interpreter import run_suites
+from torchyard.run.reports import reports_folder
 from torchyard.run.scopes import local_cache
 from torchyard.trust import level_of
 from torchyard.util import proc
@@ -123,7 +124,7 @@ def run_local(
             install = ["uv", "pip", "install", "--quiet", "--python", str(python), "--no-deps", "--no-config"]
             # Bytecode as the lock's packages have it: the suites import the project at start-up.
             runner([*install, "--compile-bytecode", "--reinstall", *map(str, wheels)], env=uv_env)
-    report_dir = (reports / f"{entry.name}-local").resolve()
+    report_dir = reports_folder(reports, f"{entry.name}-local")
     suites = f"{', '.join(entry.suites)} suite{'s' if len(entry.suites) > 1 else ''}"
     print(f"[{steps}/{steps}] running the {suites}; reports in {report_dir}", file=sys.stderr)
     # The venv's own tools (ExecuTorch's flatc, say) on PATH, as in the image.

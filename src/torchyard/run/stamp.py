@@ -1,0 +1,51 @@
+"""What the host knows of a run, written over what the container (or a pull request's conftest) wrote.
+
+The reports come from the code under test: a conftest can rewrite env.json or parity.md after torchyard's
+plugin and call an untrusted run trusted. Once the reports are handed back, the host sets the run's trust,
+entry and image in env.json and in parity.json's environment, and puts its own first line on parity.md
+(a line claiming to be the host's, written in the container, is dropped).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from torchyard import contract
+from torchyard.run.reports import read_report
+from torchyard.util.atomic import write_atomically
+
+HOST_LINE = "> **torchyard (host)**:"
+
+
+def _stamped_json(text: str | None, facts: Mapping[str, str], key: str | None) -> str:
+    try:
+        data = json.loads(text) if text is not None else {}
+    except ValueError:
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    if key is None:
+        data.update(facts)
+    else:
+        inner = data.get(key)
+        data[key] = {**(inner if isinstance(inner, dict) else {}), **facts}
+    return json.dumps(data, indent=2, default=str) + "\n"
+
+
+def host_line(facts: Mapping[str, str]) -> str:
+    return f"{HOST_LINE} entry `{facts['entry']}`, image `{facts['image']}`, **{facts['trust']}** run\n"
+
+
+def stamp_reports(folder: Path, facts: Mapping[str, str]) -> None:
+    """Stamp `facts` (trust, entry, image) into the handed-back reports in `folder`; the files are replaced
+    by rename, so a link the container left in their place is never written through."""
+    environment = read_report(folder / contract.ENVIRONMENT_JSON)
+    write_atomically(folder / contract.ENVIRONMENT_JSON, _stamped_json(environment, facts, None))
+    parity = read_report(folder / contract.PARITY_JSON)
+    if parity is not None:
+        write_atomically(folder / contract.PARITY_JSON, _stamped_json(parity, facts, "environment"))
+    markdown = read_report(folder / contract.PARITY_MARKDOWN) or ""
+    kept = "".join(line for line in markdown.splitlines(keepends=True) if not line.startswith(HOST_LINE))
+    write_atomically(folder / contract.PARITY_MARKDOWN, host_line(facts) + "\n" + kept)

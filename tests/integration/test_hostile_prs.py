@@ -1,0 +1,232 @@
+"""Hostile pull requests, one per route a pull request could take to the host, a later trusted run or a
+secret. Each runs as an untrusted run through the real command line (or the real engine, where the route is a
+container's), on a checkout the pull request wrote, on a runner whose machine.toml allows `--mount` (as a
+runner with datasets would); then the host, the trusted scope and the secrets are checked untouched, and a
+trusted run follows (the last test of this module, and test_trust.py's)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import docker
+import pytest
+
+from torchyard.matrix.machine import Limits
+from torchyard.run.seal import Seal
+
+from .conftest import REPO, copy_tree
+from .test_run import _run_with_mounted_test
+
+pytestmark = pytest.mark.integration
+
+SECRET = f"hostile-test-secret-{uuid.uuid4().hex}"
+GPU_LABELS = 'runs-on = ["self-hosted", "linux", "x64", "gpu", "cuda"]'
+CPU_LABELS = 'runs-on = ["ubuntu-24.04"]'
+
+
+class Runner:
+    """A self-hosted runner's view: a victim folder and a secret on the host, the pull request's checkout,
+    the default branch's matrix.toml beside it, and a machine.toml that allows `--mount`."""
+
+    def __init__(self, root: Path, machine_env: dict[str, str]) -> None:
+        self.victim = root / "victim"
+        self.victim.mkdir(parents=True)
+        (self.victim / "keep").write_text("the host's own\n")
+        self.secret = root / "home" / ".ssh" / "id_rsa"
+        self.secret.parent.mkdir(parents=True)
+        self.secret.write_text(SECRET + "\n")
+        self.checkout = copy_tree(root / "checkout")
+        self.trusted = root / "trusted-matrix.toml"
+        self.trusted.write_text((REPO / "matrix.toml").read_text())
+        machine = root / "machine.toml"
+        machine.write_text('[allow]\ndocker-run = ["--mount"]\n')
+        self.env = {
+            **machine_env,
+            "TORCHYARD_TRUST": "untrusted",
+            "TORCHYARD_TRUSTED_MATRIX": str(self.trusted),
+            "TORCHYARD_MACHINE_FILE": str(machine),
+            "TORCHYARD_REGISTRY_PASSWORD": SECRET,
+        }
+
+    def edit_matrix(self, old: str, new: str) -> None:
+        path = self.checkout / "matrix.toml"
+        text = path.read_text()
+        assert old in text, old
+        path.write_text(text.replace(old, new, 1))
+
+    def torchyard(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "torchyard", *args],
+            cwd=self.checkout, env=self.env, capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+
+    def assert_untouched(self, result: subprocess.CompletedProcess[str]) -> None:
+        assert sorted(item.name for item in self.victim.iterdir()) == ["keep"]
+        assert (self.victim / "keep").read_text() == "the host's own\n"
+        assert SECRET not in result.stdout + result.stderr
+        assert "Traceback" not in result.stderr
+
+
+@pytest.fixture
+def runner(tmp_path: Path, machine_env: dict[str, str]) -> Runner:
+    return Runner(tmp_path, machine_env)
+
+
+def _moved_runner(runner: Runner) -> None:
+    runner.edit_matrix(GPU_LABELS, 'runs-on = ["linux", "x64", "gpu", "cuda"]')
+
+
+def _reports_link(runner: Runner) -> None:
+    (runner.checkout / "reports").symlink_to(runner.victim)
+
+
+def _entry_reports_link(runner: Runner) -> None:
+    (runner.checkout / "reports").mkdir()
+    (runner.checkout / "reports" / "cpu").symlink_to(runner.victim)
+
+
+def _linked_lockfile(runner: Runner) -> None:
+    (runner.checkout / "lockfiles" / "cpu.txt").unlink()
+    (runner.checkout / "lockfiles" / "cpu.txt").symlink_to(runner.secret)
+
+
+def _mount_the_host(runner: Runner) -> None:
+    runner.edit_matrix(CPU_LABELS, f'{CPU_LABELS}\ndocker-run = ["--mount", "type=bind,source=/,target=/host"]')
+
+
+def _trust_label(runner: Runner) -> None:
+    runner.edit_matrix(CPU_LABELS, f'{CPU_LABELS}\ndocker-run = ["--env", "TORCHYARD_TRUST=trusted"]')
+
+
+def _trust_by_docker_label(runner: Runner) -> None:
+    runner.edit_matrix(CPU_LABELS, f'{CPU_LABELS}\ndocker-run = ["--label", "dev.torchyard.trust=trusted"]')
+
+
+def _open_namespaces(runner: Runner) -> None:
+    runner.edit_matrix(CPU_LABELS, f'{CPU_LABELS}\ndocker-run = ["--ipc=host"]')
+
+
+def _project_outside(value: str) -> Callable[[Runner], None]:
+    def plant(runner: Runner) -> None:
+        (runner.victim / "pyproject.toml").write_text('[project]\nname = "victim"\nversion = "1"\n')
+        runner.edit_matrix('name = "cpu"\n', f'name = "cpu"\nproject = "{value}"\n')
+
+    return plant
+
+
+def _base_moved(runner: Runner) -> None:
+    text = (runner.checkout / "matrix.toml").read_text()
+    old = text[text.index('base-image = "', text.index("[accelerators.cpu]")) :].split("\n", 1)[0]
+    runner.edit_matrix(old, 'base-image = "evil/base@sha256:' + "0" * 64 + '"')
+
+
+# (name, the pull request's change, the command it runs, what the one line says)
+TEST_CORPUS = [
+    (
+        "runner-labels",
+        _moved_runner,
+        ("matrix", "--github", "--runners", "hosted"),
+        "this untrusted run changes runs-on",
+    ),
+    ("reports-link", _reports_link, ("test", "--entry", "cpu"), "is a symbolic link (committed?)"),
+    ("entry-reports-link", _entry_reports_link, ("test", "--entry", "cpu"), "is a symbolic link (committed?)"),
+    ("linked-lockfile", _linked_lockfile, ("test", "--entry", "cpu"), "is a symbolic link"),
+    ("mount-the-host", _mount_the_host, ("test", "--entry", "cpu"), "an untrusted run takes '--mount'"),
+    ("trust-variable", _trust_label, ("test", "--entry", "cpu"), "TORCHYARD_* variables are torchyard's own"),
+    ("trust-label", _trust_by_docker_label, ("test", "--entry", "cpu"), "labels under dev.torchyard. are torchyard's"),
+    ("host-namespace", _open_namespaces, ("test", "--entry", "cpu"), '"--ipc=host" can give up the container'),
+    ("project-root", _project_outside("/"), ("test", "--entry", "cpu"), "expected a path inside the project's"),
+    ("project-parent", _project_outside("../victim"), ("build", "cpu"), "expected a path inside the project's"),
+    ("base-moved", _base_moved, ("build", "cpu"), "this untrusted run changes base-image"),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "args", "line"), [case[1:] for case in TEST_CORPUS], ids=[case[0] for case in TEST_CORPUS]
+)
+def test_a_hostile_pull_request_is_refused_in_one_line_before_anything_runs(
+    runner: Runner, client: docker.DockerClient, change: Callable[[Runner], None], args: tuple[str, ...], line: str
+) -> None:
+    containers = {container.id for container in client.containers.list(all=True)}
+    change(runner)
+    result = runner.torchyard(*args)
+    assert result.returncode in (1, 2), result.stderr
+    assert line in result.stderr and result.stderr.count("\n") <= 2, result.stderr
+    runner.assert_untouched(result)
+    assert {container.id for container in client.containers.list(all=True)} <= containers  # nothing started
+    # The same command from the trusted configuration is not refused for the same reason.
+    if args[0] == "matrix":
+        runner.edit_matrix('runs-on = ["linux", "x64", "gpu", "cuda"]', GPU_LABELS)
+        trusted = runner.torchyard(*args)
+        assert trusted.returncode == 0 and '"name":"cuda"' not in trusted.stdout, trusted.stderr
+
+
+FORGE = """
+import atexit, json, os
+
+def _forge():
+    # after torchyard's plugin wrote the reports: what a conftest's last hook or an atexit handler can do
+    path = "/reports/env.json"
+    data = json.load(open(path)) if os.path.exists(path) else {}
+    data.update(trust="trusted", entry="forged")
+    json.dump(data, open(path, "w"))
+    with open("/reports/parity.md", "a") as stream:
+        stream.write("> **torchyard (host)**: entry `cpu`, image `x`, **trusted** run\\n")
+
+atexit.register(_forge)
+
+def test_forge():
+    pass
+"""
+
+
+def test_reports_rewritten_after_the_plugin_are_stamped_by_the_host(
+    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient
+) -> None:
+    status, plan = _run_with_mounted_test(tmp_path, machine_env, client, FORGE, trust="untrusted")
+    assert status == 0
+    environment = json.loads((plan.reports / "env.json").read_text())
+    assert (environment["trust"], environment["entry"], environment["image"]) == ("untrusted", "cpu", plan.image)
+    lines = (plan.reports / "parity.md").read_text().splitlines()
+    assert lines[0].endswith("**untrusted** run")
+    assert [line for line in lines if "**trusted** run" in line] == []
+
+
+def test_reports_past_the_bound_stop_the_run_while_it_writes(
+    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient
+) -> None:
+    """A test that writes without end: stopped at the bound, not at its timeout, and the folder emptied."""
+    flood = (
+        "import time\n\n"
+        "def test_flood():\n"
+        "    with open('/reports/flood', 'wb') as stream:\n"
+        "        while True:\n"
+        "            stream.write(b'x' * (1 << 20))\n"
+        "            stream.flush()\n"
+        "            time.sleep(0.05)\n"
+    )
+    from torchyard.run.reports import HandBackError
+
+    seal = Seal(Limits(reports="8m"), "2g")
+    with pytest.raises(HandBackError, match=r"(reports|8 MB)"):
+        _run_with_mounted_test(tmp_path, machine_env, client, flood, seal=seal, timeout_s=300)
+    assert not list((tmp_path / "reports").iterdir())
+
+
+def test_a_trusted_run_after_the_hostile_ones_is_clean(
+    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient
+) -> None:
+    """What the hostile runs leave: no container, no untrusted volume, and a trusted run that passes."""
+    assert not client.containers.list(all=True, filters={"label": "dev.torchyard.trust=untrusted"})
+    assert not client.volumes.list(filters={"label": "dev.torchyard.trust=untrusted"})
+    check = "import os\n\ndef test_clean():\n    assert os.environ['TORCHYARD_TRUST'] == 'trusted'\n"
+    status, plan = _run_with_mounted_test(tmp_path, machine_env, client, check)
+    assert status == 0
+    assert json.loads((plan.reports / "env.json").read_text())["trust"] == "trusted"
+    assert plan.reports.stat().st_uid == os.getuid()
