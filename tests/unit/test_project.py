@@ -219,3 +219,13 @@ def test_an_option_as_a_build_requirement_stops_the_plan_before_any_container(tm
     plan = planner(project_tree(tmp_path / "project", PYPROJECT + hostile), tmp_path / "lockfiles")
     with pytest.raises(ImageBuildError, match=r"requires item '--no-binary' is an option, not a requirement"):
         plan()
+
+
+def test_a_linked_pyproject_is_never_read(tmp_path: Path) -> None:
+    root = project_tree(tmp_path / "checkout")
+    (tmp_path / "host.toml").write_text(PYPROJECT)
+    (root / "pyproject.toml").unlink()
+    (root / "pyproject.toml").symlink_to(tmp_path / "host.toml")
+    assert error_of(root, project='"."').endswith(
+        "pyproject.toml: is a symbolic link; a project's pyproject.toml is a file it holds"
+    )

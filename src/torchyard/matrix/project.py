@@ -28,6 +28,9 @@ def _requirement_name(line: str, file: str) -> str:
 
 
 def read_pyproject(path: Path) -> dict[str, Any]:
+    """The project's pyproject.toml, never read through a link (the pull request commits it)."""
+    if path.is_symlink():
+        raise ConfigError(f"{path}: is a symbolic link; a project's pyproject.toml is a file it holds")
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
