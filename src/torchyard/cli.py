@@ -26,7 +26,7 @@ from torchyard.errors import TorchyardError, UsageError
 from torchyard.image.debootstrap import DEBIAN_SUITES, base_tag
 from torchyard.image.plan import BuildOptions
 from torchyard.matrix import Entry, load_plan, narrow_suites, select_entries
-from torchyard.matrix.gate import TrustedConfig, gate_entries, load_trusted
+from torchyard.matrix.gate import NO_TRUSTED_CONFIG, gate_entries, load_trusted
 from torchyard.matrix.machine import MEMORY, allowed_docker_run
 from torchyard.matrix.reader import one_line
 from torchyard.names import ACCELERATOR_NAMES, SUITE_NAMES
@@ -165,7 +165,7 @@ def _selected(
     """
     allowed = allowed_docker_run()
     plan = load_plan(args.matrix, allowed_docker_run=allowed)
-    trusted = load_trusted(args.matrix, allowed, os.environ) if trust == "untrusted" else TrustedConfig(None, "")
+    trusted = load_trusted(args.matrix, allowed, os.environ) if trust == "untrusted" else NO_TRUSTED_CONFIG
     names = [*args.entry, *getattr(args, "entries", [])]
     if passthrough is not None:
         known = {entry.name for entry in plan.entries}

@@ -20,20 +20,16 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from torchyard.errors import ImageBuildError
-from torchyard.matrix.load import load_plan
-from torchyard.matrix.machine import Source
-from torchyard.matrix.schema import AcceleratorConfig, Entry, Plan
+from torchyard.matrix.gate import NO_TRUSTED_CONFIG, TRUSTED_MATRIX_ENV, TrustedConfig, gate_entry, load_trusted
+from torchyard.matrix.machine import Source, allowed_docker_run
+from torchyard.matrix.schema import Entry
 from torchyard.trust import level_of
-
-TRUSTED_MATRIX_ENV = "TORCHYARD_TRUSTED_MATRIX"
-# What an image is built from, per accelerator: these must be the trusted configuration's.
-BUILD_FIELDS = ("base_image", "indexes", "index_strategy", "platform", "vendor", "system_packages")
 
 
 @dataclass(frozen=True)
 class BuildPolicy:
     trusted: bool = True
-    trusted_plan: Plan | None = None
+    trusted_config: TrustedConfig = NO_TRUSTED_CONFIG
 
     @property
     def build_args(self) -> tuple[tuple[str, str], ...]:
@@ -43,34 +39,25 @@ class BuildPolicy:
 
 
 def build_policy(env: Mapping[str, str]) -> BuildPolicy:
+    """The policy of this run's builds; an untrusted one reads the trusted matrix.toml (its relative paths
+    beside this checkout's matrix.toml, where the project is)."""
     if level_of(env) == "trusted":
         return BuildPolicy()
-    path = env.get(TRUSTED_MATRIX_ENV)
-    return BuildPolicy(trusted=False, trusted_plan=load_plan(Path(path)) if path else None)
-
-
-def _differences(mine: AcceleratorConfig, trusted: AcceleratorConfig) -> list[str]:
-    return [field.replace("_", "-") for field in BUILD_FIELDS if getattr(mine, field) != getattr(trusted, field)]
+    return BuildPolicy(trusted=False, trusted_config=load_trusted(Path("matrix.toml"), allowed_docker_run(env), env))
 
 
 def check_entry(entry: Entry, policy: BuildPolicy) -> None:
-    """An untrusted build of `entry` builds only from what the trusted configuration names."""
+    """An untrusted build of `entry` builds only from what the trusted configuration names (the trust gate's
+    rule, held again here for every caller of the build)."""
     if policy.trusted:
         return
-    if policy.trusted_plan is None:
+    if policy.trusted_config.plan is None:
         raise ImageBuildError(
             f"entry {entry.name!r}: an untrusted run builds its image only from the trusted matrix.toml's bases, "
             f"indexes and vendor settings: set {TRUSTED_MATRIX_ENV} to the default branch's (the workflow checks it "
             "out), or let a trusted run build the image first"
         )
-    name = entry.accelerator.name
-    trusted = next((config for config in policy.trusted_plan.accelerators if config.name == name), None)
-    changed = ["the whole table"] if trusted is None else _differences(entry.accelerator, trusted)
-    if changed:
-        raise ImageBuildError(
-            f"entry {entry.name!r}: this untrusted run changes accelerators > {name} > {', '.join(changed)} from the "
-            "trusted matrix.toml; an image built from that is built only once the change is trusted"
-        )
+    gate_entry(entry, "untrusted", policy.trusted_config)
 
 
 def without_credentials(sources: Sequence[Source]) -> list[Source]:

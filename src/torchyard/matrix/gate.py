@@ -47,6 +47,9 @@ class TrustedConfig:
         return next((config for config in self.plan.accelerators if config.name == entry.accelerator.name), None)
 
 
+NO_TRUSTED_CONFIG = TrustedConfig(None, "a trusted run")
+
+
 def load_trusted(matrix: Path, allowed_docker_run: Collection[str], env: Mapping[str, str]) -> TrustedConfig:
     """The trusted matrix.toml named by TORCHYARD_TRUSTED_MATRIX, read with this machine's allow-list. Its
     relative paths (an entry's `project = "."`) resolve beside the checkout's matrix.toml, where the project
