@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ def replace_atomically(path: Path, write: Callable[[BinaryIO], T], *, durable: b
     without, since a torn entry is found and rebuilt."""
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(handle, _mode_for(path))  # mkstemp's 0600 would make a shared file private
         with os.fdopen(handle, "wb") as stream:
             written = write(stream)
             if durable:
@@ -28,6 +30,19 @@ def replace_atomically(path: Path, write: Callable[[BinaryIO], T], *, durable: b
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _mode_for(path: Path) -> int:
+    """The mode the replaced file had, else what a plain open would give a new one (0666 less the umask)."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        info = None
+    if info is not None and stat.S_ISREG(info.st_mode):
+        return stat.S_IMODE(info.st_mode) & 0o777
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def write_atomically(path: Path, text: str) -> None:
