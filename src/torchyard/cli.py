@@ -190,7 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "lock" and args.check:
             check_locks(_selected(args), args.lockdir)
         elif args.command == "lock":
-            lock_all(_selected(args), args.lockdir)
+            named = bool(args.entry or args.entries or args.accelerator)
+            lock_all(_selected(args), args.lockdir, all_entries=not named)
         elif args.command == "build":
             options = BuildOptions(args.push, tuple(args.cache_from), tuple(args.cache_to))
             trust = resolve_trust(args.trust, os.environ)

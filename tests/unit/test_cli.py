@@ -197,3 +197,25 @@ def test_base_refuses_a_suite_it_cannot_make(capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit) as exited:
         main(["base", "--suite", "sid"])
     assert exited.value.code == 2 and "invalid choice: 'sid'" in capsys.readouterr().err
+
+
+def test_locking_every_entry_leaves_those_locked_on_their_runner(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """refresh.yml runs `nox -s lock` where cuda's and xpu's indexes cannot be reached: those wait for their
+    runner; naming one still locks it."""
+    locked: list[str] = []
+    (tmp_path / "none").write_text("")
+
+    def fake_lock(entry: Entry, lockdir: Path, mirrors: object, **_: object) -> Path:
+        locked.append(entry.name)
+        return tmp_path / "none"
+
+    monkeypatch.setattr("torchyard.commands.lock.lock_entry", fake_lock)
+    on_runner = tmp_path / "on-runner.toml"
+    on_runner.write_text(VALID.replace('name = "cuda"\n', 'name = "cuda"\nlock-on-runner = true\n'))
+    assert main(["lock", "--matrix", str(on_runner), "--lockdir", str(tmp_path)]) == 0
+    assert locked == ["cpu"]
+    assert "cuda: locked on its runner (lock-on-runner); name it to lock it here" in capsys.readouterr().err
+    assert main(["lock", "cuda", "--matrix", str(on_runner), "--lockdir", str(tmp_path)]) == 0
+    assert locked == ["cpu", "cuda"]

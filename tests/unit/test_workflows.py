@@ -298,8 +298,8 @@ def test_only_the_approved_job_checks_the_pull_request_out(workflow: Path) -> No
 def test_a_pull_requests_plan_takes_its_labels_from_the_base_branch(workflow: Path) -> None:
     steps = yaml.safe_load(workflow.read_text().replace("@SPEC@", "torchyard"))["jobs"]["plan"]["steps"]
     names = [step.get("id") or step.get("name", "") for step in steps]
-    trusted = names.index("the trusted matrix.toml (pull requests)")
-    assert trusted < names.index("plan") and steps[trusted]["if"] == "github.event_name == 'pull_request'"
+    trusted = next(position for position, name in enumerate(names) if name.startswith("the trusted matrix.toml"))
+    assert trusted < names.index("plan") and steps[trusted]["if"].startswith("github.event_name == 'pull_request'")
     assert 'git show FETCH_HEAD:matrix.toml > "$RUNNER_TEMP/trusted-matrix.toml"' in steps[trusted]["run"]
     assert "TORCHYARD_TRUSTED_MATRIX=" in steps[trusted]["run"]
 
@@ -332,7 +332,9 @@ def test_reports_are_written_and_uploaded_outside_the_checkout(workflow: Path) -
         ]
         assert run.endswith('--reports "$RUNNER_TEMP/reports"'), run
         (upload,) = [step for step in steps if str(step.get("with", {}).get("name", "")).startswith("reports-")]
-        assert upload["with"]["path"] == "${{ runner.temp }}/reports/${{ matrix.name }}"
+        # A native entry's venv run writes <entry>-local (run/venv.py); the pull-request job runs no native one.
+        native = "${{ matrix.native && '-local' || '' }}" if name == "suites" else ""
+        assert upload["with"]["path"] == "${{ runner.temp }}/reports/${{ matrix.name }}" + native
         assert upload["with"]["if-no-files-found"] == "warn"  # an early failure has none: its own error says why
 
 
@@ -355,3 +357,17 @@ def test_the_test_session_passes_the_reports_folder_to_torchyard_test(nox_sessio
     assert session.ran == [("torchyard", "test", "--accelerator", "cpu", "cpu", "--reports", "/runner/temp/reports")]
     args, rest = build_parser().parse_known_args(session.ran[0][1:])
     assert args.reports == Path("/runner/temp/reports") and rest == ["cpu"]
+
+
+def test_an_adopters_push_to_another_branch_builds_from_the_default_branchs_matrix_and_never_pushes() -> None:
+    """Such a push is untrusted (trust.py): without the default branch's matrix.toml its build was refused,
+    and with TORCHYARD_REGISTRY set it asked to push, which an untrusted run never does."""
+    jobs = yaml.safe_load(TEMPLATE.read_text().replace("@SPEC@", "torchyard"))["jobs"]
+    for job in ("plan", "suites"):
+        (step,) = [s for s in jobs[job]["steps"] if str(s.get("name", "")).startswith("the trusted matrix.toml")]
+        assert "github.event_name == 'push'" in step["if"] and "default_branch" in step["if"]
+        assert step["env"]["BASE_REF"] == "${{ github.base_ref || github.event.repository.default_branch }}"
+    (image,) = [
+        s for s in jobs["suites"]["steps"] if s.get("name") == "the image (pulled, built from cache, or built cold)"
+    ]
+    assert "github.ref == format('refs/heads/{0}', github.event.repository.default_branch)" in image["env"]["PUSH"]

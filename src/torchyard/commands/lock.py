@@ -44,7 +44,15 @@ def lock_all(
     *,
     runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
+    all_entries: bool = False,
 ) -> None:
+    """Lock `entries`; when they are every entry (none named), those locked on their own runner are left to
+    it, named: their indexes are reachable there only."""
+    if all_entries:
+        for entry in entries:
+            if entry.lock_on_runner:
+                print(f"{entry.name}: locked on its runner (lock-on-runner); name it to lock it here", file=sys.stderr)
+        entries = [entry for entry in entries if not entry.lock_on_runner]
     mirrors = load_mirrors(env)
     rows = []
     for position, entry in enumerate(entries, start=1):
