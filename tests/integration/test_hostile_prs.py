@@ -66,9 +66,11 @@ class Runner:
             cwd=self.checkout, env=self.env, capture_output=True, text=True, timeout=600, check=False,
         )  # fmt: skip
 
-    def assert_untouched(self, result: subprocess.CompletedProcess[str]) -> None:
-        assert sorted(item.name for item in self.victim.iterdir()) == ["keep"]
-        assert (self.victim / "keep").read_text() == "the host's own\n"
+    def victim_state(self) -> dict[str, bytes]:
+        return {item.name: item.read_bytes() for item in sorted(self.victim.iterdir())}
+
+    def assert_untouched(self, result: subprocess.CompletedProcess[str], before: dict[str, bytes]) -> None:
+        assert self.victim_state() == before and before["keep"] == b"the host's own\n"
         assert SECRET not in result.stdout + result.stderr
         assert "Traceback" not in result.stderr
 
@@ -155,11 +157,12 @@ def test_a_hostile_pull_request_is_refused_in_one_line_before_anything_runs(
 ) -> None:
     containers = {container.id for container in client.containers.list(all=True)}
     change(runner)
+    before = runner.victim_state()  # what the pull request's change put there (a pyproject.toml, say)
     result = runner.torchyard(*args)
     assert result.returncode in (1, 2), result.stderr
     last = result.stderr.strip().splitlines()[-1]  # the commands it ran come first, as every command prints
     assert last.startswith("torchyard: ") and line in last, result.stderr
-    runner.assert_untouched(result)
+    runner.assert_untouched(result, before)
     assert {container.id for container in client.containers.list(all=True)} <= containers  # nothing started
     # The same command from the trusted configuration is not refused for the same reason.
     if args[0] == "matrix":

@@ -227,3 +227,17 @@ def test_a_link_left_in_place_of_a_report_is_replaced_not_written_through(tmp_pa
     stamp_reports(tmp_path / "reports", {"trust": "untrusted", "entry": "cpu", "image": "i"})
     assert (tmp_path / "victim").read_text() == "the host's"
     assert not (tmp_path / "reports" / "env.json").is_symlink()
+
+
+def test_a_chain_deeper_than_the_stack_is_counted_while_it_is_written(tmp_path: Path) -> None:
+    """The watch counts what a run writes every second; a chain of 1,100 folders (as the attacker's test in
+    test_trust.py plants) neither recurses nor stops the count."""
+    handle = os.open(tmp_path, os.O_RDONLY)
+    for _ in range(1100):
+        os.mkdir("d", dir_fd=handle)
+        inner = os.open("d", os.O_RDONLY, dir_fd=handle)
+        os.close(handle)
+        handle = inner
+    os.close(handle)
+    (tmp_path / "top").write_bytes(b"x" * 10)
+    assert folder_bytes(tmp_path) >= 10

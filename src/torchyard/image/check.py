@@ -13,6 +13,7 @@ found through a `.pth` file. A failure is the check's own line.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping, Sequence
 
 from torchyard.errors import CommandError, ImageBuildError
@@ -43,6 +44,7 @@ def check_image(
     try:
         runner((docker_path, *image_check_args(image, name=name, user=user, checks=checks)), env=env, capture=True)
     except CommandError as error:
+        sys.stderr.write(error.output)  # the check's own account, as the build log showed it before
         found = CHECK_LINE.findall(error.output)
         why = found[-1] if found else str(error)
         raise ImageBuildError(f"entry {entry!r}: the image build failed: {why}") from None

@@ -204,15 +204,23 @@ def read_report(path: Path) -> str | None:
 
 
 def folder_bytes(path: Path) -> int:
-    """The bytes of the regular files under `path` as the run writes them (links not followed; what
-    vanishes on the way is skipped)."""
+    """The bytes of the regular files under `path` as the run writes them: links not followed, no recursion
+    (a chain thousands of folders deep is walked like a flat one), and what vanishes or cannot be reached on
+    the way skipped (the hand-back counts again, exactly, at the end)."""
     total = 0
-    for folder, _, names in os.walk(path, followlinks=False):
-        for name in names:
-            try:
-                info = os.lstat(Path(folder, name))
-            except OSError:
-                continue
-            if stat.S_ISREG(info.st_mode):
-                total += info.st_size
+    pending = [str(path)]
+    while pending:
+        folder = pending.pop()
+        try:
+            with os.scandir(folder) as children:
+                for child in children:
+                    try:
+                        if child.is_dir(follow_symlinks=False):
+                            pending.append(child.path)
+                        elif child.is_file(follow_symlinks=False):
+                            total += child.stat(follow_symlinks=False).st_size
+                    except OSError:
+                        continue
+        except OSError:
+            continue
     return total
