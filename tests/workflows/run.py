@@ -262,9 +262,9 @@ def problems(scenario: Scenario, result: Outcome, scratch: Path) -> Iterator[str
             yield f"artifact {name}: no {', '.join(absent)}"
     for name, trust in expect.trust.items():
         env_json = found.get(name, scratch / "none") / "env.json"
-        got = json.loads(env_json.read_text()).get("trust") if env_json.is_file() else None
-        if got != trust:
-            yield f"artifact {name}: env.json trust {got!r}, expected {trust!r}"
+        stamped = json.loads(env_json.read_text()).get("trust") if env_json.is_file() else None
+        if stamped != trust:
+            yield f"artifact {name}: env.json trust {stamped!r}, expected {trust!r}"
     for text in expect.log:
         if text not in result.log:
             yield f"the log lacks {text!r}"
