@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -170,6 +171,13 @@ def event(scenario: Scenario, repos: Repositories) -> dict[str, object]:
     }
 
 
+def free_port() -> int:
+    """A port for this run's artifact server (act's default one may be taken by another act on the machine)."""
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        return int(probe.getsockname()[1])
+
+
 def act_command(scenario: Scenario, repos: Repositories, scratch: Path) -> list[str]:
     event_file = scratch / "event.json"
     event_file.write_text(json.dumps(event(scenario, repos)))
@@ -185,6 +193,7 @@ def act_command(scenario: Scenario, repos: Repositories, scratch: Path) -> list[
     # --verbose: act logs a job its `if:` skipped only at debug level.
     command += ["--directory", str(repos.work), "--json", "--verbose", "--no-skip-checkout", "--action-offline-mode"]
     command += ["--pull=false", "--no-cache-server", f"--artifact-server-path={scratch / 'artifacts'}"]
+    command += [f"--artifact-server-port={free_port()}"]
     command += [f"--platform={label}=-self-hosted" for label in LABELS]
     command += [f"--matrix=name:{ENTRY}", *stand_ins(repos.work / scenario.workflow)]
     command += [f"--var={key}={value}" for key, value in scenario.variables.items()]
