@@ -371,3 +371,39 @@ def test_an_adopters_push_to_another_branch_builds_from_the_default_branchs_matr
         s for s in jobs["suites"]["steps"] if s.get("name") == "the image (pulled, built from cache, or built cold)"
     ]
     assert "github.ref == format('refs/heads/{0}', github.event.repository.default_branch)" in image["env"]["PUSH"]
+
+
+STAND_INS = REPO / "tests" / "workflows" / "actions"
+
+
+@pytest.mark.parametrize("workflow", [*WORKFLOWS, TEMPLATE], ids=lambda path: path.name)
+def test_every_pinned_action_has_a_stand_in_taking_the_inputs_the_workflows_pass(workflow: Path) -> None:
+    """`nox -s workflows` serves tests/workflows/actions/<name> at each pinned commit: each must exist and
+    declare every input a step passes (act would pass an undeclared one silently)."""
+    from tests.workflows.run import stand_ins
+
+    jobs = yaml.safe_load(workflow.read_text().replace("@SPEC@", "torchyard"))["jobs"]
+    served = {argument.split("=", 1)[1].split("@")[0] for argument in stand_ins(workflow)}
+    for job in jobs.values():
+        for step in job.get("steps", []):
+            if "uses" not in step:
+                continue
+            action = step["uses"].split("@")[0]
+            assert action in served
+            declared = yaml.safe_load((STAND_INS / action.split("/")[1] / "action.yml").read_text())["inputs"]
+            assert set(step.get("with", {})) <= set(declared), step
+
+
+def test_the_workflow_runs_read_job_results_from_acts_log() -> None:
+    from tests.workflows.run import outcome
+
+    log = [
+        '{"job":"ci/plan","jobID":"plan","msg":"x","time":"2026-12-02T07:52:00Z"}',
+        '{"job":"ci/plan","jobID":"plan","jobResult":"failure","msg":"done","time":"2026-12-02T07:52:11Z"}',
+        '{"job":"ci/lint","jobID":"lint","jobResult":"skipped","msg":"Skipping job","time":"2026-12-02T07:52:00Z"}',
+        "Error: Job 'plan' failed",
+    ]
+    result = outcome(log)
+    assert result.results == {"plan": {"failure"}, "lint": {"skipped"}}
+    assert result.seconds["ci/plan"] == 11
+    assert "Error: Job 'plan' failed" in result.log
