@@ -3,6 +3,7 @@ suites, precisions and their dtypes, parity backends. Stdlib only: the in-image 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal, get_args
 
 AcceleratorName = Literal["cpu", "cuda", "rocm", "xpu", "mps"]
@@ -28,15 +29,38 @@ PRECISION_DTYPES: dict[Precision, str] = {"fp32": "float32", "bf16": "bfloat16",
 
 BackendName = Literal["eager", "export", "inductor", "executorch-portable", "executorch-xnnpack", "tensorrt"]
 BACKEND_NAMES: tuple[BackendName, ...] = get_args(BackendName)
-# Which suite reports each backend (eager is the baseline every suite shares; parity reports it).
-BACKEND_SUITES: dict[BackendName, SuiteName] = {
-    "eager": "parity",
-    "export": "export",
-    "inductor": "compile",
-    "executorch-portable": "runtime",
-    "executorch-xnnpack": "runtime",
-    "tensorrt": "runtime",
+
+
+@dataclass(frozen=True)
+class BackendFacts:
+    """What both sides know of a backend (the host checks tolerance keys, orders report columns, groups image
+    layers and shows versions by these); its module in `torchyard.inimage.parity.backends` knows the rest."""
+
+    suite: SuiteName  # the suite that reports it (eager is the baseline every suite shares; parity reports it)
+    # The distributions that version its programs, the one a report names first. Each is imported as its name
+    # with `_` for `-`, and the environment manifest records it under that name too.
+    distributions: tuple[str, ...]
+
+
+BACKEND_FACTS: dict[BackendName, BackendFacts] = {
+    "eager": BackendFacts("parity", ("torch",)),
+    "export": BackendFacts("export", ("torch",)),
+    "inductor": BackendFacts("compile", ("torch",)),
+    "executorch-portable": BackendFacts("runtime", ("executorch", "torchao")),
+    "executorch-xnnpack": BackendFacts("runtime", ("executorch", "torchao")),
+    "tensorrt": BackendFacts("runtime", ("torch-tensorrt", "tensorrt")),
 }
+BACKEND_SUITES: dict[BackendName, SuiteName] = {name: facts.suite for name, facts in BACKEND_FACTS.items()}
+# Every backend's distributions, each once, in the backends' order.
+BACKEND_DISTRIBUTIONS: tuple[str, ...] = tuple(
+    dict.fromkeys(name for facts in BACKEND_FACTS.values() for name in facts.distributions)
+)
+
+
+def module_name(distribution: str) -> str:
+    """`torch-tensorrt` -> `torch_tensorrt`: its import name, and its key in the environment manifest."""
+    return distribution.replace("-", "_")
+
 
 # The train suite's backends: one optimizer step, eager or with forward and backward compiled (a compile mode
 # after a colon, as for inductor), with SGD (momentum) or AdamW.

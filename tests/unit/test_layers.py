@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from torchyard.image.layers import GROUP_NAMES, group_of, keyed, keys_label, read_keys_label, split_lock
+from torchyard.names import BACKEND_DISTRIBUTIONS
 
 LOCKS = Path(__file__).parents[2] / "lockfiles"
 
@@ -56,6 +57,11 @@ def test_the_cpu_lock_puts_torch_and_its_runtime_first() -> None:
 )
 def test_a_package_goes_to_its_group_by_its_normalized_name(name: str, group: str) -> None:
     assert group_of(name) == group
+
+
+@pytest.mark.parametrize("name", BACKEND_DISTRIBUTIONS)
+def test_every_backends_distribution_goes_with_torch_or_the_deployment_stack(name: str) -> None:
+    assert group_of(name) == ("torch" if name in ("torch", "tensorrt") else "pytorch")
 
 
 LOCK = """\

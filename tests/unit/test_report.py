@@ -66,6 +66,16 @@ def test_markdown_has_a_column_group_per_run(two_runs: list[Path]) -> None:
     assert "- **cpu-old**: fp32; accelerator cpu, torch 2.11.0" in text
 
 
+def test_a_runs_line_names_each_backends_first_distribution(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "cuda", [result("mlp", "eager", "passed")])
+    data = json.loads((run / "parity.json").read_text())
+    versions = {"executorch": "1.5.1", "torchao": "0.18.0", "torch_tensorrt": "2.14.0", "tensorrt": "10.13.3.9"}
+    data["environment"] |= {**versions, "device": "NVIDIA H200"}
+    (run / "parity.json").write_text(json.dumps(data))
+    line = "accelerator cpu, torch 2.14.1, executorch 1.5.1, torch_tensorrt 2.14.0, device NVIDIA H200"
+    assert f"- **cuda**: fp32; {line}" in markdown(merge([run]))
+
+
 def test_html_links_each_cell_to_its_details_and_escapes_what_a_run_wrote(tmp_path: Path) -> None:
     hostile = write_run(
         tmp_path / "evil",

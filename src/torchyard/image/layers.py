@@ -5,8 +5,8 @@ exactly one group, by its normalized name, first match wins:
 
 1. `torch`: torch and what it loads at run time: Triton, NVIDIA's CUDA wheels (`nvidia-*`, `cuda-*`),
    TensorRT's, and Intel's XPU runtime wheels;
-2. `pytorch`: the deployment stack built against one torch: Torch-TensorRT, ExecuTorch, torchao,
-   torchvision, torchaudio;
+2. `pytorch`: the deployment stack built against one torch: the parity backends' distributions
+   (`names.BACKEND_FACTS`: Torch-TensorRT, ExecuTorch, torchao), torchvision, torchaudio;
 3. `numeric`: the scientific stack torch and the deployment stack load: NumPy, SciPy, pandas, scikit-learn,
    SymPy and mpmath, NetworkX, Pillow, OpenCV, Numba and llvmlite;
 4. `rest`: everything else (the test tools, the project's dependencies), small and fast-moving.
@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from torchyard.lock.lockfile import read_header
+from torchyard.names import BACKEND_DISTRIBUTIONS
 
 # (group, the name patterns it takes), in install order; `rest` takes what no pattern matches.
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -50,7 +51,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             r"umf",
         ),
     ),
-    ("pytorch", (r"torch-tensorrt", r"executorch", r"torchao", r"torchvision", r"torchaudio")),
+    # torch and TensorRT, which backends name too, are the group above's: the first match wins.
+    ("pytorch", (*map(re.escape, BACKEND_DISTRIBUTIONS), r"torchvision", r"torchaudio")),
     (
         "numeric",
         (

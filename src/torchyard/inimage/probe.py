@@ -6,7 +6,9 @@ test runs, instead of quietly testing the CPU.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -19,7 +21,7 @@ import torch
 
 from torchyard import contract
 from torchyard.inimage import vendor
-from torchyard.names import ACCELERATOR_NAMES, TORCH_DEVICES
+from torchyard.names import ACCELERATOR_NAMES, BACKEND_DISTRIBUTIONS, TORCH_DEVICES, module_name
 
 
 class ProbeError(Exception):
@@ -116,6 +118,25 @@ def _version(package: str) -> str | None:
         return None
 
 
+def backend_versions() -> dict[str, str | None]:
+    """The versions of the backends' distributions (torch's build has fields of its own), by module name. One
+    installed without metadata of its name (TensorRT's bindings come as tensorrt-cu13) gives its module's
+    version, major.minor.patch.build for TensorRT; one not installed, None."""
+    found: dict[str, str | None] = {}
+    for name in BACKEND_DISTRIBUTIONS:
+        module = module_name(name)
+        if name != "torch":
+            found[module] = _version(name) or _version(module) or _module_version(module)
+    return found
+
+
+def _module_version(module: str) -> str | None:
+    if importlib.util.find_spec(module) is None:
+        return None
+    version = getattr(importlib.import_module(module), "__version__", None)
+    return str(version) if version is not None else None
+
+
 def _cpu_name() -> str:
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
@@ -145,18 +166,12 @@ def manifest(accelerator: str, precision_settings: dict[str, object]) -> dict[st
         "cuda": torch.version.cuda,
         "hip": torch.version.hip,
         "xpu": getattr(torch.version, "xpu", None),
-        "executorch": _version("executorch"),
-        "torch_tensorrt": _version("torch-tensorrt") or _version("torch_tensorrt"),
-        "tensorrt": None,
+        **backend_versions(),
         "driver": _driver(),
         "device": _cpu_name(),
         "precision": precision_settings,
         "trust": os.environ.get(contract.TRUST, "trusted"),
     }
-    if info["torch_tensorrt"] is not None:
-        import tensorrt
-
-        info["tensorrt"] = tensorrt.__version__  # major.minor.patch.build
     if device.type == "cuda" and torch.cuda.is_available():
         properties = torch.cuda.get_device_properties(0)
         info["device"] = properties.name

@@ -4,7 +4,7 @@ and the mutation session (`nox -s mutants`) all go through `passes`, never throu
 - export: the exported program ran with the eager output's shapes, and was saved and loaded (a file).
 - compile: the compiled module ran with the eager output's shapes (its values are parity's to judge).
 - runtime: the lowered program loaded and ran with the eager output's shapes, from a file on disk
-  (TensorRT's engine stays in memory: running is enough there).
+  (where the program runs from memory and its file is only kept, TensorRT's engines, running is enough).
 - parity: the outputs met the reference within the precision's bounds.
 - train: the step's loss, gradients, parameters, optimizer state and buffers met the float64 step's.
 """
@@ -14,8 +14,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import assert_never
 
+from torchyard.inimage.parity.backends import BACKENDS
 from torchyard.inimage.parity.harness import Result
 from torchyard.names import SuiteName
+
+# The backends whose program runs from memory: the file they keep is not what the runtime suite tests.
+FROM_MEMORY = frozenset(
+    name for name, backend in BACKENDS.items() if backend.ARTIFACT is not None and not backend.ARTIFACT.loaded
+)
 
 
 def ran(result: Result) -> bool:
@@ -37,6 +43,6 @@ def passes(suite: SuiteName, result: Result) -> bool:
         case "export":
             return ran(result) and on_disk(result)
         case "runtime":
-            return ran(result) and (result.backend == "tensorrt" or on_disk(result))
+            return ran(result) and (result.backend in FROM_MEMORY or on_disk(result))
         case _:
             assert_never(suite)

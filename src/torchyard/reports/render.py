@@ -8,6 +8,7 @@ import json
 from html import escape
 from typing import Any
 
+from torchyard.names import BACKEND_FACTS, module_name
 from torchyard.reports.merge import OUTCOMES, Table
 
 SYMBOLS = {"passed": "✅", "xfailed": "⚠️ known", "failed": "❌ failed", "error": "❌ error", "skipped": "·", "none": ""}
@@ -18,9 +19,13 @@ PAGE_LEGEND = "pass; known: an exact known failure; fail or error; skip (blank: 
 METRICS = ("max_abs_error", "scaled_max_error", "rel_l2_error", "cosine")
 
 
+# What a run's line names: its accelerator, each backend's first distribution (`names.BACKEND_FACTS`), its device.
+FIRST_DISTRIBUTIONS = dict.fromkeys(module_name(facts.distributions[0]) for facts in BACKEND_FACTS.values())
+VERSIONS = ("accelerator", *FIRST_DISTRIBUTIONS, "device")
+
+
 def _versions(environment: dict[str, Any]) -> str:
-    names = ("accelerator", "torch", "executorch", "torch_tensorrt", "device")
-    return ", ".join(f"{name} {environment[name]}" for name in names if environment.get(name))
+    return ", ".join(f"{name} {environment[name]}" for name in VERSIONS if environment.get(name))
 
 
 def markdown(table: Table) -> str:

@@ -3,7 +3,8 @@ that decides them.
 
 The key is a sha256 over:
 - the backend and its options;
-- the installed torch, executorch, torchao, torch-tensorrt, tensorrt and numpy versions;
+- the installed versions of every backend's distributions (`names.BACKEND_FACTS`: torch, executorch,
+  torchao, torch-tensorrt, tensorrt) and numpy's;
 - the device (type, name, compute capability, driver) and the dtype;
 - the case's name, its dynamic shapes, and the first call's input tree (structure, shapes, dtypes, and
   the values of leaves that are not tensors);
@@ -50,10 +51,11 @@ from torch.utils import _pytree as pytree
 from torchyard import contract
 from torchyard.inimage.cases import KnownFailure
 from torchyard.inimage.parity.errors import RecordedFailure, describe_error, error_types
+from torchyard.names import BACKEND_DISTRIBUTIONS, module_name
 from torchyard.util.atomic import replace_atomically
 
-VERSIONED = ("torch", "executorch", "torchao", "torch_tensorrt", "tensorrt", "numpy")
-DISTRIBUTIONS = ("torch", "executorch", "torchao", "torch-tensorrt", "tensorrt", "numpy")
+DISTRIBUTIONS = (*BACKEND_DISTRIBUTIONS, "numpy")
+VERSIONED = tuple(module_name(name) for name in DISTRIBUTIONS)  # their top-level modules
 SIMPLE = (int, float, str, bool, bytes, type(None))
 FORMAT = 1
 

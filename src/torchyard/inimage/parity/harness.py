@@ -19,20 +19,11 @@ import torch
 
 from torchyard.inimage.cases import Call, Case
 from torchyard.inimage.parity.artifacts import ArtifactCache
-from torchyard.inimage.parity.backends import (
-    NO_CACHE,
-    BackendRun,
-    Leaf,
-    Runner,
-    leaf_paths,
-    leaves,
-    runner_for,
-    to_device,
-    unavailable_reason,
-)
+from torchyard.inimage.parity.backends import NO_CACHE, BackendRun, Runner, runner_for, unavailable_reason
 from torchyard.inimage.parity.errors import RecordedFailure, describe_error, error_types
 from torchyard.inimage.parity.metrics import Comparison, compare_objects, compare_statistics, compare_values
 from torchyard.inimage.parity.tolerances import Tolerances
+from torchyard.inimage.parity.trees import Leaf, leaf_paths, leaves, to_device
 
 Status = Literal["passed", "failed", "error", "skipped"]
 CPU = torch.device("cpu")

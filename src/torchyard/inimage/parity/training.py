@@ -23,9 +23,11 @@ import torch
 from torch.utils import _pytree as pytree
 
 from torchyard.inimage.cases import Call, Case
-from torchyard.inimage.parity.backends import BackendRun, Leaf, leaves, synchronize, to_device
+from torchyard.inimage.parity.backends import BackendRun
+from torchyard.inimage.parity.backends.running import synchronize
 from torchyard.inimage.parity.errors import describe_error
 from torchyard.inimage.parity.harness import Reference
+from torchyard.inimage.parity.trees import Leaf, leaves, to_device
 from torchyard.names import TRAIN_TIMED_STEPS
 
 CPU = torch.device("cpu")

@@ -18,17 +18,12 @@ from torchyard import contract
 from torchyard.inimage.cases import Case, KnownFailure
 from torchyard.inimage.cases.builtin import CASES
 from torchyard.inimage.parity.artifacts import ArtifactCache, artifact_key, file_digest, tensor_digest
-from torchyard.inimage.parity.backends import (
-    TENSORRT_OPTIONS,
-    Runner,
-    lowering_key,
-    runner_for,
-    to_device,
-    unavailable_reason,
-)
+from torchyard.inimage.parity.backends import Runner, runner_for, tensorrt, unavailable_reason
+from torchyard.inimage.parity.backends.running import lowering_key
 from torchyard.inimage.parity.errors import RecordedFailure
 from torchyard.inimage.parity.harness import Result, evaluate
 from torchyard.inimage.parity.tolerances import load_tolerances
+from torchyard.inimage.parity.trees import to_device
 from torchyard.inimage.probe import torch_device
 
 pytestmark = pytest.mark.harness
@@ -396,7 +391,7 @@ def test_a_tensorrt_program_is_compiled_once_then_loaded_and_still_compared(
     assert standin.compiles == 1  # the second run loaded the stored program
     assert first.artifact and second.artifact and first.artifact.endswith(".trt.ep")
     # a wrong program stored under the right key: the hit is run and compared, and fails
-    plant_wrong_mlp(cache, "tensorrt", ".ep", tmp_path, options=TENSORRT_OPTIONS, device=CPU)
+    plant_wrong_mlp(cache, "tensorrt", ".ep", tmp_path, options=tensorrt.OPTIONS, device=CPU)
     third = with_tensorrt(MLP, cache, tmp_path / "third")
     assert third.cache == "hit" and third.status == "failed" and "relative L2 error" in third.reason
     assert standin.compiles == 1

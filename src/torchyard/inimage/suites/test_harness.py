@@ -23,11 +23,11 @@ import torch
 from torchyard import contract
 from torchyard.inimage.cases import Call, Case, CaseLoadError, KnownFailure, load_cases
 from torchyard.inimage.cases.builtin import CASES, Attention, erf_gelu_block
-from torchyard.inimage.parity import backends
-from torchyard.inimage.parity.backends import RUNNERS, BackendRun, Leaf, Runner, leaves
+from torchyard.inimage.parity.backends import BACKENDS, BackendRun, Runner, executorch, unavailable_reason
 from torchyard.inimage.parity.harness import Result, Status, evaluate, make_reference
 from torchyard.inimage.parity.metrics import beyond_bounds
 from torchyard.inimage.parity.tolerances import Bounds, load_tolerances
+from torchyard.inimage.parity.trees import Leaf, leaves
 from torchyard.inimage.plugin import _Freezer, worker_id
 from torchyard.inimage.precision import PrecisionError, check_precision
 from torchyard.inimage.probe import ProbeError, check_device, check_kernel, torch_device, unlocked_environment
@@ -220,7 +220,7 @@ def whole_run(*args: str, conftest: str = SKIPPING_SUITE, **modules: str) -> pyt
 
 
 def test_every_backend_name_has_a_runner() -> None:
-    assert tuple(RUNNERS) == BACKEND_NAMES
+    assert tuple(BACKENDS) == BACKEND_NAMES
 
 
 class KeylessOutput(dict):  # type: ignore[type-arg]
@@ -1026,11 +1026,11 @@ def pte_loaded_both_ways(workdir: Path) -> list[list[float]]:
     path.write_bytes(to_edge_transform_and_lower(torch.export.export(module, call.args)).to_executorch().buffer)
     with torch.no_grad():
         eager = module(*call.args)
-    runs = [load(path)(list(call.args))[0] for load in (backends.load_pte, backends.load_pte_by_runtime)]
+    runs = [load(path)(list(call.args))[0] for load in (executorch.load_pte, executorch.load_pte_by_runtime)]
     return [output.flatten().tolist() for output in (*runs, eager)]
 
 
-NO_EXECUTORCH = backends.unavailable_reason("executorch-portable", CPU)
+NO_EXECUTORCH = unavailable_reason("executorch-portable", CPU)
 
 
 # Skipped, not started beside the run, where it cannot run.

@@ -1,0 +1,39 @@
+"""torch.export, saved to a .pt2 and loaded back (saving is where no-input programs used to break)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from torchyard.inimage.parity.backends.protocol import Artifact, BackendRun, Job
+from torchyard.inimage.parity.backends.running import called, export_program, lowering_key, run_all, timed
+
+NAME: Literal["export"] = "export"
+ARTIFACT = Artifact(".pt2")
+
+
+def unavailable(device: torch.device) -> str | None:
+    return None
+
+
+def run(job: Job) -> BackendRun:
+    """The .pt2 comes from the artifact cache when nothing that decides it changed."""
+    case, module, calls, device = job.case, job.module, job.calls, job.device
+    artifact = job.workdir / f"{case.name}{ARTIFACT.suffix}"
+    state: list[str] = []
+
+    def save(path: Path) -> dict[str, Any]:
+        torch.export.save(export_program(case, module, calls[0]), path)
+        return {}
+
+    def build() -> torch.nn.Module:
+        key = lowering_key(case, NAME, module, calls[0], device, options={})
+        state.append(job.cache.materialize(key, ARTIFACT.suffix, artifact, save, known=case.known_failure(NAME))[1])
+        return torch.export.load(artifact).module()
+
+    program, compile_seconds = timed(build, device)
+    with torch.no_grad():
+        outputs, seconds, latency = run_all(called(program), calls, device)
+    return BackendRun(outputs, compile_seconds, seconds, artifact, {"cache": state[0]}, latency_ms=latency)

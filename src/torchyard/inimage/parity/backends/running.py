@@ -1,0 +1,84 @@
+"""What the backends' runs share: timing on the device, exporting a case, and the artifact cache's key."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+
+from torchyard.inimage.cases import Call, Case
+from torchyard.inimage.parity.artifacts import Unkeyable, artifact_key
+from torchyard.inimage.parity.trees import Leaf, leaves
+
+T = TypeVar("T")
+WARMUP = 2
+REPEATS = 7
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work, so a timer around it measures the work, not the launch."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "xpu":
+        torch.xpu.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def timed(function: Callable[[], T], device: torch.device) -> tuple[T, float]:
+    started = time.perf_counter()
+    result = function()
+    synchronize(device)
+    return result, time.perf_counter() - started
+
+
+def run_all(
+    invoke: Callable[[Call], object], calls: list[Call], device: torch.device
+) -> tuple[list[list[Leaf]], float, float]:
+    """Each call once (outputs and total seconds), then the median latency of the first call."""
+    outputs, total = [], 0.0
+    for call in calls:
+        result, seconds = timed(lambda call=call: invoke(call), device)  # type: ignore[misc]
+        outputs.append(leaves(result))
+        total += seconds
+    for _ in range(WARMUP):
+        invoke(calls[0])
+    synchronize(device)
+    samples = [timed(lambda: invoke(calls[0]), device)[1] for _ in range(REPEATS)]
+    return outputs, total, statistics.median(samples) * 1e3
+
+
+def called(function: Callable[..., object]) -> Callable[[Call], object]:
+    """`function` taking a `Call`."""
+    return lambda call: function(*call.args, **call.kwargs)
+
+
+def dynamic_shapes(case: Case) -> object:
+    return case.dynamic_shapes() if case.dynamic_shapes else None
+
+
+def export_program(case: Case, module: torch.nn.Module, call: Call) -> torch.export.ExportedProgram:
+    return torch.export.export(module, call.args, kwargs=dict(call.kwargs), dynamic_shapes=dynamic_shapes(case))
+
+
+def lowering_key(
+    case: Case, backend: str, module: torch.nn.Module, call: Call, device: torch.device, *, options: dict[str, Any]
+) -> str | None:
+    """The artifact cache's key for lowering `module` for `call` (None when its code cannot be read)."""
+    dtype = next((value.dtype for value in module.state_dict().values() if value.is_floating_point()), torch.float32)
+    try:
+        return artifact_key(
+            case_name=case.name,
+            backend=backend,
+            options=options,
+            module=module,
+            inputs=(call.args, dict(call.kwargs)),
+            dynamic_shapes=dynamic_shapes(case),
+            device=device,
+            dtype=dtype,
+        )
+    except Unkeyable:
+        return None
