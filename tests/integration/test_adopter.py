@@ -54,6 +54,11 @@ def test_adopter_project_end_to_end(
     shutil.copytree(EXAMPLE, project)
     (project / "notes").mkdir()
     (project / "notes" / "secret.log").write_text("never in an image\n")
+    # A committed link to a host-only file (a pull request's): carried as a link, its target never read.
+    host_secret = tmp_path / "host-only" / "id_rsa"
+    host_secret.parent.mkdir()
+    host_secret.write_text(f"host secret {uuid.uuid4()}\n")
+    (project / "tests" / "fixture.txt").symlink_to(host_secret)
     proc.run(["git", "init", "--quiet"], cwd=project)
     proc.run(["git", "add", "--all"], cwd=project)
 
@@ -93,6 +98,11 @@ def test_adopter_project_end_to_end(
         entrypoint=["/opt/torchyard/venv/bin/python"], remove=True,
     )  # fmt: skip
     assert bytes(listing).decode().strip() == "['pyproject.toml', 'tests']"  # no notes/, no .git, no src
+    linked = client.containers.run(
+        image, ["-c", "import os; p = '/workspace/tests/fixture.txt'; print(os.readlink(p), os.path.exists(p))"],
+        entrypoint=["/opt/torchyard/venv/bin/python"], remove=True,
+    )  # fmt: skip
+    assert bytes(linked).decode().split() == [str(host_secret), "False"]  # a link, dangling: the secret stayed
 
     policy = project / "src" / "robopolicy" / "policy.py"
     # Unique, so no earlier build on this machine has this content in BuildKit's cache.
