@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import docker
 import docker.errors
@@ -246,6 +247,13 @@ def note_timeout(reports: Path, entry: Entry, timeout: str) -> str:
     return line
 
 
+def _overflowed(entry: Entry, bound: Bound) -> NoReturn:
+    raise HandBackError(
+        f"entry {entry.name!r}: the run wrote more than this machine's {bound.limit >> 20} MiB of {bound.what} "
+        f"(machine.toml [limits] {bound.what}): the container was stopped while it wrote, the reports emptied"
+    )
+
+
 def run_entry(
     entry: Entry,
     plan: RunPlan,
@@ -268,26 +276,25 @@ def run_entry(
     try:
         prepare_cache(entry, plan, client=client, docker_path=docker_path, runner=runner, env=env)
         bounds = run_bounds(client, plan)
-        with (
-            prepared_reports(plan.reports, os.getuid(), os.getgid(), bounds[0].limit),
-            _Watch(client, plan.name, plan.timeout_s, bounds) as watch,
-        ):
-            try:
-                status = runner(args, check=False, env=env).returncode
-            finally:
-                if not keep:
-                    oom = _remove(client, plan.name)
+        watch = _Watch(client, plan.name, plan.timeout_s, bounds)
+        try:
+            with prepared_reports(plan.reports, os.getuid(), os.getgid(), bounds[0].limit), watch:
+                try:
+                    status = runner(args, check=False, env=env).returncode
+                finally:
+                    if not keep:
+                        oom = _remove(client, plan.name)
+        except HandBackError:
+            if watch.overflowed is None:
+                raise
+            _overflowed(entry, watch.overflowed)
     finally:
         if plan.scope.ephemeral and not keep:
             with contextlib.suppress(docker.errors.APIError):
                 client.volumes.get(plan.scope.volume).remove(force=True)
     stamp_reports(plan.reports, {"trust": plan.scope.trust, "entry": entry.name, "image": plan.image})
     if watch.overflowed is not None:
-        bound = watch.overflowed
-        raise HandBackError(
-            f"entry {entry.name!r}: the run wrote more than this machine's {bound.limit >> 20} MiB of {bound.what} "
-            f"(machine.toml [limits] {bound.what}): the container was stopped"
-        )
+        _overflowed(entry, watch.overflowed)
     if watch.passed:
         print(f"torchyard: {note_timeout(plan.reports, entry, format_duration(plan.timeout_s))}", file=sys.stderr)
         return TIMEOUT_STATUS
