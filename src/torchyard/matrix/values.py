@@ -18,6 +18,7 @@ from packaging.version import InvalidVersion, Version
 
 from torchyard.matrix.reader import Table, describe
 from torchyard.names import BACKEND_NAMES, COMPILE_MODES, PRECISION_DTYPES, TRAIN_BACKENDS
+from torchyard.util.checkout import linked_component
 
 SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
 # `docker run` flags that cannot widen what a test container reaches (resources, environment, labels); their
@@ -136,11 +137,9 @@ def checkout_path(table: Table, key: str, folder: Path, value: str) -> Path:
     relative = PurePosixPath(value)
     if relative.is_absolute() or ".." in relative.parts or "\\" in value:
         raise table.error(key, f"expected a path inside the project's checkout, got {describe(value)}")
-    current = folder
-    for part in relative.parts:
-        current = current / part
-        if current.is_symlink():
-            raise table.error(
-                key, f"{describe(value)} goes through a symbolic link ({current}): the host reads it, so never that"
-            )
-    return current
+    link = linked_component(folder / relative, start=folder)
+    if link is not None:
+        raise table.error(
+            key, f"{describe(value)} goes through a symbolic link ({link}): the host reads it, so never that"
+        )
+    return folder / relative

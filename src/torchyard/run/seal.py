@@ -44,10 +44,10 @@ def run_user(uid: int, gid: int) -> str:
     return IMAGE_USER if uid == 0 else f"{uid}:{gid}"
 
 
-def helper_args(user: str, *, network: bool = False, seal: Seal = HELPER_SEAL) -> tuple[str, ...]:
+def helper_args(user: str, *, network: bool = False) -> tuple[str, ...]:
     """The seal of a container torchyard starts around its own work: a test container's, as `user` (never
     root); `network` (the wheel's fetch only) lifts nothing else."""
-    return ("--user", user, *sealing_args(Seal(seal.limits, seal.memory, network)))
+    return ("--user", user, *sealing_args(Seal(HELPER_SEAL.limits, HELPER_SEAL.memory, network)))
 
 
 def bounded(image: str, command: Sequence[str], seconds: int = HELPER_SECONDS) -> tuple[str, ...]:

@@ -22,10 +22,11 @@ def _checked_from(absolute: Path) -> Path:
     return here if absolute.is_relative_to(here) and absolute != here else absolute.parent.parent
 
 
-def linked_component(path: Path) -> Path | None:
-    """The first component of `path`, from the checkout down, that is a symbolic link; None where none is."""
+def linked_component(path: Path, start: Path | None = None) -> Path | None:
+    """The first component of `path` below `start` (by default the checkout, see `_checked_from`) that is a
+    symbolic link; None where none is."""
     absolute = Path(os.path.abspath(path))  # noqa: PTH100 (lexical: resolving would follow the links)
-    start = _checked_from(absolute)
+    start = _checked_from(absolute) if start is None else Path(os.path.abspath(start))  # noqa: PTH100
     below = [part for part in (absolute, *absolute.parents) if part != start and part.is_relative_to(start)]
     return next((part for part in reversed(below) if part.is_symlink()), None)
 
