@@ -8,6 +8,7 @@ BuildKit secrets, never in a layer or the history.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import shutil
@@ -192,20 +193,41 @@ def check_base(client: docker.DockerClient, plan: BuildPlan) -> None:
 
 
 def needs_more_than_free(need: int, free: int) -> bool:
-    """A build that needs about `need` bytes (the entry's last image; layers may be shared) leaves a margin."""
+    """A build that needs about `need` bytes leaves a margin."""
     return need > 0 and free < need + (2 << 30)
 
 
+def rebuilt_bytes(history: Sequence[Mapping[str, object]], size: int, kept: Sequence[str]) -> int:
+    """What a new build of an entry writes, estimated from its last image: the bytes of that image's
+    layers above the last dependency group the new build keeps (`kept`: the groups, in install order,
+    whose keys match; their layers are reused), or the whole image when it keeps none. `history` is the
+    engine's, newest layer first."""
+    if not kept:
+        return size
+    marker = f"install-layer.sh {kept[-1]}"
+    above = 0
+    for layer in history:
+        if marker in str(layer.get("CreatedBy", "")):
+            return above
+        above += int(str(layer.get("Size", 0)) or 0)
+    return size  # the group's layer is not in the history: reuse cannot be assumed
+
+
 def check_free_disk(client: docker.DockerClient, plan: BuildPlan) -> None:
-    """Before a build: stop with the fix when the engine's disk cannot hold another image of this entry."""
+    """Before a build: stop with the fix when the engine's disk cannot hold what this build adds to
+    what the entry's last image already holds."""
     root = Path(str(client.info().get("DockerRootDir", "")))
     last = _local_image(client, plan.alias)
     if last is None or not root.is_dir():
         return  # nothing to estimate from, or a remote engine whose disk this host cannot see
+    had = read_keys_label((last.labels or {}).get(LAYERS_LABEL, ""))
+    groups = [layer for layer in plan.layers if layer.pins]
+    kept = list(itertools.takewhile(lambda layer: had.get(layer.name) == layer.key, groups))
+    need = rebuilt_bytes(last.history(), int(last.attrs.get("Size", 0)), [layer.name for layer in kept])
     free = shutil.disk_usage(root).free
-    if needs_more_than_free(int(last.attrs.get("Size", 0)), free):
+    if needs_more_than_free(need, free):
         raise ImageBuildError(
-            f"entry {plan.entry!r}: the build needs about {last.attrs['Size'] / 1e9:.1f} GB and {root} has "
+            f"entry {plan.entry!r}: the build needs about {need / 1e9:.1f} GB and {root} has "
             f"{free / 1e9:.1f} GB free: run `torchyard prune` (`nox -s prune`), then build again"
         )
 
