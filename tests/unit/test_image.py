@@ -316,6 +316,29 @@ def test_an_untrusted_build_has_its_own_cache_scope_tag_and_alias(tree: Path) ->
     assert (trusted.alias, untrusted.alias) == ("torchyard/cpu:latest", "torchyard/cpu:untrusted")
 
 
+def test_an_untrusted_build_stands_on_the_trusted_dependency_image_of_the_same_pins(tree: Path) -> None:
+    trusted = make_plan(tree)
+    args: dict[str, Any] = dict(
+        base_image="torchyard/base:bookworm", base_id="sha256:" + "1" * 64, uv_version="0.13.9", revision="abc123",
+        source_date_epoch="1700000000", policy=BuildPolicy(trusted=False),
+    )  # fmt: skip
+    alone = plan_build(PLAN.entry("cpu"), tree / "lockfiles", **args)
+    standing = plan_build(PLAN.entry("cpu"), tree / "lockfiles", **args, stands_on=(trusted.dependency_tag, "sha256:d1"))
+    again = plan_build(PLAN.entry("cpu"), tree / "lockfiles", **args, stands_on=(trusted.dependency_tag, "sha256:d2"))
+    # The image stage starts from the trusted dependency image; the groups are keyed as the trusted build's.
+    assert dict(standing.build_args)["DEPENDENCIES"] == trusted.dependency_tag
+    assert trusted.dependency_tag == f"torchyard/dependencies:{trusted.layers[-1].key}"
+    assert [layer.key for layer in standing.layers] == [layer.key for layer in trusted.layers]
+    assert [layer.key for layer in alone.layers] != [layer.key for layer in trusted.layers]
+    assert "DEPENDENCIES" not in dict(alone.build_args) and standing.stands_on == "sha256:d1"
+    # Its own tag, and another one for another dependency image under the same tag name.
+    assert len({trusted.tag, alone.tag, standing.tag, again.tag}) == 4
+    dockerfile = dict(standing.context)["Dockerfile"].decode()
+    assert "ARG DEPENDENCIES=dependencies" in dockerfile.partition("FROM ")[0]  # global: FROM may read it
+    image_stage = dockerfile.partition("FROM ${DEPENDENCIES} AS image")[2]
+    assert image_stage and "install-layer.sh" not in image_stage and "--mount=type=cache" not in image_stage
+
+
 def test_a_cache_mount_without_a_scoped_id_is_refused() -> None:
     planted = b"RUN --mount=type=cache,id=torchyard-uv-trusted,target=/a a\nRUN --mount=type=cache,target=/b b\n"
     with pytest.raises(ImageBuildError, match="cache mount whose id does not name its trust scope"):

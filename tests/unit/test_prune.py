@@ -36,6 +36,19 @@ def test_keeps_the_newest_per_entry_and_project_and_what_containers_use() -> Non
     assert plan.volumes == ("torchyard-inductor-gone",)
 
 
+def test_a_dependency_image_goes_with_the_last_image_that_holds_its_layers() -> None:
+    def held(name: str, created: str, key: str) -> ImageFacts:
+        return dataclasses.replace(image(name, "cpu", created), keys=frozenset({"k0", key}))
+
+    def dependency(key: str) -> ImageFacts:
+        return ImageFacts(f"sha256:d-{key}", "", "", "2026-11-01", 5 << 30, (f"torchyard/dependencies:{key}",), dependency=key)
+
+    images = [held("a1", "2026-11-01", "old"), held("a2", "2026-11-02", "new"), dependency("old"), dependency("new")]
+    plan = plan_prune(images, [], {}, keep=1)
+    assert sorted(i.id for i in plan.images) == ["sha256:a1", "sha256:d-old"]
+    assert plan_prune(images, [], {}, keep=1, in_use=frozenset({"sha256:d-old"})).images == (images[0],)
+
+
 def test_keep_zero_removes_every_image_nobody_uses_and_their_volumes() -> None:
     plan = plan_prune([image("a1", "cpu", "1")], [], {"torchyard-inductor-cpu": "cpu"}, keep=0)
     assert [i.id for i in plan.images] == ["sha256:a1"] and plan.volumes == ("torchyard-inductor-cpu",)

@@ -11,7 +11,15 @@ import docker
 
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.host.engine import DockerCli, build_client, engine
-from torchyard.image.build import NO_REGISTRY, Built, build_image, build_summary, layers_summary, reuse_image
+from torchyard.image.build import (
+    NO_REGISTRY,
+    Built,
+    build_image,
+    build_summary,
+    layers_summary,
+    reuse_image,
+    trusted_dependencies,
+)
 from torchyard.image.debootstrap import DEFAULT_TAG, bootstrap_base
 from torchyard.image.plan import BuildOptions, plan_build, resolve_base
 from torchyard.image.policy import build_policy
@@ -82,10 +90,15 @@ def build_images(
         # own (under its own tag: no trusted run ever reuses what an untrusted build made).
         image = None if policy.trusted else reuse_image(entry, plan, client, registry=registry, env=env, policy=policy)
         if image is None and not policy.trusted:
+            # It stands on the dependency image a trusted build of the same pins left, when there is one:
+            # then it installs nothing of the lock (no sdist to refuse, no cache to scope).
+            stands_on = trusted_dependencies(client, plan)
             plan = plan_build(
                 entry, lockdir, base_image=base, base_id=base_id, uv_version=uv, revision=revision,
-                source_date_epoch=epoch, policy=policy,
+                source_date_epoch=epoch, policy=policy, stands_on=stands_on,
             )  # fmt: skip
+            if stands_on is not None:
+                print(f"{entry.name}: untrusted, on the trusted dependency image {stands_on[0]}", file=sys.stderr)
         if image is None:
             image = build_image(
                 entry, plan, client, cli, options=options, registry=registry, policy=policy, runner=runner, env=env

@@ -5,6 +5,8 @@ this removes exactly torchyard's own leftovers:
 - stopped containers it started (running ones are left alone);
 - its images beyond the newest `keep` per entry (and project), except any image a container uses;
 - its untagged images (an interrupted build's, or ones whose tag moved to a newer build);
+- dependency images (`torchyard/dependencies:<key>`, which untrusted builds stand on) that no image kept
+  holds the layers of;
 - cache volumes of entries that have no image left, every untrusted run's volume (each is removed when
   its run ends; one left behind, by a killed run, is never read by another: it is named by that run), and
   cache volumes from before scopes (`torchyard-inductor-<entry>`, no scope label: nothing mounts them);
@@ -27,6 +29,9 @@ import docker
 import docker.errors
 
 from torchyard.host.engine import engine
+from torchyard.image.build import LAYERS_LABEL
+from torchyard.image.layers import read_keys_label
+from torchyard.image.plan import DEPENDENCY_REPOSITORY
 from torchyard.run.scopes import TRUST_LABEL
 from torchyard.util.markdown import markdown_table
 
@@ -43,6 +48,8 @@ class ImageFacts:
     size: int
     tags: tuple[str, ...]
     own: int = -1  # bytes of the layers no other image holds (the engine counts them by layer); -1: unknown
+    keys: frozenset[str] = frozenset()  # its dependency layers' keys (torchyard.image.layers)
+    dependency: str = ""  # for a dependency image: the key its tag names
 
 
 @dataclass(frozen=True)
@@ -76,13 +83,18 @@ def plan_prune(
     in_use = in_use | {container.image_id for container in containers if container.running}
     groups: dict[tuple[str, str], list[ImageFacts]] = {}
     for image in images:
-        groups.setdefault((image.entry, image.project), []).append(image)
+        if not image.dependency:
+            groups.setdefault((image.entry, image.project), []).append(image)
     doomed: list[ImageFacts] = []
     for group in groups.values():
         tagged = sorted((image for image in group if image.tags), key=lambda image: image.created, reverse=True)
         untagged = [image for image in group if not image.tags]
         doomed += [image for image in [*tagged[keep:], *untagged] if image.id not in in_use]
-    left = {image.entry for image in images if image not in doomed}
+    kept_keys = {key for group in groups.values() for image in group if image not in doomed for key in image.keys}
+    doomed += [
+        image for image in images if image.dependency and image.dependency not in kept_keys and image.id not in in_use
+    ]
+    left = {image.entry for image in images if image not in doomed and not image.dependency}
     old_volumes = tuple(sorted(name for name, entry in volumes.items() if entry not in left or name in untrusted))
     return PrunePlan(stopped, tuple(doomed), old_volumes)
 
@@ -110,8 +122,24 @@ def _facts(
             size=int(image.attrs.get("Size", 0)),
             tags=tuple(image.tags),
             own=own.get(str(image.id), -1),
+            keys=frozenset(read_keys_label(image.labels.get(LAYERS_LABEL, "")).values()),
         )
         for image in client.images.list(all=True, filters={"label": LABEL})
+    ]
+    images += [
+        ImageFacts(
+            id=str(image.id),
+            entry="",
+            project="",
+            created=str(image.attrs.get("Created", "")),
+            size=int(image.attrs.get("Size", 0)),
+            tags=tuple(image.tags),
+            own=own.get(str(image.id), -1),
+            dependency=tag.rpartition(":")[2],
+        )
+        for image in client.images.list(name=DEPENDENCY_REPOSITORY)
+        for tag in image.tags[:1]
+        if LABEL not in (image.labels or {})
     ]
     containers = [
         ContainerFacts(str(c.id), str(c.name), str(c.attrs.get("Image", "")), c.status == "running")

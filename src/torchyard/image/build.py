@@ -309,17 +309,23 @@ def layer_sizes(history: Sequence[Mapping[str, object]]) -> dict[str, int]:
 
 
 def layer_outcomes(
-    layers: Sequence[Layer], output: str, sizes: Mapping[str, int], local_keys: frozenset[str]
+    layers: Sequence[Layer],
+    output: str,
+    sizes: Mapping[str, int],
+    local_keys: frozenset[str],
+    *,
+    stood_on: bool = False,
 ) -> tuple[LayerOutcome, ...]:
     """Per non-empty group: built (its step ran), reused (cached, and this runner had it: an image of its
-    carries its key, or nothing came from the registry) or pulled (cached from the registry's layers)."""
+    carries its key, or nothing came from the registry; or the build stood on a dependency image) or
+    pulled (cached from the registry's layers)."""
     steps = layer_steps(output)
     from_registry = PULLING.search(output) is not None
     outcomes = []
     for layer in layers:
         if not layer.pins:
             continue
-        how: LayerHow = "built"
+        how: LayerHow = "reused" if stood_on else "built"
         if steps.get(layer.name, False):
             how = "reused" if layer.key in local_keys or not from_registry else "pulled"
         outcomes.append(LayerOutcome(layer.name, len(layer.pins), sizes.get(layer.name, 0), how))
@@ -375,6 +381,12 @@ def run_build(
             return runner(args, env=build_env, tee=True)
     except CommandError as error:
         raise ImageBuildError(explain_build_failure(entry, plan, error)) from None
+
+
+def trusted_dependencies(client: docker.DockerClient, plan: BuildPlan) -> tuple[str, str] | None:
+    """The dependency image a trusted build of `plan`'s pins tagged on this runner (its tag and ID), if any."""
+    image = _local_image(client, plan.dependency_tag) if plan.dependency_tag else None
+    return (plan.dependency_tag, str(image.id)) if image is not None else None
 
 
 def reuse_image(
@@ -476,11 +488,18 @@ def build_image(
         if plan.project_root is not None:  # the toolchain stage's untagged image: its layers stay in the image
             with contextlib.suppress(docker.errors.APIError):
                 client.images.remove(toolchain.read_text().strip())
+        if policy.trusted and plan.dependency_tag and _local_image(client, plan.dependency_tag) is None:
+            # The dependencies stage again, every layer cached: tagged, an untrusted build stands on it.
+            dependencies = Path(scratch) / "dependencies-iid"
+            tagging = builder(dependencies, "dependencies")
+            run_build(entry, plan, tagging, cli=cli, registry=None, runner=runner, env=env)
+            client.images.get(dependencies.read_text().strip()).tag(plan.dependency_tag)
     image = client.images.get(image_id)
     image.tag(plan.tag)
     image.tag(plan.alias)
     output = completed.stdout or ""
-    layers = layer_outcomes(plan.layers, output, layer_sizes(image.history()), local_keys)
+    sizes = layer_sizes(image.history())
+    layers = layer_outcomes(plan.layers, output, sizes, local_keys, stood_on=bool(plan.stands_on))
     pushed = publish(client, registry, image, plan, env) if options.push else ()
     seconds = time.monotonic() - started
     return Built(entry.name, plan.tag, image.attrs["Size"], seconds, how_built(output), pushed, layers=layers)

@@ -30,6 +30,9 @@ REPOSITORY = "torchyard"
 # The tag that names an entry's last image, per trust: a trusted build reads `latest` (its base check and its
 # layer cache come from it), so an untrusted build never moves it.
 ALIASES: dict[Trust, str] = {"trusted": "latest", "untrusted": "untrusted"}
+# A trusted build also tags its dependencies stage here, by the key of its last dependency group (which
+# covers every group and what lies below them): an untrusted build of the same pins stands on it.
+DEPENDENCY_REPOSITORY = f"{REPOSITORY}/dependencies"
 TRUSTED_BUILD = BuildPolicy()
 # The build arguments in scope for the dependency layers (the rest label the image).
 LAYER_ARGS = frozenset(
@@ -99,6 +102,14 @@ class BuildPlan:
     workspace: tuple[ProjectFile, ...] = ()
     build_requires: tuple[str, ...] = ()  # the project's [build-system] requires, checked
     layers: tuple[Layer, ...] = ()  # the lock's groups, one image layer each, in install order
+    # The dependency image of these pins as a trusted build tags it, and, for an untrusted build that stands
+    # on it instead of installing the lock itself, that image's ID ("" otherwise).
+    dependency_tag: str = ""
+    stands_on: str = ""
+
+
+def dependency_tag(layers: tuple[Layer, ...]) -> str:
+    return f"{DEPENDENCY_REPOSITORY}:{layers[-1].key}" if layers else ""
 
 
 def resolve_base(entry: Entry, overrides: Mapping[str, str]) -> str:
@@ -125,10 +136,13 @@ def plan_build(
     revision: str,
     source_date_epoch: str,
     policy: BuildPolicy = TRUSTED_BUILD,
+    stands_on: tuple[str, str] | None = None,
     git: proc.DataRunner = proc.data,
 ) -> BuildPlan:
     """Everything the build needs, decided without touching Docker. An untrusted `policy` gets a cache
-    scope, a content tag and an alias of its own: nothing it builds is what a trusted build reads."""
+    scope, a content tag and an alias of its own: nothing it builds is what a trusted build reads.
+    `stands_on` (a dependency image's tag and ID, from a trusted build of the same pins) makes the image
+    stage start from that image: the untrusted build then installs no package of the lock."""
     scope: Trust = "trusted" if policy.trusted else "untrusted"
     image_dockerfile = scoped_dockerfile(dockerfile(), scope)
     lock_bytes = _read_lock(entry, lockdir)
@@ -169,17 +183,23 @@ def plan_build(
     )
     # What decides the image below the first dependency layer; the label-only arguments (entry, lock
     # digest, versions) come after the groups in the Dockerfile, so they stay out.
-    below = hashlib.sha256(image_dockerfile + image_file("install-layer.sh"))
+    # Standing on a trusted dependency image, the groups are that image's: keyed as a trusted build keys them.
+    below_dockerfile = scoped_dockerfile(dockerfile(), "trusted") if stands_on else image_dockerfile
+    below = hashlib.sha256(below_dockerfile + image_file("install-layer.sh"))
     for name, node in inimage_files():
         if name.endswith("/inimage/vendor.py"):
             below.update(node.read_bytes())
     for key, value in content_args:
-        if key in LAYER_ARGS:
+        if key in LAYER_ARGS and not (stands_on and key == "WHEELS_ONLY"):
             below.update(f"{key}={value}\0".encode())
     layers = keyed(layers, below.hexdigest())
+    if stands_on is not None:
+        content_args = (*content_args, ("DEPENDENCIES", stands_on[0]))
     digest = hashlib.sha256()
     for key, value in content_args:
         digest.update(f"{key}={value}\0".encode())
+    if stands_on is not None:
+        digest.update(f"dependencies-id={stands_on[1]}\0".encode())
     digest.update(files_digest(context).encode())
     if entry.project is not None:
         digest.update(b"workspace\0" + project_digest(workspace).encode())
@@ -208,4 +228,6 @@ def plan_build(
         workspace=workspace,
         build_requires=build_requires,
         layers=layers,
+        dependency_tag=dependency_tag(layers),
+        stands_on=stands_on[1] if stands_on else "",
     )
