@@ -323,7 +323,9 @@ def test_an_untrusted_build_stands_on_the_trusted_dependency_image_of_the_same_p
         source_date_epoch="1700000000", policy=BuildPolicy(trusted=False),
     )  # fmt: skip
     alone = plan_build(PLAN.entry("cpu"), tree / "lockfiles", **args)
-    standing = plan_build(PLAN.entry("cpu"), tree / "lockfiles", **args, stands_on=(trusted.dependency_tag, "sha256:d1"))
+    standing = plan_build(
+        PLAN.entry("cpu"), tree / "lockfiles", **args, stands_on=(trusted.dependency_tag, "sha256:d1")
+    )
     again = plan_build(PLAN.entry("cpu"), tree / "lockfiles", **args, stands_on=(trusted.dependency_tag, "sha256:d2"))
     # The image stage starts from the trusted dependency image; the groups are keyed as the trusted build's.
     assert dict(standing.build_args)["DEPENDENCIES"] == trusted.dependency_tag

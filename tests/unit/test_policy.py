@@ -60,4 +60,5 @@ def test_every_dependency_layer_installs_wheels_only_for_an_untrusted_build() ->
     assert script.count("uv pip install") == 1
     dockerfile = (docker / "Dockerfile").read_text()
     assert "ARG WHEELS_ONLY" in dockerfile.partition("install-layer.sh")[0]  # in scope for every group
-    assert "uv pip install" not in dockerfile.partition("COPY project")[0].partition("FROM toolchain AS dependencies")[2]
+    dependencies = dockerfile.partition("FROM toolchain AS dependencies")[2]
+    assert dependencies and "uv pip install" not in dependencies.partition("COPY project")[0]

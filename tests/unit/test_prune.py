@@ -41,7 +41,9 @@ def test_a_dependency_image_goes_with_the_last_image_that_holds_its_layers() -> 
         return dataclasses.replace(image(name, "cpu", created), keys=frozenset({"k0", key}))
 
     def dependency(key: str) -> ImageFacts:
-        return ImageFacts(f"sha256:d-{key}", "", "", "2026-11-01", 5 << 30, (f"torchyard/dependencies:{key}",), dependency=key)
+        return ImageFacts(
+            f"sha256:d-{key}", "", "", "2026-11-01", 5 << 30, (f"torchyard/dependencies:{key}",), dependency=key
+        )
 
     images = [held("a1", "2026-11-01", "old"), held("a2", "2026-11-02", "new"), dependency("old"), dependency("new")]
     plan = plan_prune(images, [], {}, keep=1)
