@@ -46,7 +46,7 @@ def _files(paths: Iterable[Path]) -> list[tuple[str, str]]:
 
 def _case_files(env: Mapping[str, str]) -> list[Path]:
     files = []
-    for name in contract.split_list(env, contract.CASES):
+    for name in contract.Values(env).items(contract.CASES):
         spec = importlib.util.find_spec(name.split(":", 1)[0])
         if spec is not None and spec.origin:
             files.append(Path(spec.origin))
