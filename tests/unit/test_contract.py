@@ -1,5 +1,5 @@
 """The settings table (`contract.SETTINGS`) is the one place a setting that crosses into the image is defined:
-tied to the entry's fields and to every variable the contract names."""
+tied to the entry's fields, to every variable the contract names, and to the replay fingerprint."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from tests.unit.matrix_text import VALID
 from torchyard import contract
 from torchyard.contract import SETTINGS, Values, setting
+from torchyard.inimage import replay
 from torchyard.matrix import parse_plan
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
@@ -107,3 +108,15 @@ def test_a_value_of_another_kind_is_refused(variable: str, value: object) -> Non
     """A string is a sequence: written as a list, "export" would cross as "e,x,p,o,r,t"."""
     with pytest.raises(TypeError, match=variable):
         setting(variable).encode(value)
+
+
+def test_the_fingerprint_changes_with_each_setting_that_decides_verdicts_and_no_other() -> None:
+    """A setting left out of the fingerprint would replay verdicts it no longer decides; one put in that
+    decides none would rerun what it need not (the reports' folder differs between a container and a venv)."""
+    argv, device = ["-m", "parity"], {"type": "cpu", "processor": "some cpu"}
+    env = {contract.IMAGE_ID: "sha256:a"}  # the environment's identity: the image, not this interpreter's packages
+    before = replay.fingerprint(argv, env, device)
+    for row in SETTINGS:
+        after = replay.fingerprint(argv, {**env, row.variable: "planted"}, device)
+        assert (after != before) == row.verdicts, row.variable
+    assert any(row.verdicts for row in SETTINGS) and not all(row.verdicts for row in SETTINGS)
