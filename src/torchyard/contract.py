@@ -2,32 +2,133 @@
 command line and report file names. Stdlib only: the host builds runs from it, the image reads it.
 
 Both the container path and the venv path call `pytest_args` and `suite_environment`, so a run is the
-same run wherever it happens.
+same run wherever it happens. Every variable that crosses into the image is one row of `SETTINGS`: the host's
+environment, the plugin's options and the replay fingerprint are all built from it.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, assert_never
 
-from torchyard.names import HARNESS, PROJECT
+from torchyard.names import HARNESS, PRECISIONS, PROJECT
 
+# The variables that cross into the image, each described by its row of `SETTINGS`.
 ACCELERATOR = "TORCHYARD_ACCELERATOR"
 PRECISION = "TORCHYARD_PRECISION"
 REPORT_DIR = "TORCHYARD_REPORT_DIR"
-TOLERANCES = "TORCHYARD_TOLERANCES"  # JSON: {"float32.inductor": {"max-rel-l2": 1e-4}}
-CASES = "TORCHYARD_CASES"  # comma-separated modules (or module:attr)
-BUILTIN_CASES = "TORCHYARD_BUILTIN_CASES"  # "0" leaves the built-in corpus out
-SUITES = "TORCHYARD_SUITES"  # comma-separated: the suites that must each pass at least one test
-COMPILE_MODES = "TORCHYARD_COMPILE_MODES"  # comma-separated torch.compile modes, each a backend column
+TOLERANCES = "TORCHYARD_TOLERANCES"
+CASES = "TORCHYARD_CASES"
+BUILTIN_CASES = "TORCHYARD_BUILTIN_CASES"
+SUITES = "TORCHYARD_SUITES"
+COMPILE_MODES = "TORCHYARD_COMPILE_MODES"
 VENDOR_RECORD = "TORCHYARD_VENDOR_RECORD"
-# Set (to the entry's lockfile path, or empty when it has none) for a run in an unlocked environment.
 UNLOCKED = "TORCHYARD_UNLOCKED"
-INDUCTOR_CACHE = "TORCHYARD_INDUCTOR_CACHE"  # the entry's cache root: inductor's caches and artifacts/
-ARTIFACT_CACHE = "TORCHYARD_ARTIFACT_CACHE"  # "off": lower every program again
-REUSE_RESULTS = "TORCHYARD_REUSE_RESULTS"  # "1": replay the last verdicts when nothing deciding them changed
-IMAGE_ID = "TORCHYARD_IMAGE_ID"  # the image a container runs, for the replay fingerprint
-TRUST = "TORCHYARD_TRUST"  # "trusted" or "untrusted": what the run's caches are scoped by (torchyard.trust)
+INDUCTOR_CACHE = "TORCHYARD_INDUCTOR_CACHE"
+ARTIFACT_CACHE = "TORCHYARD_ARTIFACT_CACHE"
+REUSE_RESULTS = "TORCHYARD_REUSE_RESULTS"
+IMAGE_ID = "TORCHYARD_IMAGE_ID"
+TRUST = "TORCHYARD_TRUST"
+
+# How a value is written into its variable: items joined by commas, a boolean as "1" or "0", JSON, or as it is.
+Encoding = Literal["list", "bool", "json", "string"]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A value that crosses into the image, carried by one environment variable."""
+
+    variable: str
+    field: str | None  # the `Entry` field it comes from; None where the run or the image sets it
+    option: str | None  # the plugin's pytest option, which wins over the variable; a boolean's turns it over
+    encoding: Encoding
+    verdicts: bool  # whether it decides the run's verdicts: then it goes into the replay fingerprint
+    means: str
+    default: str = ""  # what the in-image side takes where the variable is unset, encoded
+    choices: tuple[str, ...] = ()  # the option's allowed values, where they are a closed set
+
+    def encode(self, value: object) -> str:
+        """`value` (the field's, as a plain value) as the variable carries it."""
+        match self.encoding:
+            case "list":
+                if isinstance(value, Sequence) and not isinstance(value, str):
+                    return ",".join(str(item) for item in value)
+            case "bool":
+                if isinstance(value, bool):
+                    return "1" if value else "0"
+            case "json":
+                return json.dumps(value, sort_keys=True)
+            case "string":
+                if isinstance(value, str):
+                    return value
+            case _:
+                assert_never(self.encoding)
+        raise TypeError(f"{self.variable}: {value!r} is not a {self.encoding}")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(ACCELERATOR, "accelerator", "--torchyard-accelerator", "string", verdicts=True, default="cpu",
+            means="the accelerator the entry targets (its name)"),
+    Setting(PRECISION, "precision", "--torchyard-precision", "string", verdicts=True, default="fp32",
+            choices=PRECISIONS, means="the precision the cases compute in"),
+    Setting(REPORT_DIR, None, "--torchyard-report-dir", "string", verdicts=False, default="reports/local",
+            means="the folder the reports are written to"),
+    Setting(TOLERANCES, "tolerances", "--torchyard-tolerances", "json", verdicts=True,
+            means='JSON overrides: {"float32.inductor": {"max-rel-l2": 1e-4}}'),
+    Setting(CASES, "cases", "--torchyard-cases", "list", verdicts=True,
+            means="comma-separated case modules (or module:attr)"),
+    Setting(BUILTIN_CASES, "builtin_cases", "--torchyard-no-builtin-cases", "bool", verdicts=True, default="1",
+            means="leave the built-in corpus out"),
+    Setting(SUITES, "suites", "--torchyard-suites", "list", verdicts=True,
+            means="comma-separated: the suites that must each pass a test"),
+    Setting(COMPILE_MODES, "compile_modes", "--torchyard-compile-modes", "list", verdicts=True, default="default",
+            means="comma-separated torch.compile modes, each a backend column"),
+    Setting(VENDOR_RECORD, None, "--torchyard-vendor-record", "string", verdicts=False,
+            means="the base image's vendor record, which the probe checks (the image sets it)"),
+    Setting(UNLOCKED, None, None, "string", verdicts=False,
+            means="set for a run in an unlocked environment: the entry's lockfile path, or empty where it has none"),
+    Setting(INDUCTOR_CACHE, None, None, "string", verdicts=False,
+            means="the entry's cache root: inductor's caches and artifacts/"),
+    Setting(ARTIFACT_CACHE, None, None, "string", verdicts=False, means='"off": lower every program again'),
+    Setting(REUSE_RESULTS, None, None, "bool", verdicts=False, default="0",
+            means="replay the last verdicts when nothing deciding them changed"),
+    # In a venv the installed distributions take its place (`replay.fingerprint`).
+    Setting(IMAGE_ID, None, None, "string", verdicts=True, means="the image a container runs"),
+    Setting(TRUST, None, None, "string", verdicts=False, default="trusted",
+            means="trusted or untrusted: what the run's caches are scoped by (torchyard.trust)"),
+)  # fmt: skip
+_BY_VARIABLE = {row.variable: row for row in SETTINGS}
+
+
+def setting(variable: str) -> Setting:
+    """The row of `SETTINGS` for `variable`."""
+    return _BY_VARIABLE[variable]
+
+
+@dataclass(frozen=True)
+class Values:
+    """Settings' values as their variables carry them (an environment, or the plugin's options by variable),
+    read back as what they encode; a setting without a value has its default."""
+
+    encoded: Mapping[str, str]
+
+    def text(self, variable: str) -> str:
+        return self.encoded.get(variable, setting(variable).default)
+
+    def items(self, variable: str) -> tuple[str, ...]:
+        """A list's items (none in an empty value)."""
+        assert setting(variable).encoding == "list", variable
+        return tuple(item for item in self.text(variable).split(",") if item)
+
+    def enabled(self, variable: str) -> bool:
+        """A boolean's state: "1" or "0", the default for anything else."""
+        assert setting(variable).encoding == "bool", variable
+        return {"1": True, "0": False}.get(self.text(variable), setting(variable).default == "1")
+
+
 AUTOLOAD_OFF = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"  # pytest's own: no plugin loads unless named with -p
 
 # Inside the image (the Dockerfile creates these; a unit test checks that it does).
@@ -92,30 +193,8 @@ def plugin_environment(*, project_tests: Sequence[str], extra: Sequence[str]) ->
     return {} if project_tests or extra else {AUTOLOAD_OFF: "1"}
 
 
-def suite_environment(
-    *,
-    accelerator: str,
-    precision: str,
-    report_dir: str,
-    suites: Sequence[str],
-    tolerances_json: str = "{}",
-    cases: Sequence[str] = (),
-    builtin_cases: bool = True,
-    compile_modes: Sequence[str] = (),
-) -> dict[str, str]:
-    """The variables the in-image plugin reads; a container gets them with `--env`, a venv in its env."""
-    return {
-        ACCELERATOR: accelerator,
-        PRECISION: precision,
-        REPORT_DIR: report_dir,
-        SUITES: ",".join(suites),
-        TOLERANCES: tolerances_json,
-        CASES: ",".join(cases),
-        BUILTIN_CASES: "1" if builtin_cases else "0",
-        COMPILE_MODES: ",".join(compile_modes),
-    }
-
-
-def split_list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """A comma-separated variable as a tuple (empty when unset)."""
-    return tuple(item for item in env.get(name, "").split(",") if item)
+def suite_environment(fields: Mapping[str, object], *, report_dir: str) -> dict[str, str]:
+    """The variables the in-image plugin reads: each setting an entry field gives, from `fields` (plain values
+    by field name), and the reports' folder. A container gets them with `--env`, a venv in its env."""
+    crossing = {row.variable: row.encode(fields[row.field]) for row in SETTINGS if row.field is not None}
+    return {REPORT_DIR: report_dir, **crossing}

@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -49,17 +49,36 @@ SUITES_DIR = Path(__file__).parent / "suites"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """An option for each setting that has one (`contract.SETTINGS`), its default the setting's variable; a
+    boolean's is a flag that turns it from its default, as the variable may have already."""
     group = parser.getgroup("torchyard")
-    env = os.environ.get
-    group.addoption("--torchyard-accelerator", default=env(contract.ACCELERATOR, "cpu"))
-    group.addoption("--torchyard-precision", default=env(contract.PRECISION, "fp32"), choices=list(DTYPES))
-    group.addoption("--torchyard-report-dir", type=Path, default=Path(env(contract.REPORT_DIR, "reports/local")))
-    group.addoption("--torchyard-tolerances", default=env(contract.TOLERANCES, ""), help="JSON overrides")
-    group.addoption("--torchyard-cases", default=env(contract.CASES, ""), help="comma-separated case modules")
-    group.addoption("--torchyard-suites", default=env(contract.SUITES, ""), help="suites that must each pass a test")
-    group.addoption("--torchyard-compile-modes", default=env(contract.COMPILE_MODES, "default"))
-    group.addoption("--torchyard-no-builtin-cases", action="store_true", default=env(contract.BUILTIN_CASES) == "0")
-    group.addoption("--torchyard-vendor-record", default=env(contract.VENDOR_RECORD, ""))
+    environment = contract.Values(os.environ)
+    for setting in contract.SETTINGS:
+        if setting.option is None:
+            continue
+        if setting.encoding == "bool":
+            turned = environment.enabled(setting.variable) != _on_by_default(setting)
+            group.addoption(setting.option, action="store_true", default=turned, help=setting.means)
+        else:
+            default, choices = environment.text(setting.variable), list(setting.choices) or None
+            group.addoption(setting.option, default=default, choices=choices, help=setting.means)
+
+
+def _on_by_default(setting: contract.Setting) -> bool:
+    """A boolean setting's state where nothing sets it."""
+    return contract.Values({}).enabled(setting.variable)
+
+
+def option_values(config: pytest.Config) -> contract.Values:
+    """The settings' values from their options (each defaults to its variable), as their variables carry them."""
+    encoded: dict[str, str] = {}
+    for setting in contract.SETTINGS:
+        if setting.option is not None:
+            value = config.getoption(setting.option)
+            encoded[setting.variable] = (
+                setting.encode(bool(value) != _on_by_default(setting)) if setting.encoding == "bool" else str(value)
+            )
+    return contract.Values(encoded)
 
 
 def _is_controller(config: pytest.Config) -> bool:
@@ -86,21 +105,21 @@ class _Settings:
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> _Settings:
-        option = config.getoption
+        values = option_values(config)
         try:
-            tolerances = load_tolerances(option("--torchyard-tolerances"))
+            tolerances = load_tolerances(values.text(contract.TOLERANCES))
         except (ValueError, json.JSONDecodeError) as error:
             raise pytest.UsageError(f"torchyard tolerances: {error}") from None
-        record = option("--torchyard-vendor-record")
-        modes = [mode for mode in option("--torchyard-compile-modes").split(",") if mode] or ["default"]
+        record = values.text(contract.VENDOR_RECORD)
+        modes = values.items(contract.COMPILE_MODES) or ("default",)
         return cls(
-            accelerator=option("--torchyard-accelerator"),
-            precision=option("--torchyard-precision"),
-            report_dir=option("--torchyard-report-dir"),
+            accelerator=values.text(contract.ACCELERATOR),
+            precision=cast(Precision, values.text(contract.PRECISION)),
+            report_dir=Path(values.text(contract.REPORT_DIR)),
             tolerances=tolerances,
-            case_modules=tuple(name for name in option("--torchyard-cases").split(",") if name),
-            builtin_cases=not option("--torchyard-no-builtin-cases"),
-            suites=tuple(name for name in option("--torchyard-suites").split(",") if name),
+            case_modules=values.items(contract.CASES),
+            builtin_cases=values.enabled(contract.BUILTIN_CASES),
+            suites=values.items(contract.SUITES),
             compile_backends=tuple("inductor" if mode == "default" else f"inductor:{mode}" for mode in modes),
             vendor_record=Path(record) if record else None,
             precision_settings=pin_precision(),

@@ -5,8 +5,8 @@ What decides the verdicts, all in the fingerprint:
 - the environment: the image's ID (a container) or every installed distribution and its version (a venv);
 - torchyard's in-image side (suites, harness, built-in cases, tolerances), the entry's case modules and
   the project's test files, byte for byte;
-- the pytest arguments and the entry's settings (accelerator, precision, suites, tolerances, cases,
-  compile modes);
+- the pytest arguments and every setting that decides verdicts (`contract.SETTINGS`: accelerator, precision,
+  suites, tolerances, cases, compile modes, ...);
 - the device and its driver.
 Any difference reruns everything. A replayed run's reports keep their original timestamps and say, in
 parity.md, parity.json and on the console, that they are replayed and from when. A run that fails to
@@ -46,7 +46,7 @@ def _files(paths: Iterable[Path]) -> list[tuple[str, str]]:
 
 def _case_files(env: Mapping[str, str]) -> list[Path]:
     files = []
-    for name in contract.split_list(env, contract.CASES):
+    for name in contract.Values(env).items(contract.CASES):
         spec = importlib.util.find_spec(name.split(":", 1)[0])
         if spec is not None and spec.origin:
             files.append(Path(spec.origin))
@@ -70,13 +70,7 @@ def fingerprint(argv: Sequence[str], env: Mapping[str, str], device: Mapping[str
         for arg in argv
         if not arg.startswith("-") and Path(arg).exists() and INIMAGE.resolve() not in Path(arg).resolve().parents
     ]
-    settings = {
-        name: env.get(name, "")
-        for name in (
-            contract.ACCELERATOR, contract.PRECISION, contract.SUITES, contract.TOLERANCES, contract.CASES,
-            contract.BUILTIN_CASES, contract.COMPILE_MODES,
-        )
-    }  # fmt: skip
+    settings = {setting.variable: env.get(setting.variable, "") for setting in contract.SETTINGS if setting.verdicts}
     document = {
         "format": FORMAT,
         "environment": _environment_identity(env),

@@ -2,35 +2,27 @@
 
 from __future__ import annotations
 
-import json
+from dataclasses import fields
 
 from torchyard import contract
 from torchyard.matrix.schema import Entry
 
 
-def tolerance_overrides(entry: Entry) -> str:
-    """The entry's tolerance overrides as the JSON the in-image plugin reads."""
-    return json.dumps(
-        {
-            tolerance.key: {
-                "max-scaled-error": tolerance.max_scaled_error,
-                "max-rel-l2": tolerance.max_rel_l2,
-                "min-cosine": tolerance.min_cosine,
-            }
-            for tolerance in entry.tolerances
-        },
-        sort_keys=True,
-    )
+def tolerance_overrides(entry: Entry) -> dict[str, dict[str, float | None]]:
+    """The entry's tolerance overrides as the in-image plugin reads them (as JSON)."""
+    return {
+        tolerance.key: {
+            "max-scaled-error": tolerance.max_scaled_error,
+            "max-rel-l2": tolerance.max_rel_l2,
+            "min-cosine": tolerance.min_cosine,
+        }
+        for tolerance in entry.tolerances
+    }
 
 
 def entry_environment(entry: Entry, report_dir: str) -> dict[str, str]:
-    return contract.suite_environment(
-        accelerator=entry.accelerator.name,
-        precision=entry.precision,
-        report_dir=report_dir,
-        suites=entry.suites,
-        tolerances_json=tolerance_overrides(entry),
-        cases=entry.cases,
-        builtin_cases=entry.builtin_cases,
-        compile_modes=entry.compile_modes,
-    )
+    """The variables of every setting that comes from an entry field (`contract.SETTINGS`), each field as it is
+    but the accelerator, by name, and the tolerances, as the plugin's overrides."""
+    values = {field.name: getattr(entry, field.name) for field in fields(entry)}
+    values |= {"accelerator": entry.accelerator.name, "tolerances": tolerance_overrides(entry)}
+    return contract.suite_environment(values, report_dir=report_dir)

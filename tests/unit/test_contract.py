@@ -1,0 +1,122 @@
+"""The settings table (`contract.SETTINGS`) is the one place a setting that crosses into the image is defined:
+tied to the entry's fields, to every variable the contract names, and to the replay fingerprint."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from tests.unit.matrix_text import VALID
+from torchyard import contract
+from torchyard.contract import SETTINGS, Values, setting
+from torchyard.inimage import replay
+from torchyard.matrix import parse_plan
+from torchyard.matrix.schema import Entry
+from torchyard.run.environment import entry_environment
+
+INIMAGE = Path(contract.__file__).parent / "inimage"
+
+# The entry's fields that stay on the host: what the image is built from, how the run is bounded and sealed. The
+# project's tests cross too, but as pytest's arguments (`contract.pytest_args`), not as a setting.
+HOST_ONLY = {
+    "name",
+    "python",
+    "requirements",
+    "exclude_newer",
+    "project",
+    "tests",
+    "network",
+    "timeout",
+    "lock_on_runner",
+}
+
+
+def test_each_entry_field_crosses_as_a_setting_or_stays_on_the_host() -> None:
+    entry_fields = {field.name for field in fields(Entry)}
+    crossing = {row.field for row in SETTINGS if row.field is not None}
+    assert crossing <= entry_fields, f"not fields of Entry: {sorted(crossing - entry_fields)}"
+    assert entry_fields - crossing == HOST_ONLY, "a new Entry field: add its row to contract.SETTINGS, or here"
+
+
+def test_every_variable_the_contract_names_is_a_setting() -> None:
+    named = {value for value in vars(contract).values() if isinstance(value, str) and value.startswith("TORCHYARD_")}
+    assert named == {row.variable for row in SETTINGS}
+    assert len(SETTINGS) == len(named)  # one row each
+    # The in-image side (its self-tests aside, which plant variables of their own) names them by the contract.
+    spelled = [
+        path.name
+        for path in INIMAGE.rglob("*.py")
+        if not path.name.startswith("test_") and "TORCHYARD_" in path.read_text(encoding="utf-8")
+    ]
+    assert not spelled
+
+
+def test_the_run_environment_carries_each_setting_an_entry_gives() -> None:
+    cuda = parse_plan(VALID, Path("matrix.toml")).entry("cuda")
+    assert entry_environment(cuda, "/reports") == {
+        contract.ACCELERATOR: "cuda",
+        contract.PRECISION: "fp32",
+        contract.REPORT_DIR: "/reports",
+        contract.SUITES: "export,parity",
+        contract.TOLERANCES: json.dumps(
+            {"float32.inductor": {"max-rel-l2": None, "max-scaled-error": 1e-4, "min-cosine": 0.9999}}, sort_keys=True
+        ),
+        contract.CASES: "",
+        contract.BUILTIN_CASES: "1",
+        contract.COMPILE_MODES: "default",
+    }
+
+
+def test_the_image_reads_back_what_the_host_wrote() -> None:
+    written = contract.suite_environment(
+        {
+            "accelerator": "cpu",
+            "precision": "bf16",
+            "suites": ("export", "parity"),
+            "tolerances": {"float32.export": {"max-rel-l2": 1.0}},
+            "cases": ("mypkg.cases", "other:CASES"),
+            "builtin_cases": False,
+            "compile_modes": ("default", "max-autotune"),
+        },
+        report_dir="/r",
+    )
+    read = Values(written)
+    assert read.text(contract.PRECISION) == "bf16" and read.text(contract.REPORT_DIR) == "/r"
+    assert read.items(contract.SUITES) == ("export", "parity")
+    assert read.items(contract.CASES) == ("mypkg.cases", "other:CASES")
+    assert read.items(contract.COMPILE_MODES) == ("default", "max-autotune")
+    assert read.enabled(contract.BUILTIN_CASES) is False
+    assert json.loads(read.text(contract.TOLERANCES)) == {"float32.export": {"max-rel-l2": 1.0}}
+
+
+def test_an_unset_variable_reads_as_its_default() -> None:
+    unset = Values({})
+    assert unset.text(contract.ACCELERATOR) == "cpu" and unset.text(contract.TRUST) == "trusted"
+    assert unset.items(contract.COMPILE_MODES) == ("default",) and unset.items(contract.CASES) == ()
+    assert unset.enabled(contract.BUILTIN_CASES) and not unset.enabled(contract.REUSE_RESULTS)
+    assert Values({contract.BUILTIN_CASES: "yes"}).enabled(contract.BUILTIN_CASES)  # only "0" turns it off
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [(contract.SUITES, "export"), (contract.BUILTIN_CASES, "no"), (contract.ACCELERATOR, ("cpu",))],
+)
+def test_a_value_of_another_kind_is_refused(variable: str, value: object) -> None:
+    """A string is a sequence: written as a list, "export" would cross as "e,x,p,o,r,t"."""
+    with pytest.raises(TypeError, match=variable):
+        setting(variable).encode(value)
+
+
+def test_the_fingerprint_changes_with_each_setting_that_decides_verdicts_and_no_other() -> None:
+    """A setting left out of the fingerprint would replay verdicts it no longer decides; one put in that
+    decides none would rerun what it need not (the reports' folder differs between a container and a venv)."""
+    argv, device = ["-m", "parity"], {"type": "cpu", "processor": "some cpu"}
+    env = {contract.IMAGE_ID: "sha256:a"}  # the environment's identity: the image, not this interpreter's packages
+    before = replay.fingerprint(argv, env, device)
+    for row in SETTINGS:
+        after = replay.fingerprint(argv, {**env, row.variable: "planted"}, device)
+        assert (after != before) == row.verdicts, row.variable
+    assert any(row.verdicts for row in SETTINGS) and not all(row.verdicts for row in SETTINGS)
