@@ -19,6 +19,7 @@ import socket
 import sys
 import tempfile
 import time
+import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +78,10 @@ def adopter(scratch: Path) -> tuple[Path, Path]:
     shutil.copytree(EXAMPLE, project)
     env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     env.pop("VIRTUAL_ENV", None)
+    # init writes this repository's cut-off as the integration tests' adopter does, so the lock has the same
+    # pins and the image its dependency layers from .ci/run's earlier steps.
+    cutoff = tomllib.loads((REPO / "matrix.toml").read_text())["exclude-newer"]
+    env["SOURCE_DATE_EPOCH"] = str(int(cutoff.timestamp()))
     proc.run(["torchyard", "init"], cwd=project, env=env)
     # `init` writes files a plain write would give: 0666 less the umask (it wrote 0600 before issue 44).
     umask = os.umask(0)

@@ -120,7 +120,22 @@ SCENARIOS = (
         job="plan",
         expect=Expect(succeeded=frozenset(), failed=frozenset({"plan"}), log=(ONE_LINE_ERROR,)),
     ),
-    # The workflow `torchyard init` writes, in an adopter made from examples/robot-policy.
+    # The workflow `torchyard init` writes, in an adopter made from examples/robot-policy. The push to the
+    # default branch comes first: its trusted image leaves the dependency image the untrusted runs stand on.
+    Scenario(
+        name="adopter-push-main",
+        repository="adopter",
+        workflow=ADOPTER,
+        event="push",
+        branch=DEFAULT_BRANCH,
+        change="none",
+        expect=Expect(
+            succeeded=frozenset({"plan", "suites", "compatibility"}),
+            skipped=frozenset({"suites-pull-request"}),
+            artifacts={"reports-cpu": REPORTS, "compatibility": ("compatibility.html",)},
+            trust={"reports-cpu": "trusted"},
+        ),
+    ),
     Scenario(
         name="adopter-pull-request",
         repository="adopter",
