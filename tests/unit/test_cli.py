@@ -85,13 +85,18 @@ def test_lock_check_reports_missing_and_fails(
     assert main([*args, "--matrix", str(matrix)]) == 1
     captured = capsys.readouterr()
     assert "| cpu   | missing |" in captured.out
-    assert captured.err == "torchyard: 2 of 2 locks not fresh: cpu, cuda\n"
+    assert captured.err == (
+        "torchyard: 2 of 2 locks not fresh: cpu, cuda; remake them: `nox -s lock -- cpu cuda`"
+        " (or `torchyard lock cpu cuda`)\n"
+    )
     # The file decides: an entry locked on its runner may lack a lock here; every other missing lock fails.
     on_runner = tmp_path / "on-runner.toml"
     on_runner.write_text(VALID.replace('name = "cuda"\n', 'name = "cuda"\nlock-on-runner = true\n'))
     assert main([*args, "--matrix", str(on_runner)]) == 1
     captured = capsys.readouterr()
-    assert captured.err == "torchyard: 1 of 2 locks not fresh: cpu\n"
+    assert captured.err == (
+        "torchyard: 1 of 2 locks not fresh: cpu; remake them: `nox -s lock -- cpu` (or `torchyard lock cpu`)\n"
+    )
     assert "locked on its runner (self-hosted, gpu, cuda) before its image" in captured.out
     assert main([*args, "--matrix", str(on_runner), "--entry", "cuda"]) == 0
     with pytest.raises(SystemExit) as refused:  # no flag excuses a missing lock

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from torchyard.errors import ImageBuildError, LockError
-from torchyard.lock.check import check_entry
+from torchyard.errors import ImageBuildError, LockError, StaleLockError
+from torchyard.lock.check import check_entry, require_fresh
 from torchyard.lock.inputs import LockInputs, compile_args, requirements_in, uv_environment
 from torchyard.lock.install import sync_args
 from torchyard.lock.lockfile import lock_path, read_header
@@ -180,7 +180,19 @@ def test_missing_lock_says_which_index_and_what_to_run(tmp_path: Path) -> None:
     result = check_entry(app, tmp_path, "0.13.9")
     assert result.status == "missing"
     assert result.detail == (
-        "run `nox -s lock -- app` on a machine that reaches pypi (https://unreachable.invalid/simple)"
+        "run `nox -s lock -- app` (or `torchyard lock app`) on a machine that reaches pypi"
+        " (https://unreachable.invalid/simple)"
+    )
+
+
+def test_a_stale_lock_stops_a_build_naming_the_command_that_remakes_it(tmp_path: Path) -> None:
+    app, _ = make_plan()
+    (tmp_path / "app.txt").write_text("app==1.0\n")  # not made by the lock session
+    with pytest.raises(StaleLockError) as caught:
+        require_fresh(app, tmp_path, "0.13.9")
+    assert str(caught.value) == (
+        "entry 'app': lock is stale (no torchyard header: not made by the lock session):"
+        " `nox -s lock -- app` (or `torchyard lock app`)"
     )
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from torchyard.errors import StaleLockError
 from torchyard.lock.check import Freshness, check_entry
+from torchyard.lock.lockfile import relock_hint
 from torchyard.lock.resolve import lock_entry, uv_version
 from torchyard.matrix.machine import load_mirrors
 from torchyard.matrix.schema import Entry
@@ -34,7 +35,9 @@ def check_locks(entries: Sequence[Entry], lockdir: Path, *, runner: proc.Runner 
         rows.append((result.entry, result.status, detail))
     sys.stdout.write(markdown_table(("entry", "lock", "detail"), rows))
     if stale:
-        raise StaleLockError(f"{len(stale)} of {len(results)} locks not fresh: {', '.join(stale)}")
+        raise StaleLockError(
+            f"{len(stale)} of {len(results)} locks not fresh: {', '.join(stale)}; remake them: {relock_hint(stale)}"
+        )
     return results
 
 

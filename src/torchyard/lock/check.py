@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from torchyard.errors import StaleLockError
 from torchyard.lock.inputs import LockInputs
-from torchyard.lock.lockfile import body_digest, lock_path, read_header, reproduce_command
+from torchyard.lock.lockfile import body_digest, lock_path, read_header, relock_hint
 from torchyard.matrix.schema import Entry
 from torchyard.util.checkout import linked_component
 
@@ -44,10 +44,10 @@ def check_entry(entry: Entry, lockdir: Path, uv: str) -> Freshness:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         needs = ", ".join(f"{index.name} ({index.url})" for index in entry.indexes)
-        return Freshness(entry.name, "missing", f"run `{reproduce_command(entry)}` on a machine that reaches {needs}")
+        return Freshness(entry.name, "missing", f"run {relock_hint([entry.name])} on a machine that reaches {needs}")
     except (OSError, UnicodeDecodeError) as error:
         why = error.strerror if isinstance(error, OSError) else "not UTF-8 text"
-        return Freshness(entry.name, "stale", f"{path} cannot be read ({why}): run `{reproduce_command(entry)}`")
+        return Freshness(entry.name, "stale", f"{path} cannot be read ({why})")
     fields, body = read_header(text)
     current = LockInputs.of(entry, uv)
     if "inputs-digest" not in fields or "body-digest" not in fields:
@@ -63,5 +63,7 @@ def check_entry(entry: Entry, lockdir: Path, uv: str) -> Freshness:
 def require_fresh(entry: Entry, lockdir: Path, uv: str) -> None:
     """Raise unless the entry's lock is fresh: what builds and runs check before anything else."""
     freshness = check_entry(entry, lockdir, uv)
-    if freshness.status != "fresh":
-        raise StaleLockError(f"entry {entry.name!r}: lock is {freshness.status}: {freshness.detail}")
+    if freshness.status == "missing":  # its detail names the command and the indexes it needs
+        raise StaleLockError(f"entry {entry.name!r}: lock is missing: {freshness.detail}")
+    if freshness.status == "stale":
+        raise StaleLockError(f"entry {entry.name!r}: lock is stale ({freshness.detail}): {relock_hint([entry.name])}")

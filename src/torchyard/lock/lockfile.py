@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from torchyard.lock.inputs import LockInputs
@@ -19,6 +20,12 @@ def lock_path(lockdir: Path, entry: Entry) -> Path:
 
 def reproduce_command(entry: Entry) -> str:
     return f"nox -s lock -- {entry.name}"
+
+
+def relock_hint(names: Sequence[str]) -> str:
+    """The command that remakes these entries' locks, as nox runs it and as a tool install of torchyard does."""
+    joined = " ".join(names)
+    return f"`nox -s lock -- {joined}` (or `torchyard lock {joined}`)"
 
 
 def body_digest(body: str) -> str:
