@@ -121,7 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     prune_command = commands.add_parser("prune", help="remove torchyard's old images, stopped containers, build cache")
     prune_command.add_argument("--entry", action="append", default=[], metavar="NAME", help="only this entry's")
-    prune_command.add_argument("--keep", type=int, default=2, help="images to keep per entry (newest first)")
+    prune_command.add_argument(
+        "--keep", type=int, default=2, help="images to keep per project and entry (newest first)"
+    )
     prune_command.add_argument("--keep-storage", default="10g", help="build cache to keep, such as 10g")
     prune_command.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
 

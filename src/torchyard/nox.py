@@ -80,9 +80,9 @@ def register(*, install: Sequence[str] = ()) -> None:
     _session("refresh", "Move base-image digests and exclude-newer in matrix.toml, for review.", install, refresh)
     _session(
         "prune",
-        "Remove torchyard's stopped containers, images beyond the newest 2 per entry (`-- --keep N`), untagged "
-        "images, volumes of entries with no image, build cache beyond `--keep-storage 10g`; `-- --dry-run` says "
-        "what would go.",
+        "Remove torchyard's stopped containers, images beyond the newest 2 per project and entry (`-- --keep N`), "
+        "untagged images, volumes of entries with no image, build cache beyond `--keep-storage 10g`; `-- --dry-run` "
+        "says what would go.",
         install,
         prune,
     )
