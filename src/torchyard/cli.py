@@ -129,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     init_command = commands.add_parser("init", help="make this project a torchyard project (never overwrites)")
     init_command.add_argument("--force", action="store_true", help="replace files that exist")
+    init_command.add_argument(
+        "--torchyard-spec",
+        metavar="REQUIREMENT",
+        help="what the workflow installs torchyard from: torchyard==VERSION, or a VCS URL pinned by commit "
+        "(default: as this torchyard was installed, where GitHub's runners can reach that)",
+    )
 
     commands.add_parser(
         "nox",
@@ -208,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise UsageError("prune: --keep takes a whole number >= 0 and --keep-storage a size such as 10g")
             return prune(keep=args.keep, keep_storage=args.keep_storage, dry_run=args.dry_run, entries=args.entry)
         elif args.command == "init":
-            init(Path.cwd(), force=args.force)
+            init(Path.cwd(), force=args.force, spec=args.torchyard_spec)
         elif args.command == "nox":
             return run_nox(passthrough)
         elif args.command == "report":

@@ -151,9 +151,9 @@ def test_a_venv_never_activated_with_another_uv_first_on_path(
     env = {**user_env, "PATH": f"{other}{os.pathsep}{host_tools}"}
     torchyard = str(venv / "bin" / "torchyard")
     lock_check_plan_doctor(adopter, torchyard, env, venv / "bin" / "uv")
-    # The project's own cases and its parity suite only: README's adoption test runs every suite, the corpus too.
-    matrix = adopter / "matrix.toml"
-    matrix.write_text(matrix.read_text() + "builtin-cases = false\n")
+    # The project's own cases and its parity suite only: init leaves the built-in corpus out of a project that
+    # has cases of its own (robopolicy's entry point).
+    assert "\nbuiltin-cases = false\n" in (adopter / "matrix.toml").read_text()
     run_in(adopter, [torchyard, "test", "--entry", "cpu", "--suite", "parity"], env)
     assert_robopolicy_passed(adopter)
     results = json.loads((adopter / "reports" / "cpu" / "parity.json").read_text())["results"]

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -10,15 +14,19 @@ import nox.registry
 import pytest
 import yaml
 
-from torchyard.commands.init import init, init_date, render
+from torchyard.cli import main
+from torchyard.commands.init import GITIGNORE_HEADER, gitignore_update, init, init_date, render, runner_spec
 from torchyard.errors import ConfigError, UsageError
 from torchyard.matrix import parse_plan
 from torchyard.names import ACCELERATOR_NAMES
 
 TODAY = dt.date(2026, 11, 30)
+REPO_MATRIX = Path(__file__).parents[2] / "matrix.toml"
+GITIGNORE_BLOCK = GITIGNORE_HEADER + "/.torchyard/\n/reports/\n/.nox/\n"
 
 
 def project(root: Path, requires: str = ">=3.11", dependencies: str = '["torch>=2.9,<3", "numpy"]') -> Path:
+    root.mkdir(parents=True, exist_ok=True)
     (root / "pyproject.toml").write_text(
         f'[project]\nname = "robo"\nversion = "1"\nrequires-python = "{requires}"\ndependencies = {dependencies}\n'
     )
@@ -31,23 +39,34 @@ def test_the_matrix_comes_from_requires_python_and_the_torch_requirement(tmp_pat
     (tmp_path / "matrix.toml").write_text(files["matrix.toml"])
     (entry,) = parse_plan(files["matrix.toml"], tmp_path / "matrix.toml").entries
     assert (entry.name, entry.python, entry.exclude_newer) == ("cpu", "3.12", "2026-11-30T00:00:00Z")
-    assert entry.requirements == ("torch<3,>=2.9", "pytest>=8")
+    # pytest-xdist: the plugin's xdist_group marks are unknown without it; pytest's bound is the cpu entry's here.
+    assert entry.requirements == ("torch<3,>=2.9", "pytest>=8,<9.2", "pytest-xdist>=3.6")
     assert entry.tests == ("tests",) and entry.project is not None and entry.project.name == "robo"
     assert entry.suites == ("export", "compile", "parity", "train")
+    ours = parse_plan(REPO_MATRIX.read_text(), REPO_MATRIX).entries[0]
+    assert ours.name == "cpu" and set(entry.requirements[1:]) <= set(ours.requirements)
 
 
 def test_without_torch_the_entry_asks_for_torch(tmp_path: Path) -> None:
     files = render(project(tmp_path, dependencies="[]"), TODAY, "torchyard==0.1.0")
-    assert 'requirements = ["torch", "pytest>=8"]' in files["matrix.toml"]
+    assert 'requirements = [\n    "torch",\n' in files["matrix.toml"]
 
 
 def test_noxfile_and_workflow(tmp_path: Path) -> None:
-    files = render(project(tmp_path), TODAY, "torchyard @ file:///wheels/torchyard-0.1.0-py3-none-any.whl")
+    spec = "torchyard @ git+https://github.com/acme/torchyard@0123abc"
+    files = render(project(tmp_path), TODAY, spec)
     assert "import torchyard.nox\n\ntorchyard.nox.register()\n" in files["noxfile.py"]
     workflow = yaml.safe_load(files[".github/workflows/torchyard.yml"])
     assert set(workflow["jobs"]) == {"plan", "suites", "compatibility", "suites-pull-request"}
+    assert workflow["env"] == {"TORCHYARD_SPEC": spec}  # one place, read by every job's install
+    installs = [
+        step["run"]
+        for job in workflow["jobs"].values()
+        for step in job["steps"]
+        if "pip install" in step.get("run", "")
+    ]
+    assert installs == ['python -m pip install "$TORCHYARD_SPEC"'] * 4
     steps = [step.get("run", "") for step in workflow["jobs"]["suites"]["steps"]]
-    assert 'python -m pip install "torchyard @ file:///wheels/torchyard-0.1.0-py3-none-any.whl"' in steps
     assert 'nox -s ${{ matrix.session }} -- ${{ matrix.name }} --reports "$RUNNER_TEMP/reports"' in steps
 
 
@@ -70,11 +89,13 @@ def test_init_never_overwrites_unless_forced(tmp_path: Path, capsys: pytest.Capt
     with pytest.raises(UsageError, match=r"^noxfile.py already exist: torchyard init never overwrites"):
         init(root, today=TODAY)
     assert (root / "noxfile.py").read_text() == "# mine\n" and not (root / "matrix.toml").exists()
+    assert not (root / ".gitignore").exists()  # all or nothing
     written = init(root, force=True, today=TODAY, env={"PATH": str(tmp_path / "empty")})
     assert [path.relative_to(root).as_posix() for path in written] == [
         "matrix.toml",
         "noxfile.py",
         ".github/workflows/torchyard.yml",
+        ".gitignore",
     ]
     assert capsys.readouterr().out.splitlines()[1].strip().startswith("torchyard nox -s lock")  # no nox on PATH
 
@@ -112,3 +133,216 @@ def test_torchyard_nox_registers_the_standard_sessions(monkeypatch: pytest.Monke
     expected |= {f"{kind}-{name}" for name in ACCELERATOR_NAMES for kind in ("test",)}
     expected |= {f"build-{name}-image" for name in ACCELERATOR_NAMES}
     assert set(nox.registry.get()) == expected
+
+
+WHEEL = "file:///home/me/dist/torchyard-0.1.0-py3-none-any.whl"
+
+
+@pytest.mark.parametrize(
+    ("direct_url", "expected"),
+    [
+        (None, ("torchyard==0.1.0", "")),  # from an index: the same release from one
+        (json.dumps({"url": WHEEL, "archive_info": {}}), ("", WHEEL)),
+        (
+            json.dumps({"url": "file:///home/me/torchyard", "dir_info": {"editable": True}}),
+            ("", "file:///home/me/torchyard"),
+        ),
+        (
+            json.dumps(
+                {"url": "https://files.example/torchyard-0.1.0.whl", "archive_info": {"hashes": {"sha256": "ab"}}}
+            ),
+            ("torchyard @ https://files.example/torchyard-0.1.0.whl#sha256=ab", ""),
+        ),
+        (
+            json.dumps(
+                {"url": "https://github.com/acme/torchyard", "vcs_info": {"vcs": "git", "commit_id": "0123abc"}}
+            ),
+            ("torchyard @ git+https://github.com/acme/torchyard@0123abc", ""),
+        ),
+        (
+            json.dumps(
+                {
+                    "url": "https://github.com/acme/mono",
+                    "vcs_info": {"vcs": "git", "commit_id": "f00"},
+                    "subdirectory": "ty",
+                }
+            ),
+            ("torchyard @ git+https://github.com/acme/mono@f00#subdirectory=ty", ""),
+        ),
+        (
+            json.dumps({"url": "ssh://git@github.com/acme/torchyard", "vcs_info": {"vcs": "git"}}),
+            ("", "ssh://git@github.com/acme/torchyard"),
+        ),
+        ("{not json", ("", "a place its direct_url.json does not say")),
+    ],
+)
+def test_the_workflow_installs_torchyard_as_it_was_installed_where_runners_can(
+    direct_url: str | None, expected: tuple[str, str]
+) -> None:
+    assert runner_spec(direct_url, "0.1.0") == expected
+
+
+def test_a_torchyard_runners_cannot_reach_leaves_the_spec_empty_and_says_so_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("torchyard.commands.init.installed_spec", lambda: ("", WHEEL))
+    init(project(tmp_path), today=TODAY, env={"PATH": ""})
+    workflow = yaml.safe_load((tmp_path / ".github/workflows/torchyard.yml").read_text())
+    assert workflow["env"] == {"TORCHYARD_SPEC": ""}
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "TORCHYARD_SPEC" in line]
+    assert line.startswith(
+        f".github/workflows/torchyard.yml: TORCHYARD_SPEC left empty: this torchyard came from {WHEEL}"
+    )
+    assert "--torchyard-spec" in line
+
+
+@pytest.mark.parametrize(
+    ("given", "written"),
+    [
+        ("torchyard==0.2.0", "torchyard==0.2.0"),
+        ("git+https://github.com/acme/torchyard@0123abc", "torchyard @ git+https://github.com/acme/torchyard@0123abc"),
+        ("Torchyard @ https://files.example/t.whl", "Torchyard @ https://files.example/t.whl"),
+    ],
+)
+def test_torchyard_spec_is_what_the_workflow_installs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], given: str, written: str
+) -> None:
+    monkeypatch.chdir(project(tmp_path))
+    assert main(["init", "--torchyard-spec", given]) == 0
+    workflow = yaml.safe_load((tmp_path / ".github/workflows/torchyard.yml").read_text())
+    assert workflow["env"] == {"TORCHYARD_SPEC": written}
+    assert "TORCHYARD_SPEC" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "given", ["nope==1", "torchyard >= nope", "torchyard @ https://x.example/${{ secrets.TOKEN }}"]
+)
+def test_a_bad_torchyard_spec_is_one_line(tmp_path: Path, given: str) -> None:
+    with pytest.raises(
+        UsageError, match=r"^--torchyard-spec: expected a requirement for torchyard \(torchyard==VERSION"
+    ):
+        init(project(tmp_path), today=TODAY, spec=given)
+    assert not (tmp_path / "matrix.toml").exists()
+
+
+@pytest.mark.real_subprocess
+@pytest.mark.parametrize(("spec", "status"), [("", 1), ("torchyard==0.1.0", 0)])
+def test_the_workflows_first_step_refuses_an_empty_spec_loudly(tmp_path: Path, spec: str, status: int) -> None:
+    """The plan job's first step, run as GitHub runs a `run:` step (bash -e), with the workflow's env."""
+    workflow = yaml.safe_load(render(project(tmp_path), TODAY, spec)[".github/workflows/torchyard.yml"])
+    first = workflow["jobs"]["plan"]["steps"][0]
+    bash = shutil.which("bash")
+    assert bash is not None
+    ran = subprocess.run(
+        [bash, "--noprofile", "--norc", "-eo", "pipefail", "-c", first["run"]],
+        env={"PATH": os.defpath, **workflow["env"]},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ran.returncode == status
+    if status:
+        assert ran.stdout.startswith("::error file=.github/workflows/torchyard.yml::TORCHYARD_SPEC is empty: set it")
+    else:
+        assert ran.stdout == "torchyard from: torchyard==0.1.0\n"
+
+
+def with_groups(root: Path, tables: str) -> Path:
+    (root / "pyproject.toml").write_text((root / "pyproject.toml").read_text() + tables)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("tables", "value"),
+    [
+        (
+            '[project.optional-dependencies]\ntest = ["x-transformers"]\ndocs = ["mkdocs"]\n',
+            '{ path = ".", extras = ["test"] }',
+        ),
+        ('[dependency-groups]\nTests = ["pytest-mock"]\ndev = ["ruff"]\n', '{ path = ".", groups = ["Tests"] }'),
+        (
+            '[project.optional-dependencies]\ndev = ["einx"]\n'
+            '[dependency-groups]\ndev = [{include-group = "lint"}]\nlint = ["ruff"]\n',
+            '{ path = ".", extras = ["dev"], groups = ["dev"] }',
+        ),
+        ('[project.optional-dependencies]\nexamples = ["tqdm"]\n', '"."'),
+    ],
+)
+def test_the_tests_dependencies_join_the_lock_through_the_projects_extras_and_groups(
+    tmp_path: Path, tables: str, value: str
+) -> None:
+    root = with_groups(project(tmp_path), tables)
+    files = render(root, TODAY, "torchyard")
+    assert f"\nproject = {value}\n" in files["matrix.toml"]
+    (root / "matrix.toml").write_text(files["matrix.toml"])
+    (entry,) = parse_plan(files["matrix.toml"], root / "matrix.toml").entries
+    assert entry.project is not None and entry.project.name == "robo"
+
+
+def test_init_says_in_one_line_which_test_dependencies_it_took_or_what_to_add(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = with_groups(project(tmp_path / "a"), '[project.optional-dependencies]\ntest = ["x-transformers"]\n')
+    init(root, today=TODAY, env={"PATH": ""}, spec="torchyard")
+    assert "matrix.toml: the cpu entry locks your tests' dependencies too (extra 'test')\n" in capsys.readouterr().err
+    init(project(tmp_path / "b"), today=TODAY, env={"PATH": ""}, spec="torchyard")
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "test dependencies" in line]
+    assert line.startswith("matrix.toml: no test dependencies in pyproject.toml") and "requirements" in line
+
+
+def test_without_a_tests_folder_no_test_dependencies_are_taken(tmp_path: Path) -> None:
+    root = with_groups(project(tmp_path), '[project.optional-dependencies]\ntest = ["x-transformers"]\n')
+    (root / "tests").rmdir()
+    files = render(root, TODAY, "torchyard")
+    assert '\nproject = "."\n' in files["matrix.toml"] and "tests =" not in files["matrix.toml"]
+
+
+@pytest.mark.parametrize(("entry_point", "builtin"), [(True, False), (False, True)])
+def test_the_built_in_corpus_is_stated_with_its_cost_and_left_out_where_the_project_has_cases(
+    tmp_path: Path, entry_point: bool, builtin: bool
+) -> None:
+    """Its 14 cases cost about 280 s a run and are not the project's: off where the project has cases of its
+    own; on where it has none yet, since a suite with no case fails the run."""
+    root = project(tmp_path)
+    if entry_point:
+        with_groups(root, '[project.entry-points."torchyard.cases"]\nrobo = "robo.cases:CASES"\n')
+    text = render(root, TODAY, "torchyard")["matrix.toml"]
+    assert "14 small models of its own through every suite, about 280 s a CPU run" in text
+    (root / "matrix.toml").write_text(text)
+    (entry,) = parse_plan(text, root / "matrix.toml").entries
+    assert entry.builtin_cases is builtin
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ("", GITIGNORE_BLOCK),
+        ("build/\n", "build/\n\n" + GITIGNORE_BLOCK),
+        ("build/", "build/\n\n" + GITIGNORE_BLOCK),  # no newline at its end
+        (".nox\n!/reports/\n", ".nox\n!/reports/\n\n" + GITIGNORE_HEADER + "/.torchyard/\n"),  # tracked on purpose
+        ("/.torchyard/\nreports/\n.nox/\n", None),
+    ],
+)
+def test_the_gitignore_gets_the_patterns_it_lacks_and_nothing_else(before: str, after: str | None) -> None:
+    assert gitignore_update(before) == after
+    if after is not None:
+        assert gitignore_update(after) is None  # a second init adds nothing
+
+
+def test_init_appends_to_the_gitignore_once_and_never_through_a_link(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = project(tmp_path / "project")
+    (root / ".gitignore").write_text("*.pyc\n")
+    init(root, today=TODAY, env={"PATH": ""}, spec="torchyard")
+    init(root, force=True, today=TODAY, env={"PATH": ""}, spec="torchyard")
+    assert (root / ".gitignore").read_text() == "*.pyc\n\n" + GITIGNORE_BLOCK
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("")
+    (root / ".gitignore").unlink()
+    (root / ".gitignore").symlink_to(elsewhere)
+    with pytest.raises(
+        ConfigError, match=r"\.gitignore: is a symbolic link; init edits only a file the checkout holds"
+    ):
+        init(root, force=True, today=TODAY, env={"PATH": ""}, spec="torchyard")
+    assert elsewhere.read_text() == ""

@@ -82,17 +82,20 @@ def adopter(scratch: Path) -> tuple[Path, Path]:
     # pins and the image its dependency layers from .ci/run's earlier steps.
     cutoff = tomllib.loads((REPO / "matrix.toml").read_text())["exclude-newer"]
     env["SOURCE_DATE_EPOCH"] = str(int(cutoff.timestamp()))
-    proc.run(["torchyard", "init"], cwd=project, env=env)
+    # The runners here are this machine, so the workflow installs the wheel from its path (on GitHub: a release
+    # or a commit; from a local wheel, init alone would leave the spec for the user to fill).
+    proc.run(["torchyard", "init", "--torchyard-spec", f"torchyard @ {wheel.as_uri()}"], cwd=project, env=env)
     # `init` writes files a plain write would give: 0666 less the umask (it wrote 0600 before issue 44).
     umask = os.umask(0)
     os.umask(umask)
-    for name in ("matrix.toml", "noxfile.py", ".github/workflows/torchyard.yml"):
+    for name in ("matrix.toml", "noxfile.py", ".github/workflows/torchyard.yml", ".gitignore"):
         mode = (project / name).stat().st_mode & 0o777
         if mode != 0o666 & ~umask:
             raise SystemExit(f"torchyard init wrote {name} with mode {mode:o}")
-    cheap = '\nsuites = ["export"]\nbuiltin-cases = false\n'
+    # The export suite only, without the built-in corpus (init leaves it out already: the example has cases).
     matrix = project / "matrix.toml"
-    matrix.write_text(re.sub(r"\nsuites = \[[^]]*\]\n", cheap, matrix.read_text()))
+    cheap = re.sub(r"\nsuites = \[[^]]*\]\n", '\nsuites = ["export"]\n', matrix.read_text())
+    matrix.write_text(re.sub(r"\nbuiltin-cases = \w+\n", "\nbuiltin-cases = false\n", cheap))
     proc.run(["torchyard", "lock"], cwd=project, env=env)
     return project, venv
 

@@ -1,7 +1,9 @@
 """`torchyard init`: make a project a torchyard project: matrix.toml (a `cpu` entry from the project's
-requires-python and torch requirement), a noxfile with torchyard's sessions, a GitHub workflow.
+requires-python, torch requirement, test dependencies and cases), a noxfile with torchyard's sessions, a GitHub
+workflow that installs torchyard as GitHub's runners can, and a `.gitignore` block for what runs leave behind.
 
-It never overwrites a file: when any exists it writes nothing and names them (`--force` replaces them).
+It never overwrites a file: when any exists it writes nothing and names them (`--force` replaces them). The
+`.gitignore` is the one file it edits in place: it appends the patterns the file lacks, so a second run adds none.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ import shutil
 import sys
 import sysconfig
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import metadata
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -32,10 +37,29 @@ TARGETS = {
     "noxfile.py": "noxfile.py",
     ".github/workflows/torchyard.yml": "torchyard.yml",
 }
+WORKFLOW = ".github/workflows/torchyard.yml"
 NEXT_STEPS = (
     "@NOX@ -s lock        # lock the cpu entry (uv, hashed) into lockfiles/cpu.txt",
     "@NOX@ -s test-cpu    # image from the lock, your tests and torchyard's suites in it, reports/cpu/",
-    "git add matrix.toml noxfile.py lockfiles .github/workflows/torchyard.yml",
+    f"git add .gitignore matrix.toml noxfile.py lockfiles {WORKFLOW}",
+)
+SPEC_EXAMPLES = "torchyard==VERSION from an index, or 'torchyard @ git+https://github.com/OWNER/torchyard@COMMIT'"
+# Extras and PEP 735 groups that hold a project's test dependencies: the test-named ones, else `dev`.
+TEST_GROUPS = (frozenset({"test", "tests", "testing"}), frozenset({"dev"}))
+GITIGNORE = ".gitignore"
+GITIGNORE_HEADER = "# torchyard's runs: local venvs and caches (gigabytes), reports, nox's venvs\n"
+# Anchored at the project's root: a package's own `reports/` folder deeper down stays tracked.
+IGNORED = ("/.torchyard/", "/reports/", "/.nox/")
+CORPUS_COST = "# torchyard's built-in corpus: 14 small models of its own through every suite, about 280 s a CPU run.\n"
+BUILTIN_OFF = (
+    CORPUS_COST
+    + "# Off: your cases (your torchyard.cases entry point) test your code; `true` tests torch's stack too.\n"
+    "builtin-cases = false\n"
+)
+BUILTIN_ON = (
+    CORPUS_COST
+    + "# On while you have no cases of your own (a suite with no case fails the run): `false` once you do.\n"
+    "builtin-cases = true\n"
 )
 
 
@@ -47,21 +71,54 @@ def nox_command(env: Mapping[str, str]) -> str:
     return "nox" if found is not None and Path(found).parent in beside else "torchyard nox"
 
 
-def install_spec() -> str:
-    """How this torchyard was installed (PEP 610 direct URL), for the workflow to install the same."""
+def runner_spec(direct_url: str | None, version: str) -> tuple[str, str]:
+    """What the workflow's runners install, from how this torchyard was installed (PEP 610's
+    direct_url.json; None where it came from an index): `(requirement, "")`, or `("", where)` when it came
+    from a place GitHub's runners cannot reach (a local wheel or folder, an editable checkout, ssh)."""
+    if direct_url is None:
+        return f"torchyard=={version}", ""
+    try:
+        data = json.loads(direct_url)
+    except ValueError:
+        return "", "a place its direct_url.json does not say"
+    url = str(data.get("url", "")) if isinstance(data, dict) else ""
+    if urlsplit(url).scheme not in ("https", "http"):
+        return "", url or "a place its direct_url.json does not say"
+    vcs = data.get("vcs_info")
+    if isinstance(vcs, dict):
+        spec = f"torchyard @ {vcs.get('vcs', 'git')}+{url}"
+        spec += f"@{vcs['commit_id']}" if vcs.get("commit_id") else ""
+    else:
+        spec = f"torchyard @ {url}"
+        hashes = (data.get("archive_info") or {}).get("hashes") or {}
+        sha256 = hashes.get("sha256") if isinstance(hashes, dict) else None
+        spec += f"#sha256={sha256}" if sha256 else ""
+    if data.get("subdirectory"):
+        spec += ("&" if "#" in spec else "#") + f"subdirectory={data['subdirectory']}"
+    return spec, ""
+
+
+def installed_spec() -> tuple[str, str]:
+    """`runner_spec` for this torchyard."""
     try:
         direct = metadata.distribution("torchyard").read_text("direct_url.json")
     except metadata.PackageNotFoundError:
         direct = None
-    if direct:
-        data = json.loads(direct)
-        url = str(data.get("url", ""))
-        vcs = data.get("vcs_info")
-        if vcs:
-            return f"torchyard @ {vcs['vcs']}+{url}@{vcs.get('commit_id', '')}".rstrip("@")
-        if url and not data.get("dir_info", {}).get("editable"):
-            return f"torchyard @ {url}"
-    return f"torchyard=={__version__}"
+    return runner_spec(direct, __version__)
+
+
+def user_spec(text: str) -> str:
+    """`--torchyard-spec`: a requirement for torchyard, or a URL (`git+https://...@COMMIT`) taken as one."""
+    spec = text.strip()
+    if "://" in spec and not spec.lower().startswith("torchyard"):
+        spec = f"torchyard @ {spec}"
+    try:
+        named: str = canonicalize_name(Requirement(spec).name)
+    except InvalidRequirement:
+        named = ""
+    if named != "torchyard" or "${{" in spec:  # the workflow would evaluate an expression
+        raise UsageError(f"--torchyard-spec: expected a requirement for torchyard ({SPEC_EXAMPLES}), got {text!r}")
+    return spec
 
 
 def _python(project: Mapping[str, object], file: str) -> str:
@@ -87,21 +144,76 @@ def _torch(project: Mapping[str, object], file: str) -> str:
     return '"torch"'
 
 
-def render(root: Path, today: dt.date, spec: str) -> dict[str, str]:
-    """The files to write, by path relative to `root` (pure apart from reading the project's pyproject)."""
+def _names(table: object) -> list[str]:
+    return [str(name) for name in table] if isinstance(table, dict) else []
+
+
+@dataclass(frozen=True)
+class Adopter:
+    """What init reads from the project: its pyproject.toml and whether it has a tests folder."""
+
+    name: str
+    python: str
+    torch: str
+    tests: bool
+    extras: tuple[str, ...]  # its test dependencies, as the pyproject spells the names (the loader looks them up so)
+    groups: tuple[str, ...]
+    own_cases: bool  # a `torchyard.cases` entry point
+
+    @property
+    def project_value(self) -> str:
+        """matrix.toml's `project`: the folder, with the extras and groups its tests need."""
+        if not (self.extras or self.groups):
+            return '"."'
+        keys = [("extras", self.extras), ("groups", self.groups)]
+        return "{ " + ", ".join(['path = "."', *(f"{key} = {json.dumps(list(v))}" for key, v in keys if v)]) + " }"
+
+    @property
+    def test_dependencies(self) -> str:
+        """One line on what the entry's lock takes for the tests, or what to add."""
+        if self.extras or self.groups:
+            taken = [f"extra {name!r}" for name in self.extras] + [f"dependency group {name!r}" for name in self.groups]
+            return f"matrix.toml: the cpu entry locks your tests' dependencies too ({', '.join(taken)})"
+        return (
+            "matrix.toml: no test dependencies in pyproject.toml (an extra or dependency group named test, tests, "
+            "testing or dev): what tests/ imports beyond your dependencies and pytest goes in the cpu entry's "
+            "requirements"
+        )
+
+
+def read_adopter(root: Path) -> Adopter:
+    """The project at `root`; its test dependencies are looked for only where it has a tests folder."""
     file = str(root / "pyproject.toml")
     data = read_pyproject(root / "pyproject.toml")
     project = data.get("project")
     if not isinstance(project, dict) or not isinstance(project.get("name"), str):
         raise ConfigError(f"{file}: [project] with a name is required (PEP 621)")
-    tests = 'tests = ["tests"]\n' if (root / "tests").is_dir() else ""
+    tests = (root / "tests").is_dir()
+    extras: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    for wanted in TEST_GROUPS if tests else ():
+        extras = tuple(n for n in _names(project.get("optional-dependencies")) if canonicalize_name(n) in wanted)
+        groups = tuple(n for n in _names(data.get("dependency-groups")) if canonicalize_name(n) in wanted)
+        if extras or groups:
+            break
+    points: Any = project.get("entry-points")
+    own_cases = isinstance(points, dict) and bool(points.get("torchyard.cases"))
+    return Adopter(project["name"], _python(project, file), _torch(project, file), tests, extras, groups, own_cases)
+
+
+def render(root: Path, today: dt.date, spec: str) -> dict[str, str]:
+    """The files to write, by path relative to `root` (pure apart from reading the project's pyproject);
+    `spec` is the workflow's install line ("" leaves it for the user, and the workflow refuses to start)."""
+    facts = read_adopter(root)
     values = {
-        "@PROJECT@": project["name"],
+        "@PROJECT@": facts.name,
         "@TODAY@": today.isoformat(),
-        "@PYTHON@": _python(project, file),
-        "@TORCH@": _torch(project, file),
-        "@TESTS@": tests,
-        "@SPEC@": spec,
+        "@PYTHON@": facts.python,
+        "@TORCH@": facts.torch,
+        "@PROJECT_VALUE@": facts.project_value,
+        "@TESTS@": 'tests = ["tests"]\n' if facts.tests else "",
+        "@BUILTIN@": BUILTIN_OFF if facts.own_cases else BUILTIN_ON,
+        "@SPEC@": json.dumps(spec)[1:-1],  # inside the template's double quotes: JSON's escapes are YAML's too
     }
     rendered = {}
     for target, template in TARGETS.items():
@@ -110,6 +222,31 @@ def render(root: Path, today: dt.date, spec: str) -> dict[str, str]:
             text = text.replace(marker, value)
         rendered[target] = text
     return rendered
+
+
+def gitignore_update(existing: str) -> str | None:
+    """`existing` (a .gitignore's text) with a block of the IGNORED patterns it lacks, or None when it lacks
+    none. A pattern counts as there however it is anchored, and so does one the file negates (`!/reports/`:
+    the user tracks it on purpose)."""
+    present = {line.strip().lstrip("!").strip("/") for line in existing.splitlines() if not line.startswith("#")}
+    missing = [pattern for pattern in IGNORED if pattern.strip("/") not in present]
+    if not missing:
+        return None
+    block = GITIGNORE_HEADER + "".join(f"{pattern}\n" for pattern in missing)
+    if not existing.strip():
+        return block
+    return existing + ("" if existing.endswith("\n") else "\n") + "\n" + block
+
+
+def _read_gitignore(path: Path) -> str:
+    if path.is_symlink():
+        raise ConfigError(f"{path}: is a symbolic link; init edits only a file the checkout holds")
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read: {error}") from None
 
 
 def init_date(env: Mapping[str, str]) -> dt.date:
@@ -125,18 +262,40 @@ def init_date(env: Mapping[str, str]) -> dt.date:
 
 
 def init(
-    root: Path, *, force: bool = False, today: dt.date | None = None, env: Mapping[str, str] = os.environ
+    root: Path,
+    *,
+    force: bool = False,
+    today: dt.date | None = None,
+    env: Mapping[str, str] = os.environ,
+    spec: str | None = None,
 ) -> list[Path]:
-    """Write the files into `root`; raise `UsageError` naming what exists unless `force`."""
-    rendered = render(root, today or init_date(env), install_spec())
+    """Write the files into `root` and append to its .gitignore; raise `UsageError` naming what exists unless
+    `force`. `spec` is how the workflow installs torchyard (`--torchyard-spec`); None: as this one was
+    installed, where GitHub's runners can do the same."""
+    spec, unreachable = (user_spec(spec), "") if spec is not None else installed_spec()
+    rendered = render(root, today or init_date(env), spec)
     existing = [name for name in rendered if (root / name).exists()]
     if existing and not force:
         raise UsageError(f"{', '.join(existing)} already exist: torchyard init never overwrites (--force replaces)")
+    gitignore = gitignore_update(_read_gitignore(root / GITIGNORE))
     written = []
     for name, text in rendered.items():
         write_atomically(root / name, text)
         written.append(root / name)
         print(f"wrote {name}", file=sys.stderr)
+    if gitignore is not None:
+        write_atomically(root / GITIGNORE, gitignore)
+        written.append(root / GITIGNORE)
+        print(f"wrote {GITIGNORE}: torchyard's block, so runs leave nothing for git to add", file=sys.stderr)
+    facts = read_adopter(root)
+    if facts.tests:
+        print(facts.test_dependencies, file=sys.stderr)
+    if not spec:
+        print(
+            f"{WORKFLOW}: TORCHYARD_SPEC left empty: this torchyard came from {unreachable}, which GitHub's runners "
+            f"cannot reach; set it ({SPEC_EXAMPLES}) or rerun init with --torchyard-spec, or the workflow stops first",
+            file=sys.stderr,
+        )
     nox = nox_command(env)
     print("next:\n" + "".join(f"  {step.replace('@NOX@', nox)}\n" for step in NEXT_STEPS), end="")
     return written
