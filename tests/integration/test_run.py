@@ -22,7 +22,7 @@ from torchyard.matrix import parse_plan
 from torchyard.matrix.machine import load_limits
 from torchyard.run.container import RunPlan, container_name, run_entry
 from torchyard.run.scopes import cache_scope
-from torchyard.run.seal import Seal, run_user
+from torchyard.seal import Seal, run_user
 
 pytestmark = pytest.mark.integration
 

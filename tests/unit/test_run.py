@@ -18,8 +18,8 @@ from torchyard.matrix.machine import Limits
 from torchyard.run.container import RunPlan, docker_run_args, require_device_runtime
 from torchyard.run.inplace import require_stack, run_in_place
 from torchyard.run.scopes import cache_scope, seed_args
-from torchyard.run.seal import Seal, check_matrix_flags, check_untrusted_seal, helper_args, loosening, run_user
 from torchyard.run.venv import sync_venv
+from torchyard.seal import Seal, check_matrix_flags, check_untrusted_seal, helper_args, loosening, run_user
 from torchyard.trust import RunTrust, Trust
 
 PLAN = load_plan(Path(__file__).parents[2] / "matrix.toml")

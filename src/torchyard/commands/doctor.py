@@ -16,7 +16,7 @@ from torchyard.host.facts import gather_host_facts
 from torchyard.lock.resolve import uv_version
 from torchyard.matrix.machine import MEMORY_SHARE, load_limits
 from torchyard.names import AcceleratorName
-from torchyard.run.seal import Seal, default_memory, loosening, sealing_args
+from torchyard.seal import Seal, default_memory, loosening, sealing_args
 from torchyard.util import proc
 from torchyard.util.markdown import markdown_table
 

@@ -29,8 +29,8 @@ from torchyard.run.container import (
 from torchyard.run.inplace import run_in_place
 from torchyard.run.reports import read_report, reports_folder
 from torchyard.run.scopes import cache_scope
-from torchyard.run.seal import Seal, default_memory, run_user
 from torchyard.run.venv import run_local
+from torchyard.seal import Seal, default_memory, run_user
 from torchyard.trust import TRUST_ENV, RunTrust, project_scope, resolve_trust
 from torchyard.util import proc
 from torchyard.util.markdown import append_step_summary, markdown_table

@@ -38,7 +38,7 @@ from torchyard.image.source import ProjectFile, write_files
 from torchyard.image.wheel import build_wheel_sealed
 from torchyard.matrix.machine import Source, extra_find_links, index_args, load_mirrors, sources_for
 from torchyard.matrix.schema import Entry
-from torchyard.run.seal import run_user
+from torchyard.seal import run_user
 from torchyard.util import proc
 from torchyard.util.proc import cause
 
