@@ -204,24 +204,11 @@ def matrix_page() -> str:
 # machine.toml
 
 
-def _machine_loaders() -> dict[str, Callable[[Mapping[str, str]], object]]:
-    def allow(env: Mapping[str, str]) -> object:
-        return machine.allowed_docker_run(env), machine.allows_network(env)
-
-    return {
-        "mirrors": machine.load_mirrors,
-        "base-images": machine.load_base_overrides,
-        "registry": machine.load_registry_name,
-        "limits": machine.load_limits,
-        "allow": allow,
-    }
-
-
 def machine_error(key: Key, folder: Path) -> str:
     path = folder / "machine.toml"
     path.write_text(tomli_w.dumps({key.table: {key.written: key.bad}}))
     try:
-        _machine_loaders()[key.table]({machine.FILE_ENV_VAR: str(path)})
+        machine.load_machine({machine.FILE_ENV_VAR: str(path)})
     except ConfigError as error:
         return str(error).replace(str(folder), "~/.config/torchyard")
     raise AssertionError(f"machine.toml accepted {key.table}.{key.written} = {key.bad!r}")
