@@ -220,7 +220,9 @@ def machine_page() -> str:
         "What differs per machine never goes in matrix.toml (a pull request can edit that): mirrors, base-image\n"
         "overrides, the shared registry, the limits of a test container and what the machine allows.\n"
         f"torchyard reads `${machine.FILE_ENV_VAR}`, else `$XDG_CONFIG_HOME/torchyard/machine.toml`\n"
-        "(`~/.config/torchyard/machine.toml`); where both set a value, the environment wins.\n\n",
+        "(`~/.config/torchyard/machine.toml`); where both set a value, the environment wins. A command reads\n"
+        "them all once, as it starts: a bad value stops it in one line before any work (`init`, `nox`, `report`,\n"
+        "`base` and `prune` read none of them).\n\n",
     ]
     with tempfile.TemporaryDirectory() as scratch:
         tables: dict[str, list[Key]] = {}
