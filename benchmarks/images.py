@@ -29,6 +29,7 @@ from torchyard.image import context as image_context
 from torchyard.image import plan as image_plan
 from torchyard.image.plan import BuildOptions
 from torchyard.matrix import load_plan
+from torchyard.matrix.machine import load_machine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.integration.conftest import copy_tree
@@ -86,6 +87,7 @@ def naive_build(tree: Path, tag: str) -> None:
 def main() -> int:
     client = docker.from_env()
     entry = load_plan(REPO / "matrix.toml").entry("cpu")
+    machine = load_machine(os.environ)
     rows: list[tuple[str, str]] = []
     with tempfile.TemporaryDirectory() as scratch:
         tree = copy_tree(Path(scratch) / "tree")
@@ -95,16 +97,16 @@ def main() -> int:
         shipped = image_context.inimage_files()
         setattr(image_plan, "inimage_files", lambda: (*shipped, ("torchyard/inimage/changed.py", changed)))  # noqa: B010
         os.chdir(tree)
-        (built,) = build_images([entry], Path("lockfiles"), BuildOptions())
+        (built,) = build_images([entry], Path("lockfiles"), BuildOptions(), machine=machine)
         rows.append(
             (
                 "no-op rebuild, `torchyard build cpu` (image exists)",
-                f"{seconds(lambda: build_images([entry], Path('lockfiles'), BuildOptions())):.1f} s",
+                f"{seconds(lambda: build_images([entry], Path('lockfiles'), BuildOptions(), machine=machine)):.1f} s",
             )
         )
         naive_build(tree, "torchyard-bench/naive:1")
         changed.write_text("# a source-only change\n")
-        ours = seconds(lambda: build_images([entry], Path("lockfiles"), BuildOptions()))
+        ours = seconds(lambda: build_images([entry], Path("lockfiles"), BuildOptions(), machine=machine))
         naive = seconds(lambda: naive_build(tree, "torchyard-bench/naive:2"))
         rows.append(("rebuild after a source-only change, torchyard", f"{ours:.1f} s"))
         rows.append(("rebuild after the same change, naive `COPY . .` then install", f"{naive:.1f} s"))

@@ -34,9 +34,10 @@ from torchyard.commands.build import build_images
 from torchyard.image import plan as image_plan
 from torchyard.image.build import Built
 from torchyard.image.plan import BuildOptions
-from torchyard.image.registry import Registry, pull
+from torchyard.image.registry import pull
 from torchyard.lock.resolve import lock_entry
 from torchyard.matrix import load_plan
+from torchyard.matrix.machine import Registry, load_machine
 from torchyard.matrix.schema import Entry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -57,7 +58,7 @@ def fresh_runner(client: docker.DockerClient) -> None:
 
 def timed_build(entry: Entry, lockdir: Path, env: Mapping[str, str], *, push: bool) -> tuple[Built, float]:
     started = time.monotonic()
-    (built,) = build_images([entry], lockdir, BuildOptions(push=push), env=env)
+    (built,) = build_images([entry], lockdir, BuildOptions(push=push), machine=load_machine(env), env=env)
     return built, time.monotonic() - started
 
 

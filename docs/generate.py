@@ -204,24 +204,11 @@ def matrix_page() -> str:
 # machine.toml
 
 
-def _machine_loaders() -> dict[str, Callable[[Mapping[str, str]], object]]:
-    def allow(env: Mapping[str, str]) -> object:
-        return machine.allowed_docker_run(env), machine.allows_network(env)
-
-    return {
-        "mirrors": machine.load_mirrors,
-        "base-images": machine.load_base_overrides,
-        "registry": machine.load_registry_name,
-        "limits": machine.load_limits,
-        "allow": allow,
-    }
-
-
 def machine_error(key: Key, folder: Path) -> str:
     path = folder / "machine.toml"
     path.write_text(tomli_w.dumps({key.table: {key.written: key.bad}}))
     try:
-        _machine_loaders()[key.table]({machine.FILE_ENV_VAR: str(path)})
+        machine.load_machine({machine.FILE_ENV_VAR: str(path)})
     except ConfigError as error:
         return str(error).replace(str(folder), "~/.config/torchyard")
     raise AssertionError(f"machine.toml accepted {key.table}.{key.written} = {key.bad!r}")
@@ -233,7 +220,9 @@ def machine_page() -> str:
         "What differs per machine never goes in matrix.toml (a pull request can edit that): mirrors, base-image\n"
         "overrides, the shared registry, the limits of a test container and what the machine allows.\n"
         f"torchyard reads `${machine.FILE_ENV_VAR}`, else `$XDG_CONFIG_HOME/torchyard/machine.toml`\n"
-        "(`~/.config/torchyard/machine.toml`); where both set a value, the environment wins.\n\n",
+        "(`~/.config/torchyard/machine.toml`); where both set a value, the environment wins. A command reads\n"
+        "them all once, as it starts: a bad value stops it in one line before any work (`init`, `nox`, `report`,\n"
+        "`base` and `prune` read none of them).\n\n",
     ]
     with tempfile.TemporaryDirectory() as scratch:
         tables: dict[str, list[Key]] = {}

@@ -27,7 +27,7 @@ from torchyard.image.debootstrap import DEBIAN_SUITES, base_tag
 from torchyard.image.plan import BuildOptions
 from torchyard.matrix import Entry, load_plan, narrow_suites, select_entries
 from torchyard.matrix.gate import NO_TRUSTED_CONFIG, gate_entries, load_trusted
-from torchyard.matrix.machine import MEMORY, allowed_docker_run
+from torchyard.matrix.machine import MEMORY, Machine, load_machine
 from torchyard.matrix.reader import one_line
 from torchyard.names import ACCELERATOR_NAMES, SUITE_NAMES
 from torchyard.trust import TRUST_ENV, TRUST_LEVELS, Trust, project_scope, resolve_trust
@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _selected(
-    args: argparse.Namespace, passthrough: list[str] | None = None, trust: Trust = "trusted"
+    args: argparse.Namespace, machine: Machine, passthrough: list[str] | None = None, trust: Trust = "trusted"
 ) -> tuple[Entry, ...]:
     """The entries that --entry, positional ENTRY arguments and --accelerator select (for `test`, running
     only the suites `--suite` names, where it names any), through the trust gate: an untrusted run's
@@ -171,7 +171,7 @@ def _selected(
     For `test`, words before `--` that name an entry are taken out of `passthrough`; everything else, and
     everything after `--` (the separator itself dropped), goes to pytest.
     """
-    allowed = allowed_docker_run()
+    allowed = machine.allowed_docker_run
     plan = load_plan(args.matrix, allowed_docker_run=allowed)
     trusted = load_trusted(args.matrix, allowed, os.environ) if trust == "untrusted" else NO_TRUSTED_CONFIG
     names = [*args.entry, *getattr(args, "entries", [])]
@@ -185,58 +185,74 @@ def _selected(
     return gate_entries(selected, trust, trusted)
 
 
+# The commands that read nothing of this machine's settings: a bad machine.toml does not stop them.
+MACHINE_FREE = ("prune", "init", "nox", "report", "base")
+
+
+def _machine_free(args: argparse.Namespace, passthrough: list[str]) -> int:
+    if args.command == "prune":
+        if args.keep < 0 or not MEMORY.fullmatch(args.keep_storage):
+            raise UsageError("prune: --keep takes a whole number >= 0 and --keep-storage a size such as 10g")
+        return prune(keep=args.keep, keep_storage=args.keep_storage, dry_run=args.dry_run, entries=args.entry)
+    if args.command == "init":
+        init(Path.cwd(), force=args.force, spec=args.torchyard_spec)
+    elif args.command == "nox":
+        return run_nox(passthrough)
+    elif args.command == "report":
+        return report(args.paths, markdown_file=args.markdown, html_file=args.html)
+    elif args.command == "base":
+        make_base(args.tag or base_tag(args.suite), suite=args.suite)
+    return 0
+
+
+def _on_this_machine(args: argparse.Namespace, passthrough: list[str], machine: Machine) -> int:
+    """The commands that read this machine's settings: `machine`, loaded once at the edge, is passed in."""
+    if args.command == "plan":
+        sys.stdout.write(plan_table(_selected(args, machine)))
+    elif args.command == "matrix":
+        entries = _selected(args, machine, trust=resolve_trust(None, os.environ).level)
+        print(json.dumps(matrix_include(entries, runners=args.runners), separators=(",", ":")))
+    elif args.command == "lock" and args.check:
+        check_locks(_selected(args, machine), args.lockdir)
+    elif args.command == "lock":
+        named = bool(args.entry or args.entries or args.accelerator)
+        lock_all(_selected(args, machine), args.lockdir, machine, all_entries=not named)
+    elif args.command == "build":
+        options = BuildOptions(args.push, tuple(args.cache_from), tuple(args.cache_to))
+        trust = resolve_trust(args.trust, os.environ)
+        selected = _selected(args, machine, trust=trust.level)
+        build_images(selected, args.lockdir, options, machine=machine, env={**os.environ, TRUST_ENV: trust.level})
+    elif args.command == "doctor":
+        return doctor(args.accelerator or ACCELERATOR_NAMES, machine)
+    elif args.command == "refresh":
+        refresh(args.matrix, machine)
+    elif args.command == "test":
+        trust = resolve_trust(args.trust, os.environ)
+        selected = _selected(args, machine, passthrough, trust.level)
+        return test_entries(
+            selected,
+            mode="local" if args.local else "in-place" if args.in_place else "container",
+            lockdir=args.lockdir,
+            reports=args.reports,
+            pytest_args=passthrough,
+            machine=machine,
+            keep=args.keep,
+            trust=trust,
+            project=project_scope(args.matrix, os.environ),
+            unsandboxed=args.unsandboxed,
+            env={**os.environ, REUSE_RESULTS: "1"} if args.reuse_results else os.environ,
+        )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args, passthrough = build_parser().parse_known_args(argv)
     if passthrough and args.command not in ("test", "nox"):
         build_parser().parse_args(argv)  # reports the unknown arguments and exits 2
     try:
-        if args.command == "plan":
-            sys.stdout.write(plan_table(_selected(args)))
-        elif args.command == "matrix":
-            entries = _selected(args, trust=resolve_trust(None, os.environ).level)
-            print(json.dumps(matrix_include(entries, runners=args.runners), separators=(",", ":")))
-        elif args.command == "lock" and args.check:
-            check_locks(_selected(args), args.lockdir)
-        elif args.command == "lock":
-            named = bool(args.entry or args.entries or args.accelerator)
-            lock_all(_selected(args), args.lockdir, all_entries=not named)
-        elif args.command == "build":
-            options = BuildOptions(args.push, tuple(args.cache_from), tuple(args.cache_to))
-            trust = resolve_trust(args.trust, os.environ)
-            selected = _selected(args, trust=trust.level)
-            build_images(selected, args.lockdir, options, env={**os.environ, TRUST_ENV: trust.level})
-        elif args.command == "doctor":
-            return doctor(args.accelerator or ACCELERATOR_NAMES)
-        elif args.command == "refresh":
-            refresh(args.matrix)
-        elif args.command == "prune":
-            if args.keep < 0 or not MEMORY.fullmatch(args.keep_storage):
-                raise UsageError("prune: --keep takes a whole number >= 0 and --keep-storage a size such as 10g")
-            return prune(keep=args.keep, keep_storage=args.keep_storage, dry_run=args.dry_run, entries=args.entry)
-        elif args.command == "init":
-            init(Path.cwd(), force=args.force, spec=args.torchyard_spec)
-        elif args.command == "nox":
-            return run_nox(passthrough)
-        elif args.command == "report":
-            return report(args.paths, markdown_file=args.markdown, html_file=args.html)
-        elif args.command == "base":
-            make_base(args.tag or base_tag(args.suite), suite=args.suite)
-        elif args.command == "test":
-            trust = resolve_trust(args.trust, os.environ)
-            selected = _selected(args, passthrough, trust.level)
-            return test_entries(
-                selected,
-                mode="local" if args.local else "in-place" if args.in_place else "container",
-                lockdir=args.lockdir,
-                reports=args.reports,
-                pytest_args=passthrough,
-                keep=args.keep,
-                trust=trust,
-                project=project_scope(args.matrix, os.environ),
-                unsandboxed=args.unsandboxed,
-                env={**os.environ, REUSE_RESULTS: "1"} if args.reuse_results else os.environ,
-            )
-        return 0
+        if args.command in MACHINE_FREE:
+            return _machine_free(args, passthrough)
+        return _on_this_machine(args, passthrough, load_machine(os.environ))
     except TorchyardError as error:
         print(f"torchyard: {redact(one_line(str(error)))}", file=sys.stderr)
         return error.exit_code

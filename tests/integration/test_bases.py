@@ -27,7 +27,7 @@ from torchyard.image.plan import BuildOptions
 from torchyard.lock.resolve import lock_entry
 from torchyard.lock.standins import write_wheel
 from torchyard.matrix import parse_plan
-from torchyard.matrix.machine import Source
+from torchyard.matrix.machine import Source, load_machine
 from torchyard.matrix.schema import Entry
 
 pytestmark = pytest.mark.integration
@@ -140,7 +140,7 @@ def _build(entry: Entry, base: str, wheels: Path) -> Built:
         "TORCHYARD_BASE_IMAGES": f"{entry.accelerator.name}={base}",
         "TORCHYARD_MIRRORS": f"pypi={wheels}",
     }
-    (built,) = build_images([entry], lockdir, BuildOptions(), env=env)
+    (built,) = build_images([entry], lockdir, BuildOptions(), machine=load_machine(env), env=env)
     return built
 
 

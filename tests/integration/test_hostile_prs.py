@@ -18,7 +18,7 @@ import docker
 import pytest
 
 from torchyard.matrix.machine import Limits
-from torchyard.run.seal import Seal
+from torchyard.seal import Seal
 
 from .conftest import REPO, copy_tree
 from .test_run import _run_with_mounted_test

@@ -18,6 +18,7 @@ from torchyard.image.build import layer_steps
 from torchyard.image.context import inimage_files
 from torchyard.image.plan import BuildOptions
 from torchyard.matrix import load_plan
+from torchyard.matrix.machine import load_machine
 from torchyard.util import proc
 
 pytestmark = pytest.mark.integration
@@ -47,7 +48,9 @@ def test_cpu_image_builds_then_is_reused(
     in_tree: Path, machine_env: dict[str, str], client: docker.DockerClient
 ) -> None:
     entry = load_plan(Path("matrix.toml")).entry("cpu")
-    (first,) = build_images([entry], Path("lockfiles"), BuildOptions(), env=machine_env)
+    (first,) = build_images(
+        [entry], Path("lockfiles"), BuildOptions(), machine=load_machine(machine_env), env=machine_env
+    )
     image = client.images.get(first.tag)
     labels = image.labels
     assert labels["dev.torchyard.entry"] == "cpu"
@@ -74,10 +77,17 @@ def test_cpu_image_builds_then_is_reused(
     # summarized twice; the build step itself says where it came from.
     summary = in_tree / "step-summary.md"
     summary_env = {**machine_env, "GITHUB_STEP_SUMMARY": str(summary)}
-    (second,) = build_images([entry], Path("lockfiles"), BuildOptions(), env=summary_env, summarize_found=False)
+    (second,) = build_images(
+        [entry],
+        Path("lockfiles"),
+        BuildOptions(),
+        machine=load_machine(summary_env),
+        env=summary_env,
+        summarize_found=False,
+    )
     assert (second.tag, second.reused) == (first.tag, True)
     assert not summary.exists() or "torchyard images" not in summary.read_text()
-    build_images([entry], Path("lockfiles"), BuildOptions(), env=summary_env)
+    build_images([entry], Path("lockfiles"), BuildOptions(), machine=load_machine(summary_env), env=summary_env)
     assert summary.read_text().count("found on this runner") == 1
 
 
@@ -93,11 +103,15 @@ def test_source_only_change_rebuilds_only_the_top_layers(
     )
     # A first change builds an image in this test, whatever images and build cache the machine had.
     source.write_text("# a first source-only change\n")
-    (before,) = build_images([entry], Path("lockfiles"), BuildOptions(), env=machine_env)
+    (before,) = build_images(
+        [entry], Path("lockfiles"), BuildOptions(), machine=load_machine(machine_env), env=machine_env
+    )
     source.write_text("# a second source-only change\n")
     recorder = Recorder()
     started = time.time_ns()  # a local engine: its events since now, by this clock
-    (after,) = build_images([entry], Path("lockfiles"), BuildOptions(), runner=recorder, env=machine_env)
+    (after,) = build_images(
+        [entry], Path("lockfiles"), BuildOptions(), runner=recorder, machine=load_machine(machine_env), env=machine_env
+    )
     base = client.images.get(before.tag).labels["org.opencontainers.image.base.name"]
     # A container this test makes from the base after the rebuild: the events below must show it, so a
     # filter or a clock that saw nothing could not pass.

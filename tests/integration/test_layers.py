@@ -26,6 +26,7 @@ from torchyard.image.build import Built
 from torchyard.image.plan import BuildOptions
 from torchyard.lock.resolve import lock_entry
 from torchyard.matrix import parse_plan
+from torchyard.matrix.machine import load_machine
 from torchyard.matrix.schema import Entry
 
 pytestmark = pytest.mark.integration
@@ -139,7 +140,9 @@ def test_a_small_pin_change_reuses_every_other_layer_on_the_engine_and_through_t
         "TORCHYARD_REGISTRY_PASSWORD": registry.password,
     }
     first_entry = _locked("1.17.0", tmp_path / "first")
-    (first,) = build_images([first_entry], tmp_path / "first", BuildOptions(push=True), env=env)
+    (first,) = build_images(
+        [first_entry], tmp_path / "first", BuildOptions(push=True), machine=load_machine(env), env=env
+    )
     assert _how(first) == {"torch": "built", "pytorch": "built", "numeric": "built", "rest": "built"}
     sizes = {layer.group: layer.size_bytes for layer in first.layers}
     assert sizes["pytorch"] > 10e6 and 0 < sizes["rest"] < 1e6  # torchao's layer, six's
@@ -158,7 +161,9 @@ def test_a_small_pin_change_reuses_every_other_layer_on_the_engine_and_through_t
 
     # One small pin moves: only the rest's layer is built, and the push moves only the new small layers.
     bumped_entry = _locked("1.16.0", tmp_path / "bumped")
-    (bumped,) = build_images([bumped_entry], tmp_path / "bumped", BuildOptions(push=True), env=env)
+    (bumped,) = build_images(
+        [bumped_entry], tmp_path / "bumped", BuildOptions(push=True), machine=load_machine(env), env=env
+    )
     assert bumped.tag != first.tag and bumped.origin == "cache"
     assert _how(bumped) == {"torch": "reused", "pytorch": "reused", "numeric": "reused", "rest": "built"}
     pushed = sum(transfer.bytes for transfer in bumped.pushed)
@@ -172,5 +177,5 @@ def test_a_small_pin_change_reuses_every_other_layer_on_the_engine_and_through_t
     remove_images(client, f"torchyard/{ENTRY}:")
     prune_build_records(client)
     third = _locked("1.15.0", tmp_path / "third")
-    (fresh,) = build_images([third], tmp_path / "third", BuildOptions(), env=env)
+    (fresh,) = build_images([third], tmp_path / "third", BuildOptions(), machine=load_machine(env), env=env)
     assert _how(fresh) == {"torch": "pulled", "pytorch": "pulled", "numeric": "pulled", "rest": "built"}

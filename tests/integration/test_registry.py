@@ -27,6 +27,7 @@ from torchyard.image.context import inimage_files
 from torchyard.image.plan import BuildOptions
 from torchyard.lock.resolve import lock_entry
 from torchyard.matrix import parse_plan
+from torchyard.matrix.machine import load_machine
 from torchyard.matrix.schema import Entry
 
 pytestmark = pytest.mark.integration
@@ -80,7 +81,9 @@ def test_two_runners_share_images_and_layers_through_the_registry(
     client.api.prune_builds(all=True)  # runner A starts cold, whatever this machine built before
     try:
         # Runner A: the base comes from the registry by digest (no per-machine override), then a push.
-        (first,) = build_images([entry], lockdir, BuildOptions(push=True), env=runner_env)
+        (first,) = build_images(
+            [entry], lockdir, BuildOptions(push=True), machine=load_machine(runner_env), env=runner_env
+        )
         assert first.origin == "cold" and len(first.pushed) == 2
         image = client.images.get(first.tag)
         assert image.labels["org.opencontainers.image.base.digest"] == pushed_base.partition("@")[2]
@@ -94,7 +97,7 @@ def test_two_runners_share_images_and_layers_through_the_registry(
         with monkeypatch.context() as patch:
             patch.setattr("torchyard.image.plan.inimage_files", lambda: (*shipped, ("torchyard/x.py", changed)))
             capfd.readouterr()
-            (second,) = build_images([entry], lockdir, BuildOptions(), env=runner_env)
+            (second,) = build_images([entry], lockdir, BuildOptions(), machine=load_machine(runner_env), env=runner_env)
             log = capfd.readouterr().err
         assert second.tag != first.tag
         assert second.origin == "cache", "runner B rebuilt the dependency layer instead of using the registry's"
@@ -102,7 +105,7 @@ def test_two_runners_share_images_and_layers_through_the_registry(
 
         # Runner B again, on the unchanged entry: the image is pulled by its content-addressed tag.
         remove_images(client, f"torchyard/{ENTRY}:")
-        (third,) = build_images([entry], lockdir, BuildOptions(), env=runner_env)
+        (third,) = build_images([entry], lockdir, BuildOptions(), machine=load_machine(runner_env), env=runner_env)
         assert (third.tag, third.origin) == (first.tag, "pulled")
         assert third.pulled is not None and third.pulled.bytes > 0
 
@@ -126,7 +129,7 @@ def test_a_base_digest_the_registry_lacks_is_one_line(
     entry = _entry(missing)
     lock_entry(entry, tmp_path, {})
     with pytest.raises(ImageBuildError) as caught:
-        build_images([entry], tmp_path, BuildOptions(), env=runner_env)
+        build_images([entry], tmp_path, BuildOptions(), machine=load_machine(runner_env), env=runner_env)
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith(f"entry '{ENTRY}': base image {missing} is not in its registry (")
@@ -149,7 +152,7 @@ def test_refresh_reads_a_moved_tag_from_the_registry(
     matrix = tmp_path / "matrix.toml"
     matrix.write_text(one_entry_matrix(ENTRY, f"{repository}:bookworm@{digests[0]}", ["six==1.17.0"]))
     try:
-        changes = refresh(matrix, today=dt.date(2026, 11, 30), env=runner_env)
+        changes = refresh(matrix, load_machine(runner_env), today=dt.date(2026, 11, 30), env=runner_env)
     finally:
         client.images.remove(f"{repository}:bookworm", force=True)
     assert changes == [(f"{repository}:bookworm", digests[0], digests[1])]

@@ -19,10 +19,10 @@ from torchyard.commands.build import build_images
 from torchyard.host.facts import gather_host_facts
 from torchyard.image.plan import BuildOptions
 from torchyard.matrix import parse_plan
-from torchyard.matrix.machine import load_limits
+from torchyard.matrix.machine import load_machine
 from torchyard.run.container import RunPlan, container_name, run_entry
 from torchyard.run.scopes import cache_scope
-from torchyard.run.seal import Seal, run_user
+from torchyard.seal import Seal, run_user
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +61,9 @@ def _run_with_mounted_test(
     entry = parse_plan(text, Path("matrix.toml"), allowed_docker_run={"--mount"}).entry("cpu")
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(REPO)
-        (image,) = build_images([entry], Path("lockfiles"), BuildOptions(), env=machine_env)
+        (image,) = build_images(
+            [entry], Path("lockfiles"), BuildOptions(), machine=load_machine(machine_env), env=machine_env
+        )
     name = container_name(entry)
     project = run.get("project") or f"test{uuid.uuid4().hex[:8]}"
     plan = RunPlan(
@@ -71,7 +73,7 @@ def _run_with_mounted_test(
         reports=tmp_path / "reports",
         scope=cache_scope(entry, project, run.get("trust", "trusted"), name.rsplit("-", 1)[-1]),
         user=run_user(os.getuid(), os.getgid()),
-        seal=run.get("seal") or Seal(load_limits(machine_env), "4g"),
+        seal=run.get("seal") or Seal(load_machine(machine_env).limits, "4g"),
         timeout_s=run.get("timeout_s", 0),
     )
     status = run_entry(
@@ -208,6 +210,7 @@ def test_ctrl_c_leaves_no_container(machine_env: dict[str, str], client: docker.
             [parse_plan((REPO / "matrix.toml").read_text(), Path("m")).entry("cpu")],
             Path("lockfiles"),
             BuildOptions(),
+            machine=load_machine(machine_env),
             env=machine_env,
         )
     log = (tmp_path / "stderr.log").open("w")  # a file, not a pipe: the command never blocks writing to it

@@ -10,7 +10,7 @@ import docker
 import pytest
 
 from torchyard.matrix.machine import Limits
-from torchyard.run.seal import Seal
+from torchyard.seal import Seal
 
 from .test_run import _run_with_mounted_test
 

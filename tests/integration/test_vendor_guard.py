@@ -14,7 +14,7 @@ from torchyard.image.plan import BuildOptions
 from torchyard.lock.resolve import lock_entry
 from torchyard.lock.standins import write_wheel
 from torchyard.matrix import parse_plan
-from torchyard.matrix.machine import Source
+from torchyard.matrix.machine import Source, load_machine
 
 pytestmark = pytest.mark.integration
 
@@ -110,7 +110,7 @@ def _build(entry, tmp_path: Path, wheels: Path, env_extra: dict[str, str]):  # t
         "TORCHYARD_MIRRORS": f"pypi={wheels}",
         **env_extra,
     }
-    return build_images([entry], lockdir, BuildOptions(), env=env)
+    return build_images([entry], lockdir, BuildOptions(), machine=load_machine(env), env=env)
 
 
 @pytest.mark.usefixtures("in_tree", "vendor_base")

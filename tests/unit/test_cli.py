@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -12,6 +12,7 @@ from tests.unit.matrix_text import VALID
 from torchyard.cli import main
 from torchyard.commands.sessions import run_nox
 from torchyard.matrix import Entry
+from torchyard.matrix.machine import Machine, load_machine
 
 REPO = Path(__file__).parents[2]
 
@@ -169,6 +170,40 @@ def test_push_without_a_registry_is_one_line_before_any_work(
         "torchyard: --push needs a registry: set TORCHYARD_REGISTRY (host[:port]/path) or [registry] name in "
         "machine.toml"
     )
+
+
+def test_the_machine_is_read_once_at_the_edge_and_passed_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    machine_file = tmp_path / "machine.toml"
+    machine_file.write_text("[limits]\npids = 512\n[allow]\nnetwork = true\n")
+    monkeypatch.setenv("TORCHYARD_MACHINE_FILE", str(machine_file))
+    loads: list[Machine] = []
+
+    def counted(env: Mapping[str, str]) -> Machine:
+        loads.append(load_machine(env))
+        return loads[-1]
+
+    given: list[object] = []
+
+    def fake_test(entries: tuple[Entry, ...], **kwargs: object) -> int:
+        given.append(kwargs["machine"])
+        return 0
+
+    monkeypatch.setattr("torchyard.cli.load_machine", counted)
+    monkeypatch.setattr("torchyard.cli.test_entries", fake_test)
+    assert main(["test", "--matrix", str(REPO / "matrix.toml"), "cpu", "cpu-bf16"]) == 0
+    assert len(loads) == 1 and given == loads and loads[0].limits.pids == 512 and loads[0].allows_network
+    # A bad setting stops every command that reads the machine in one line, before any work; the commands
+    # that read none of it (init, nox, report, base, prune) are not stopped by it.
+    machine_file.write_text("[limits]\npids = 3\n")
+    assert main(["plan", "--matrix", str(REPO / "matrix.toml")]) == 2
+    assert capsys.readouterr() == (
+        "",
+        f"torchyard: {machine_file}: limits > pids: expected a whole number of at least 64, got 3\n",
+    )
+    monkeypatch.setattr("torchyard.cli.make_base", lambda tag, *, suite: "sha256:0")
+    assert main(["base"]) == 0 and len(loads) == 1  # the failed load above added none; base loaded none
 
 
 def test_nox_runs_from_torchyards_own_environment(monkeypatch: pytest.MonkeyPatch) -> None:

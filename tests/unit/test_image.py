@@ -28,8 +28,8 @@ from torchyard.image.check import check_image
 from torchyard.image.layers import Layer
 from torchyard.image.plan import BuildOptions, BuildPlan, plan_build, resolve_base
 from torchyard.image.policy import BuildPolicy
-from torchyard.image.registry import Registry
 from torchyard.matrix import load_plan
+from torchyard.matrix.machine import Machine, Registry
 
 REPO = Path(__file__).parents[2]
 PLAN = load_plan(REPO / "matrix.toml")
@@ -251,7 +251,7 @@ def test_a_missing_lock_stops_the_build_before_docker(tmp_path: Path) -> None:
         return subprocess.CompletedProcess(args, 0, "uv 0.13.9\n", "")
 
     with pytest.raises(StaleLockError, match=r"entry 'cuda': lock is missing: run `nox -s lock -- cuda`"):
-        build_images([PLAN.entry("cuda")], tmp_path, BuildOptions(), runner=uv_only, env={})
+        build_images([PLAN.entry("cuda")], tmp_path, BuildOptions(), machine=Machine(), runner=uv_only, env={})
 
 
 UNREACHABLE_LOG = """\

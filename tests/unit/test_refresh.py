@@ -9,6 +9,7 @@ from tests.unit.matrix_text import VALID
 from torchyard.commands.refresh import bump_exclude_newer, refresh
 from torchyard.errors import ConfigError, TorchyardError
 from torchyard.matrix import load_plan
+from torchyard.matrix.machine import Machine
 
 NEW = "sha256:" + "a" * 64
 
@@ -18,7 +19,7 @@ def test_refresh_moves_cut_off_and_digests_keeping_comments(tmp_path: Path) -> N
     matrix.write_text("# a comment people wrote\n" + VALID)
     current = {image.name: image.digest for image in (a.require_base_image() for a in load_plan(matrix).accelerators)}
     resolved = {**current, "debian:bookworm-slim": NEW}
-    changes = refresh(matrix, today=dt.date(2027, 1, 4), resolve=resolved.__getitem__)
+    changes = refresh(matrix, Machine(), today=dt.date(2027, 1, 4), resolve=resolved.__getitem__)
     text = matrix.read_text()
     assert text.startswith("# a comment people wrote\nexclude-newer = 2027-01-04T00:00:00Z\n")
     assert changes[0] == (
@@ -35,7 +36,7 @@ def test_a_bad_digest_never_half_writes(tmp_path: Path) -> None:
     matrix = tmp_path / "matrix.toml"
     matrix.write_text(VALID)
     with pytest.raises(TorchyardError, match="not a sha256 digest"):
-        refresh(matrix, today=dt.date(2027, 1, 4), resolve=lambda name: "sha256:short")
+        refresh(matrix, Machine(), today=dt.date(2027, 1, 4), resolve=lambda name: "sha256:short")
     assert matrix.read_text() == VALID
     assert [path.name for path in tmp_path.iterdir()] == ["matrix.toml"]
 

@@ -1,5 +1,6 @@
-"""The registry a machine shares: its name, credentials from the environment, and the build client's
-private config (the engine-facing parts are tested against a real registry in tests/integration)."""
+"""The registry a machine shares: image references, the build client's private config, pulls that miss
+(its name and credentials are the machine's settings: tests/unit/test_machine.py; the engine-facing parts
+are tested against a real registry in tests/integration)."""
 
 from __future__ import annotations
 
@@ -10,51 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from torchyard.errors import ConfigError
-from torchyard.image.registry import Registry, client_environment, load_registry, pull, registry_host
-
-
-def test_no_registry_unless_the_machine_names_one(tmp_path: Path) -> None:
-    env = {"TORCHYARD_MACHINE_FILE": str(tmp_path / "machine.toml")}
-    assert load_registry(env) is None
-    (tmp_path / "machine.toml").write_text('[registry]\nname = "ghcr.io/my-org"\n')
-    assert load_registry(env) == Registry("ghcr.io/my-org")
-    assert load_registry({**env, "TORCHYARD_REGISTRY": "127.0.0.1:5000/team"}) == Registry("127.0.0.1:5000/team")
-
-
-def test_credentials_come_from_the_environment_in_pairs(tmp_path: Path) -> None:
-    env = {"TORCHYARD_MACHINE_FILE": str(tmp_path / "none.toml"), "TORCHYARD_REGISTRY": "reg.example:443/ci"}
-    registry = load_registry({**env, "TORCHYARD_REGISTRY_USERNAME": "ci", "TORCHYARD_REGISTRY_PASSWORD": "s3cret-pw"})
-    assert registry == Registry("reg.example:443/ci", {"username": "ci", "password": "s3cret-pw"})
-    assert registry.host == "reg.example:443"
-    assert registry.ref("torchyard/cpu:0123") == "reg.example:443/ci/torchyard/cpu:0123"
-    with pytest.raises(ConfigError, match=r"^TORCHYARD_REGISTRY_PASSWORD is not set"):
-        load_registry({**env, "TORCHYARD_REGISTRY_USERNAME": "ci"})
-
-
-@pytest.mark.parametrize(
-    ("value", "shown"),
-    [
-        ("https://ghcr.io/org", "'https://ghcr.io/org'"),
-        ("ci:s3cret-pw@reg.example/ci", "a value with credentials (not shown)"),
-        ("GHCR.io/Org", "'GHCR.io/Org'"),
-        ("reg.example/ci:latest", "'reg.example/ci:latest'"),
-    ],
-)
-def test_a_bad_registry_name_is_one_line_without_its_secret(tmp_path: Path, value: str, shown: str) -> None:
-    env = {"TORCHYARD_MACHINE_FILE": str(tmp_path / "none.toml"), "TORCHYARD_REGISTRY": value}
-    with pytest.raises(ConfigError) as caught:
-        load_registry(env)
-    assert str(caught.value).startswith(f"TORCHYARD_REGISTRY: expected host[:port]/path such as ghcr.io/my-org or "
-                                        f"127.0.0.1:5000/team, got {shown} (no scheme")  # fmt: skip
-    assert "s3cret" not in str(caught.value)
-
-
-def test_a_bad_registry_table_names_the_file(tmp_path: Path) -> None:
-    path = tmp_path / "machine.toml"
-    path.write_text('[registry]\nurl = "ghcr.io/org"\n')
-    with pytest.raises(ConfigError, match=r'machine.toml: registry: expected name = "host\[:port\]/path" only$'):
-        load_registry({"TORCHYARD_MACHINE_FILE": str(path)})
+from torchyard.image.registry import client_environment, pull, registry_host
+from torchyard.matrix.machine import Registry
 
 
 @pytest.mark.parametrize(

@@ -14,12 +14,12 @@ from torchyard.accelerators import ACCELERATORS, HostFacts
 from torchyard.commands import test as test_command
 from torchyard.errors import ConfigError, DeviceUnavailableError, UsageError
 from torchyard.matrix import load_plan
-from torchyard.matrix.machine import Limits
+from torchyard.matrix.machine import Limits, Machine
 from torchyard.run.container import RunPlan, docker_run_args, require_device_runtime
 from torchyard.run.inplace import require_stack, run_in_place
 from torchyard.run.scopes import cache_scope, seed_args
-from torchyard.run.seal import Seal, check_matrix_flags, check_untrusted_seal, helper_args, loosening, run_user
 from torchyard.run.venv import sync_venv
+from torchyard.seal import Seal, check_matrix_flags, check_untrusted_seal, helper_args, loosening, run_user
 from torchyard.trust import RunTrust, Trust
 
 PLAN = load_plan(Path(__file__).parents[2] / "matrix.toml")
@@ -216,7 +216,8 @@ def test_untrusted_runs_are_refused_outside_a_container_unless_unsandboxed(tmp_p
         with pytest.raises(UsageError) as caught:
             test_command.test_entries(
                 [PLAN.entry("cpu")], mode=mode, lockdir=tmp_path, reports=tmp_path, pytest_args=[],
-                trust=RunTrust("untrusted", "the pull_request event"), runner=nothing_runs,  # type: ignore[arg-type]
+                machine=Machine(), trust=RunTrust("untrusted", "the pull_request event"),
+                runner=nothing_runs,  # type: ignore[arg-type]
                 env={},
             )  # fmt: skip
         assert str(caught.value) == (
@@ -232,7 +233,7 @@ def test_a_native_entry_on_the_wrong_host_stops_before_any_venv_or_docker(tmp_pa
     with pytest.raises(DeviceUnavailableError) as caught:
         test_command.test_entries(
             [PLAN.entry("mps")], mode="container", lockdir=tmp_path, reports=tmp_path, pytest_args=[],
-            runner=nothing_runs,  # type: ignore[arg-type]
+            machine=Machine(), runner=nothing_runs,  # type: ignore[arg-type]
             env={},
         )  # fmt: skip
     assert str(caught.value).startswith("entry 'mps' needs an mps device: no Apple GPU: MPS runs on macOS")

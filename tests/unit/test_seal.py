@@ -10,7 +10,7 @@ import pytest
 from torchyard.image.check import image_check_args
 from torchyard.image.wheel import build_args, fetch_args
 from torchyard.run.scopes import CacheScope, seed_args
-from torchyard.run.seal import helper_args, run_user
+from torchyard.seal import helper_args, run_user
 
 USER = "1001:1001"
 SCRATCH = Path("/scratch")

@@ -23,10 +23,10 @@ from torchyard.image.build import (
 from torchyard.image.debootstrap import DEFAULT_TAG, bootstrap_base
 from torchyard.image.plan import BuildOptions, plan_build, resolve_base
 from torchyard.image.policy import build_policy
-from torchyard.image.registry import DIGEST, load_registry
+from torchyard.image.registry import DIGEST
 from torchyard.lock.check import require_fresh
 from torchyard.lock.resolve import uv_version
-from torchyard.matrix.machine import load_base_overrides
+from torchyard.matrix.machine import Machine
 from torchyard.matrix.schema import Entry
 from torchyard.util import proc
 from torchyard.util.markdown import append_step_summary, markdown_table
@@ -44,15 +44,17 @@ def build_images(
     lockdir: Path,
     options: BuildOptions,
     *,
+    machine: Machine,
     client: docker.DockerClient | None = None,
     cli: DockerCli | None = None,
     runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
     summarize_found: bool = True,
 ) -> list[Built]:
-    """Build (or reuse) each entry's image; `client` and `cli` are found when not given. GitHub's step summary
-    gets a table of the images, leaving out those found on this runner unless `summarize_found` (the test
-    command's images were built, and summarized, by the build step before it).
+    """Build (or reuse) each entry's image, with this `machine`'s registry, base overrides and mirrors;
+    `client` and `cli` are found when not given. GitHub's step summary gets a table of the images, leaving
+    out those found on this runner unless `summarize_found` (the test command's images were built, and
+    summarized, by the build step before it).
 
     Every lock is checked first (offline): a missing or stale lock stops before Docker is touched. Native
     entries (MPS) have no image: they are named and left out.
@@ -63,10 +65,10 @@ def build_images(
     entries = [entry for entry in entries if not entry.accelerator.native]
     if not entries:
         return []
-    registry = load_registry(env)
+    registry = machine.registry
     if options.push and registry is None:
         raise ImageBuildError(NO_REGISTRY)  # before any lock check or layer
-    policy = build_policy(env)
+    policy = build_policy(env, allowed_docker_run=machine.allowed_docker_run)
     if options.push and not policy.trusted:
         raise ImageBuildError("an untrusted run does not push images: only trusted runs publish to the registry")
     uv = uv_version(runner)
@@ -76,10 +78,9 @@ def build_images(
     cli = cli or build_client(env, runner)
     revision = _git(["rev-parse", "HEAD"], runner, "unknown")
     epoch = _git(["log", "-1", "--format=%ct"], runner, "0")
-    overrides = load_base_overrides(env)
     built = []
     for position, entry in enumerate(entries, start=1):
-        base = resolve_base(entry, overrides)
+        base = resolve_base(entry, machine.base_overrides)
         base_id = base_identity(base, client) or entry.accelerator.require_base_image().digest
         plan = plan_build(
             entry, lockdir, base_image=base, base_id=base_id, uv_version=uv, revision=revision,
@@ -101,8 +102,9 @@ def build_images(
                 print(f"{entry.name}: untrusted, on the trusted dependency image {stands_on[0]}", file=sys.stderr)
         if image is None:
             image = build_image(
-                entry, plan, client, cli, options=options, registry=registry, policy=policy, runner=runner, env=env
-            )
+                entry, plan, client, cli, options=options, registry=registry, policy=policy,
+                sources=machine.install_sources(entry.indexes), runner=runner, env=env,
+            )  # fmt: skip
         built.append(image)
     headers = ("entry", "image", "size", "seconds", "image came from")
     layer_headers = ("entry", "dependency layer", "packages", "size", "layer")

@@ -14,9 +14,9 @@ from torchyard.errors import DockerUnavailableError, TorchyardError
 from torchyard.host.engine import build_client, engine
 from torchyard.host.facts import gather_host_facts
 from torchyard.lock.resolve import uv_version
-from torchyard.matrix.machine import MEMORY_SHARE, load_limits
+from torchyard.matrix.machine import MEMORY_SHARE, Machine
 from torchyard.names import AcceleratorName
-from torchyard.run.seal import Seal, default_memory, loosening, sealing_args
+from torchyard.seal import Seal, default_memory, loosening, sealing_args
 from torchyard.util import proc
 from torchyard.util.markdown import markdown_table
 
@@ -28,9 +28,14 @@ def gpu_row(host: HostFacts) -> str:
 
 
 def doctor(
-    accelerators: Sequence[AcceleratorName], *, runner: proc.Runner = proc.run, env: Mapping[str, str] = os.environ
+    accelerators: Sequence[AcceleratorName],
+    machine: Machine,
+    *,
+    runner: proc.Runner = proc.run,
+    env: Mapping[str, str] = os.environ,
 ) -> int:
-    """Print the report; non-zero when a requested accelerator (or the engine) is not usable here."""
+    """Print the report, with the seal of this `machine`'s limits; non-zero when a requested accelerator (or
+    the engine) is not usable here."""
     facts_rows: list[tuple[str, str]] = []
     problems: list[str] = []
     try:
@@ -81,7 +86,7 @@ def doctor(
         )
         problems += [f"{name}: {problem}" for problem in missing]
     sys.stdout.write(markdown_table(("host", "found"), facts_rows) + "\n")
-    limits = load_limits(env)
+    limits = machine.limits
     sealed = shlex.join(sealing_args(Seal(limits, default_memory(limits, host.memory_bytes, MEMORY_SHARE))))
     sys.stdout.write(f"Every test container is sealed first: {sealed}\n\n")
     headers = (

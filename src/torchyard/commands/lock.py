@@ -12,7 +12,7 @@ from torchyard.errors import StaleLockError
 from torchyard.lock.check import Freshness, check_entry
 from torchyard.lock.lockfile import relock_hint
 from torchyard.lock.resolve import lock_entry, uv_version
-from torchyard.matrix.machine import load_mirrors
+from torchyard.matrix.machine import Machine
 from torchyard.matrix.schema import Entry
 from torchyard.util import proc
 from torchyard.util.markdown import markdown_table
@@ -44,24 +44,24 @@ def check_locks(entries: Sequence[Entry], lockdir: Path, *, runner: proc.Runner 
 def lock_all(
     entries: Sequence[Entry],
     lockdir: Path,
+    machine: Machine,
     *,
     runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
     all_entries: bool = False,
 ) -> None:
-    """Lock `entries`; when they are every entry (none named), those locked on their own runner are left to
-    it, named: their indexes are reachable there only."""
+    """Lock `entries` through this `machine`'s mirrors; when they are every entry (none named), those locked
+    on their own runner are left to it, named: their indexes are reachable there only."""
     if all_entries:
         for entry in entries:
             if entry.lock_on_runner:
                 print(f"{entry.name}: locked on its runner (lock-on-runner); name it to lock it here", file=sys.stderr)
         entries = [entry for entry in entries if not entry.lock_on_runner]
-    mirrors = load_mirrors(env)
     rows = []
     for position, entry in enumerate(entries, start=1):
         print(f"[{position}/{len(entries)}] locking {entry.name} ...", file=sys.stderr, flush=True)
         started = time.monotonic()
-        path = lock_entry(entry, lockdir, mirrors, runner=runner, env=env)
+        path = lock_entry(entry, lockdir, machine.mirrors, runner=runner, env=env)
         packages = sum(1 for line in path.read_text().splitlines() if line[:1].isalnum())
         rows.append((entry.name, str(path), packages, f"{time.monotonic() - started:.1f}"))
     sys.stdout.write(markdown_table(("entry", "lockfile", "packages", "seconds"), rows))

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from torchyard.errors import ConfigError, TorchyardError
 from torchyard.host.engine import engine
-from torchyard.image.registry import DIGEST, load_registry, registry_host, remote_digest
+from torchyard.image.registry import DIGEST, registry_host, remote_digest
 from torchyard.matrix import load_plan, parse_plan
-from torchyard.matrix.machine import allowed_docker_run
+from torchyard.matrix.machine import Machine
 from torchyard.util.atomic import write_atomically
 
 EXCLUDE_NEWER = re.compile(r"(?m)^exclude-newer\s*=\s*\S+$")
@@ -43,21 +43,23 @@ def replace_digest(text: str, name: str, old: str, new: str) -> str:
 
 def refresh(
     matrix: Path,
+    machine: Machine,
     *,
     today: dt.date | None = None,
     resolve: Callable[[str], str] | None = None,
     env: Mapping[str, str] = os.environ,
 ) -> list[tuple[str, str, str]]:
-    """Rewrite `matrix` in place (atomically); returns (image, old digest, new digest) per change."""
+    """Rewrite `matrix` in place (atomically), read with this `machine`'s allow-list; digests come through
+    its registry's credentials where a base is in it. Returns (image, old digest, new digest) per change."""
     if resolve is None:
         client = engine(env)
-        registry = load_registry(env)
+        registry = machine.registry
 
         def resolve(name: str) -> str:
             own = registry if registry is not None and registry_host(name) == registry.host else None
             return remote_digest(client, name, own.auth if own is not None else None)
 
-    allowed = allowed_docker_run(env)
+    allowed = machine.allowed_docker_run
     plan = load_plan(matrix, allowed_docker_run=allowed)
     text = bump_exclude_newer(matrix.read_text(encoding="utf-8"), today or dt.datetime.now(dt.UTC).date())
     changes = []

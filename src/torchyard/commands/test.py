@@ -18,7 +18,7 @@ from torchyard.errors import ConfigError, DockerUnavailableError, UsageError
 from torchyard.host.engine import build_client, engine
 from torchyard.host.facts import gather_host_facts
 from torchyard.image.plan import BuildOptions
-from torchyard.matrix.machine import MEMORY_SHARE, Limits, allows_network, duration_seconds, load_limits
+from torchyard.matrix.machine import MEMORY_SHARE, Limits, Machine, duration_seconds
 from torchyard.matrix.schema import Entry
 from torchyard.run.container import (
     RunPlan,
@@ -29,8 +29,8 @@ from torchyard.run.container import (
 from torchyard.run.inplace import run_in_place
 from torchyard.run.reports import read_report, reports_folder
 from torchyard.run.scopes import cache_scope
-from torchyard.run.seal import Seal, default_memory, run_user
 from torchyard.run.venv import run_local
+from torchyard.seal import Seal, default_memory, run_user
 from torchyard.trust import TRUST_ENV, RunTrust, project_scope, resolve_trust
 from torchyard.util import proc
 from torchyard.util.markdown import append_step_summary, markdown_table
@@ -55,6 +55,7 @@ def test_entries(
     lockdir: Path,
     reports: Path,
     pytest_args: Sequence[str],
+    machine: Machine,
     keep: bool = False,
     trust: RunTrust | None = None,
     project: str = "",
@@ -68,7 +69,7 @@ def test_entries(
     their lock once the host is shown to have their device; `local` runs every entry in such a venv;
     `in-place` runs in the current environment, unlocked, and says so in the report. `trust` (resolved from
     the environment when not given) decides the cache scope; an untrusted run is refused outside a
-    container unless `unsandboxed`.
+    container unless `unsandboxed`. `machine` gives the limits, mirrors and what this machine allows.
     """
     trust = trust or resolve_trust(None, env)
     env = {**env, TRUST_ENV: trust.level}
@@ -93,24 +94,24 @@ def test_entries(
             require_device_runtime(entry, host, env)  # before the venv is made: fail fast, and say why
     statuses = []
     for entry in native:
-        statuses.append(run_local(entry, lockdir, reports, pytest_args, runner=runner, env=env))
+        statuses.append(run_local(entry, lockdir, reports, pytest_args, machine=machine, runner=runner, env=env))
         _summarize(reports / f"{entry.name}-local", env)
     contained = [entry for entry in entries if entry not in native]
     if contained:
         scope = project or project_scope(Path("matrix.toml"), env)
-        statuses.append(
-            _in_containers(
-                contained, lockdir, reports, pytest_args, keep=keep, trust=trust, project=scope, runner=runner, env=env
-            )
-        )
+        status = _in_containers(
+            contained, lockdir, reports, pytest_args, machine=machine, keep=keep, trust=trust, project=scope,
+            runner=runner, env=env,
+        )  # fmt: skip
+        statuses.append(status)
     return _first_failure(statuses)
 
 
-def _network(entry: Entry, trust: RunTrust, env: Mapping[str, str]) -> bool:
+def _network(entry: Entry, trust: RunTrust, machine: Machine) -> bool:
     """An entry's `network` takes the machine's permission, and a trusted run."""
     if entry.network is None:
         return False
-    if not allows_network(env):
+    if not machine.allows_network:
         raise ConfigError(
             f'matrix.toml: entry "{entry.name}" > network: this machine does not let tests reach the network '
             "(machine.toml [allow] network = true)"
@@ -137,6 +138,7 @@ def _in_containers(
     reports: Path,
     pytest_args: Sequence[str],
     *,
+    machine: Machine,
     keep: bool,
     trust: RunTrust,
     project: str,
@@ -154,10 +156,11 @@ def _in_containers(
         folders[entry.name] = reports_folder(reports, entry.name)  # a committed link there: refused, now
     cli = build_client(env, runner)
     built = build_images(
-        entries, lockdir, BuildOptions(), client=client, cli=cli, runner=runner, env=env, summarize_found=False
-    )
+        entries, lockdir, BuildOptions(), machine=machine, client=client, cli=cli, runner=runner, env=env,
+        summarize_found=False,
+    )  # fmt: skip
     rows = []
-    limits = load_limits(env)
+    limits = machine.limits
     memory = default_memory(limits, host.memory_bytes, MEMORY_SHARE)
     for entry, image in zip(entries, built, strict=True):
         name = container_name(entry)
@@ -168,7 +171,7 @@ def _in_containers(
             reports=folders[entry.name],
             scope=cache_scope(entry, project, trust.level, name.rsplit("-", 1)[-1]),
             user=run_user(os.getuid(), os.getgid()),
-            seal=Seal(limits, memory, network=_network(entry, trust, env)),
+            seal=Seal(limits, memory, network=_network(entry, trust, machine)),
             image_id=str(client.images.get(image.tag).id),
             timeout_s=_timeout(entry, limits),
         )

@@ -32,13 +32,13 @@ from torchyard.image.check import check_image
 from torchyard.image.layers import Layer, read_keys_label
 from torchyard.image.plan import BuildOptions, BuildPlan
 from torchyard.image.policy import BuildPolicy, check_entry, without_credentials
-from torchyard.image.registry import Registry, Transfer, client_environment, pull, push
+from torchyard.image.registry import Transfer, client_environment, pull, push
 from torchyard.image.serve import served
 from torchyard.image.source import ProjectFile, write_files
 from torchyard.image.wheel import build_wheel_sealed
-from torchyard.matrix.machine import Source, extra_find_links, index_args, load_mirrors, sources_for
+from torchyard.matrix.machine import Registry, Source, index_args
 from torchyard.matrix.schema import Entry
-from torchyard.run.seal import run_user
+from torchyard.seal import run_user
 from torchyard.util import proc
 from torchyard.util.proc import cause
 
@@ -430,12 +430,14 @@ def build_image(
     options: BuildOptions = NO_OPTIONS,
     registry: Registry | None = None,
     policy: BuildPolicy = TRUSTED,
+    sources: Sequence[Source],
     runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
 ) -> Built:
     """Reuse `plan`'s image when this runner has it, else pull it from the registry by its
-    content-addressed tag, else build it (taking layers from the registry's cache); `--push` publishes
-    it. The base is checked before the first layer (the caller has checked the lock)."""
+    content-addressed tag, else build it (taking layers from the registry's cache, installing from `sources`:
+    the entry's indexes as this machine reaches them); `--push` publishes it. The base is checked before the
+    first layer (the caller has checked the lock)."""
     started = time.monotonic()
     reused = reuse_image(entry, plan, client, options=options, registry=registry, env=env, policy=policy)
     if reused is not None:
@@ -445,8 +447,6 @@ def build_image(
     check_free_disk(client, plan)
     options = cache_sources(plan, options, registry, _local_image(client, plan.alias) is not None)
     local_keys = local_layer_keys(client)
-    index_sources = sources_for(entry.indexes, load_mirrors(env))
-    sources = [*index_sources, *(Source("local", "find-links", f) for f in extra_find_links(env))]
     if not policy.trusted:
         sources = without_credentials(sources)
     with (

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from torchyard.errors import CommandError, ImageBuildError
-from torchyard.run.seal import bounded, helper_args
+from torchyard.seal import bounded, helper_args
 from torchyard.util import proc
 
 PYTHON = "/opt/torchyard/venv/bin/python"

@@ -14,14 +14,14 @@ a tag of its own (WHEELS_ONLY is part of the content tag), which no trusted run 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from torchyard.errors import ImageBuildError
 from torchyard.matrix.gate import NO_TRUSTED_CONFIG, TRUSTED_MATRIX_ENV, TrustedConfig, gate_entry, load_trusted
-from torchyard.matrix.machine import Source, allowed_docker_run
+from torchyard.matrix.machine import Source
 from torchyard.matrix.schema import Entry
 from torchyard.trust import level_of
 
@@ -38,12 +38,12 @@ class BuildPolicy:
         return () if self.trusted else (("WHEELS_ONLY", "1"),)
 
 
-def build_policy(env: Mapping[str, str]) -> BuildPolicy:
+def build_policy(env: Mapping[str, str], *, allowed_docker_run: Collection[str] = ()) -> BuildPolicy:
     """The policy of this run's builds; an untrusted one reads the trusted matrix.toml (its relative paths
-    beside this checkout's matrix.toml, where the project is)."""
+    beside this checkout's matrix.toml, where the project is) with this machine's `allowed_docker_run`."""
     if level_of(env) == "trusted":
         return BuildPolicy()
-    return BuildPolicy(trusted=False, trusted_config=load_trusted(Path("matrix.toml"), allowed_docker_run(env), env))
+    return BuildPolicy(trusted=False, trusted_config=load_trusted(Path("matrix.toml"), allowed_docker_run, env))
 
 
 def check_entry(entry: Entry, policy: BuildPolicy) -> None:

@@ -1,11 +1,11 @@
 """Images in an OCI registry that many runners share: names, credentials, pull, push and digests.
 
-The registry is a machine setting (`TORCHYARD_REGISTRY`, else `[registry] name` in machine.toml), never
-matrix.toml: a pull request that edits the matrix must not redirect where a runner pushes. Its
-credentials come from Docker's own store (`docker login`, credential helpers) or from
-`TORCHYARD_REGISTRY_USERNAME` / `TORCHYARD_REGISTRY_PASSWORD`; they go to the engine in the API's auth
-header and to the build client through a private, temporary Docker config, never into an argument
-list, a label, a layer or a log line.
+The registry is a machine setting (`TORCHYARD_REGISTRY`, else `[registry] name` in machine.toml; read with
+the machine's other settings into `torchyard.matrix.machine.Registry`), never matrix.toml: a pull request
+that edits the matrix must not redirect where a runner pushes. Its credentials come from Docker's own
+store (`docker login`, credential helpers) or from `TORCHYARD_REGISTRY_USERNAME` /
+`TORCHYARD_REGISTRY_PASSWORD`; they go to the engine in the API's auth header and to the build client
+through a private, temporary Docker config, never into an argument list, a label, a layer or a log line.
 
 Pulls, pushes and digests go through the Docker SDK (the engine speaks the registry API, with its own
 mirrors, TLS settings and credential helpers); what the engine streams back is shown as one line per
@@ -29,42 +29,12 @@ from typing import Any
 import docker
 import docker.errors
 
-from torchyard.errors import ConfigError, ImageBuildError, TorchyardError
-from torchyard.matrix.machine import load_registry_name
+from torchyard.errors import ImageBuildError, TorchyardError
+from torchyard.matrix.machine import Registry
 from torchyard.util.proc import redact
 
-USERNAME_ENV = "TORCHYARD_REGISTRY_USERNAME"
-PASSWORD_ENV = "TORCHYARD_REGISTRY_PASSWORD"
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 MISSING = re.compile(r"manifest unknown|not found|does not exist|name unknown", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class Registry:
-    """Where this machine's runners share images: `host[:port][/path]`, and how to log in to it."""
-
-    name: str
-    auth: dict[str, str] | None = None  # from the environment; None: Docker's own credential store
-
-    @property
-    def host(self) -> str:
-        return self.name.split("/", 1)[0]
-
-    def ref(self, local: str) -> str:
-        """The registry's name for a local `torchyard/<entry>:<tag>`."""
-        return f"{self.name}/{local}"
-
-
-def load_registry(env: Mapping[str, str] = os.environ) -> Registry | None:
-    """The machine's registry with its credentials from the environment, or None when none is set."""
-    name = load_registry_name(env)
-    if name is None:
-        return None
-    username, password = env.get(USERNAME_ENV, ""), env.get(PASSWORD_ENV, "")
-    if bool(username) != bool(password):
-        missing = PASSWORD_ENV if username else USERNAME_ENV
-        raise ConfigError(f"{missing} is not set: registry credentials from the environment need both variables")
-    return Registry(name, {"username": username, "password": password} if username else None)
 
 
 def registry_host(reference: str) -> str:

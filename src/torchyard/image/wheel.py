@@ -30,7 +30,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.image.source import ProjectFile, write_files
 from torchyard.matrix.machine import Source, index_args
-from torchyard.run.seal import bounded, helper_args, run_user
+from torchyard.seal import bounded, helper_args, run_user
 from torchyard.util import proc
 
 # PEP 517: a project without [build-system] is built by setuptools' legacy backend.

@@ -1,12 +1,15 @@
 """Per-machine settings, never in matrix.toml: mirrors for named indexes, local wheel folders for
-installs, and base-image overrides.
+installs, base-image overrides, the shared registry, the limits of a test container and what the machine
+allows. `load_machine` reads them all once, at the CLI's edge, into a frozen `Machine` that is passed in
+(a bad value is one line before any command does work); nothing downstream reads them again.
 
 Two sources, the environment winning over the file:
 - `TORCHYARD_MIRRORS="pypi=file:///srv/pypi/simple nvidia=/srv/wheels"` (whitespace-separated), and
   `TORCHYARD_BASE_IMAGES="cpu=torchyard/base:bookworm"` (by entry name or accelerator);
 - `$TORCHYARD_MACHINE_FILE`, else `$XDG_CONFIG_HOME/torchyard/machine.toml` (`~/.config/...`), with
   `[mirrors]` and `[base-images]` tables of the same `name = "value"` pairs;
-- `TORCHYARD_REGISTRY` or `[registry] name`: the registry the runners share images and layers through.
+- `TORCHYARD_REGISTRY` or `[registry] name`: the registry the runners share images and layers through,
+  with credentials from `TORCHYARD_REGISTRY_USERNAME` and `TORCHYARD_REGISTRY_PASSWORD` (else Docker's own).
 A target with a scheme (`https://`, `http://`, `file://`) is a PEP 503 index; a plain path is a flat
 folder of wheels (uv's `--find-links`). Mirrors change where files come from, never which files:
 the lock's hashes still have to match.
@@ -14,11 +17,10 @@ the lock's hashes still have to match.
 
 from __future__ import annotations
 
-import os
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -30,6 +32,8 @@ FIND_LINKS_ENV = "TORCHYARD_FIND_LINKS"
 BASES_ENV_VAR = "TORCHYARD_BASE_IMAGES"
 FILE_ENV_VAR = "TORCHYARD_MACHINE_FILE"
 REGISTRY_ENV = "TORCHYARD_REGISTRY"
+USERNAME_ENV = "TORCHYARD_REGISTRY_USERNAME"
+PASSWORD_ENV = "TORCHYARD_REGISTRY_PASSWORD"
 TABLES = ("mirrors", "base-images", "limits", "allow", "registry")
 # The distribution spec's pieces, lower case: a registry host[:port], and one path component.
 _HOST = r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?"
@@ -75,8 +79,8 @@ def _machine_data(path: Path) -> dict[str, object]:
     return data
 
 
-def _from_file(path: Path, table_name: str) -> dict[str, str]:
-    table = _machine_data(path).get(table_name, {})
+def _from_file(path: Path, data: Mapping[str, object], table_name: str) -> dict[str, str]:
+    table = data.get(table_name, {})
     if not isinstance(table, dict) or not all(isinstance(value, str) for value in table.values()):
         raise ConfigError(f'{path}: {table_name}: expected a table of name = "value" strings')
     return dict(table)
@@ -124,9 +128,8 @@ def _size(path: Path, key: str, value: object) -> str:
     return value
 
 
-def load_limits(env: Mapping[str, str] = os.environ) -> Limits:
-    path = machine_file(env)
-    table = _machine_data(path).get("limits", {})
+def _limits(path: Path, data: Mapping[str, object]) -> Limits:
+    table = data.get("limits", {})
     if not isinstance(table, dict) or set(table) - set(LIMIT_KEYS):
         raise ConfigError(f"{path}: limits: expected only {', '.join(LIMIT_KEYS)}")
     defaults = Limits()
@@ -151,42 +154,45 @@ def load_limits(env: Mapping[str, str] = os.environ) -> Limits:
     )
 
 
-def _allow_table(env: Mapping[str, str]) -> tuple[Path, dict[str, object]]:
-    path = machine_file(env)
-    table = _machine_data(path).get("allow", {})
+def _allow(path: Path, data: Mapping[str, object]) -> tuple[frozenset[str], bool]:
+    """`[allow]`: the `docker run` flags matrix.toml may use although they give up isolation, and whether
+    an entry's tests may have a network."""
+    table = data.get("allow", {})
     if not isinstance(table, dict) or set(table) - {"docker-run", "network"}:
         raise ConfigError(f'{path}: allow: expected docker-run = ["--flag", ...] and network = true only')
-    return path, table
-
-
-def allowed_docker_run(env: Mapping[str, str] = os.environ) -> frozenset[str]:
-    """`docker run` flags this machine allows matrix.toml to use although they give up isolation."""
-    path, table = _allow_table(env)
     flags = table.get("docker-run", [])
     if not isinstance(flags, list):
         raise ConfigError(f'{path}: allow: expected docker-run = ["--flag", ...] and network = true only')
     if not all(isinstance(flag, str) and flag.startswith("-") for flag in flags):
         raise ConfigError(f'{path}: allow > docker-run: expected flags such as "--privileged"')
-    return frozenset(flags)
+    network = table.get("network", False)
+    if not isinstance(network, bool):
+        raise ConfigError(f"{path}: allow > network: expected true or false, got {network!r}")
+    return frozenset(flags), network
 
 
-def allows_network(env: Mapping[str, str] = os.environ) -> bool:
-    """Whether this machine lets an entry's tests have a network (`[allow] network = true`); matrix.toml's
-    `network` key alone never does, and an untrusted run never gets one."""
-    path, table = _allow_table(env)
-    allowed = table.get("network", False)
-    if not isinstance(allowed, bool):
-        raise ConfigError(f"{path}: allow > network: expected true or false, got {allowed!r}")
-    return allowed
+@dataclass(frozen=True)
+class Registry:
+    """Where this machine's runners share images: `host[:port][/path]`, and how to log in to it."""
+
+    name: str
+    auth: dict[str, str] | None = field(default=None, repr=False)  # from the environment; None: Docker's own store
+
+    @property
+    def host(self) -> str:
+        return self.name.split("/", 1)[0]
+
+    def ref(self, local: str) -> str:
+        """The registry's name for a local `torchyard/<entry>:<tag>`."""
+        return f"{self.name}/{local}"
 
 
-def load_registry_name(env: Mapping[str, str] = os.environ) -> str | None:
+def _registry_name(path: Path, data: Mapping[str, object], env: Mapping[str, str]) -> str | None:
     """The registry this machine's runners share (`TORCHYARD_REGISTRY`, else `[registry] name`), or None."""
-    path = machine_file(env)
     if env.get(REGISTRY_ENV):
         name, origin = env[REGISTRY_ENV], REGISTRY_ENV
     else:
-        table = _machine_data(path).get("registry", {})
+        table = data.get("registry", {})
         if not isinstance(table, dict) or set(table) - {"name"} or not isinstance(table.get("name", ""), str):
             raise ConfigError(f'{path}: registry: expected name = "host[:port]/path" only')
         if "name" not in table:
@@ -202,6 +208,18 @@ def load_registry_name(env: Mapping[str, str] = os.environ) -> str | None:
     return name
 
 
+def _registry(path: Path, data: Mapping[str, object], env: Mapping[str, str]) -> Registry | None:
+    """The machine's registry with its credentials from the environment, or None when none is set."""
+    name = _registry_name(path, data, env)
+    if name is None:
+        return None
+    username, password = env.get(USERNAME_ENV, ""), env.get(PASSWORD_ENV, "")
+    if bool(username) != bool(password):
+        missing = PASSWORD_ENV if username else USERNAME_ENV
+        raise ConfigError(f"{missing} is not set: registry credentials from the environment need both variables")
+    return Registry(name, {"username": username, "password": password} if username else None)
+
+
 def machine_file(env: Mapping[str, str]) -> Path:
     if FILE_ENV_VAR in env:
         return Path(env[FILE_ENV_VAR])
@@ -209,9 +227,9 @@ def machine_file(env: Mapping[str, str]) -> Path:
     return config_home / "torchyard" / "machine.toml"
 
 
-def _pairs(env: Mapping[str, str], variable: str, what: str) -> dict[str, str]:
+def _pairs(text: str, variable: str, what: str) -> dict[str, str]:
     pairs = {}
-    for pair in env.get(variable, "").split():
+    for pair in text.split():
         name, separator, value = pair.partition("=")
         if not separator or not name or not value:
             raise ConfigError(f"{variable}: expected NAME={what} pairs, got {pair!r}")
@@ -219,19 +237,20 @@ def _pairs(env: Mapping[str, str], variable: str, what: str) -> dict[str, str]:
     return pairs
 
 
-def load_mirrors(env: Mapping[str, str] = os.environ) -> dict[str, Source]:
-    """The machine's mirrors by index name (empty when none is configured)."""
-    path = machine_file(env)
-    mirrors = {name: _target(name, target, str(path)) for name, target in _from_file(path, "mirrors").items()}
-    for name, target in _pairs(env, ENV_VAR, "URL-or-folder").items():
+def _mirrors(path: Path, data: Mapping[str, object], variable: str) -> dict[str, Source]:
+    """The machine's mirrors by index name (empty when none is configured); `variable` is `TORCHYARD_MIRRORS`."""
+    from_file = _from_file(path, data, "mirrors")
+    mirrors = {name: _target(name, target, str(path)) for name, target in from_file.items()}
+    for name, target in _pairs(variable, ENV_VAR, "URL-or-folder").items():
         mirrors[name] = _target(name, target, ENV_VAR)
     return mirrors
 
 
-def load_base_overrides(env: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """Base images that replace matrix.toml's on this machine, by entry name or accelerator name."""
-    path = machine_file(env)
-    from_file, from_env = _from_file(path, "base-images"), _pairs(env, BASES_ENV_VAR, "IMAGE")
+def _base_overrides(path: Path, data: Mapping[str, object], variable: str) -> dict[str, str]:
+    """Base images that replace matrix.toml's on this machine, by entry name or accelerator name; `variable`
+    is `TORCHYARD_BASE_IMAGES`."""
+    from_file = _from_file(path, data, "base-images")
+    from_env = _pairs(variable, BASES_ENV_VAR, "IMAGE")
     sources = ((f"{path}: base-images", from_file, ""), (BASES_ENV_VAR, from_env, " (pairs are separated by spaces)"))
     for where, pairs, hint in sources:
         for name, image in pairs.items():
@@ -256,10 +275,53 @@ def index_args(sources: Sequence[Source], extra_find_links: Sequence[str] = ()) 
     return args
 
 
-def extra_find_links(env: Mapping[str, str] = os.environ) -> tuple[str, ...]:
-    """Local wheel folders to try before any index (`TORCHYARD_FIND_LINKS`, whitespace-separated).
+def _find_links(text: str) -> tuple[str, ...]:
+    """Local wheel folders to try before any index (`TORCHYARD_FIND_LINKS`, whitespace-separated; those that
+    are folders on this machine).
 
     Only for installs: the lock's hashes decide which files are acceptable, so a folder can only save a
     download, never change what is installed.
     """
-    return tuple(folder for folder in env.get(FIND_LINKS_ENV, "").split() if Path(folder).is_dir())
+    return tuple(folder for folder in text.split() if Path(folder).is_dir())
+
+
+@dataclass(frozen=True)
+class Machine:
+    """This machine's settings, read once by `load_machine` and passed in. `Machine()` is a machine that
+    sets nothing: what `load_machine` gives where no file and no variable says otherwise."""
+
+    limits: Limits = Limits()
+    allowed_docker_run: frozenset[str] = frozenset()  # flags matrix.toml may use although they give up isolation
+    allows_network: bool = False  # matrix.toml's `network` alone never gives one; an untrusted run never gets one
+    registry: Registry | None = None
+    mirrors: Mapping[str, Source] = field(default_factory=dict)
+    base_overrides: Mapping[str, str] = field(default_factory=dict)  # by entry name or accelerator name
+    find_links: tuple[str, ...] = ()  # local wheel folders, for installs only
+
+    def sources(self, indexes: Sequence[Index]) -> tuple[Source, ...]:
+        """Each index as this machine reaches it (`sources_for` with the machine's mirrors)."""
+        return sources_for(indexes, self.mirrors)
+
+    def install_sources(self, indexes: Sequence[Index]) -> tuple[Source, ...]:
+        """What an image's installs read: each index as this machine reaches it, then its local wheel folders."""
+        return (*self.sources(indexes), *(Source("local", "find-links", folder) for folder in self.find_links))
+
+
+def load_machine(env: Mapping[str, str]) -> Machine:
+    """Every setting of this machine from `env` and its machine file, read once; a bad value is one line
+    naming the file or variable, and the tables are checked in `TABLES` order."""
+    path = machine_file(env)
+    data = _machine_data(path)
+    mirrors = _mirrors(path, data, env.get(ENV_VAR, ""))
+    base_overrides = _base_overrides(path, data, env.get(BASES_ENV_VAR, ""))
+    limits = _limits(path, data)
+    allowed_docker_run, allows_network = _allow(path, data)
+    return Machine(
+        limits=limits,
+        allowed_docker_run=allowed_docker_run,
+        allows_network=allows_network,
+        registry=_registry(path, data, env),
+        mirrors=mirrors,
+        base_overrides=base_overrides,
+        find_links=_find_links(env.get(FIND_LINKS_ENV, "")),
+    )

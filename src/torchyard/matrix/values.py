@@ -23,7 +23,7 @@ from torchyard.util.checkout import linked_component
 SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12", "3.13", "3.14")
 # `docker run` flags that cannot widen what a test container reaches (resources, environment, labels); their
 # values are checked too (an environment variable needs its value, a resource limit may only be lowered: see
-# torchyard.run.seal). `--tmpfs`, `--ulimit` and `--cpu-shares` can raise what the machine gives a run.
+# torchyard.seal). `--tmpfs`, `--ulimit` and `--cpu-shares` can raise what the machine gives a run.
 SAFE_DOCKER_RUN = frozenset(
     {
         "--shm-size", "--memory", "--memory-swap", "--memory-reservation", "--cpus", "--cpuset-cpus",

@@ -31,8 +31,8 @@ from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
 from torchyard.run.reports import HandBackError, exclusive_run, folder_bytes, fresh_folder, hand_back, read_report
 from torchyard.run.scopes import CacheScope, seed_args
-from torchyard.run.seal import IMAGE_USER, Seal, check_matrix_flags, check_untrusted_seal, sealing_args
 from torchyard.run.stamp import stamp_reports
+from torchyard.seal import IMAGE_USER, Seal, check_matrix_flags, check_untrusted_seal, sealing_args
 from torchyard.trust import TRUST_ENV
 from torchyard.util import proc
 

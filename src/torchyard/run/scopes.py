@@ -18,7 +18,7 @@ from pathlib import Path
 
 from torchyard import contract
 from torchyard.matrix.schema import Entry
-from torchyard.run.seal import bounded, helper_args
+from torchyard.seal import bounded, helper_args
 from torchyard.trust import Trust
 
 CACHES = Path(".torchyard") / "cache"

@@ -18,7 +18,7 @@ from torchyard.lock.check import require_fresh
 from torchyard.lock.install import sync_args
 from torchyard.lock.lockfile import lock_path
 from torchyard.lock.resolve import uv_version
-from torchyard.matrix.machine import Source, extra_find_links, load_mirrors, sources_for
+from torchyard.matrix.machine import Machine, Source
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
 from torchyard.run.interpreter import run_suites
@@ -86,10 +86,12 @@ def run_local(
     reports: Path,
     extra: Sequence[str],
     *,
+    machine: Machine,
     runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
 ) -> int:
-    """Check the lock, sync `.torchyard/venvs/<entry>` to it, add torchyard and the project, run the suites."""
+    """Check the lock, sync `.torchyard/venvs/<entry>` to it (through this `machine`'s mirrors and wheel
+    folders), add torchyard and the project, run the suites."""
     require_fresh(entry, lockdir, uv_version(runner))
     lockfile = lock_path(lockdir, entry)
     venv = VENVS / entry.name
@@ -97,14 +99,14 @@ def run_local(
     uv_env = {**env, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"}
     if not python.exists():
         runner(["uv", "venv", "--quiet", "--python", entry.python, str(venv)], env=uv_env)
-    sources = sources_for(entry.indexes, load_mirrors(env))
+    sources = machine.sources(entry.indexes)
     steps = 4 if entry.project else 3
     print(f"[1/{steps}] installing {lockfile} into {venv}", file=sys.stderr, flush=True)
     sync_venv(
         venv,
         lockfile,
         sources,
-        find_links=extra_find_links(env),
+        find_links=machine.find_links,
         index_strategy=entry.accelerator.index_strategy,
         runner=runner,
         env=uv_env,
