@@ -78,6 +78,7 @@ def test_an_untrusted_build_of_a_changed_project_installs_nothing_of_the_lock(
     assert untrusted.returncode == 0, untrusted.stderr[-3000:]
     assert f"on the trusted dependency image {dependency_tag}" in untrusted.stderr
     assert "install-layer.sh" not in untrusted.stdout + untrusted.stderr  # no group was installed, or cached
+    assert "built on the trusted dependency image" in untrusted.stdout
     image = client.images.get(f"torchyard/{entry}:untrusted")
     assert image.id != trusted_image.id and image.labels["dev.torchyard.layers"] == keys
     assert set(dependencies.attrs["RootFS"]["Layers"]) <= set(image.attrs["RootFS"]["Layers"])

@@ -54,21 +54,28 @@ def stand_ins(workflow: Path) -> list[str]:
     return [f"--local-repository={owner}/{name}@{sha}={STAND_INS / name}" for owner, name, sha in pins]
 
 
-def snapshot(dest: Path) -> None:
-    """This checkout's files as git sees them (tracked and untracked, not ignored), in a fresh repository."""
+# The workflow files, as `--before REV` takes them from an earlier commit (the rest stays this checkout's).
+WORKFLOW_FILES = (".github/workflows/ci.yml", "src/torchyard/templates/torchyard.yml")
+
+
+def snapshot(dest: Path, before: str = "") -> None:
+    """This checkout's files as git sees them (tracked and untracked, not ignored), in a fresh repository;
+    with `before`, the workflow files as that revision had them."""
     listed = git(REPO, "ls-files", "-z", "--cached", "--others", "--exclude-standard").split("\0")
     for name in filter(None, listed):
         source = REPO / name
         if source.is_file() and not source.is_symlink():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, dest / name)
+    for name in WORKFLOW_FILES if before else ():
+        (dest / name).write_text(git(REPO, "show", f"{before}:{name}") + "\n")
 
 
-def adopter(scratch: Path) -> tuple[Path, Path]:
+def adopter(scratch: Path, before: str = "") -> tuple[Path, Path]:
     """examples/robot-policy made an adopter with `torchyard init` (from a wheel of this checkout) and
     `torchyard lock`; returns it and the venv torchyard was installed into."""
     source = scratch / "torchyard-source"
-    snapshot(source)
+    snapshot(source, before)
     proc.run(["uv", "build", "--quiet", "--wheel", "--out-dir", str(scratch / "dist"), str(source)])
     (wheel,) = (scratch / "dist").glob("torchyard-*.whl")
     venv = scratch / "torchyard-venv"
@@ -121,12 +128,12 @@ class Repositories:
     head: str  # the branch's commit
 
 
-def repositories(scratch: Path, scenario: Scenario, adopter_project: Path | None) -> Repositories:
+def repositories(scratch: Path, scenario: Scenario, adopter_project: Path | None, before: str = "") -> Repositories:
     work, origin = scratch / "work", scratch / "origin.git"
     if adopter_project is not None:
         shutil.copytree(adopter_project, work)
     else:
-        snapshot(work)
+        snapshot(work, before)
     edit_matrix(work, scenario)
     git(work, "init", "--quiet", f"--initial-branch={DEFAULT_BRANCH}")
     git(work, "add", "--all")
@@ -290,8 +297,12 @@ def problems(scenario: Scenario, result: Outcome, scratch: Path) -> Iterator[str
             yield f"the log has {text!r}"
 
 
-def run(scenario: Scenario, scratch: Path, adopter_project: Path | None, venv: Path | None) -> list[str]:
-    repos = repositories(scratch, scenario, adopter_project)
+def run(
+    scenario: Scenario, scratch: Path, adopter_project: Path | None, venv: Path | None, before: str = ""
+) -> list[str]:
+    """The run's problems (none: it passed). With `before`, a run that shows no problem is the problem: the
+    earlier workflows must fail the checks their fixes made pass."""
+    repos = repositories(scratch, scenario, adopter_project, before)
     command = act_command(scenario, repos, scratch)
     started = time.monotonic()
     completed = proc.run(command, env=act_env(scenario, repos, venv), capture=True, check=False)
@@ -301,6 +312,8 @@ def run(scenario: Scenario, scratch: Path, adopter_project: Path | None, venv: P
     found = list(problems(scenario, result, scratch))
     jobs = ", ".join(f"{job} {seconds:.0f} s" for job, seconds in sorted(result.seconds.items()))
     verdict = "ok" if not found else "FAILED"
+    if before:
+        verdict = f"failed with the workflows of {before}, as it should" if found else f"PASSED with {before}"
     print(f"{scenario.name}: {verdict} in {time.monotonic() - started:.0f} s ({jobs})", file=sys.stderr)
     for problem in found:
         print(f"  {scenario.name}: {problem}", file=sys.stderr)
@@ -313,6 +326,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.envi
     parser = argparse.ArgumentParser(prog="nox -s workflows", description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", default=[], help="a scenario's name (repeatable)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    parser.add_argument(
+        "--before", default="", metavar="REV", help="run with REV's workflow files: each chosen run must fail"
+    )
     args = parser.parse_args(argv)
     chosen = [s for s in SCENARIOS if not args.only or s.name in args.only]
     if not chosen:
@@ -322,12 +338,12 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.envi
     try:
         adopter_project, venv = (None, None)
         if any(s.repository == "adopter" for s in chosen):
-            adopter_project, venv = adopter(root / "adopter-base")
+            adopter_project, venv = adopter(root / "adopter-base", args.before)
         for scenario in chosen:
             scratch = root / scenario.name
             scratch.mkdir()
             own = adopter_project if scenario.repository == "adopter" else None
-            if run(scenario, scratch, own, venv):
+            if bool(run(scenario, scratch, own, venv, args.before)) != bool(args.before):
                 failed.append(scenario.name)
     finally:
         if args.keep or failed:
@@ -335,9 +351,11 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.envi
         else:
             shutil.rmtree(root, ignore_errors=True)
     if failed:
-        print(f"workflows: {len(failed)} of {len(chosen)} runs failed: {', '.join(failed)}", file=sys.stderr)
+        outcome = f"passed with {args.before}" if args.before else "failed"
+        print(f"workflows: {len(failed)} of {len(chosen)} runs {outcome}: {', '.join(failed)}", file=sys.stderr)
         return 1
-    print(f"workflows: {len(chosen)} runs passed", file=sys.stderr)
+    outcome = f"failed with {args.before}'s workflows, as they should" if args.before else "passed"
+    print(f"workflows: {len(chosen)} runs {outcome}", file=sys.stderr)
     return 0
 
 

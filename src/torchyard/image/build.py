@@ -239,12 +239,13 @@ def _ca_bundle(env: Mapping[str, str]) -> Path | None:
     return None
 
 
-Origin = Literal["local", "pulled", "cache", "cold"]
+Origin = Literal["local", "pulled", "cache", "cold", "dependencies"]
 ORIGIN_WORDS: dict[Origin, str] = {
     "local": "found on this runner",
     "pulled": "pulled from the registry",
     "cache": "built from cache",
     "cold": "built cold",
+    "dependencies": "built on the trusted dependency image",
 }
 NO_REGISTRY = "--push needs a registry: set TORCHYARD_REGISTRY (host[:port]/path) or [registry] name in machine.toml"
 # A dependency layer's step in BuildKit's plain output (`#15 [image  7/17] RUN ... install-layer.sh numeric`);
@@ -502,7 +503,8 @@ def build_image(
     layers = layer_outcomes(plan.layers, output, sizes, local_keys, stood_on=bool(plan.stands_on))
     pushed = publish(client, registry, image, plan, env) if options.push else ()
     seconds = time.monotonic() - started
-    return Built(entry.name, plan.tag, image.attrs["Size"], seconds, how_built(output), pushed, layers=layers)
+    origin: Origin = "dependencies" if plan.stands_on else how_built(output)
+    return Built(entry.name, plan.tag, image.attrs["Size"], seconds, origin, pushed, layers=layers)
 
 
 def build_summary(rows: Sequence[Built]) -> list[tuple[str, str, str, str, str]]:
