@@ -15,8 +15,13 @@ TORCH_DEVICES: dict[AcceleratorName, str] = {"cpu": "cpu", "cuda": "cuda", "rocm
 # Accelerators no container reaches: their entries run natively, in a venv made from their own lock.
 NATIVE_ACCELERATORS: frozenset[AcceleratorName] = frozenset({"mps"})
 
-SuiteName = Literal["export", "compile", "runtime", "parity", "train"]
+SuiteName = Literal["export", "compile", "runtime", "parity", "train", "aot"]
 SUITE_NAMES: tuple[SuiteName, ...] = get_args(SuiteName)
+# Suites an entry runs only where its `suites` lists them (their backends join parity only then): each costs
+# a compile per case that no other suite shares (AOTInductor's C++ build).
+OPT_IN_SUITES: frozenset[SuiteName] = frozenset({"aot"})
+# What an entry without `suites` runs.
+DEFAULT_SUITES: tuple[SuiteName, ...] = tuple(suite for suite in SUITE_NAMES if suite not in OPT_IN_SUITES)
 # The harness's own self-tests: always run, never count towards a suite having passed.
 HARNESS = "harness"
 # The marker torchyard puts on an adopter project's own tests, run beside the suites.
@@ -27,7 +32,9 @@ PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 # The torch dtype name (`torch.<name>`) each precision computes in; tolerance keys use these names.
 PRECISION_DTYPES: dict[Precision, str] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
-BackendName = Literal["eager", "export", "inductor", "executorch-portable", "executorch-xnnpack", "tensorrt"]
+BackendName = Literal[
+    "eager", "export", "inductor", "aotinductor", "executorch-portable", "executorch-xnnpack", "tensorrt"
+]
 BACKEND_NAMES: tuple[BackendName, ...] = get_args(BackendName)
 
 
@@ -46,6 +53,7 @@ BACKEND_FACTS: dict[BackendName, BackendFacts] = {
     "eager": BackendFacts("parity", ("torch",)),
     "export": BackendFacts("export", ("torch",)),
     "inductor": BackendFacts("compile", ("torch",)),
+    "aotinductor": BackendFacts("aot", ("torch",)),
     "executorch-portable": BackendFacts("runtime", ("executorch", "torchao")),
     "executorch-xnnpack": BackendFacts("runtime", ("executorch", "torchao")),
     "tensorrt": BackendFacts("runtime", ("torch-tensorrt", "tensorrt")),

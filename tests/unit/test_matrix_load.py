@@ -38,6 +38,18 @@ def test_valid_matrix_becomes_a_typed_plan() -> None:
     assert str(cpu.accelerator.base_image).startswith("debian:bookworm-slim@sha256:7802")
 
 
+def test_the_aot_suite_and_its_backends_bounds_are_opt_in() -> None:
+    """An entry without `suites` runs every suite but AOTInductor's; one that lists `aot` runs it, and its
+    backend's tolerance key is a known one."""
+    text = VALID.replace('suites = ["export", "parity"]', 'suites = ["export", "aot"]').replace(
+        '"float32.inductor"', '"float32.aotinductor"'
+    )
+    cpu, cuda = parse(text).entries
+    assert "aot" not in cpu.suites
+    assert cuda.suites == ("export", "aot")
+    assert cuda.tolerances == (Tolerance("float32.aotinductor", 1e-4, None, 0.9999),)
+
+
 def test_committed_matrix_is_valid() -> None:
     plan = load_plan(Path(__file__).parents[2] / "matrix.toml")
     assert [entry.name for entry in plan.entries] == ["cpu", "cpu-bf16", "cuda", "rocm", "xpu", "mps"]
@@ -107,7 +119,7 @@ def test_committed_matrix_is_valid() -> None:
         (
             'suites = ["export", "parity"]',
             'suites = ["export", "benchmarks"]',
-            'matrix.toml: entry "cuda" > suites[1]: expected one of export, compile, runtime, parity, train, '
+            'matrix.toml: entry "cuda" > suites[1]: expected one of export, compile, runtime, parity, train, aot, '
             'got "benchmarks"',
         ),
         (

@@ -42,7 +42,17 @@ from torchyard.inimage.precision import DTYPES, PrecisionError, check_precision,
 from torchyard.inimage.probe import ProbeError, probe, torch_device
 from torchyard.inimage.verdicts import passes
 from torchyard.inimage.workers import pin_worker_device
-from torchyard.names import BACKEND_NAMES, HARNESS, PROJECT, SUITE_NAMES, TRAIN_BACKENDS, Precision, SuiteName
+from torchyard.names import (
+    BACKEND_NAMES,
+    BACKEND_SUITES,
+    HARNESS,
+    OPT_IN_SUITES,
+    PROJECT,
+    SUITE_NAMES,
+    TRAIN_BACKENDS,
+    Precision,
+    SuiteName,
+)
 
 RECORD_KEY = "torchyard"
 SUITES_DIR = Path(__file__).parent / "suites"
@@ -137,8 +147,12 @@ class _Settings:
 
     @property
     def parity_backends(self) -> tuple[str, ...]:
+        """Every backend (each compile mode one), but an opt-in suite's only where the run selected that suite."""
         return tuple(
-            backend for name in BACKEND_NAMES for backend in (self.compile_backends if name == "inductor" else (name,))
+            backend
+            for name in BACKEND_NAMES
+            if BACKEND_SUITES[name] not in OPT_IN_SUITES or BACKEND_SUITES[name] in self.suites
+            for backend in (self.compile_backends if name == "inductor" else (name,))
         )
 
 

@@ -5,6 +5,7 @@ and the mutation session (`nox -s mutants`) all go through `passes`, never throu
 - compile: the compiled module ran with the eager output's shapes (its values are parity's to judge).
 - runtime: the lowered program loaded and ran with the eager output's shapes, from a file on disk
   (where the program runs from memory and its file is only kept, TensorRT's engines, running is enough).
+- aot: the AOTInductor package ran with the eager output's shapes, loaded from a file on disk.
 - parity: the outputs met the reference within the precision's bounds.
 - train: the step's loss, gradients, parameters, optimizer state and buffers met the float64 step's.
 """
@@ -40,7 +41,7 @@ def passes(suite: SuiteName, result: Result) -> bool:
             return result.status == "passed"
         case "compile":
             return ran(result)
-        case "export":
+        case "export" | "aot":
             return ran(result) and on_disk(result)
         case "runtime":
             return ran(result) and (result.backend in FROM_MEMORY or on_disk(result))

@@ -11,7 +11,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchyard.names import COMPILE_MODES, PRECISIONS, SUITE_NAMES
+from torchyard.names import COMPILE_MODES, DEFAULT_SUITES, OPT_IN_SUITES, PRECISIONS, SUITE_NAMES
 
 REQUIRED = "required"
 
@@ -94,7 +94,9 @@ MATRIX_KEYS: tuple[Key, ...] = (
     Key("entry", "requirements", "array of PEP 508 requirements", "required, not empty",
         "what the entry's lock resolves (with the project's dependencies, if any)",
         ["torch==2.14.*", "pytest>=8", "numpy"], ["torch=2.14"]),
-    Key("entry", "suites", "array of suite names", "all: " + ", ".join(f"`{name}`" for name in SUITE_NAMES),
+    Key("entry", "suites", "array of suite names",
+        ", ".join(f"`{name}`" for name in DEFAULT_SUITES)
+        + " (every suite but the opt-in " + ", ".join(f"`{name}`" for name in sorted(OPT_IN_SUITES)) + ")",
         "the suites the entry runs: " + _one_of(SUITE_NAMES), ["export", "parity"], ["exports"]),
     Key("entry", "exclude-newer", "date or UTC date-time", "the top level's",
         "this entry's resolution cut-off", dt.datetime(2026, 9, 1, 12, tzinfo=dt.UTC), "2026-13-01"),

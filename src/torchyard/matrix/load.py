@@ -30,6 +30,7 @@ from torchyard.matrix.schema import (
 from torchyard.names import (
     ACCELERATOR_NAMES,
     COMPILE_MODES,
+    DEFAULT_SUITES,
     NATIVE_ACCELERATORS,
     PRECISIONS,
     SUITE_NAMES,
@@ -278,7 +279,7 @@ def _entry(
     assert requirements is not None
     for position, line in enumerate(requirements):
         values.requirement(table, f"requirements[{position}]", line)
-    suites = table.string_list("suites", required=False) or SUITE_NAMES
+    suites = table.string_list("suites", required=False) or DEFAULT_SUITES
     for position, suite in enumerate(suites):
         _choice(table, f"suites[{position}]", SUITE_NAMES, suite)
     exclude_newer = _timestamp(table, "exclude-newer", required=default_exclude_newer is None)

@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 import torch
 
-from torchyard.inimage.parity.backends import BACKENDS, Backend, executorch, unavailable_reason
+from torchyard.inimage.parity.backends import BACKENDS, Backend, aotinductor, executorch, export, unavailable_reason
 from torchyard.inimage.verdicts import FROM_MEMORY
 from torchyard.names import BACKEND_FACTS, TORCH_DEVICES, module_name
 
@@ -23,7 +23,7 @@ def test_every_backend_is_listed_under_its_own_name() -> None:
 @pytest.mark.parametrize(("name", "backend"), BACKENDS.items(), ids=list(BACKENDS))
 def test_each_backend_keeps_the_file_its_suite_judges(name: str, backend: Backend) -> None:
     suite = BACKEND_FACTS[backend.NAME].suite
-    if suite == "export":  # the export suite passes only with the program saved and loaded back
+    if suite in ("export", "aot"):  # these suites pass only with the program saved and loaded back
         assert backend.ARTIFACT is not None and backend.ARTIFACT.loaded
     if suite == "runtime":  # a runtime runs a program from a file, or from memory while it keeps the file
         assert backend.ARTIFACT is not None
@@ -69,3 +69,13 @@ def test_executorchs_delegates_are_data() -> None:
     assert unavailable_reason("executorch-xnnpack", torch.device("cuda")) == (
         "XNNPACK is a CPU backend; this entry targets cuda"
     )
+
+
+def test_aotinductor_runs_where_it_generates_code_and_keeps_a_package_of_its_own() -> None:
+    assert aotinductor.unavailable(torch.device("cpu")) is None
+    assert aotinductor.unavailable(torch.device("cuda")) is None
+    assert aotinductor.unavailable(torch.device("mps")) == (
+        "AOTInductor compiles for CPU and CUDA devices; this entry targets mps"
+    )
+    # torch's packager refuses a path that does not end in .pt2; export's .pt2 of the same case is another file.
+    assert aotinductor.ARTIFACT.suffix.endswith(".pt2") and aotinductor.ARTIFACT.suffix != export.ARTIFACT.suffix

@@ -28,7 +28,7 @@ from torchyard.inimage.parity.harness import Result, Status, evaluate, make_refe
 from torchyard.inimage.parity.metrics import beyond_bounds
 from torchyard.inimage.parity.tolerances import Bounds, load_tolerances
 from torchyard.inimage.parity.trees import Leaf, leaves
-from torchyard.inimage.plugin import _Freezer, worker_id
+from torchyard.inimage.plugin import _Freezer, _Settings, worker_id
 from torchyard.inimage.precision import PrecisionError, check_precision
 from torchyard.inimage.probe import ProbeError, check_device, check_kernel, torch_device, unlocked_environment
 from torchyard.inimage.suites.conftest import _may_run_harness
@@ -325,6 +325,21 @@ def test_each_suites_pass_rule(tmp_path: Path) -> None:
     assert not passes("runtime", _result("passed", backend="vulkan"))  # only TensorRT runs from memory
     assert passes("runtime", _result("failed", backend="executorch-xnnpack", artifact=str(program)))
     assert not passes("runtime", _result("skipped", backend="tensorrt"))
+    assert passes("aot", _result("failed", backend="aotinductor", artifact=str(program)))  # values are parity's
+    assert not passes("aot", _result("passed", backend="aotinductor"))  # no package on disk: not what it tests
+    assert not passes("aot", _result("passed", backend="aotinductor", artifact=str(empty)))
+    assert not passes("aot", _result("passed", shapes=False, backend="aotinductor", artifact=str(program)))
+
+
+def test_an_opt_in_suites_backend_joins_parity_only_where_the_run_selected_its_suite() -> None:
+    settings = _Settings(
+        accelerator="cpu", precision="fp32", report_dir=Path("reports"), tolerances=load_tolerances(),
+        case_modules=(), builtin_cases=True, suites=("export", "parity"), compile_backends=("inductor",),
+        vendor_record=None, precision_settings={},
+    )  # fmt: skip
+    assert "aotinductor" not in settings.parity_backends and "executorch-xnnpack" in settings.parity_backends
+    chosen = dataclasses.replace(settings, suites=("parity", "aot"))
+    assert chosen.parity_backends == tuple(BACKEND_NAMES)
 
 
 PLANTED_CASES = """

@@ -10,7 +10,7 @@ import torch
 
 from torchyard.inimage.cases import Call, Case, base_backend
 from torchyard.inimage.parity.artifacts import ArtifactCache
-from torchyard.inimage.parity.backends import eager, executorch, export, inductor, tensorrt
+from torchyard.inimage.parity.backends import aotinductor, eager, executorch, export, inductor, tensorrt
 from torchyard.inimage.parity.backends.protocol import NO_CACHE, Artifact, Backend, BackendRun, Job, Runner
 from torchyard.names import BackendName
 
@@ -18,6 +18,7 @@ BACKENDS: dict[BackendName, Backend] = {
     "eager": eager,
     "export": export,
     "inductor": inductor,
+    "aotinductor": aotinductor,
     "executorch-portable": executorch.ExecuTorch(executorch.PORTABLE),
     "executorch-xnnpack": executorch.ExecuTorch(executorch.XNNPACK),
     "tensorrt": tensorrt,
