@@ -21,6 +21,7 @@ from torchyard.inimage.cases import Call, Case
 from torchyard.inimage.parity.artifacts import ArtifactCache
 from torchyard.inimage.parity.backends import NO_CACHE, BackendRun, Runner, runner_for, unavailable_reason
 from torchyard.inimage.parity.errors import RecordedFailure, describe_error, error_types
+from torchyard.inimage.parity.keys import why_unkeyable
 from torchyard.inimage.parity.metrics import Comparison, compare_objects, compare_statistics, compare_values
 from torchyard.inimage.parity.tolerances import Tolerances
 from torchyard.inimage.parity.trees import Leaf, leaf_paths, leaves, to_device
@@ -47,6 +48,7 @@ class Result:
     error_types: list[str] = field(default_factory=list)  # the exception's class and bases, for known failures
     error_message: str = ""
     cache: str = ""  # what the artifact cache did: hit, miss, rebuilt, off, unkeyable ("" when no artifact)
+    cache_why: str = ""  # why the case could not be keyed, where it was unkeyable
     # The outputs meet what the case's known failure says this backend computes instead (they may meet the
     # case's reference too, where the precision's bounds cannot tell the two apart).
     known_values: bool = False
@@ -179,6 +181,8 @@ def evaluate(
     result.compile_seconds, result.run_seconds, result.latency_ms = run.compile_seconds, run.run_seconds, run.latency_ms
     result.artifact = str(run.artifact) if run.artifact else None
     result.cache = str(run.notes.get("cache", ""))
+    if result.cache == "unkeyable":
+        result.cache_why = why_unkeyable(module)
     counts = [len(outputs) for outputs in run.outputs]
     if counts != [len(expected) for expected in reference.outputs]:
         result.status = "failed"

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import torch
 
 from torchyard.inimage.cases import Call, Case
-from torchyard.inimage.parity.artifacts import Unkeyable, artifact_key
+from torchyard.inimage.parity.keys import Unkeyable, artifact_key
 from torchyard.inimage.parity.trees import Leaf, leaves
 
 T = TypeVar("T")
