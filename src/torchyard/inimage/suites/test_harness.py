@@ -445,8 +445,28 @@ class Guarded(torch.nn.Module):
         return self.linear(x)
 
 
+class NoGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, gradient):
+        raise RuntimeError("no gradient here")
+
+
+class ForwardOnly(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return NoGradient.apply(self.linear(x))
+
+
 CASES = [
     Case("broken", Broken, inputs),
+    Case("forward_only", ForwardOnly, inputs, backends=("eager", "train-eager-sgd", "train-eager-adamw")),
     Case(
         "guarded",
         Guarded,
@@ -457,7 +477,7 @@ CASES = [
 """
 
 
-@shipped_run(ADOPTER_CASES, ("export", "parity", "train"))
+@shipped_run(ADOPTER_CASES, ("export", "parity", "train"), "-v")
 def test_a_failing_reference_fails_once_and_every_failure_is_one_line(beside: pytest.RunResult) -> None:
     """A model whose forward raises fails once, in parity's eager test; its export and train tests skip with
     the reason, their rows kept. A known failure whose `match` holds regular-expression characters that the
@@ -483,6 +503,18 @@ def test_a_failing_reference_fails_once_and_every_failure_is_one_line(beside: py
                                               ("train", "train-eager-sgd"), ("train", "train-eager-adamw")]
     }  # fmt: skip
     assert all(reason.endswith("(failed once, in test_parity[broken-eager])") for _, reason in recorded.values())
+    trained = {
+        item["backend"]: (item["outcome"], item["reason"])
+        for item in json.loads((reports / "parity.json").read_text())["results"]
+        if item["case"] == "forward_only" and item["suite"] == "train"
+    }  # its forward works (parity's eager test passes), its step does not: the step's first test fails
+    assert trained["train-eager-sgd"][0] == "failed"
+    assert trained["train-eager-sgd"][1].startswith("reference: the eager training step fails on cpu: RuntimeError")
+    assert trained["train-eager-adamw"][0] == "skipped"
+    assert trained["train-eager-adamw"][1].endswith(
+        "(failed once, in test_one_step_matches_the_float64_step[forward_only-train-eager-sgd])"
+    )
+    result.stdout.fnmatch_lines(["*test_parity?forward_only-eager? PASSED*"])
     markdown = (reports / "parity.md").read_text().splitlines()
     assert markdown[2].startswith("**") and "FAIL" in markdown[2]  # the summary opens the report
     assert any(
@@ -652,6 +684,7 @@ def test_known_wrong_values_xfail_only_as_known_and_only_where_values_are_compar
     output = result.stdout.str()
     assert "expected the known wrong values (what erf_gelu_block computes), got failed" in output
     assert "now works: remove its known failure" in output
+    assert not [line for line in result.stdout.lines if line.startswith(("E  ", ">  "))]  # one line each
 
 
 WRONG_ERROR_SUITE = """
