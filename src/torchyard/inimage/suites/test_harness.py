@@ -23,7 +23,7 @@ import torch
 
 from torchyard import contract
 from torchyard.inimage.cases import Call, Case, CaseLoadError, KnownFailure, load_cases
-from torchyard.inimage.cases.builtin import CASES, Attention, erf_gelu_block
+from torchyard.inimage.cases.builtin import CASES, XNNPACK_TANH_GELU, Attention, erf_gelu_block
 from torchyard.inimage.parity.backends import BACKENDS, BackendRun, Runner, executorch, unavailable_reason
 from torchyard.inimage.parity.harness import Result, Status, evaluate, make_reference
 from torchyard.inimage.parity.metrics import beyond_bounds
@@ -685,6 +685,15 @@ def test_known_wrong_values_xfail_only_as_known_and_only_where_values_are_compar
     assert "expected the known wrong values (what erf_gelu_block computes), got failed" in output
     assert "now works: remove its known failure" in output
     assert not [line for line in result.stdout.lines if line.startswith(("E  ", ">  "))]  # one line each
+    (coarse,) = [
+        item["reason"]
+        for item in json.loads((reports_of(result) / "parity.json").read_text())["results"]
+        if item["dtype"] == "bfloat16"
+    ]
+    assert coarse == (
+        "passes: these bounds cannot tell the reference from the known wrong values (what erf_gelu_block "
+        f"computes) ({XNNPACK_TANH_GELU.reason})"
+    )
 
 
 WRONG_ERROR_SUITE = """
