@@ -248,9 +248,8 @@ class _CodeWalk:
 
     def _module_attributes(self, module: torch.nn.Module) -> dict[str, object]:
         """What a module holds beyond what every module does; its hooks; and, for one outside the model's tree
-        of submodules (whose weights are keyed apart), its parameters and buffers."""
-        own = id(module) not in self.registered
-        kept = {"_parameters", "_buffers"} if own else set()
+        of submodules (whose weights are keyed apart), its parameters, buffers and submodules."""
+        kept = set() if id(module) in self.registered else {"_parameters", "_buffers", "_modules"}
         return {
             name: list(value.values()) if "hook" in name and isinstance(value, dict) else value
             for name, value in vars(module).items()

@@ -61,6 +61,25 @@ def test_what_a_module_holds_decides_its_key() -> None:
     assert code_digest(hooked) != base  # a hook changes what the module computes
 
 
+class Ensemble(torch.nn.Module):
+    """Holds its members in a plain list, out of its tree of submodules (and of its state dict)."""
+
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        member = torch.nn.Sequential(torch.nn.Linear(4, 4))
+        with torch.no_grad():
+            member[0].weight.fill_(scale)
+            member[0].bias.zero_()
+        self.members = [member]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return sum(member(x) for member in self.members)
+
+
+def test_weights_held_outside_the_tree_of_submodules_are_keyed() -> None:
+    assert code_digest(Ensemble(1.0)) == code_digest(Ensemble(1.0)) != code_digest(Ensemble(2.0))
+
+
 def key(module: torch.nn.Module) -> str:
     return keys.artifact_key(
         case_name="policy", backend="export", options={}, module=module, inputs=((torch.zeros(2, 4),), {}),
