@@ -503,7 +503,7 @@ def conclude(request: pytest.FixtureRequest, suite: SuiteName, case: Case, resul
             pytest.xfail(known.reason)
         mismatch = known.mismatch(result.error_types, result.error_message) if result.status == "error" else ""
         got = f"expected {known.expectation()}, got {result.status}: {result.reason}"
-        got += f" ({mismatch})" if mismatch and known.computes is None else ""
+        got += f" ({mismatch})" if mismatch else ""
         record(request, suite, result, "failed", got)
         pytest.fail(f"{case.name} on {result.backend} ({suite}): {got}", pytrace=False)
     record(

@@ -70,8 +70,11 @@ class KnownFailure:
         return self.raises in error_types and re.search(self.match, message) is not None
 
     def mismatch(self, error_types: Sequence[str], message: str) -> str:
-        """Why an error is not this known failure, in words ("" when it is): the type it raised, and whether
-        its message holds `match` as literal text that the regular expression does not match."""
+        """Why an error is not this known failure, in words ("" when it is, or when this is a known wrong value,
+        which names no error): the type it raised, and whether its message holds `match` as literal text that
+        the regular expression does not match."""
+        if self.computes is not None:
+            return ""
         why = []
         if error_types and self.raises not in error_types:
             why.append(f"it raised {error_types[0]}, not {self.raises}")

@@ -566,6 +566,7 @@ def test_match_is_a_regular_expression_and_literal_text_in_the_message_says_how_
     assert literal.mismatch(["ValueError", "Exception"], "other") == (
         "it raised ValueError, not RuntimeError; its message does not match 'Eq(u0, 1)'"
     )
+    assert KnownFailure("wrong values", computes=torch.nn.Identity).mismatch(["ValueError"], "any") == ""
     with pytest.raises(ValueError, match=re.escape("to match it as literal text, write match=re.escape('f(x')")):
         KnownFailure("unbalanced", raises="RuntimeError", match="f(x")
 
