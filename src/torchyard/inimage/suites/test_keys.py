@@ -12,7 +12,7 @@ import importlib.metadata
 from typing import Any
 
 import pytest
-import sympy
+import sympy  # type: ignore[import-untyped]
 import torch
 
 from torchyard.inimage.parity import keys
@@ -66,14 +66,14 @@ class Ensemble(torch.nn.Module):
 
     def __init__(self, scale: float) -> None:
         super().__init__()
-        member = torch.nn.Sequential(torch.nn.Linear(4, 4))
+        member = torch.nn.Linear(4, 4)
         with torch.no_grad():
-            member[0].weight.fill_(scale)
-            member[0].bias.zero_()
+            member.weight.fill_(scale)
+            member.bias.zero_()
         self.members = [member]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return sum(member(x) for member in self.members)
+        return torch.stack([member(x) for member in self.members]).sum(0)
 
 
 def test_weights_held_outside_the_tree_of_submodules_are_keyed() -> None:
@@ -129,5 +129,6 @@ def test_code_made_at_run_time_says_why_it_cannot_be_keyed() -> None:
     assert why_unkeyable(Policy(act=namespace["doubled"])).startswith(
         f"no source for 'doubled' in {__name__} (code made at run time"
     )
-    exec("def tripled(x):\n    return x * 3\n", bare := {})  # no module at all: its code is still needed
+    bare: dict[str, Any] = {}
+    exec("def tripled(x):\n    return x * 3\n", bare)  # no module at all: its code is still needed
     assert why_unkeyable(Policy(act=bare["tripled"])).startswith("no source for 'tripled'")
