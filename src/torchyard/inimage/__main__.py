@@ -59,7 +59,7 @@ def main(argv: list[str]) -> int:
     if not replay.enabled():
         _serve_beside(argv)
         return int(pytest.main(argv))
-    from torchyard.inimage.parity.artifacts import device_identity
+    from torchyard.inimage.parity.keys import device_identity
     from torchyard.inimage.probe import torch_device
 
     report_dir = Path(os.environ.get(contract.REPORT_DIR, "reports"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import importlib
 import json
+import logging
 import os
 import platform
 import sys
@@ -25,13 +26,16 @@ import pytest
 import torch
 
 from torchyard import contract
+from torchyard.inimage import load
 from torchyard.inimage.cases import Case, CaseLoadError, base_backend, load_cases
 from torchyard.inimage.parity.artifacts import ArtifactCache, entry_cache
-from torchyard.inimage.parity.harness import Reference, Result, evaluate, make_reference
+from torchyard.inimage.parity.errors import describe_error
+from torchyard.inimage.parity.harness import REFERENCE_FAILED, Reference, Result, Status, case_reference, evaluate
 from torchyard.inimage.parity.inductor_keys import remember as remember_inductor_keys
 from torchyard.inimage.parity.report import write_reports
 from torchyard.inimage.parity.tolerances import Tolerances, load_tolerances
 from torchyard.inimage.parity.training import (
+    STEP_FAILS,
     TrainBackend,
     TrainReference,
     make_train_reference,
@@ -40,7 +44,7 @@ from torchyard.inimage.parity.training import (
 )
 from torchyard.inimage.precision import DTYPES, PrecisionError, check_precision, pin_precision
 from torchyard.inimage.probe import ProbeError, probe, torch_device
-from torchyard.inimage.verdicts import passes
+from torchyard.inimage.verdicts import pass_reason, passes
 from torchyard.inimage.workers import pin_worker_device
 from torchyard.names import (
     BACKEND_NAMES,
@@ -159,7 +163,10 @@ class _Settings:
 _settings_key = pytest.StashKey[_Settings]()
 _collector_key = pytest.StashKey["_Collector"]()
 _manifest_key = pytest.StashKey[dict[str, Any]]()
+_load_key = pytest.StashKey[list[float] | None]()
 _cases_key = pytest.StashKey[list[Case]]()
+_parity_eager_key = pytest.StashKey[dict[str, str]]()  # case -> its parity eager test, where it is selected
+_reporters_key = pytest.StashKey[dict[tuple[str, str], str]]()  # (case, reference failure) -> the test failing it
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -192,6 +199,7 @@ def pytest_configure(config: pytest.Config) -> None:
             )
         except (ProbeError, PrecisionError) as error:
             pytest.exit(f"torchyard probe: {error}", returncode=contract.PROBE_FAILED)
+        config.stash[_load_key] = load.sample()  # before any test: what others run (`load`)
 
 
 def artifact_cache(settings: _Settings) -> ArtifactCache:
@@ -224,9 +232,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     the `xdist_group` marks in its own (registered later, so called earlier unless this one goes first),
     and a mark added after it groups nothing."""
     known = (*SUITE_NAMES, HARNESS, PROJECT)
+    # Where xdist is not loaded (`-p no:xdist`, or not installed) the mark is unknown: a warning, or an error
+    # under --strict-markers.
+    grouped = any(str(line).startswith("xdist_group") for line in config.getini("markers"))
     for item in items:
         case = _param(item, "case")
-        if isinstance(case, Case):  # one worker per case: its reference and warm compiler are reused
+        if grouped and isinstance(case, Case):  # one worker per case: its reference and warm compiler are reused
             item.add_marker(pytest.mark.xdist_group(case.name))
         outside = SUITES_DIR not in Path(str(item.path)).parents
         if outside and not any(item.get_closest_marker(name) for name in known):
@@ -308,6 +319,12 @@ def _first_use(items: list[pytest.Item], cache: Path) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     settings = session.config.stash[_settings_key]
+    parity_eager = {}
+    for item in session.items:
+        case = _param(item, "case")
+        if isinstance(case, Case) and item.get_closest_marker("parity") and _param(item, "parity_backend") == "eager":
+            parity_eager[case.name] = item.nodeid
+    session.config.stash[_parity_eager_key] = parity_eager
     _first_use(session.items, contract.cache_root(os.environ, settings.report_dir))
     _FREEZER.freeze(collect=gc.isenabled())  # off since start-up (`__main__`): see `_Freezer`
 
@@ -320,6 +337,39 @@ def pytest_runtestloop(session: pytest.Session) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
     _FREEZER.after_test()
+
+
+TORCH_TRACE = "torch.__trace"  # torch's structured trace (TORCH_TRACE=<dir> writes it), never propagated
+
+
+def detach_pytest_from_torch_trace() -> None:
+    """pytest (9.1) attaches its log handlers to every logger that does not propagate, torch's structured
+    trace among them: torch then builds a trace record for every compile event (it builds none while that
+    logger has no handler), and pytest shows each as an empty `DEBUG torch.__trace` line. Its handlers are
+    detached there once pytest has attached them, for each phase of each test (its own removal is then a
+    no-op); torch's own handler stays."""
+    trace = logging.getLogger(TORCH_TRACE)
+    for handler in [handler for handler in trace.handlers if type(handler).__module__.startswith("_pytest.")]:
+        trace.removeHandler(handler)
+
+
+# Last of the wrappers, so inside pytest's logging plugin's, which attaches its handlers around each phase.
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    detach_pytest_from_torch_trace()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    detach_pytest_from_torch_trace()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    detach_pytest_from_torch_trace()
+    return (yield)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -354,7 +404,7 @@ class Evaluations:
         key = (case.name, backend)
         if key not in self._results:
             if case.name not in self._references:
-                self._references[case.name] = make_reference(case, case.calls(), device=self.device, dtype=self.dtype)
+                self._references[case.name] = case_reference(case, device=self.device, dtype=self.dtype)
             self._results[key] = evaluate(
                 case,
                 backend,
@@ -371,17 +421,21 @@ class Evaluations:
         """One optimizer step on `backend` against the float64 step (`parity.training`)."""
         key = (case.name, backend)
         if key not in self._results:
+            dtype_name = str(self.dtype).removeprefix("torch.")
             if case.name not in self._untrainable:
-                self._untrainable[case.name] = untrainable(case)
+                try:
+                    self._untrainable[case.name] = untrainable(case)
+                except Exception as error:  # its forward fails: no reference, as for the inference suites
+                    self._untrainable[case.name] = f"{REFERENCE_FAILED}eager on cpu fails: {describe_error(error)}"
             why = self._untrainable[case.name]
             if why is not None:
-                self._results[key] = Result(case.name, backend, str(self.dtype).removeprefix("torch."), "skipped", why)
+                status: Status = "error" if why.startswith(REFERENCE_FAILED) else "skipped"
+                self._results[key] = Result(case.name, backend, dtype_name, status, why)
                 return self._results[key]
             optimizer = TrainBackend.parse(backend).optimizer
             if (case.name, optimizer) not in self._train_references:
                 # The loosest gradient bound among this optimizer's backends decides which elements its
                 # step holds still (`training.held_below`): one mask for the reference and each backend.
-                dtype_name = str(self.dtype).removeprefix("torch.")
                 gradient_bound = max(
                     self.settings.tolerances.bounds(dtype_name, name, case.tolerances).max_scaled_error
                     for name in self.settings.train_backends
@@ -424,39 +478,69 @@ def record(request: pytest.FixtureRequest, suite: str, result: Result, outcome: 
 
 def conclude(request: pytest.FixtureRequest, suite: SuiteName, case: Case, result: Result) -> None:
     """Apply the suite's pass rule (`verdicts.passes`) and the case's known failure to `result`. Record,
-    then skip / xfail / fail / pass the test: every skip and known failure keeps its reason.
+    then skip / xfail / fail / pass the test: every skip and known failure keeps its reason, a pass that
+    rests on a rule says which, and a failure is one line (no traceback of torchyard's own code).
 
     A known failure is exact: only the error it names (type and message pattern) is expected; any other
     outcome on that backend fails, and a backend that starts working fails until the entry is removed.
-    A case whose reference cannot be made fails once (the parity suite's eager test); elsewhere it skips.
+    A case whose reference cannot be made fails once (`reference_reporter`); its other tests skip, saying why.
     """
     passed = passes(suite, result)
     if result.status == "skipped":
         record(request, suite, result, "skipped")
         pytest.skip(result.reason)
-    if result.reason.startswith("reference:") and result.backend != "eager":  # eager runs in parity alone
-        record(request, suite, result, "skipped", f"no reference (reported by parity/eager): {result.reason}")
-        pytest.skip(f"no reference for {case.name} (reported once, by the parity suite's eager test)")
+    if result.reason.startswith(REFERENCE_FAILED):
+        reporter = reference_reporter(request.config, case.name, result.reason, request.node.nodeid)
+        if reporter != request.node.nodeid:
+            failing = reporter.rpartition("::")[2]
+            why = f"no reference: {result.reason.removeprefix(REFERENCE_FAILED)} (failed once, in {failing})"
+            record(request, suite, result, "skipped", why)
+            pytest.skip(why)
     known = case.known_failure(result.backend)
+    why_pass = ""
     if known is not None and known.computes is not None and (suite != "parity" or (passed and result.known_values)):
         # Wrong values are known where values are compared, and where the bounds can tell them from the
         # right ones (bf16's can be wider than the bug); elsewhere the backend just runs.
+        if suite == "parity":
+            why_pass = f"passes: these bounds cannot tell the reference from {known.expectation()} ({known.reason})"
         known = None
     if known is not None:
         if passed:
             record(request, suite, result, "failed", f"known failure no longer fails; remove it: {known.reason}")
-            pytest.fail(f"{case.name} on {result.backend} now works: remove its known failure ({known.reason})")
+            pytest.fail(
+                f"{case.name} on {result.backend} now works: remove its known failure ({known.reason})", pytrace=False
+            )
         if (result.status == "error" and known.matches(result.error_types, result.error_message)) or (
             result.status == "failed" and known.computes is not None and result.known_values
         ):
             record(request, suite, result, "xfailed", f"{known.reason} [observed: {result.reason}]")
             pytest.xfail(known.reason)
-        expected = f"expected {known.expectation()}"
-        record(request, suite, result, "failed", f"{expected}, got {result.status}: {result.reason}")
-        pytest.fail(f"{case.name} on {result.backend} ({suite}): {expected}, got {result.status}: {result.reason}")
-    record(request, suite, result, "passed" if passed else "failed")
+        mismatch = known.mismatch(result.error_types, result.error_message) if result.status == "error" else ""
+        got = f"expected {known.expectation()}, got {result.status}: {result.reason}"
+        got += f" ({mismatch})" if mismatch else ""
+        record(request, suite, result, "failed", got)
+        pytest.fail(f"{case.name} on {result.backend} ({suite}): {got}", pytrace=False)
+    record(
+        request,
+        suite,
+        result,
+        "passed" if passed else "failed",
+        why_pass or pass_reason(suite, result) if passed else "",
+    )
     if not passed:
         pytest.fail(f"{case.name} on {result.backend} ({suite}): {result.status}: {result.reason}", pytrace=False)
+
+
+def reference_reporter(config: pytest.Config, case: str, reason: str, nodeid: str) -> str:
+    """The one test that fails for a case's reference that cannot be made (`reason`): the parity suite's eager
+    test where it is selected and the model's forward is what fails (every suite needs it), else the first
+    test of this process that meets the failure (a case's tests all run in one process: `xdist_group`)."""
+    reporters = config.stash.setdefault(_reporters_key, {})
+    if (case, reason) not in reporters:
+        designated = config.stash.get(_parity_eager_key, {}).get(case)
+        forward = not reason.startswith(REFERENCE_FAILED + STEP_FAILS)
+        reporters[case, reason] = designated if designated is not None and forward else nodeid
+    return reporters[case, reason]
 
 
 def _suite_of(report: pytest.TestReport) -> str | None:
@@ -524,6 +608,13 @@ def _conclude_run(session: pytest.Session, exitstatus: int) -> None:
     manifest: dict[str, Any] = config.stash[_manifest_key]
     selected = settings.suites or tuple(suite for suite in SUITE_NAMES if suite in str(config.option.markexpr))
     extra = {"precision": settings.precision, "tolerances": settings.tolerances.as_dict(), "suites": list(selected)}
+    workers = getattr(config.option, "numprocesses", None)
+    manifest["load"] = load.machine_load(
+        config.stash.get(_load_key, None),
+        load.sample(),
+        cpus=os.cpu_count(),
+        workers=workers if isinstance(workers, int) and workers > 0 else 1,
+    )
     paths = write_reports(settings.report_dir, collector.records, manifest, extra)
     print(f"\ntorchyard: reports in {paths['markdown'].parent} (parity.json, parity.md, env.json)")
     if any(item.get_closest_marker(PROJECT) for item in session.items):

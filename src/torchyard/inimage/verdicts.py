@@ -34,6 +34,34 @@ def on_disk(result: Result) -> bool:
     return result.artifact is not None and bool(Path(result.artifact).stat().st_size)
 
 
+# Each suite's rule in words, for a pass the reader could otherwise take for a failure.
+RULES: dict[SuiteName, str] = {
+    "export": "the exported program ran with eager's output shapes, saved and loaded back",
+    "compile": "the compiled module ran with eager's output shapes",
+    "runtime": "the program loaded and ran with eager's output shapes",
+    "parity": "every output within its bounds",
+    "train": "every leaf of the step within its bounds",
+}
+SHOWN_RULES = 3  # leaves that passed by a rule, named in a reason (the rest counted)
+
+
+def pass_reason(suite: SuiteName, result: Result) -> str:
+    """What a pass of `result` in `suite` rests on, where its own reason would not say: a suite that does not
+    judge values names its rule and leaves the values that missed to the parity suite; a comparison that
+    passed by a rule other than the plain bounds (a small leaf's) names it. "" for a plain pass."""
+    if suite in ("export", "compile", "runtime") and result.status == "failed":
+        return f"passes the {suite} rule ({RULES[suite]}); its values are the parity suite's to judge: {result.reason}"
+    ruled = sorted(  # the largest errors first: the ones that look like failures in the table's columns
+        (comparison for comparison in result.comparisons if comparison.passed and comparison.rule),
+        key=lambda comparison: -comparison.scaled_max_error,
+    )
+    if not ruled:
+        return ""
+    named = "; ".join(f"output {comparison.output} by the {comparison.rule}" for comparison in ruled[:SHOWN_RULES])
+    more = f"; and {len(ruled) - SHOWN_RULES} more" if len(ruled) > SHOWN_RULES else ""
+    return f"passes, {len(ruled)} of its outputs by a rule of their own: {named}{more}"
+
+
 def passes(suite: SuiteName, result: Result) -> bool:
     """Whether `result` passes `suite` (before known failures are applied: `plugin.conclude` does that)."""
     match suite:

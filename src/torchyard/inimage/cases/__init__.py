@@ -36,12 +36,13 @@ class KnownFailure:
     """An upstream bug a backend hits on a case, stated exactly enough that any other outcome fails.
 
     Either an error: the exception type it raises (`raises`, by name, matched against the exception's
-    class and its bases) and a regular expression its message must contain (`match`). Or wrong values:
-    `computes`, a model factory (seeded as the case's is, so the same weights) whose eager outputs the
-    backend gives instead of the case's; the parity suite then expects the backend to miss the case's
-    reference and to meet that model's, within the same bounds. Suites that do not compare values see no
-    failure there. Any other outcome on that backend is a real failure, and a backend that starts
-    working fails until this is removed.
+    class and its bases) and a regular expression searched for in its message (`match`, as
+    `pytest.raises(match=...)` takes it: `re.escape` text that holds `(`, `[`, `.` or `*` to match it
+    literally). Or wrong values: `computes`, a model factory (seeded as the case's is, so the same weights)
+    whose eager outputs the backend gives instead of the case's; the parity suite then expects the backend
+    to miss the case's reference and to meet that model's, within the same bounds. Suites that do not
+    compare values see no failure there. Any other outcome on that backend is a real failure, and a backend
+    that starts working fails until this is removed.
     """
 
     reason: str
@@ -57,9 +58,35 @@ class KnownFailure:
             )
         if self.computes is None and not (self.raises and self.match):
             raise ValueError(f"known failure {self.reason!r}: an error needs both raises and match")
+        try:
+            re.compile(self.match)
+        except re.error as error:
+            raise ValueError(
+                f"known failure {self.reason!r}: match {self.match!r} is not a regular expression ({error}); "
+                f"to match it as literal text, write match=re.escape({self.match!r})"
+            ) from None
 
     def matches(self, error_types: Sequence[str], message: str) -> bool:
         return self.raises in error_types and re.search(self.match, message) is not None
+
+    def mismatch(self, error_types: Sequence[str], message: str) -> str:
+        """Why an error is not this known failure, in words ("" when it is, or when this is a known wrong value,
+        which names no error): the type it raised, and whether its message holds `match` as literal text that
+        the regular expression does not match."""
+        if self.computes is not None:
+            return ""
+        why = []
+        if error_types and self.raises not in error_types:
+            why.append(f"it raised {error_types[0]}, not {self.raises}")
+        if re.search(self.match, message) is None:
+            if self.match in message:
+                why.append(
+                    f"its message holds {self.match!r} as literal text, but match is a regular expression "
+                    f"(as in pytest.raises) that does not match it there: write match=re.escape({self.match!r})"
+                )
+            else:
+                why.append(f"its message does not match {self.match!r}")
+        return "; ".join(why)
 
     def expectation(self) -> str:
         if self.computes is not None:
@@ -76,11 +103,14 @@ def base_backend(backend: str) -> str:
 class Case:
     """One model in the corpus.
 
-    `make_inputs` builds one call from a seeded generator: a tuple of positional inputs, or a `Call` with
-    keyword inputs too; inputs and outputs may be any nesting of dicts, lists, tuples, named tuples and
-    dataclasses of tensors and Python scalars. `dynamic_shapes` (for torch.export) with `extra_batch`
-    runs the program again at another batch size. `compare="statistics"` is for programs whose values
-    cannot match (random noise): shape, dtype and moments are compared with eager's.
+    `make_module` is called with no arguments (a class, or a `functools.partial` or lambda that passes the
+    model's own), under a fixed seed, and the model is put in eval mode for every suite but train, which
+    calls `.train()` for its step. `make_inputs` builds one call from a seeded generator: a tuple of
+    positional inputs, or a `Call` with keyword inputs too; inputs and outputs may be any nesting of dicts,
+    lists, tuples, named tuples and dataclasses of tensors and Python scalars. `dynamic_shapes` (for
+    torch.export) with `extra_batch` runs the program again at another batch size. `compare="statistics"`
+    is for programs whose values cannot match (random noise): shape, dtype and moments are compared with
+    eager's.
     `tolerances` overrides the bounds for this case (`{"float32.inductor": {"max-rel-l2": 1e-4}}`, or
     `"float32.*"`); `backends` limits the backends it applies to (the others skip, saying so).
     The train suite takes one optimizer step with it unless `train=False`; its loss is the mean square of

@@ -21,12 +21,15 @@ from torchyard.inimage.cases import Call, Case
 from torchyard.inimage.parity.artifacts import ArtifactCache
 from torchyard.inimage.parity.backends import NO_CACHE, BackendRun, Runner, runner_for, unavailable_reason
 from torchyard.inimage.parity.errors import RecordedFailure, describe_error, error_types
+from torchyard.inimage.parity.keys import why_unkeyable
 from torchyard.inimage.parity.metrics import Comparison, compare_objects, compare_statistics, compare_values
 from torchyard.inimage.parity.tolerances import Tolerances
 from torchyard.inimage.parity.trees import Leaf, leaf_paths, leaves, to_device
 
 Status = Literal["passed", "failed", "error", "skipped"]
 CPU = torch.device("cpu")
+REFERENCE_FAILED = "reference: "  # how the reason of a result without a reference begins
+FLOAT64 = "float64 on cpu"
 
 
 @dataclass
@@ -47,6 +50,7 @@ class Result:
     error_types: list[str] = field(default_factory=list)  # the exception's class and bases, for known failures
     error_message: str = ""
     cache: str = ""  # what the artifact cache did: hit, miss, rebuilt, off, unkeyable ("" when no artifact)
+    cache_why: str = ""  # why the case could not be keyed, where it was unkeyable
     # The outputs meet what the case's known failure says this backend computes instead (they may meet the
     # case's reference too, where the precision's bounds cannot tell the two apart).
     known_values: bool = False
@@ -77,8 +81,18 @@ def _eager_cpu(case: Case, calls: list[Call], dtype: torch.dtype) -> tuple[list[
     return [leaves(result) for result in results], leaf_paths(results[0])
 
 
+def case_reference(case: Case, *, device: torch.device, dtype: torch.dtype) -> Reference:
+    """The case's reference (`make_reference`) for its own calls; a case whose inputs cannot be made has none."""
+    try:
+        calls = case.calls()
+    except Exception as error:
+        return Reference([], [], [], "none", f"the case's inputs cannot be made: {describe_error(error)}")
+    return make_reference(case, calls, device=device, dtype=dtype)
+
+
 def make_reference(case: Case, calls: list[Call], *, device: torch.device, dtype: torch.dtype) -> Reference:
-    """float64 on the CPU, else float32 on the CPU (saying why); eager on the device gives the dtypes."""
+    """float64 on the CPU, else float32 on the CPU (saying why); eager on the device gives the dtypes. A float64
+    reference that eager at the run's precision meets exactly is said to be that precision in effect."""
     try:
         module = copy.deepcopy(case.module()).to(dtype=dtype).to(device)
         with torch.no_grad():
@@ -89,7 +103,7 @@ def make_reference(case: Case, calls: list[Call], *, device: torch.device, dtype
         return Reference([], [], [], "none", f"eager on {device.type} fails: {describe_error(error)}")
     try:
         outputs, paths = _eager_cpu(case, calls, torch.float64)
-        return Reference(outputs, paths, expected, "float64 on cpu")
+        return Reference(outputs, paths, expected, _float64_kind(results, outputs[0], dtype))
     except Exception as float64_error:
         why = describe_error(float64_error)
     try:
@@ -99,6 +113,25 @@ def make_reference(case: Case, calls: list[Call], *, device: torch.device, dtype
             [], [], [], "none", f"no CPU reference: float64 fails ({why}); float32 fails ({describe_error(error)})"
         )
     return Reference(outputs, paths, expected, f"float32 on cpu (float64 fails: {why})")
+
+
+def _float64_kind(eager: list[Leaf], reference: list[Leaf], dtype: torch.dtype) -> str:
+    """The float64 reference's kind, saying where it is the run's precision in effect: every floating output
+    of eager at that precision equals it exactly (the model casts to that precision inside `forward`, say),
+    and an error of exactly 0 says the reference is no finer than the run."""
+    pairs = [
+        (ours, theirs)
+        for ours, theirs in zip(eager, reference, strict=False)
+        if isinstance(ours, torch.Tensor) and isinstance(theirs, torch.Tensor) and ours.is_floating_point()
+    ]
+    exact = bool(pairs) and all(
+        ours.shape == theirs.shape and torch.equal(ours.detach().cpu().to(torch.float64), theirs.to(torch.float64))
+        for ours, theirs in pairs
+    )
+    if dtype == torch.float64 or not exact:
+        return FLOAT64
+    name = str(dtype).removeprefix("torch.")
+    return f"{FLOAT64} ({name} in effect: eager in {name} equals it exactly)"
 
 
 def _compare(case: Case, run: BackendRun, reference: Reference, bounds: Any) -> tuple[list[Comparison], bool]:
@@ -154,14 +187,14 @@ def evaluate(
     if reason is not None:
         result.reason = reason
         return result
-    calls = case.calls()
     if reference is None:
-        reference = make_reference(case, calls, device=device, dtype=dtype)
+        reference = case_reference(case, device=device, dtype=dtype)
     result.reference = reference.kind
     if reference.error:
         result.status = "error"
-        result.reason = f"reference: {reference.error}"
+        result.reason = f"{REFERENCE_FAILED}{reference.error}"
         return result
+    calls = case.calls()
     bounds = tolerances.bounds(dtype_name, backend, case.tolerances)
     result.bounds = vars(bounds)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -179,6 +212,8 @@ def evaluate(
     result.compile_seconds, result.run_seconds, result.latency_ms = run.compile_seconds, run.run_seconds, run.latency_ms
     result.artifact = str(run.artifact) if run.artifact else None
     result.cache = str(run.notes.get("cache", ""))
+    if result.cache == "unkeyable":
+        result.cache_why = why_unkeyable(module)
     counts = [len(outputs) for outputs in run.outputs]
     if counts != [len(expected) for expected in reference.outputs]:
         result.status = "failed"

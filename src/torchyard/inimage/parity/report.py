@@ -1,4 +1,5 @@
-"""Reports: parity JSON with every metric, a Markdown table (case x backend), the environment manifest."""
+"""Reports: parity JSON with every metric, Markdown that opens with a summary (counts, failures and known
+failures first) before the table of every result (case x backend), the environment manifest."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from torchyard import contract
+from torchyard.inimage.load import loaded_why
 from torchyard.names import TRAIN_TIMED_STEPS
 from torchyard.util.markdown import markdown_table
 
@@ -23,7 +25,10 @@ def _worst(record: Mapping[str, Any], key: str, pick: Any) -> str:
 
 def _reference(record: Mapping[str, Any]) -> str:
     kind = str(record.get("reference") or "-")
-    return kind.split(" (", 1)[0] + (" (fallback)" if kind.startswith("float32") else "")
+    if kind.startswith("float32"):
+        return kind.split(" (", 1)[0] + " (fallback)"
+    effective = kind.partition(" (")[2].split(" in effect", 1)[0]
+    return kind.split(" (", 1)[0] + (f" ({effective} in effect)" if effective else "")
 
 
 def eager_of(backend: str) -> str:
@@ -49,9 +54,12 @@ def speed(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[str,
     return table
 
 
-def speed_markdown(table: Mapping[str, Mapping[str, Mapping[str, float | None]]], *, training: bool = False) -> str:
+def speed_markdown(
+    table: Mapping[str, Mapping[str, Mapping[str, float | None]]], *, training: bool = False, ratios: bool = True
+) -> str:
     """Backends as columns, cases as rows: `median ms (speedup over eager)`; the inference backends, or with
-    `training` the train backends (one optimizer step's median, speedup over the eager step)."""
+    `training` the train backends (one optimizer step's median, speedup over the eager step). Without
+    `ratios`, the medians alone (a loaded machine's speedups are not shown)."""
     backends = [
         backend
         for backend in dict.fromkeys(backend for row in table.values() for backend in row)
@@ -67,66 +75,107 @@ def speed_markdown(table: Mapping[str, Mapping[str, Mapping[str, float | None]]]
             if value is None:
                 cells.append("-")
                 continue
-            ratio = value["speedup"]
+            ratio = value["speedup"] if ratios else None
             cells.append(f"{value['median_ms']:.3f} ({ratio:.2f}x)" if ratio else f"{value['median_ms']:.3f}")
         rows.append((case, *cells))
-    what = "median step ms, speedup over the eager step" if training else "median ms, speedup over eager"
+    what = "median step ms" if training else "median ms"
+    what += (", speedup over the eager step" if training else ", speedup over eager") if ratios else ""
     return markdown_table((f"case ({what})", *backends), rows)
 
 
+HEADERS = (
+    "case", "backend", "suite", "scaled max err", "rel L2", "cosine", "tolerance (scaled / L2 / cos)",
+    "reference", "compile s", "median ms", "cache", "verdict", "reason",
+)  # fmt: skip
+FIRST = ("failed", "error", "xfailed")  # the outcomes the summary lists first, each result on its line
+REASON_CHARS = 160  # of a reason in the table of every result; the summary's lines keep theirs whole
+
+
+def _row(record: Mapping[str, Any]) -> tuple[str, ...]:
+    bounds = record.get("bounds") or {}
+    tolerance = (
+        f"{bounds['max_scaled_error']:.0e} / {bounds['max_rel_l2']:.0e} / {bounds['min_cosine']}" if bounds else "-"
+    )
+    latency = record.get("latency_ms")
+    return (
+        record["case"],
+        record["backend"],
+        record["suite"],
+        _worst(record, "scaled_max_error", max),
+        _worst(record, "rel_l2_error", max),
+        _worst(record, "cosine", min) if record.get("comparisons") else "-",
+        tolerance,
+        _reference(record),
+        f"{record.get('compile_seconds', 0.0):.2f}",
+        f"{latency:.3f}" if latency is not None else "-",
+        str(record.get("cache") or "-"),
+        VERDICTS.get(record["outcome"], record["outcome"]),
+        str(record.get("reason", ""))[:REASON_CHARS],
+    )
+
+
+def summary(records: Sequence[Mapping[str, Any]]) -> str:
+    """Counts by outcome, then each failure and known failure on a line of its own, its reason whole."""
+    counts = {outcome: sum(1 for r in records if r["outcome"] == outcome) for outcome in VERDICTS}
+    text = "**" + (", ".join(f"{count} {VERDICTS[o]}" for o, count in counts.items() if count) or "no results")
+    text += f"** ({len(records)} results)\n"
+    first = sorted((r for r in records if r["outcome"] in FIRST), key=lambda r: FIRST.index(r["outcome"]))
+    if first:
+        text += "\n" + "".join(
+            f"- {VERDICTS[r['outcome']]}: `{r['case']}` on {r['backend']} ({r['suite']}): {r.get('reason', '')}\n"
+            for r in first
+        )
+    return text
+
+
+def notes(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]) -> str:
+    """What qualifies the table: references other than float64, cases the artifact cache could not key,
+    and speed figures a loaded machine cannot support."""
+    lines = sorted(
+        {
+            f"- reference for `{r['case']}`: {r['reference']}"
+            for r in records
+            if str(r.get("reference", "")).startswith("float32") or " in effect" in str(r.get("reference", ""))
+        }
+    )
+    lines += sorted(
+        {
+            f"- artifact cache not used for `{r['case']}` ({r['backend']}): {r.get('cache_why') or 'not keyable'}"
+            for r in records
+            if r.get("cache") == "unkeyable"
+        }
+    )
+    loaded = loaded_why(manifest)
+    if loaded:
+        lines.append(
+            f"- speed: the machine was loaded, so speedups are withheld and latencies are upper bounds: {loaded}"
+        )
+    return "".join(f"{line}\n" for line in lines)
+
+
 def markdown(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any], suites: Sequence[str] = ()) -> str:
-    """The tables a person reads, under a title that names the run's `suites`: one row per case x backend
-    (per suite where they differ), then speed."""
-    rows = []
-    for record in records:
-        bounds = record.get("bounds") or {}
-        tolerance = (
-            f"{bounds['max_scaled_error']:.0e} / {bounds['max_rel_l2']:.0e} / {bounds['min_cosine']}" if bounds else "-"
-        )
-        latency = record.get("latency_ms")
-        rows.append(
-            (
-                record["case"],
-                record["backend"],
-                record["suite"],
-                _worst(record, "scaled_max_error", max),
-                _worst(record, "rel_l2_error", max),
-                _worst(record, "cosine", min) if record.get("comparisons") else "-",
-                tolerance,
-                _reference(record),
-                f"{record.get('compile_seconds', 0.0):.2f}",
-                f"{latency:.3f}" if latency is not None else "-",
-                VERDICTS.get(record["outcome"], record["outcome"]),
-                record.get("reason", "")[:160],
-            )
-        )
-    headers = (
-        "case", "backend", "suite", "scaled max err", "rel L2", "cosine", "tolerance (scaled / L2 / cos)",
-        "reference", "compile s", "median ms", "verdict", "reason",
-    )  # fmt: skip
+    """What a person reads, under a title that names the run's `suites`: the summary (counts, then the
+    failures and known failures), notes, one row per case x backend (per suite where they differ), speed."""
     device = manifest.get("device", "?")
     title = f"### torchyard parity: {manifest.get('accelerator', '?')} on {device}, torch {manifest.get('torch', '?')}"
     title += f", {manifest.get('trust', 'trusted')} run"
     title += f"; suites: {', '.join(suites)}\n\n" if suites else "\n\n"
-    counts = {outcome: sum(1 for r in records if r["outcome"] == outcome) for outcome in VERDICTS}
-    summary = ", ".join(f"{count} {VERDICTS[outcome]}" for outcome, count in counts.items() if count)
-    fallbacks = sorted(
-        {f"{r['case']}: {r['reference']}" for r in records if str(r.get("reference", "")).startswith("float32")}
-    )
-    notes = "".join(f"- reference for {line}\n" for line in fallbacks)
+    noted = notes(records, manifest)
+    ratios = not loaded_why(manifest)
     timed = speed(records)
     text = (
         title
-        + markdown_table(headers, rows)
-        + f"\n{summary}\n"
-        + (f"\n{notes}" if notes else "")
+        + summary(records)
+        + (f"\n{noted}" if noted else "")
+        + "\n#### Every result\n\n"
+        + markdown_table(HEADERS, [_row(record) for record in records])
         + "\n#### Speed: median latency after warm-up, device synchronized\n\n"
-        + speed_markdown(timed)
+        + speed_markdown(timed, ratios=ratios)
     )
     if any(backend.startswith("train-") for row in timed.values() for backend in row):
         text += (
             f"\n#### Training speed: median of {TRAIN_TIMED_STEPS} optimizer steps after the compared one, device "
-            "synchronized\n\n" + speed_markdown(timed, training=True)
+            "synchronized\n\n" + speed_markdown(timed, training=True, ratios=ratios)
         )
     return text
 

@@ -37,6 +37,7 @@ SGD_LR, SGD_MOMENTUM = 0.1, 0.9
 ADAMW_LR, ADAMW_WEIGHT_DECAY, ADAMW_EPS = 1e-2, 0.01, 1e-8
 STATE_KEYS = {"sgd": ("momentum_buffer",), "adamw": ("exp_avg", "exp_avg_sq")}
 SCALER_DEFAULTS = {"init_scale": 2.0**16, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}
+STEP_FAILS = "the eager training step fails"  # how a reference that fails in the step (not the forward) begins
 
 
 @dataclass(frozen=True)
@@ -246,7 +247,7 @@ def make_train_reference(
         eager, _, _ = step(case, backend, device=device, dtype=dtype, master=torch.float32)
         expected = [leaf.dtype if isinstance(leaf, torch.Tensor) else None for leaf in eager]
     except Exception as error:
-        failed = Reference([], [], [], "none", f"an eager step on {device.type} fails: {describe_error(error)}")
+        failed = Reference([], [], [], "none", f"{STEP_FAILS} on {device.type}: {describe_error(error)}")
         return TrainReference(failed, {})
     try:
         outputs, names, frozen = step(
@@ -261,7 +262,7 @@ def make_train_reference(
             case, backend, device=CPU, dtype=torch.float32, master=torch.float32, gradient_bound=gradient_bound
         )
     except Exception as error:
-        reason = f"no CPU reference: float64 fails ({why}); float32 fails ({describe_error(error)})"
+        reason = f"{STEP_FAILS} on the CPU in float64 ({why}) and in float32 ({describe_error(error)})"
         return TrainReference(Reference([], [], [], "none", reason), {})
     kind = f"float32 on cpu (float64 fails: {why})"
     return TrainReference(Reference([outputs], names, expected, kind, floors=floors(outputs, names)), frozen)

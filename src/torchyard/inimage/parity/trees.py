@@ -4,7 +4,9 @@ list of leaves, compared leaf by leaf, each named by its path."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import inspect
+from collections.abc import Callable, Mapping
+from typing import cast
 
 import torch
 from torch.utils import _pytree as pytree
@@ -16,24 +18,57 @@ from torchyard.inimage.cases import Call
 Leaf = torch.Tensor | object
 
 
-def register_dataclasses(tree: object) -> None:
-    """Make every dataclass type in `tree` a pytree node (torch.export needs them registered)."""
+def register_tree_types(tree: object) -> None:
+    """Make every dataclass and named tuple type in `tree` a pytree node that torch.export can save (and
+    ExecuTorch, which saves the same tree spec), each under its qualified name: a dataclass through
+    `torch.export.register_dataclass`, a named tuple through pytree's `_register_namedtuple`, torch's only
+    route for one (`NAMEDTUPLE_ROUTE`). A type registered already, by the model's own code, is left as it is."""
     if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
         if type(tree) not in pytree.SUPPORTED_NODES:
-            torch.export.register_dataclass(type(tree))
+            torch.export.register_dataclass(type(tree), serialized_type_name=_serialized_name(type(tree)))
         for item in dataclasses.fields(tree):
-            register_dataclasses(getattr(tree, item.name))
+            register_tree_types(getattr(tree, item.name))
     elif isinstance(tree, dict):
         for value in tree.values():
-            register_dataclasses(value)
+            register_tree_types(value)
     elif isinstance(tree, list | tuple):
+        registered = getattr(pytree, "SUPPORTED_SERIALIZED_TYPES", {})
+        if NAMEDTUPLE_ROUTE is not None and _is_namedtuple(tree) and type(tree) not in registered:
+            NAMEDTUPLE_ROUTE(type(tree), serialized_type_name=_serialized_name(type(tree)))
         for value in tree:
-            register_dataclasses(value)
+            register_tree_types(value)
+
+
+def _namedtuple_route() -> Callable[..., None] | None:
+    """`torch.utils._pytree._register_namedtuple(cls, *, serialized_type_name)`, where it is as torch 2.4 to
+    2.14 have it: torch.export.save and ExecuTorch refuse a named tuple in a tree spec unless it is registered
+    so, and torch offers no public route. None where its shape changed: the save then fails with torch's own
+    one line, which names the type (`test_harness` fails first, where the route is gone)."""
+    route = getattr(pytree, "_register_namedtuple", None)
+    if route is None or "serialized_type_name" not in inspect.signature(route).parameters:
+        return None
+    return cast(Callable[..., None], route)
+
+
+NAMEDTUPLE_ROUTE = _namedtuple_route()
+
+
+def _is_namedtuple(value: object) -> bool:
+    return isinstance(value, tuple) and isinstance(getattr(type(value), "_fields", None), tuple)
+
+
+def _serialized_name(klass: type) -> str:
+    """`module.QualifiedName`, numbered where another type of that name has it (two local classes, say)."""
+    name, number = f"{klass.__module__}.{klass.__qualname__}", 1
+    taken = getattr(pytree, "SERIALIZED_TYPE_TO_PYTHON_TYPE", {})
+    while taken.get(name if number == 1 else f"{name}#{number}", klass) is not klass:
+        number += 1
+    return name if number == 1 else f"{name}#{number}"
 
 
 def leaves(value: object) -> list[Leaf]:
     """The output's leaves in pytree order: tensors, numbers as tensors, anything else as it is."""
-    register_dataclasses(value)
+    register_tree_types(value)
     flat = pytree.tree_leaves(value)
     return [
         torch.tensor(leaf) if isinstance(leaf, int | float) and not isinstance(leaf, bool) else leaf for leaf in flat
@@ -42,7 +77,7 @@ def leaves(value: object) -> list[Leaf]:
 
 def leaf_paths(value: object) -> list[str]:
     """Each output leaf's path, as a person reads it: `["action"][0]`; "" for a bare tensor."""
-    register_dataclasses(value)
+    register_tree_types(value)
     return _paths(value, "")
 
 
@@ -61,7 +96,7 @@ def _paths(value: object, prefix: str) -> list[str]:
 
 def to_device(call: Call, device: torch.device, dtype: torch.dtype | None = None) -> Call:
     """Tensor leaves to `device` (floating ones to `dtype` when given); other leaves unchanged."""
-    register_dataclasses((call.args, dict(call.kwargs)))
+    register_tree_types((call.args, dict(call.kwargs)))
 
     def move(value: object) -> object:
         if not isinstance(value, torch.Tensor):

@@ -42,7 +42,8 @@ import torch
 from torch.fx import Graph, GraphModule, Node
 
 from torchyard import contract
-from torchyard.inimage.parity.artifacts import ArtifactCache, entry_cache, versions
+from torchyard.inimage.parity.artifacts import ArtifactCache, entry_cache
+from torchyard.inimage.parity.keys import versions
 
 FORMAT = 2
 PATTERN_OPS = frozenset({"placeholder", "call_function", "output"})

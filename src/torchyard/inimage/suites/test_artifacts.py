@@ -17,11 +17,12 @@ import torch
 from torchyard import contract
 from torchyard.inimage.cases import Case, KnownFailure
 from torchyard.inimage.cases.builtin import CASES
-from torchyard.inimage.parity.artifacts import ArtifactCache, artifact_key, file_digest, tensor_digest
+from torchyard.inimage.parity.artifacts import ArtifactCache, file_digest
 from torchyard.inimage.parity.backends import Runner, runner_for, tensorrt, unavailable_reason
 from torchyard.inimage.parity.backends.running import lowering_key
 from torchyard.inimage.parity.errors import RecordedFailure
 from torchyard.inimage.parity.harness import Result, evaluate
+from torchyard.inimage.parity.keys import artifact_key, tensor_digest
 from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.parity.trees import to_device
 from torchyard.inimage.probe import torch_device

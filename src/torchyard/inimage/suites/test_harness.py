@@ -8,6 +8,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import weakref
@@ -22,7 +23,7 @@ import torch
 
 from torchyard import contract
 from torchyard.inimage.cases import Call, Case, CaseLoadError, KnownFailure, load_cases
-from torchyard.inimage.cases.builtin import CASES, Attention, erf_gelu_block
+from torchyard.inimage.cases.builtin import CASES, XNNPACK_TANH_GELU, Attention, erf_gelu_block
 from torchyard.inimage.parity.backends import BACKENDS, BackendRun, Runner, executorch, unavailable_reason
 from torchyard.inimage.parity.harness import Result, Status, evaluate, make_reference
 from torchyard.inimage.parity.metrics import beyond_bounds
@@ -369,16 +370,27 @@ def shipped(module: str) -> str:
     return (Path(__file__).parent / module).read_text()
 
 
-@whole_run(
-    REPORTS,
-    "--torchyard-cases=planted_cases",
-    "--torchyard-no-builtin-cases",
-    "--torchyard-suites=export,parity",
-    *("-k", "eager or export", "-v", "-p", "no:cacheprovider"),
-    planted_cases=PLANTED_CASES,
-    test_parity=shipped("test_parity.py"),
-    test_export=shipped("test_export.py"),
-)
+def shipped_run(cases: str, suites: tuple[str, ...], *args: str) -> pytest.MarkDecorator:
+    """A whole run of the `suites` as they ship, over the cases of the module `cases` (its source) alone, their
+    eager and export tests."""
+    return whole_run(
+        REPORTS,
+        "--torchyard-cases=planted_cases",
+        "--torchyard-no-builtin-cases",
+        f"--torchyard-suites={','.join(suites)}",
+        *("-k", "eager or export", "-p", "no:cacheprovider", *args),
+        planted_cases=cases,
+        **{f"test_{suite}": shipped(f"test_{suite}.py") for suite in suites},
+    )
+
+
+def reports_of(result: pytest.RunResult) -> Path:
+    """The reports folder a whole run wrote, as its last lines name it."""
+    (line,) = [line for line in result.stdout.lines if line.startswith("torchyard: reports in ")]
+    return Path(line.removeprefix("torchyard: reports in ").split(" (")[0])
+
+
+@shipped_run(PLANTED_CASES, ("export", "parity"), "-v")
 def test_the_shipped_suites_fail_a_backend_that_computes_wrong_values(beside: pytest.RunResult) -> None:
     """The parity and export suites as they ship, over cases whose exported program is wrong, and one that
     cannot run at all: parity fails every wrong value and the export suite the wrong shape, while eager
@@ -399,8 +411,7 @@ def test_the_shipped_suites_fail_a_backend_that_computes_wrong_values(beside: py
             "*test_parity?broken_everywhere-export? SKIPPED*",
         ]
     )
-    (line,) = [line for line in result.stdout.lines if line.startswith("torchyard: reports in ")]
-    reports = Path(line.removeprefix("torchyard: reports in ").split(" (")[0])
+    reports = reports_of(result)
     planted = {"scaled_when_traced", "narrowed_when_traced", "broken_everywhere"}  # an adopter's cases may join
     recorded = {
         (item["suite"], item["case"], item["backend"]): item["outcome"]
@@ -418,6 +429,112 @@ def test_the_shipped_suites_fail_a_backend_that_computes_wrong_values(beside: py
         ("parity", "broken_everywhere", "eager"): "failed",
         ("parity", "broken_everywhere", "export"): "skipped",
     }
+
+
+ADOPTER_CASES = """
+import torch
+from torchyard.inimage.cases import Case, KnownFailure
+
+
+def inputs(generator):
+    return (torch.randn(4, 8, generator=generator),)
+
+
+class Broken(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        raise ValueError("the policy is broken")
+
+
+class Guarded(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        if torch.compiler.is_exporting():
+            raise RuntimeError("Could not guard on data-dependent expression Eq(u0, 1)")
+        return self.linear(x)
+
+
+class NoGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, gradient):
+        raise RuntimeError("no gradient here")
+
+
+class ForwardOnly(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return NoGradient.apply(self.linear(x))
+
+
+CASES = [
+    Case("broken", Broken, inputs),
+    Case("forward_only", ForwardOnly, inputs, backends=("eager", "train-eager-sgd", "train-eager-adamw")),
+    Case(
+        "guarded",
+        Guarded,
+        inputs,
+        known_failures={"export": KnownFailure("upstream", raises="RuntimeError", match="expression Eq(u0, 1)")},
+    ),
+]
+"""
+
+
+@shipped_run(ADOPTER_CASES, ("export", "parity", "train"), "-v")
+def test_a_failing_reference_fails_once_and_every_failure_is_one_line(beside: pytest.RunResult) -> None:
+    """A model whose forward raises fails once, in parity's eager test; its export and train tests skip with
+    the reason, their rows kept. A known failure whose `match` holds regular-expression characters that the
+    message has as literal text fails saying how to escape them. No failure shows a traceback."""
+    result = beside
+    assert result.ret == 1
+    failures = [line for line in result.stdout.lines if line.startswith(("E  ", ">  "))]
+    assert not failures, failures  # pytest's traceback lines: none, torchyard's own code least of all
+    output = result.stdout.str()
+    assert "guarded on export (export): expected the known failure RuntimeError matching" in output
+    assert "but match is a regular expression (as in pytest.raises) that does not match it there: write " in output
+    assert "match=re.escape('expression Eq(u0, 1)')" in output
+    reports = reports_of(result)
+    recorded = {
+        (item["suite"], item["backend"]): (item["outcome"], item["reason"])
+        for item in json.loads((reports / "parity.json").read_text())["results"]
+        if item["case"] == "broken"
+    }
+    assert recorded.pop(("parity", "eager"))[0] == "failed"
+    because = "no reference: eager on cpu fails: ValueError: the policy is broken"
+    assert {key: (outcome, reason.split(" (at ")[0]) for key, (outcome, reason) in recorded.items()} == {
+        key: ("skipped", because) for key in [("export", "export"), ("parity", "export"),
+                                              ("train", "train-eager-sgd"), ("train", "train-eager-adamw")]
+    }  # fmt: skip
+    assert all(reason.endswith("(failed once, in test_parity[broken-eager])") for _, reason in recorded.values())
+    trained = {
+        item["backend"]: (item["outcome"], item["reason"])
+        for item in json.loads((reports / "parity.json").read_text())["results"]
+        if item["case"] == "forward_only" and item["suite"] == "train"
+    }  # its forward works (parity's eager test passes), its step does not: the step's first test fails
+    assert trained["train-eager-sgd"][0] == "failed"
+    assert trained["train-eager-sgd"][1].startswith("reference: the eager training step fails on cpu: RuntimeError")
+    assert trained["train-eager-adamw"][0] == "skipped"
+    assert trained["train-eager-adamw"][1].endswith(
+        "(failed once, in test_one_step_matches_the_float64_step[forward_only-train-eager-sgd])"
+    )
+    result.stdout.fnmatch_lines(["*test_parity?forward_only-eager? PASSED*"])
+    markdown = (reports / "parity.md").read_text().splitlines()
+    assert markdown[2].startswith("**") and "FAIL" in markdown[2]  # the summary opens the report
+    assert any(
+        line.startswith("- FAIL: `broken` on eager (parity): reference: eager on cpu fails") for line in markdown
+    )
 
 
 def test_a_model_that_cannot_run_fails_once_with_the_reason(tmp_path: Path) -> None:
@@ -446,6 +563,27 @@ def test_known_failures_name_the_exact_error() -> None:
         KnownFailure("says both", raises="RuntimeError", match="x", computes=torch.nn.Identity)
     with pytest.raises(ValueError, match="needs both raises and match"):
         KnownFailure("any message at all", raises="RuntimeError")
+
+
+def test_match_is_a_regular_expression_and_literal_text_in_the_message_says_how_to_escape() -> None:
+    """As pytest.raises(match=): searched for, a regular expression. A message that holds the pattern as text
+    that the expression does not match (its parentheses are a group) is told apart, with the fix."""
+    message = "Could not guard on data-dependent expression Eq(u0, 1)"
+    literal = KnownFailure("upstream", raises="RuntimeError", match="Eq(u0, 1)")
+    assert not literal.matches(["RuntimeError"], message)
+    assert literal.mismatch(["RuntimeError"], message) == (
+        "its message holds 'Eq(u0, 1)' as literal text, but match is a regular expression (as in pytest.raises) "
+        "that does not match it there: write match=re.escape('Eq(u0, 1)')"
+    )
+    escaped = KnownFailure("upstream", raises="RuntimeError", match=re.escape("Eq(u0, 1)"))
+    assert escaped.matches(["RuntimeError"], message) and escaped.mismatch(["RuntimeError"], message) == ""
+    assert KnownFailure("upstream", raises="RuntimeError", match=r"Eq\(u\d+, 1\)").matches(["RuntimeError"], message)
+    assert literal.mismatch(["ValueError", "Exception"], "other") == (
+        "it raised ValueError, not RuntimeError; its message does not match 'Eq(u0, 1)'"
+    )
+    assert KnownFailure("wrong values", computes=torch.nn.Identity).mismatch(["ValueError"], "any") == ""
+    with pytest.raises(ValueError, match=re.escape("to match it as literal text, write match=re.escape('f(x')")):
+        KnownFailure("unbalanced", raises="RuntimeError", match="f(x")
 
 
 def computing(make: Callable[[], torch.nn.Module], scale: float = 1.0) -> Runner:
@@ -562,6 +700,15 @@ def test_known_wrong_values_xfail_only_as_known_and_only_where_values_are_compar
     output = result.stdout.str()
     assert "expected the known wrong values (what erf_gelu_block computes), got failed" in output
     assert "now works: remove its known failure" in output
+    assert not [line for line in result.stdout.lines if line.startswith(("E  ", ">  "))]  # one line each
+    recorded = json.loads((reports_of(result) / "parity.json").read_text())["results"]
+    (coarse,) = [item["reason"] for item in recorded if item["dtype"] == "bfloat16"]
+    (ran,) = [item["reason"] for item in recorded if item["suite"] == "runtime"]
+    assert ran.startswith("passes the runtime rule (the program loaded and ran with eager's output shapes); its ")
+    assert coarse == (
+        "passes: these bounds cannot tell the reference from the known wrong values (what erf_gelu_block "
+        f"computes) ({XNNPACK_TANH_GELU.reason})"
+    )
 
 
 WRONG_ERROR_SUITE = """
@@ -882,6 +1029,7 @@ def tf32_error(device: torch.device) -> float:
     return float((got - exact).norm() / exact.norm())
 
 
+CASE_SUITE = "def test_case(case):\n    pass\n"
 GROUPED_SUITE = """
 import os
 
@@ -914,6 +1062,14 @@ def test_a_cases_tests_go_to_one_worker(beside: pytest.RunResult) -> None:
     outcomes = beside.parseoutcomes()
     # At least the built-in cases' tests: an adopter's own cases (its entry points) join them.
     assert beside.ret == 0 and outcomes.get("passed", 0) >= 2 * len(CASES), beside.stdout.lines[-30:]
+
+
+@whole_run("-p", "no:xdist", "--strict-markers", "-p", "no:cacheprovider", REPORTS, test_cases=CASE_SUITE)
+def test_a_run_without_xdist_marks_no_group(beside: pytest.RunResult) -> None:
+    """Without xdist (`-p no:xdist`, or a lock without it) its `xdist_group` mark is unknown: an adopter saw
+    `PytestUnknownMarkWarning` for it, and under --strict-markers the run stopped before its first test."""
+    assert beside.ret == 0, beside.stdout.lines[-20:]
+    assert "xdist_group" not in beside.stdout.str()
 
 
 def test_float32_matrix_products_on_the_run_device_are_full_precision() -> None:

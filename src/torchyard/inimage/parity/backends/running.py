@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -10,7 +13,7 @@ from typing import Any, TypeVar
 import torch
 
 from torchyard.inimage.cases import Call, Case
-from torchyard.inimage.parity.artifacts import Unkeyable, artifact_key
+from torchyard.inimage.parity.keys import Unkeyable, artifact_key
 from torchyard.inimage.parity.trees import Leaf, leaves
 
 T = TypeVar("T")
@@ -61,7 +64,26 @@ def dynamic_shapes(case: Case) -> object:
 
 
 def export_program(case: Case, module: torch.nn.Module, call: Call) -> torch.export.ExportedProgram:
-    return torch.export.export(module, call.args, kwargs=dict(call.kwargs), dynamic_shapes=dynamic_shapes(case))
+    """torch.export of the case, with what it prints kept to once: a failing export prints its partial FX
+    graph to stderr from each of its nested wrappers (twice in torch 2.14), so stderr is held and the
+    repeats dropped."""
+    held, graph = io.StringIO(), None
+    try:
+        with contextlib.redirect_stderr(held):
+            return torch.export.export(module, call.args, kwargs=dict(call.kwargs), dynamic_shapes=dynamic_shapes(case))
+    except Exception as error:
+        graph = getattr(error, "partial_fx_graph", None)
+        raise
+    finally:
+        sys.stderr.write(printed_once(held.getvalue(), graph))
+
+
+def printed_once(printed: str, graph: object) -> str:
+    """`printed` with all but the last print of `graph` (None: as it is) left out."""
+    if graph is None:
+        return printed
+    repeated = f"{graph}\n"
+    return printed.replace(repeated, "", max(printed.count(repeated) - 1, 0))
 
 
 def lowering_key(

@@ -1,0 +1,409 @@
+"""The artifact cache's key: a sha256 over everything that decides a lowered program (`artifacts`).
+
+The key is a sha256 over:
+- the backend and its options;
+- the installed versions of every backend's distributions (`names.BACKEND_FACTS`: torch, executorch,
+  torchao, torch-tensorrt, tensorrt) and numpy's;
+- the device (type, name, compute capability, driver) and the dtype;
+- the case's name, its dynamic shapes, and the first call's input tree (structure, shapes, dtypes, and
+  the values of leaves that are not tensors);
+- the module's weights and buffers (non-persistent ones too), byte for byte;
+- the module's code: each class's source, and the module-level functions, classes and constants its
+  methods name, followed transitively. Code from packages whose version is in the key (torch and the
+  others above, the standard library) counts by that version, and so does code from any distribution
+  installed from an index (`released`: einx's, say, whose functions are made by exec and have no source);
+  code from a path (the project itself) counts by its source. A named tuple made by
+  `collections.namedtuple` counts by its name, fields and defaults; a dataclass by its source (its
+  generated methods have none);
+- what each submodule holds beyond its weights: its attributes (numbers, strings, containers, a dataclass
+  config by its class and field values, a `functools.partial` by its function and arguments, a bound
+  method, a class, an enum) and its hooks. An object of the stack's own classes (a logger, a lock) counts
+  by its class.
+
+Code whose source cannot be read (made at run time by exec, or in a notebook, outside any released
+distribution) gives no key: that case is never cached, and the report says why (`why_unkeyable`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import enum
+import functools
+import hashlib
+import importlib.metadata
+import inspect
+import json
+import platform
+import sys
+import types
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from torchyard.names import BACKEND_DISTRIBUTIONS, module_name
+
+DISTRIBUTIONS = (*BACKEND_DISTRIBUTIONS, "numpy")
+VERSIONED = tuple(module_name(name) for name in DISTRIBUTIONS)  # their top-level modules
+SIMPLE = (int, float, str, bool, bytes, type(None))
+FORMAT = 2  # 2: instance attributes, non-persistent buffers, released code by version
+
+
+class Unkeyable(Exception):
+    """The module's code cannot be read (defined interactively, say): it is not cached."""
+
+
+def versions() -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    for name in DISTRIBUTIONS:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def _nvidia_driver() -> str | None:
+    try:
+        return Path("/proc/driver/nvidia/version").read_text().splitlines()[0].strip()
+    except (OSError, IndexError):
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor()
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
+
+
+def device_identity(device: torch.device) -> dict[str, Any]:
+    """What the device is, as far as a lowered program can depend on it."""
+    identity: dict[str, Any] = {"type": device.type, "machine": platform.machine()}
+    if device.type == "cpu":
+        identity["processor"] = _cpu_model()
+    elif device.type == "cuda" and torch.cuda.is_available():
+        index = device.index or 0
+        identity |= {
+            "name": torch.cuda.get_device_name(index),
+            "capability": list(torch.cuda.get_device_capability(index)),
+            "cuda": torch.version.cuda,
+            "hip": torch.version.hip,
+            "driver": _nvidia_driver(),
+        }
+    elif device.type == "xpu" and torch.xpu.is_available():
+        identity |= {"name": torch.xpu.get_device_name(device.index or 0)}
+    return identity
+
+
+def _versioned(module_name: str) -> bool:
+    """Code whose version is already in the key: the packages above and the standard library."""
+    top = module_name.split(".", maxsplit=1)[0]
+    return top in VERSIONED or top in sys.stdlib_module_names or top in {"builtins", "__future__", ""}
+
+
+@functools.cache
+def _top_level_distributions() -> Mapping[str, list[str]]:
+    """Top-level module -> the distributions that install it (every installed one's files are read: once)."""
+    return importlib.metadata.packages_distributions()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Installed:
+    pin: str | None  # `name==version` where it came from an index, else None
+    root: Path  # the folder its files are listed relative to
+    files: frozenset[str]
+
+    def holds(self, path: Path) -> bool:
+        return path.is_relative_to(self.root) and path.relative_to(self.root).as_posix() in self.files
+
+
+@functools.cache
+def _installed(name: str) -> _Installed | None:
+    try:
+        distribution = importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    from_index = distribution.read_text("direct_url.json") is None
+    return _Installed(
+        f"{distribution.metadata['Name']}=={distribution.version}" if from_index else None,
+        Path(str(distribution.locate_file(""))).resolve(),
+        frozenset(str(file) for file in distribution.files or ()),
+    )
+
+
+def _candidates(top: str) -> Iterator[str]:
+    """The distributions that may hold top-level module `top`: mostly one named as it is; only where that one
+    does not (PIL's, yaml's), every installed distribution is read."""
+    yield top
+    yield from _top_level_distributions().get(top, [])
+
+
+@functools.cache
+def released(module_name: str) -> str | None:
+    """`name==version` of the distribution whose installed files hold `module_name`, where it came from an
+    index (no `direct_url.json`, PEP 610): a released version's code does not change, so it counts by its
+    version, not its source. None for code from a path (the project itself, an editable or local install,
+    a checkout on `sys.path`) or from no distribution: that counts by its source."""
+    where = getattr(sys.modules.get(module_name), "__file__", None)
+    if not where or not {"site-packages", "dist-packages"} & set(Path(where).parts):
+        return None  # not installed (the project's own code, a checkout on the path): no distribution to ask
+    top = module_name.split(".", maxsplit=1)[0]
+    path = Path(where).resolve()
+    for name in _candidates(top):
+        installed = _installed(name)
+        if installed is not None and installed.holds(path):
+            return installed.pin
+    return None
+
+
+def _unsourced_name(klass: type) -> str | None:
+    """What keys a class that has no source of its own (`collections.namedtuple`'s): its fields and defaults."""
+    fields = getattr(klass, "_fields", None)
+    if issubclass(klass, tuple) and isinstance(fields, tuple):
+        return f"namedtuple {klass.__module__}.{klass.__qualname__}{fields}{getattr(klass, '_field_defaults', {})}"
+    return None
+
+
+# What every nn.Module holds (parameters, buffers and submodules are keyed as weights and classes), apart
+# from its hooks, which change what it computes: each hook function is keyed.
+MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
+
+
+class _CodeWalk:
+    """The code and values a module's behaviour depends on: from its classes, through the globals their
+    methods name, and from its instance attributes, through the values they hold."""
+
+    def __init__(self, registered: Iterable[torch.nn.Module] = ()) -> None:
+        self.parts: list[str] = []
+        self.seen: dict[int, object] = {}  # each object walked, kept alive so that no other takes its id
+        self.registered = {id(module) for module in registered}  # their weights are keyed apart
+
+    def add(self, obj: object) -> None:
+        if id(obj) in self.seen:
+            return
+        self.seen[id(obj)] = obj
+        if isinstance(obj, type):
+            self._class(obj)
+        elif isinstance(obj, types.FunctionType):
+            self._function(obj)
+        elif isinstance(obj, types.ModuleType):
+            self._module(obj)
+        elif isinstance(obj, SIMPLE):
+            self.parts.append(repr(obj))
+        elif isinstance(obj, torch.Tensor):
+            self.parts.append(tensor_digest(obj))
+        elif isinstance(obj, torch.dtype | torch.device | enum.Enum):
+            self.parts.append(f"{type(obj).__qualname__} {obj}")
+            self.add(type(obj))
+        else:
+            self._value(obj)
+
+    def _value(self, obj: object) -> None:
+        """A value held by a module or named by its code: containers by their items, a partial by its function
+        and arguments, a dataclass or any other object by its class and attributes."""
+        if isinstance(obj, list | tuple):
+            self.parts.append(f"{type(obj).__qualname__}[{len(obj)}]")
+            for item in obj:
+                self.add(item)
+        elif isinstance(obj, set | frozenset):  # in an order that no hash seed changes
+            self.parts.append(f"{type(obj).__qualname__} {sorted(repr(item) for item in obj)}")
+        elif isinstance(obj, dict):
+            self.parts.append(f"dict[{len(obj)}]")
+            for key, value in obj.items():
+                self.parts.append(repr(key) if isinstance(key, SIMPLE) else type(key).__qualname__)
+                self.add(value)
+        elif isinstance(obj, functools.partial):
+            self.parts.append(f"partial {sorted(obj.keywords)}")
+            for part in (obj.func, *obj.args, *obj.keywords.values()):
+                self.add(part)
+        elif isinstance(obj, types.MethodType):
+            self.add(obj.__func__)
+            self.add(obj.__self__)
+        elif isinstance(obj, types.BuiltinFunctionType):
+            self.parts.append(f"{obj.__module__}.{obj.__qualname__}")
+        else:
+            self._object(obj)
+
+    def _object(self, obj: object) -> None:
+        """Any other object: its class, and (a module's, a dataclass's, or one of a class outside the stack)
+        its attributes. The stack's own objects (a logger, a lock) count by their class alone."""
+        klass = type(obj)
+        self.add(klass)
+        if isinstance(obj, torch.nn.Module):
+            attributes = self._module_attributes(obj)
+        elif dataclasses.is_dataclass(obj):
+            attributes = {item.name: getattr(obj, item.name) for item in dataclasses.fields(obj)}
+        elif _versioned(klass.__module__):
+            return
+        else:
+            attributes = dict(getattr(obj, "__dict__", None) or {})
+        for name, value in sorted(attributes.items()):
+            self.parts.append(f".{name}")
+            self.add(value)
+
+    def _module_attributes(self, module: torch.nn.Module) -> dict[str, object]:
+        """What a module holds beyond what every module does; its hooks; and, for one outside the model's tree
+        of submodules (whose weights are keyed apart), its parameters, buffers and submodules."""
+        kept = set() if id(module) in self.registered else {"_parameters", "_buffers", "_modules"}
+        return {
+            name: list(value.values()) if "hook" in name and isinstance(value, dict) else value
+            for name, value in vars(module).items()
+            if name not in MODULE_INTERNALS or name in kept or ("hook" in name and isinstance(value, dict))
+        }
+
+    def _module(self, module: types.ModuleType) -> None:
+        if _versioned(module.__name__):
+            return
+        pin = released(module.__name__)
+        self.parts.append(f"module {module.__name__} {pin}" if pin else f"module {module.__name__}\0{_source(module)}")
+
+    def _class(self, klass: type) -> None:
+        if _versioned(klass.__module__):
+            self.parts.append(f"{klass.__module__}.{klass.__qualname__}")
+            return
+        pin = released(klass.__module__)
+        if pin:
+            self.parts.append(f"{klass.__module__}.{klass.__qualname__} {pin}")
+            return
+        unsourced = _unsourced_name(klass)
+        try:
+            self.parts.append(f"class {klass.__qualname__}\0{_source(klass)}")
+        except Unkeyable:
+            if unsourced is None:
+                raise
+            self.parts.append(unsourced)
+        if dataclasses.is_dataclass(klass):
+            self._generated_methods(klass)
+        for base in klass.__mro__[1:]:
+            self.add(base)
+        for value in vars(klass).values():
+            function = getattr(value, "__func__", value)  # staticmethod, classmethod
+            if isinstance(value, property):
+                for accessor in (value.fget, value.fset):
+                    if accessor is not None:
+                        self.add(accessor)
+            elif isinstance(function, types.FunctionType):
+                self._names(function)
+
+    def _generated_methods(self, klass: type) -> None:
+        """A dataclass's generated methods (`__init__`, `__repr__`, `__eq__`, made by exec, so without a source;
+        `__repr__` inside reprlib's wrapper): its fields decide them, and the class's source, keyed, holds them."""
+        for value in vars(klass).values():
+            method = value
+            while isinstance(method, types.FunctionType):
+                if method.__code__.co_filename.startswith("<"):
+                    self.seen[id(method)] = method
+                method = getattr(method, "__wrapped__", None)
+
+    def _function(self, function: types.FunctionType) -> None:
+        if function.__module__ and _versioned(function.__module__):
+            self.parts.append(f"{function.__module__}.{function.__qualname__}")
+            return
+        pin = released(function.__module__ or "")
+        if pin:
+            self.parts.append(f"{function.__module__}.{function.__qualname__} {pin}")
+            return
+        self.parts.append(f"function {function.__qualname__}\0{_source(function)}")
+        self._names(function)
+
+    def _names(self, function: types.FunctionType) -> None:
+        """Every global the function's code (nested code included) names, and its closure's cells."""
+        codes = [function.__code__]
+        while codes:
+            code = codes.pop()
+            codes += [const for const in code.co_consts if isinstance(const, types.CodeType)]
+            for name in code.co_names:  # attribute names (`x.view`) are here too; only globals resolve
+                if name in function.__globals__:
+                    self.add(function.__globals__[name])
+        for cell in function.__closure__ or ():
+            try:
+                self.add(cell.cell_contents)
+            except ValueError:  # an empty cell
+                continue
+
+
+@functools.cache  # a class's source is found by parsing its whole file: once a run, not once a backend
+def _source(obj: Any) -> str:
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError) as error:
+        name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", repr(obj))
+        module = getattr(obj, "__module__", None) or name
+        raise Unkeyable(
+            f"no source for {name!r} in {module} (code made at run time, by exec or in a notebook, has none; "
+            "from an installed release it counts by version)"
+        ) from error
+
+
+def tensor_digest(tensor: torch.Tensor) -> str:
+    """sha256 of a tensor's dtype, shape and bytes (read straight from memory: numpy is not required)."""
+    data = tensor.detach().to("cpu").contiguous()
+    digest = hashlib.sha256(f"{data.dtype}{tuple(tensor.shape)}".encode())
+    if data.numel():
+        digest.update(ctypes.string_at(data.data_ptr(), data.numel() * data.element_size()))
+    return digest.hexdigest()
+
+
+def _input_spec(call_args: object) -> list[Any]:
+    flat, spec = pytree.tree_flatten(call_args)
+    described: list[Any] = [str(spec)]
+    for leaf in flat:
+        if isinstance(leaf, torch.Tensor):
+            described.append([str(leaf.dtype), list(leaf.shape), leaf.is_contiguous(), leaf.stride()])
+        else:
+            described.append(repr(leaf))
+    return described
+
+
+def artifact_key(
+    *,
+    case_name: str,
+    backend: str,
+    options: dict[str, Any],
+    module: torch.nn.Module,
+    inputs: object,
+    dynamic_shapes: object,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> str:
+    """The content key of one lowering; raises `Unkeyable` when the module's code cannot be read."""
+    state = module.state_dict(keep_vars=False)
+    weights = [(name, tensor_digest(value)) for name, value in state.items()]
+    weights += [(name, tensor_digest(value)) for name, value in module.named_buffers() if name not in state]
+    document = {
+        "format": FORMAT,
+        "case": case_name,
+        "backend": backend,
+        "options": options,
+        "versions": versions(),
+        "python": platform.python_version(),
+        "device": device_identity(device),
+        "dtype": str(dtype),
+        "inputs": _input_spec(inputs),
+        "dynamic-shapes": repr(dynamic_shapes),
+        "weights": weights,
+        "code": code_digest(module),
+    }
+    return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def code_digest(module: torch.nn.Module) -> str:
+    """sha256 of what decides the module's behaviour beyond its weights (`_CodeWalk`); raises `Unkeyable`."""
+    walk = _CodeWalk(registered=module.modules())
+    for sub in module.modules():
+        walk.add(sub)
+    return hashlib.sha256("\0\0".join(walk.parts).encode()).hexdigest()
+
+
+def why_unkeyable(module: torch.nn.Module) -> str:
+    """Why the artifact cache cannot key `module` ("" where it can)."""
+    try:
+        code_digest(module)
+    except Unkeyable as error:
+        return str(error)
+    return ""

@@ -1,0 +1,134 @@
+"""The artifact cache keys models as real ones are written: a dataclass config, a named tuple made by
+`collections.namedtuple`, a `functools.partial`, code from a released package (made by exec, as einx's is)
+each count by what decides them; a change to any of them changes the key; what still cannot be keyed says
+why."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import importlib.metadata
+from typing import Any
+
+import pytest
+import sympy  # type: ignore[import-untyped]
+import torch
+
+from torchyard.inimage.parity import keys
+from torchyard.inimage.parity.keys import Unkeyable, code_digest, released, why_unkeyable
+
+pytestmark = pytest.mark.harness
+
+Heads = collections.namedtuple("Heads", ["mean", "scale"])  # no class statement: no source to read
+
+
+@dataclasses.dataclass
+class Config:
+    width: int = 4
+    temperature: float = 1.0
+
+
+TANH_GELU = functools.partial(torch.nn.functional.gelu, approximate="tanh")
+
+
+class Policy(torch.nn.Module):
+    def __init__(self, config: Config | None = None, act: Any = TANH_GELU) -> None:
+        super().__init__()
+        self.config = config or Config()
+        self.act = act
+        self.linear = torch.nn.Linear(self.config.width, self.config.width)
+
+    def forward(self, x: torch.Tensor) -> Heads:
+        y = self.act(self.linear(x)) / self.config.temperature
+        return Heads(y, y.exp())
+
+
+def test_a_dataclass_config_a_named_tuple_and_a_partial_are_keyed() -> None:
+    """Each made the case unkeyable before (`no source for '__create_fn__.<locals>.__repr__'`, the named
+    tuple's class), so its lowerings were never cached."""
+    assert why_unkeyable(Policy()) == ""
+
+
+def test_what_a_module_holds_decides_its_key() -> None:
+    base = code_digest(Policy())
+    assert code_digest(Policy()) == base
+    assert code_digest(Policy(Config(temperature=2.0))) != base  # a config's value
+    assert code_digest(Policy(act=functools.partial(torch.nn.functional.gelu, approximate="none"))) != base
+    assert code_digest(Policy(act=torch.nn.functional.relu)) != base
+    hooked = Policy()
+    hooked.register_forward_hook(lambda module, inputs, output: output)
+    assert code_digest(hooked) != base  # a hook changes what the module computes
+
+
+class Ensemble(torch.nn.Module):
+    """Holds its members in a plain list, out of its tree of submodules (and of its state dict)."""
+
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        member = torch.nn.Linear(4, 4)
+        with torch.no_grad():
+            member.weight.fill_(scale)
+            member.bias.zero_()
+        self.members = [member]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([member(x) for member in self.members]).sum(0)
+
+
+def test_weights_held_outside_the_tree_of_submodules_are_keyed() -> None:
+    assert code_digest(Ensemble(1.0)) == code_digest(Ensemble(1.0)) != code_digest(Ensemble(2.0))
+
+
+def key(module: torch.nn.Module) -> str:
+    return keys.artifact_key(
+        case_name="policy", backend="export", options={}, module=module, inputs=((torch.zeros(2, 4),), {}),
+        dynamic_shapes=None, device=torch.device("cpu"), dtype=torch.float32,
+    )  # fmt: skip
+
+
+def test_a_buffer_left_out_of_the_state_dict_is_keyed_as_a_weight() -> None:
+    """A causal mask is often registered with `persistent=False`: out of the state dict, not out of the key."""
+    masks = []
+    for value in (1.0, 0.0):
+        torch.manual_seed(0)
+        masks.append(Policy())
+        masks[-1].register_buffer("mask", torch.full((4,), value), persistent=False)
+    assert key(masks[0]) != key(masks[1])
+
+
+class Simplifier(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.simplify = functools.partial(sympy.simplify, rational=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+def test_code_from_a_released_distribution_counts_by_its_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    """sympy stands in for einx: installed from an index, its code counts by its version, so a function of
+    it that has no source (einx makes its functions by exec) keys all the same; this file's code, from a
+    path, counts by its source."""
+    assert released(sympy.simplify.__module__) == f"sympy=={importlib.metadata.version('sympy')}"
+    assert released(__name__) is None
+    read = keys._source
+
+    def without_sympys(obj: Any) -> str:
+        if str(getattr(obj, "__module__", "")).startswith("sympy"):
+            raise Unkeyable(f"no source for {obj!r}")
+        return read(obj)
+
+    monkeypatch.setattr(keys, "_source", without_sympys)
+    assert why_unkeyable(Simplifier()) == ""
+
+
+def test_code_made_at_run_time_says_why_it_cannot_be_keyed() -> None:
+    namespace: dict[str, Any] = {"__name__": __name__}
+    exec("def doubled(x):\n    return x * 2\n", namespace)  # as a notebook or a code generator makes one
+    assert why_unkeyable(Policy(act=namespace["doubled"])).startswith(
+        f"no source for 'doubled' in {__name__} (code made at run time"
+    )
+    bare: dict[str, Any] = {}
+    exec("def tripled(x):\n    return x * 3\n", bare)  # no module at all: its code is still needed
+    assert why_unkeyable(Policy(act=bare["tripled"])).startswith("no source for 'tripled'")

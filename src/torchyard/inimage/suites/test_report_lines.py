@@ -1,0 +1,129 @@
+"""What a run says reads at a glance: a pass that rests on a rule names it, a float64 reference that is the
+run's precision in effect says so, model output types save, and torch's noise (its structured trace under
+pytest, a failing export's graph printed twice) is kept out of the output."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+from torchyard.inimage.cases import Case
+from torchyard.inimage.cases.builtin import CASES
+from torchyard.inimage.parity.backends.running import export_program
+from torchyard.inimage.parity.harness import FLOAT64, Result, evaluate, make_reference
+from torchyard.inimage.parity.metrics import compare_values
+from torchyard.inimage.parity.tolerances import Bounds, load_tolerances
+from torchyard.inimage.parity.trees import NAMEDTUPLE_ROUTE
+from torchyard.inimage.plugin import TORCH_TRACE
+from torchyard.inimage.verdicts import pass_reason
+
+pytestmark = pytest.mark.harness
+
+CPU = torch.device("cpu")
+FLOAT32 = Bounds(max_scaled_error=1e-4, max_rel_l2=1e-5, min_cosine=0.9999999)
+MLP = next(case for case in CASES if case.name == "mlp")
+
+
+def test_a_pass_of_a_suite_that_does_not_judge_values_says_so() -> None:
+    """XNNPACK's tanh GELU ran and missed its values: the runtime suite passes it, saying by which rule."""
+    missed = Result("gelu_tanh", "executorch-xnnpack", "float32", "failed", "scaled max error 0.000147 > 0.0001")
+    missed.shapes_match = True
+    assert pass_reason("runtime", missed) == (
+        "passes the runtime rule (the program loaded and ran with eager's output shapes); its values are the "
+        "parity suite's to judge: scaled max error 0.000147 > 0.0001"
+    )
+    assert pass_reason("runtime", Result("mlp", "executorch-xnnpack", "float32", "passed")) == ""
+
+
+def test_a_leaf_that_passes_by_the_small_leaf_rule_is_named() -> None:
+    """An AdamW step's leaf below its group's floor shows a rel L2 over the bound in the table: the pass says
+    that the small-leaf rule judged it, and how."""
+    reference = torch.full((8,), 1e-4, dtype=torch.float64)
+    small = compare_values(reference.float() + 1.27e-7, reference, torch.float32, FLOAT32, "state[w]", floor=1e-2)
+    plain = compare_values(torch.ones(4), torch.ones(4, dtype=torch.float64), torch.float32, FLOAT32, "loss")
+    assert small.passed and small.rel_l2_error > FLOAT32.max_rel_l2 and plain.rule == ""
+    assert small.rule.startswith("small-leaf rule: largest error 1.27e-07 is 1.27e-05 of its group's floor 0.01")
+    step = Result("mlp", "train-inductor-adamw", "float32", "passed", comparisons=[plain, small])
+    assert (
+        pass_reason("train", step)
+        == f"passes, 1 of its outputs by a rule of their own: output state[w] by the {small.rule}"
+    )
+
+
+class CastsInside(torch.nn.Module):
+    """As vector-quantize-pytorch's VectorQuantize: float32 inside `forward`, whatever it is given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight, bias = self.linear.weight.float(), self.linear.bias.float()
+        return torch.nn.functional.linear(x.float(), weight, bias)
+
+
+def test_a_float64_reference_that_is_float32_in_effect_says_so() -> None:
+    case = Case("casts_inside", CastsInside, lambda g: (torch.randn(2, 8, generator=g),))
+    reference = make_reference(case, case.calls(), device=CPU, dtype=torch.float32)
+    assert reference.kind == f"{FLOAT64} (float32 in effect: eager in float32 equals it exactly)"
+    assert make_reference(MLP, MLP.calls(), device=CPU, dtype=torch.float32).kind == FLOAT64
+
+
+Heads = collections.namedtuple("Heads", ["action", "value"])
+
+
+@dataclasses.dataclass
+class Output:
+    action: torch.Tensor
+
+
+class NamedHeads(torch.nn.Module):
+    def __init__(self, output: str) -> None:
+        super().__init__()
+        self.output = output
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> Heads | Output:
+        y = self.linear(x)
+        return Heads(y, y.sum()) if self.output == "namedtuple" else Output(y)
+
+
+@pytest.mark.parametrize("output", ["namedtuple", "dataclass"])
+def test_named_tuple_and_dataclass_outputs_are_saved_and_loaded(output: str, tmp_path: Path) -> None:
+    """torch.export.save (and ExecuTorch, from the same tree spec) refuse both unless registered with a
+    serialized name ("Can't serialize TreeSpec of namedtuple class ..."): torchyard registers them."""
+    case = Case(f"named_{output}", lambda: NamedHeads(output), lambda g: (torch.randn(2, 4, generator=g),))
+    result = evaluate(case, "export", device=CPU, dtype=torch.float32, tolerances=load_tolerances(), workdir=tmp_path)
+    assert result.status == "passed", result.reason
+
+
+def test_torch_still_has_its_named_tuple_route() -> None:
+    """torch has no public route to register a named tuple for saving: the private one torchyard uses is
+    checked for the shape it relies on, and this fails when it moves (the save then fails with torch's own
+    one line, naming the type)."""
+    assert NAMEDTUPLE_ROUTE is not None
+
+
+def test_pytests_log_handlers_are_kept_off_torchs_structured_trace() -> None:
+    """Attached, they make torch build a trace record for every compile event and print each as an empty
+    `DEBUG torch.__trace` line."""
+    trace = logging.getLogger(TORCH_TRACE)
+    assert not trace.propagate  # why pytest attaches to it at all
+    assert not [handler for handler in trace.handlers if type(handler).__module__.startswith("_pytest.")]
+
+
+class DataDependent(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 1 if x.sum() > 0 else x - 1
+
+
+def test_a_failing_export_prints_its_partial_graph_once(capsys: pytest.CaptureFixture[str]) -> None:
+    case = Case("data_dependent", DataDependent, lambda g: (torch.randn(2, generator=g),))
+    with pytest.raises(Exception, match="data-dependent"):
+        export_program(case, DataDependent(), case.calls()[0])
+    assert capsys.readouterr().err.count("def forward(") == 1
