@@ -24,7 +24,10 @@ import pytest
 
 from torchyard.commands.build import make_base
 from torchyard.host.engine import engine
+from torchyard.image.build import LAYERS_LABEL
 from torchyard.image.debootstrap import DEFAULT_TAG
+from torchyard.image.layers import read_keys_label
+from torchyard.image.plan import DEPENDENCY_REPOSITORY
 from torchyard.util import proc
 
 REPO = Path(__file__).parents[2]
@@ -115,10 +118,17 @@ def one_entry_matrix(entry: str, base: str, requirements: list[str]) -> str:
 
 
 def remove_images(client: docker.DockerClient, *needles: str) -> None:
-    """What a fresh runner lacks: every local tag containing one of `needles` (and images left untagged)."""
+    """What a fresh runner lacks: every local tag containing one of `needles` (and images left untagged), and
+    the dependency images (`torchyard/dependencies:<key>`) whose layers those images held."""
+    keys: set[str] = set()
     for image in client.images.list():
         for tag in image.tags:
             if any(needle in tag for needle in needles):
+                keys.update(read_keys_label((image.labels or {}).get(LAYERS_LABEL, "")).values())
+                client.images.remove(tag, force=True)
+    for image in client.images.list(name=DEPENDENCY_REPOSITORY):
+        for tag in image.tags:
+            if tag.rpartition(":")[2] in keys:
                 client.images.remove(tag, force=True)
 
 
