@@ -26,6 +26,11 @@ def sample(load_average: LoadAverage = os.getloadavg) -> list[float] | None:
         return None
 
 
+def worker_count(numprocesses: object) -> int:
+    """pytest-xdist's `-n` as the run's processes: 1 without workers."""
+    return numprocesses if isinstance(numprocesses, int) and numprocesses > 0 else 1
+
+
 def machine_load(
     start: list[float] | None, end: list[float] | None, *, cpus: int | None, workers: int
 ) -> dict[str, Any]:

@@ -608,12 +608,11 @@ def _conclude_run(session: pytest.Session, exitstatus: int) -> None:
     manifest: dict[str, Any] = config.stash[_manifest_key]
     selected = settings.suites or tuple(suite for suite in SUITE_NAMES if suite in str(config.option.markexpr))
     extra = {"precision": settings.precision, "tolerances": settings.tolerances.as_dict(), "suites": list(selected)}
-    workers = getattr(config.option, "numprocesses", None)
     manifest["load"] = load.machine_load(
         config.stash.get(_load_key, None),
         load.sample(),
         cpus=os.cpu_count(),
-        workers=workers if isinstance(workers, int) and workers > 0 else 1,
+        workers=load.worker_count(getattr(config.option, "numprocesses", None)),
     )
     paths = write_reports(settings.report_dir, collector.records, manifest, extra)
     print(f"\ntorchyard: reports in {paths['markdown'].parent} (parity.json, parity.md, env.json)")
