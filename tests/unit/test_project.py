@@ -169,7 +169,14 @@ def planner(root: Path, lockdir: Path) -> Callable[[], BuildPlan]:
     subprocess.run(["git", "init", "--quiet", str(root)], check=True)
     subprocess.run(["git", "-C", str(root), "add", "."], check=True)
     return lambda: plan_build(
-        entry, lockdir, base_image="b", base_id="i", uv_version="0.13.9", revision="r", source_date_epoch="0"
+        entry,
+        lockdir,
+        project="p-0123abcd4567",
+        base_image="b",
+        base_id="i",
+        uv_version="0.13.9",
+        revision="r",
+        source_date_epoch="0",
     )
 
 

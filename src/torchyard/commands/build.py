@@ -45,16 +45,17 @@ def build_images(
     options: BuildOptions,
     *,
     machine: Machine,
+    project: str,
     client: docker.DockerClient | None = None,
     cli: DockerCli | None = None,
     runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
     summarize_found: bool = True,
 ) -> list[Built]:
-    """Build (or reuse) each entry's image, with this `machine`'s registry, base overrides and mirrors;
-    `client` and `cli` are found when not given. GitHub's step summary gets a table of the images, leaving
-    out those found on this runner unless `summarize_found` (the test command's images were built, and
-    summarized, by the build step before it).
+    """Build (or reuse) each entry's image, with this `machine`'s registry, base overrides and mirrors, named
+    for `project` (`torchyard.trust.project_scope`); `client` and `cli` are found when not given. GitHub's step
+    summary gets a table of the images, leaving out those found on this runner unless `summarize_found` (the
+    test command's images were built, and summarized, by the build step before it).
 
     Every lock is checked first (offline): a missing or stale lock stops before Docker is touched. Native
     entries (MPS) have no image: they are named and left out.
@@ -83,7 +84,7 @@ def build_images(
         base = resolve_base(entry, machine.base_overrides)
         base_id = base_identity(base, client) or entry.accelerator.require_base_image().digest
         plan = plan_build(
-            entry, lockdir, base_image=base, base_id=base_id, uv_version=uv, revision=revision,
+            entry, lockdir, project=project, base_image=base, base_id=base_id, uv_version=uv, revision=revision,
             source_date_epoch=epoch,
         )  # fmt: skip
         print(f"[{position}/{len(entries)}] {entry.name}: {plan.tag}", file=sys.stderr, flush=True)
@@ -95,8 +96,8 @@ def build_images(
             # then it installs nothing of the lock (no sdist to refuse, no cache to scope).
             stands_on = trusted_dependencies(client, plan)
             plan = plan_build(
-                entry, lockdir, base_image=base, base_id=base_id, uv_version=uv, revision=revision,
-                source_date_epoch=epoch, policy=policy, stands_on=stands_on,
+                entry, lockdir, project=project, base_image=base, base_id=base_id, uv_version=uv,
+                revision=revision, source_date_epoch=epoch, policy=policy, stands_on=stands_on,
             )  # fmt: skip
             if stands_on is not None:
                 print(f"{entry.name}: untrusted, on the trusted dependency image {stands_on[0]}", file=sys.stderr)

@@ -156,8 +156,8 @@ def _in_containers(
         folders[entry.name] = reports_folder(reports, entry.name)  # a committed link there: refused, now
     cli = build_client(env, runner)
     built = build_images(
-        entries, lockdir, BuildOptions(), machine=machine, client=client, cli=cli, runner=runner, env=env,
-        summarize_found=False,
+        entries, lockdir, BuildOptions(), machine=machine, project=project, client=client, cli=cli, runner=runner,
+        env=env, summarize_found=False,
     )  # fmt: skip
     rows = []
     limits = machine.limits

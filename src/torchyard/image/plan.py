@@ -1,7 +1,9 @@
 """The pure build plan: build arguments, the content-addressed tag and the context's files.
 
 Tags are content-addressed (Dockerfile, lockfile, base, build arguments, torchyard's in-image files and
-the project's source), so an image that exists is reused as it is. Nothing here touches Docker.
+the project's source), so an image that exists is reused as it is. An image's name says whose it is:
+`torchyard/<project>/<entry>`, the project as `torchyard.trust.project_scope` names it, so two projects with an
+entry of the same name on one runner never share a tag or an alias. Nothing here touches Docker.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ REPOSITORY = "torchyard"
 # layer cache come from it), so an untrusted build never moves it.
 ALIASES: dict[Trust, str] = {"trusted": "latest", "untrusted": "untrusted"}
 # A trusted build also tags its dependencies stage here, by the key of its last dependency group (which
-# covers every group and what lies below them): an untrusted build of the same pins stands on it.
+# covers every group and what lies below them): an untrusted build of the same pins stands on it. Shared by
+# every project: the key is the pins' (with their hashes) and what lies below them, nothing of a project's.
 DEPENDENCY_REPOSITORY = f"{REPOSITORY}/dependencies"
 TRUSTED_BUILD = BuildPolicy()
 # The build arguments in scope for the dependency layers (the rest label the image).
@@ -108,6 +111,11 @@ class BuildPlan:
     stands_on: str = ""
 
 
+def image_repository(project: str, entry: str) -> str:
+    """Where an entry's images are tagged: `torchyard/<project>/<entry>`, one repository per project and entry."""
+    return f"{REPOSITORY}/{project}/{entry}"
+
+
 def dependency_tag(layers: tuple[Layer, ...]) -> str:
     return f"{DEPENDENCY_REPOSITORY}:{layers[-1].key}" if layers else ""
 
@@ -130,6 +138,7 @@ def plan_build(
     entry: Entry,
     lockdir: Path,
     *,
+    project: str,
     base_image: str,
     base_id: str,
     uv_version: str,
@@ -139,7 +148,8 @@ def plan_build(
     stands_on: tuple[str, str] | None = None,
     git: proc.DataRunner = proc.data,
 ) -> BuildPlan:
-    """Everything the build needs, decided without touching Docker. An untrusted `policy` gets a cache
+    """Everything the build needs, decided without touching Docker; `project` names the project on this runner
+    (`torchyard.trust.project_scope`), in the image's name and label. An untrusted `policy` gets a cache
     scope, a content tag and an alias of its own: nothing it builds is what a trusted build reads.
     `stands_on` (a dependency image's tag and ID, from a trusted build of the same pins) makes the image
     stage start from that image: the untrusted build then installs no package of the lock."""
@@ -179,6 +189,7 @@ def plan_build(
         ("BASE_DIGEST", base_id),
         ("TORCHYARD_VERSION", __version__),
         ("PROJECT", entry.project.name if entry.project else ""),
+        ("PROJECT_SCOPE", project),
         *policy.build_args,
     )
     # What decides the image below the first dependency layer; the label-only arguments (entry, lock
@@ -218,8 +229,8 @@ def plan_build(
         entry=entry.name,
         base_image=base_image,
         build_args=build_args,
-        tag=f"{REPOSITORY}/{entry.name}:{digest.hexdigest()[:16]}",
-        alias=f"{REPOSITORY}/{entry.name}:{ALIASES[scope]}",
+        tag=f"{image_repository(project, entry.name)}:{digest.hexdigest()[:16]}",
+        alias=f"{image_repository(project, entry.name)}:{ALIASES[scope]}",
         vendor=vendor,
         python=entry.python,
         context=tuple(context),
