@@ -90,7 +90,8 @@ class BuildOptions:
 @dataclass(frozen=True)
 class BuildPlan:
     """Everything one image build needs: `context` maps each of torchyard's paths in the build context to
-    its bytes; `workspace` is the project's tests (under `workspace/`), links kept as links."""
+    its bytes; `workspace` is the project's tests (under `workspace/`), or a source folder's every file, links
+    kept as links; a package's `project_root` and `project_files` are what its wheel is built from."""
 
     entry: str
     base_image: str
@@ -173,10 +174,14 @@ def plan_build(
     sources: tuple[ProjectFile, ...] = ()
     workspace: tuple[ProjectFile, ...] = ()
     build_requires: tuple[str, ...] = ()
+    packaged = entry.project is not None and entry.project.kind == "package"
     if entry.project is not None:
         sources = project_files(entry.project.root, git)
+    if packaged:
         workspace = select(sources, [*entry.tests, *PYTEST_CONFIG]) if entry.tests else ()
         build_requires = build_requirements(sources)  # checked here: before any build or container starts
+    elif entry.project is not None:  # a source folder is the workspace, whole: no wheel, no build backend
+        workspace = sources
     content_args = (
         ("BASE_IMAGE", base_image),
         ("PYTHON", f"python{entry.python}"),
@@ -190,6 +195,7 @@ def plan_build(
         ("TORCHYARD_VERSION", __version__),
         ("PROJECT", entry.project.name if entry.project else ""),
         ("PROJECT_SCOPE", project),
+        ("WORKSPACE_ON_PATH", "1" if entry.project is not None and not packaged else ""),
         *policy.build_args,
     )
     # What decides the image below the first dependency layer; the label-only arguments (entry, lock
@@ -234,8 +240,8 @@ def plan_build(
         vendor=vendor,
         python=entry.python,
         context=tuple(context),
-        project_root=entry.project.root if entry.project else None,
-        project_files=sources,
+        project_root=entry.project.root if entry.project is not None and packaged else None,
+        project_files=sources if packaged else (),
         workspace=workspace,
         build_requires=build_requires,
         layers=layers,
