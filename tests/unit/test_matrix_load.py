@@ -172,6 +172,13 @@ def test_duplicate_entry_names() -> None:
     assert error_of(text) == 'matrix.toml: entry "cpu" > name: duplicate entry name "cpu"'
 
 
+def test_an_entry_cannot_take_the_dependency_images_name() -> None:
+    text = VALID.replace('name = "cuda"', 'name = "dependencies"')
+    assert error_of(text) == (
+        'matrix.toml: entry "dependencies" > name: "dependencies" is torchyard\'s own image name: choose another'
+    )
+
+
 def test_missing_required_key_in_entry() -> None:
     text = VALID.replace('python = "3.11"\n', "")
     assert error_of(text) == 'matrix.toml: entry "cpu" > python: required key is missing'
@@ -395,6 +402,11 @@ def test_the_shipped_xpu_entry_takes_torch_from_the_xpu_index_alone() -> None:
         ('["--ulimit", "nofile=1048576"]', '"--ulimit" can give up'),
         ('["--oom-score-adj", "-1000"]', "a negative --oom-score-adj (-1000) shields the container"),
         ('["--label", "dev.torchyard.trust=trusted"]', "labels under dev.torchyard. are torchyard's own"),
+        # a word that is no flag's value: docker run would run it as the image, torchyard's own as its arguments
+        ('["--cpus", "1", "attacker/img:1"]', '"attacker/img:1" is neither a flag nor a flag\'s value'),
+        ('["--cpus=1", "torchyard/cpu:latest"]', '"torchyard/cpu:latest" is neither a flag nor'),
+        ('["--init", "attacker/img"]', '"attacker/img" is neither a flag nor'),
+        ('["attacker/img"]', '"attacker/img" is neither a flag nor'),
     ],
 )
 def test_matrix_docker_run_can_only_tighten_the_seal(flags: str, message: str) -> None:

@@ -33,7 +33,7 @@ from torchyard.image.layers import Layer, read_keys_label
 from torchyard.image.plan import BuildOptions, BuildPlan
 from torchyard.image.policy import BuildPolicy, check_entry, without_credentials
 from torchyard.image.registry import Transfer, client_environment, pull, push
-from torchyard.image.serve import served
+from torchyard.image.serve import bridge_address, served
 from torchyard.image.source import ProjectFile, write_files
 from torchyard.image.wheel import build_wheel_sealed
 from torchyard.matrix.machine import Registry, Source, index_args
@@ -452,8 +452,13 @@ def build_image(
         sources = without_credentials(sources)
     with (
         tempfile.TemporaryDirectory(prefix="torchyard-build-") as scratch,
-        served(sources) as (reachable, host_network),
+        served(sources, bridge_address(client.networks)) as (reachable, host_network),
     ):
+        if host_network and not policy.trusted:
+            raise ImageBuildError(
+                f"entry {entry.name!r}: an untrusted build never gets the host's network, and this machine's local "
+                "wheel folders are served on loopback only (the engine's default bridge is not an address here)"
+            )
         context = Path(scratch) / "context"
         stage_context(plan, context)
         iidfile = Path(scratch) / "iid"

@@ -262,6 +262,8 @@ def _entry(
     name = table.string("name")
     if not ENTRY_NAME.fullmatch(name):
         raise table.error("name", f"expected lowercase letters, digits, '.', '_' or '-', got {describe(name)}")
+    if name == "dependencies":  # torchyard/dependencies:<key> are the trusted dependency images
+        raise table.error("name", '"dependencies" is torchyard\'s own image name: choose another')
     if name in seen:
         raise table.error("name", f"duplicate entry name {describe(name)}")
     seen.add(name)
