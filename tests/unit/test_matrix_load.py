@@ -172,6 +172,17 @@ def test_duplicate_entry_names() -> None:
     assert error_of(text) == 'matrix.toml: entry "cpu" > name: duplicate entry name "cpu"'
 
 
+def test_a_matrix_toml_that_is_a_link_is_never_read(tmp_path: Path) -> None:
+    """A pull request can commit matrix.toml as a link to a host file: its parse errors would echo it."""
+    secret = tmp_path / "secret.toml"
+    secret.write_text("token = 'hostile-secret'\n")
+    (tmp_path / "checkout").mkdir()
+    (tmp_path / "checkout" / "matrix.toml").symlink_to(secret)
+    with pytest.raises(ConfigError, match="is a symbolic link") as caught:
+        load_plan(tmp_path / "checkout" / "matrix.toml")
+    assert "hostile-secret" not in str(caught.value)
+
+
 def test_an_entry_cannot_take_the_dependency_images_name() -> None:
     text = VALID.replace('name = "cuda"', 'name = "dependencies"')
     assert error_of(text) == (
@@ -333,7 +344,7 @@ def test_malformed_files_are_one_line(tmp_path: Path, data: bytes) -> None:
 
 def test_a_folder_where_matrix_toml_belongs_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "matrix.toml").mkdir()
-    with pytest.raises(ConfigError, match=r"matrix.toml: cannot read: \[Errno 21\] Is a directory"):
+    with pytest.raises(ConfigError, match=r"matrix.toml: not a regular file"):
         load_plan(tmp_path / "matrix.toml")
 
 

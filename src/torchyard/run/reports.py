@@ -57,7 +57,12 @@ def exclusive_run(path: Path) -> Iterator[None]:
     _usable_folder(path.parent)
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = path.parent / f".{path.name}.lock"
-    handle = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        handle = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as error:  # a link committed in its place (ELOOP), or a folder
+        raise UsageError(
+            f"{lock}: cannot hold the run's lock ({error.strerror}): a link or folder there is refused"
+        ) from None
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
