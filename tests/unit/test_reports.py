@@ -271,6 +271,8 @@ def test_a_committed_link_in_place_of_the_runs_lock_is_one_line_never_followed(
         exclusive_run(Path("reports") / "cpu"),
     ):
         pass
+    with pytest.raises(UsageError, match=r"\.cpu\.lock: cannot hold the run's lock \(a link or folder\)"):
+        reports_folder(Path("reports"), "cpu")  # before any build
     assert victim.read_text() == "the host's"
 
 
