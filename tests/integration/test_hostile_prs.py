@@ -128,6 +128,40 @@ def _base_moved(runner: Runner) -> None:
     runner.edit_matrix(old, 'base-image = "evil/base@sha256:' + "0" * 64 + '"')
 
 
+def _image_in_docker_run(runner: Runner) -> None:
+    runner.edit_matrix(CPU_LABELS, f'{CPU_LABELS}\ndocker-run = ["--cpus", "1", "attacker/img:1"]')
+
+
+def _tests_outside(runner: Runner) -> None:
+    runner.edit_matrix('name = "cpu"\n', 'name = "cpu"\ntests = ["../victim"]\n')
+
+
+def _linked_matrix(runner: Runner) -> None:
+    (runner.checkout / "matrix.toml").unlink()
+    (runner.checkout / "matrix.toml").symlink_to(runner.secret)
+
+
+def _linked_run_lock(runner: Runner) -> None:
+    (runner.checkout / "reports").mkdir()
+    (runner.checkout / "reports" / ".cpu.lock").symlink_to(runner.victim / "keep")
+
+
+def _no_trusted_matrix(runner: Runner) -> None:
+    del runner.env["TORCHYARD_TRUSTED_MATRIX"]
+
+
+def _option_requirements(runner: Runner) -> None:
+    """`[build-system] requires` as uv options: an index of the pull request's, an sdist built with network."""
+    project = runner.checkout / "pr"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(
+        '[project]\nname = "pr"\nversion = "1"\n[build-system]\n'
+        'requires = ["--no-binary", "evilb", "--find-links", "http://127.0.0.1:9/", "evilb"]\n'
+        'build-backend = "evilb"\n'
+    )
+    runner.edit_matrix('name = "cpu"\n', 'name = "cpu"\nproject = "pr"\n')
+
+
 # (name, the pull request's change, the command it runs, what the one line says)
 TEST_CORPUS = [
     (
@@ -146,6 +180,13 @@ TEST_CORPUS = [
     ("project-root", _project_outside("/"), ("test", "--entry", "cpu"), "expected a path inside the project's"),
     ("project-parent", _project_outside("../victim"), ("build", "cpu"), "expected a path inside the project's"),
     ("base-moved", _base_moved, ("build", "cpu"), "this untrusted run changes base-image"),
+    ("image-in-docker-run", _image_in_docker_run, ("test", "--entry", "cpu"), "is neither a flag nor a flag's value"),
+    ("tests-outside", _tests_outside, ("test", "--entry", "cpu"), "expected a path inside the project's"),
+    ("linked-matrix", _linked_matrix, ("test", "--entry", "cpu"), "is a symbolic link"),
+    ("linked-run-lock", _linked_run_lock, ("test", "--entry", "cpu"), "cannot hold the run's lock"),
+    ("no-trusted-matrix", _no_trusted_matrix, ("test", "--entry", "cpu"), "set TORCHYARD_TRUSTED_MATRIX"),
+    ("push-untrusted", lambda runner: None, ("build", "cpu", "--push"), "an untrusted run does not push images"),
+    ("option-requirements", _option_requirements, ("build", "cpu"), "PEP 508"),
 ]
 
 

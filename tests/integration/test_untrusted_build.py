@@ -34,6 +34,14 @@ build-backend = "hatchling.build"
 """
 
 
+# The pull request's wheel gains a .pth file at the top of site-packages.
+HOOKED = """\
+[tool.hatch.build.targets.wheel.force-include]
+"hook.pth" = "standing_hook.pth"
+"""
+PTH_MARKER = "/opt/torchyard/pth-ran-in-a-build-step"
+
+
 @pytest.fixture
 def project(tmp_path: Path, client: docker.DockerClient) -> Iterator[tuple[Path, str]]:
     entry = f"standing-{uuid.uuid4().hex[:8]}"
@@ -70,8 +78,11 @@ def test_an_untrusted_build_of_a_changed_project_installs_nothing_of_the_lock(
     dependency_tag = f"torchyard/dependencies:{keys.split()[-1].partition('=')[2]}"
     dependencies = client.images.get(dependency_tag)
 
-    # The pull request: the project's source changes, the lock does not.
+    # The pull request: the project's source changes, the lock does not; its wheel also ships a .pth file,
+    # which would run in any build step that starts the venv's Python with site (as root, with the network).
     (root / "src" / "standing" / "__init__.py").write_text('WORDS = "from the pull request"\n')
+    (root / "hook.pth").write_text(f"import os; open('{PTH_MARKER}', 'w').close()\n")
+    (root / "pyproject.toml").write_text(PYPROJECT + HOOKED)
     untrusted_env = {
         **env,
         "TORCHYARD_TRUST": "untrusted",
@@ -91,6 +102,12 @@ def test_an_untrusted_build_of_a_changed_project_installs_nothing_of_the_lock(
         network_mode="none",
     )  # fmt: skip
     assert words.decode().strip() == "from the pull request"
+    # the wheel's .pth ran in no build step: no marker in the image (a shell looks, no Python starts)
+    looked = client.containers.run(
+        image, ["-c", f"test -e {PTH_MARKER} && echo ran || echo never; ls /opt/torchyard/venv/lib/*/site-packages"],
+        entrypoint=["/bin/bash"], remove=True, network_mode="none",
+    )  # fmt: skip
+    assert looked.decode().startswith("never") and "standing_hook.pth" in looked.decode()
 
     # Without the trusted dependency image, the untrusted build installs the lock itself, wheels only.
     client.images.remove(dependency_tag)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import tomli_w
+import yaml
 
 from tests import docblocks
 from torchyard.errors import ConfigError
@@ -193,4 +194,21 @@ def test_every_variable_the_workflows_pass_says_how_it_is_trusted() -> None:
         ROOT / "src" / "torchyard" / "templates" / "torchyard.yml",
     ]
     passed = {name for path in workflows for name in re.findall(r"\b(TORCHYARD_[A-Z_]+)", path.read_text())}
-    assert passed and passed - _threat_model_rows() == set()
+    for path in workflows:  # every variable a job or step sets, and what steps append to $GITHUB_ENV
+        passed |= _env_names(yaml.safe_load(path.read_text().replace("@SPEC@", "torchyard")))
+        passed |= set(re.findall(r'echo "([A-Z_]+)=[^"]*" >> "\$GITHUB_ENV"', path.read_text()))
+    # and the runner's variables torchyard reads: the trust of a run and its cache scope are decided by them
+    passed |= {
+        name for path in (ROOT / "src").rglob("*.py") for name in re.findall(r"\b(GITHUB_[A-Z_]+)", path.read_text())
+    }
+    assert {"ENTRY", "BASE_REF", "PUSH", "GITHUB_EVENT_PATH"} <= passed
+    assert passed - _threat_model_rows() == set(), "variables without a row in docs/concepts/trust.md's threat model"
+
+
+def _env_names(node: object) -> set[str]:
+    if isinstance(node, dict):
+        own = set(node["env"]) if isinstance(node.get("env"), dict) else set()
+        return own.union(*(_env_names(value) for value in node.values()))
+    if isinstance(node, list):
+        return set().union(*(_env_names(item) for item in node))
+    return set()

@@ -86,11 +86,15 @@ def test_a_flag_the_machine_allows_takes_only_the_trusted_value(flags: str) -> N
     assert gate_entries(same.entries, "untrusted", trusted) == same.entries
 
 
-def test_without_a_trusted_matrix_only_limits_and_variables_pass() -> None:
+def test_without_a_trusted_matrix_an_untrusted_run_is_refused_in_one_line() -> None:
+    """Fail closed: with no trusted matrix.toml to compare with, the pull request's own runners, bases and
+    indexes would pass as they are."""
     tighter = _plan(_with_cuda_flags('"--memory", "2g", "--env", "SEED=1"'))
-    assert gate_entries(tighter.entries, "untrusted", TrustedConfig(None, "none")) == tighter.entries
-    with pytest.raises(ConfigError, match="an untrusted run takes '--mount'"):
-        gate_entries(_plan(_with_cuda_flags(MOUNT)).entries, "untrusted", TrustedConfig(None, "none"))
+    with pytest.raises(
+        ConfigError, match=r"an untrusted run keeps the trusted matrix\.toml's runners.*set TORCHYARD_TRUSTED_MATRIX"
+    ):
+        gate_entries(tighter.entries, "untrusted", TrustedConfig(None, "none"))
+    assert gate_entries(tighter.entries, "trusted", TrustedConfig(None, "none")) == tighter.entries
 
 
 def test_the_trusted_matrix_resolves_its_project_beside_the_checkout(tmp_path: Path) -> None:

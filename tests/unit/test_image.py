@@ -332,6 +332,10 @@ def test_an_untrusted_build_has_its_own_cache_scope_tag_and_alias(tree: Path) ->
     assert untrusted.tag != trusted.tag
     assert trusted.alias == f"torchyard/{PROJECT}/cpu:latest"
     assert untrusted.alias == f"torchyard/{PROJECT}/cpu:untrusted"
+    # its layers come from the trusted alias only: one pull request's layers never feed the next one's build
+    registry = Registry("127.0.0.1:5000/team")
+    sources = cache_sources(untrusted, BuildOptions(), registry, local_alias=True).cache_from
+    assert sources == (trusted.alias, f"127.0.0.1:5000/team/{trusted.alias}")
 
 
 def test_an_untrusted_build_stands_on_the_trusted_dependency_image_of_the_same_pins(tree: Path) -> None:

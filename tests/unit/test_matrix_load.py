@@ -172,6 +172,24 @@ def test_duplicate_entry_names() -> None:
     assert error_of(text) == 'matrix.toml: entry "cpu" > name: duplicate entry name "cpu"'
 
 
+def test_a_matrix_toml_that_is_a_link_is_never_read(tmp_path: Path) -> None:
+    """A pull request can commit matrix.toml as a link to a host file: its parse errors would echo it."""
+    secret = tmp_path / "secret.toml"
+    secret.write_text("token = 'hostile-secret'\n")
+    (tmp_path / "checkout").mkdir()
+    (tmp_path / "checkout" / "matrix.toml").symlink_to(secret)
+    with pytest.raises(ConfigError, match="is a symbolic link") as caught:
+        load_plan(tmp_path / "checkout" / "matrix.toml")
+    assert "hostile-secret" not in str(caught.value)
+
+
+def test_an_entry_cannot_take_the_dependency_images_name() -> None:
+    text = VALID.replace('name = "cuda"', 'name = "dependencies"')
+    assert error_of(text) == (
+        'matrix.toml: entry "dependencies" > name: "dependencies" is torchyard\'s own image name: choose another'
+    )
+
+
 def test_missing_required_key_in_entry() -> None:
     text = VALID.replace('python = "3.11"\n', "")
     assert error_of(text) == 'matrix.toml: entry "cpu" > python: required key is missing'
@@ -326,7 +344,7 @@ def test_malformed_files_are_one_line(tmp_path: Path, data: bytes) -> None:
 
 def test_a_folder_where_matrix_toml_belongs_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "matrix.toml").mkdir()
-    with pytest.raises(ConfigError, match=r"matrix.toml: cannot read: \[Errno 21\] Is a directory"):
+    with pytest.raises(ConfigError, match=r"matrix.toml: not a regular file"):
         load_plan(tmp_path / "matrix.toml")
 
 
@@ -395,6 +413,11 @@ def test_the_shipped_xpu_entry_takes_torch_from_the_xpu_index_alone() -> None:
         ('["--ulimit", "nofile=1048576"]', '"--ulimit" can give up'),
         ('["--oom-score-adj", "-1000"]', "a negative --oom-score-adj (-1000) shields the container"),
         ('["--label", "dev.torchyard.trust=trusted"]', "labels under dev.torchyard. are torchyard's own"),
+        # a word that is no flag's value: docker run would run it as the image, torchyard's own as its arguments
+        ('["--cpus", "1", "attacker/img:1"]', '"attacker/img:1" is neither a flag nor a flag\'s value'),
+        ('["--cpus=1", "torchyard/cpu:latest"]', '"torchyard/cpu:latest" is neither a flag nor'),
+        ('["--init", "attacker/img"]', '"attacker/img" is neither a flag nor'),
+        ('["attacker/img"]', '"attacker/img" is neither a flag nor'),
     ],
 )
 def test_matrix_docker_run_can_only_tighten_the_seal(flags: str, message: str) -> None:

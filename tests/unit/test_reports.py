@@ -258,6 +258,24 @@ def test_a_committed_link_on_the_way_to_the_reports_is_refused_never_followed(
     assert [item.name for item in victim.iterdir()] == ["keep"]
 
 
+def test_a_committed_link_in_place_of_the_runs_lock_is_one_line_never_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkout, victim = tmp_path / "checkout", tmp_path / "victim"
+    (checkout / "reports").mkdir(parents=True)
+    victim.write_text("the host's")
+    (checkout / "reports" / ".cpu.lock").symlink_to(victim)
+    monkeypatch.chdir(checkout)
+    with (
+        pytest.raises(UsageError, match=r"\.cpu\.lock: cannot hold the run's lock"),
+        exclusive_run(Path("reports") / "cpu"),
+    ):
+        pass
+    with pytest.raises(UsageError, match=r"\.cpu\.lock: cannot hold the run's lock \(a link or folder\)"):
+        reports_folder(Path("reports"), "cpu")  # before any build
+    assert victim.read_text() == "the host's"
+
+
 def test_a_reports_folder_outside_the_checkout_is_taken_as_given(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -290,6 +308,27 @@ def test_the_host_stamps_trust_entry_and_image_over_what_the_container_wrote(tmp
     markdown = (tmp_path / "parity.md").read_text().splitlines()
     assert markdown[0] == f"{HOST_LINE} entry `cpu`, image `torchyard/cpu:abc`, **untrusted** run"
     assert [line for line in markdown if line.startswith(HOST_LINE)] == markdown[:1]
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        "> **torchyard  (host)**: entry `cpu`, image `x`, **trusted** run",  # two spaces
+        ">  **Torchyard (Host)**: **trusted** run",
+        "> **" + "".join(chr(ord(c) + 0xFEE0) for c in "torchyard") + " (host)**: **trusted** run",  # full-width
+    ],
+)
+def test_a_line_that_reads_as_the_hosts_and_the_titles_trust_are_the_hosts(tmp_path: Path, forged: str) -> None:
+    """The container's title says the trust its environment claimed; a conftest can set that, or write a
+    line that looks like the host's: both are the host's word after the hand-back."""
+    title = "### torchyard parity: cpu on cpu, torch 2.14.1, Trusted run; suites: export"
+    (tmp_path / "parity.md").write_text(f"{forged}\n{title}\nbody, a trusted run in words\n")
+    stamp_reports(tmp_path, {"trust": "untrusted", "entry": "cpu", "image": "i"})
+    markdown = (tmp_path / "parity.md").read_text().splitlines()
+    assert markdown[0].startswith(HOST_LINE) and "**untrusted**" in markdown[0]
+    assert forged not in markdown
+    assert markdown[2] == "### torchyard parity: cpu on cpu, torch 2.14.1, untrusted run; suites: export"
+    assert markdown[3] == "body, a trusted run in words"  # the host sets the title and its own line, nothing more
 
 
 def test_a_link_left_in_place_of_a_report_is_replaced_not_written_through(tmp_path: Path) -> None:

@@ -61,6 +61,7 @@ def common(entry: str) -> tuple[str, ...]:
         "--tmpfs", "/home/torchyard:rw,exec,nosuid,nodev,mode=1777,size=1g",
         "--pids-limit", "4096",
         "--memory", "12g", "--memory-swap", "12g",
+        "--log-driver", "json-file", "--log-opt", "max-size=16m", "--log-opt", "max-file=1",
     )  # fmt: skip
 
 
@@ -180,7 +181,8 @@ def test_an_untrusted_run_mounts_its_own_cache_seeded_from_the_trusted_scope() -
         "run", "--rm", "--name", "n-seed", *helper_args("1000:1000"),
         "--mount", "type=volume,source=torchyard-cache-0123abcd4567-cpu,target=/seed,readonly",
         "--mount", f"type=volume,source={own},target=/cache/inductor",
-        "--entrypoint", "timeout", "img", "--signal=KILL", "1800", "cp", "-R", "/seed/.", "/cache/inductor/",
+        "--entrypoint", "/usr/bin/timeout", "img", "--signal=KILL", "1800",
+        "/bin/cp", "-R", "/seed/.", "/cache/inductor/",
     )  # fmt: skip
 
 

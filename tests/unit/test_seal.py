@@ -37,8 +37,11 @@ def test_every_helper_container_is_sealed_limited_and_bounded_in_time(helper: st
     for flag in ("--cap-drop", "--read-only", "--pids-limit", "--memory", "--memory-swap"):
         assert flag in sealed
     assert _contains(sealed, ("--security-opt", "no-new-privileges"))
-    assert args[args.index("--entrypoint") + 1] == "timeout" and "--signal=KILL" in args
+    assert args[args.index("--entrypoint") + 1] == "/usr/bin/timeout" and "--signal=KILL" in args
     assert _contains(args, ("--network", "none")) == (helper != "fetch")
+    # the command, like the deadline, is named by its path: the image's PATH starts with the project's scripts
+    assert args[args.index("--signal=KILL") + 2].startswith("/")
+    assert _contains(sealed, ("--log-driver", "json-file")) and _contains(sealed, ("--log-opt", "max-file=1"))
 
 
 def test_a_helper_never_runs_as_root_and_only_the_fetch_has_a_network() -> None:

@@ -326,11 +326,12 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.envi
     parser = argparse.ArgumentParser(prog="nox -s workflows", description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", default=[], help="a scenario's name (repeatable)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    parser.add_argument("--ci", action="store_true", help="the scenarios .ci/run runs (ci = True)")
     parser.add_argument(
         "--before", default="", metavar="REV", help="run with REV's workflow files: each chosen run must fail"
     )
     args = parser.parse_args(argv)
-    chosen = [s for s in SCENARIOS if not args.only or s.name in args.only]
+    chosen = [s for s in SCENARIOS if (not args.only or s.name in args.only) and (s.ci or not args.ci)]
     if not chosen:
         parser.error(f"no scenario named {', '.join(args.only)}: {', '.join(s.name for s in SCENARIOS)}")
     root = Path(tempfile.mkdtemp(prefix="torchyard-workflows-", dir=environ.get("TMPDIR")))

@@ -66,12 +66,12 @@ def build_images(
     entries = [entry for entry in entries if not entry.accelerator.native]
     if not entries:
         return []
-    registry = machine.registry
-    if options.push and registry is None:
-        raise ImageBuildError(NO_REGISTRY)  # before any lock check or layer
     policy = build_policy(env, allowed_docker_run=machine.allowed_docker_run)
     if options.push and not policy.trusted:
         raise ImageBuildError("an untrusted run does not push images: only trusted runs publish to the registry")
+    registry = machine.registry
+    if options.push and registry is None:
+        raise ImageBuildError(NO_REGISTRY)  # before any lock check or layer
     uv = uv_version(runner)
     for entry in entries:
         require_fresh(entry, lockdir, uv)

@@ -30,10 +30,10 @@ from torchyard.errors import CommandError, ImageBuildError
 from torchyard.host.engine import DockerCli
 from torchyard.image.check import check_image
 from torchyard.image.layers import Layer, read_keys_label
-from torchyard.image.plan import BuildOptions, BuildPlan
+from torchyard.image.plan import BuildOptions, BuildPlan, trusted_alias_of
 from torchyard.image.policy import BuildPolicy, check_entry, without_credentials
 from torchyard.image.registry import Transfer, client_environment, pull, push
-from torchyard.image.serve import served
+from torchyard.image.serve import bridge_address, served
 from torchyard.image.source import ProjectFile, write_files
 from torchyard.image.wheel import build_wheel_sealed
 from torchyard.matrix.machine import Registry, Source, index_args
@@ -342,13 +342,15 @@ def local_layer_keys(client: docker.DockerClient) -> frozenset[str]:
 
 
 def cache_sources(plan: BuildPlan, options: BuildOptions, registry: Registry | None, local_alias: bool) -> BuildOptions:
-    """Where the build may take layers from: what the caller named, else this runner's last image of the
-    entry and the registry's (its layer cache travels inline with it)."""
+    """Where the build may take layers from: what the caller named, else this runner's last trusted image of
+    the entry and the registry's (its layer cache travels inline with it). Never an untrusted alias: one pull
+    request's layers would feed the next one's build."""
     if options.cache_from:
         return options
-    sources = [plan.alias] if local_alias else []
+    trusted_alias = trusted_alias_of(plan)
+    sources = [trusted_alias] if local_alias else []
     if registry is not None:
-        sources.append(registry.ref(plan.alias))
+        sources.append(registry.ref(trusted_alias))
     return BuildOptions(options.push, tuple(sources), options.cache_to)
 
 
@@ -446,14 +448,19 @@ def build_image(
     check_entry(entry, policy)
     check_base(client, plan)
     check_free_disk(client, plan)
-    options = cache_sources(plan, options, registry, _local_image(client, plan.alias) is not None)
+    options = cache_sources(plan, options, registry, _local_image(client, trusted_alias_of(plan)) is not None)
     local_keys = local_layer_keys(client)
     if not policy.trusted:
         sources = without_credentials(sources)
     with (
         tempfile.TemporaryDirectory(prefix="torchyard-build-") as scratch,
-        served(sources) as (reachable, host_network),
+        served(sources, bridge_address(client.networks)) as (reachable, host_network),
     ):
+        if host_network and not policy.trusted:
+            raise ImageBuildError(
+                f"entry {entry.name!r}: an untrusted build never gets the host's network, and this machine's local "
+                "wheel folders are served on loopback only (the engine's default bridge is not an address here)"
+            )
         context = Path(scratch) / "context"
         stage_context(plan, context)
         iidfile = Path(scratch) / "iid"

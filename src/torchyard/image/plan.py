@@ -32,6 +32,13 @@ REPOSITORY = "torchyard"
 # The tag that names an entry's last image, per trust: a trusted build reads `latest` (its base check and its
 # layer cache come from it), so an untrusted build never moves it.
 ALIASES: dict[Trust, str] = {"trusted": "latest", "untrusted": "untrusted"}
+
+
+def trusted_alias_of(plan: BuildPlan) -> str:
+    """The alias a trusted build of the plan's entry moves (an untrusted plan's own alias is another)."""
+    return f"{plan.alias.rpartition(':')[0]}:{ALIASES['trusted']}"
+
+
 # A trusted build also tags its dependencies stage here, by the key of its last dependency group (which
 # covers every group and what lies below them): an untrusted build of the same pins stands on it. Shared by
 # every project: the key is the pins' (with their hashes) and what lies below them, nothing of a project's.

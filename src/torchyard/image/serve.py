@@ -1,18 +1,25 @@
-"""Serve local wheel folders and file:// indexes over loopback HTTP for the length of a build.
+"""Serve local wheel folders and file:// indexes over HTTP for the length of a build.
 
-A folder mounted into a build would need a named build context (buildx only); served on 127.0.0.1 and
-reached with `--network host`, it works with every builder, and nothing of it lands in a layer.
+A folder mounted into a build would need a named build context (buildx only); served over HTTP it works
+with every builder, and nothing of it lands in a layer. It is served on the engine's default bridge, which
+build steps and containers on the default network reach, so no build needs `--network host` (which would
+also give the build the host's loopback services); where the bridge is not an address of this host, it is
+served on 127.0.0.1 and only a trusted build may reach it through the host's network.
 """
 
 from __future__ import annotations
 
 import functools
+import socket
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
+
+import docker
 
 from torchyard.matrix.machine import Source
 
@@ -33,9 +40,22 @@ def _folder_and_path(source: Source) -> tuple[Path, str] | None:
     return None
 
 
+def bridge_address(networks: Any) -> str | None:
+    """The default bridge's gateway when this host can listen on it (`networks`: docker's client.networks)."""
+    try:
+        address = str(networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"])
+        with socket.socket() as probe:
+            probe.bind((address, 0))
+    except (docker.errors.DockerException, KeyError, IndexError, TypeError, OSError):
+        return None
+    return address
+
+
 @contextmanager
-def served(sources: Sequence[Source]) -> Iterator[tuple[list[Source], bool]]:
-    """The sources as a container on the host network sees them, and whether any needed serving."""
+def served(sources: Sequence[Source], address: str | None) -> Iterator[tuple[list[Source], bool]]:
+    """The sources as a build step sees them, served on `address` (the bridge's gateway) or else on
+    loopback, and whether the build needs the host's network to reach them."""
+    host = address or "127.0.0.1"
     servers: list[ThreadingHTTPServer] = []
     translated: list[Source] = []
     try:
@@ -46,12 +66,12 @@ def served(sources: Sequence[Source]) -> Iterator[tuple[list[Source], bool]]:
                 continue
             folder, path = local
             handler = functools.partial(_QuietHandler, directory=str(folder))
-            server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+            server = ThreadingHTTPServer((host, 0), handler)
             threading.Thread(target=server.serve_forever, daemon=True).start()
             servers.append(server)
-            url = f"http://127.0.0.1:{server.server_address[1]}/{path}".rstrip("/")
+            url = f"http://{host}:{server.server_address[1]}/{path}".rstrip("/")
             translated.append(Source(source.name, source.kind, url if source.kind == "index" else url + "/"))
-        yield translated, bool(servers)
+        yield translated, bool(servers) and address is None
     finally:
         for server in servers:
             server.shutdown()

@@ -89,22 +89,26 @@ def gate_entry(entry: Entry, trust: Trust, trusted: TrustedConfig) -> Entry:
         return entry
     name = entry.accelerator.name
     where = f'matrix.toml: entry "{entry.name}" > accelerators > {name}'
+    if trusted.plan is None:  # fail closed: without it the pull request's own policy values would pass
+        raise ConfigError(
+            f"{where}: an untrusted run keeps the trusted matrix.toml's runners, bases, indexes and flags: set "
+            f"{TRUSTED_MATRIX_ENV} to the default branch's (the workflows check it out)"
+        )
     config = trusted.accelerator(entry)
-    if trusted.plan is not None:
-        if config is None:
-            raise ConfigError(
-                f"{where}: an untrusted run uses only accelerators the trusted matrix.toml ({trusted.origin}) has"
-            )
-        changed = [
-            field.replace("_", "-")
-            for field in POLICY_FIELDS
-            if getattr(entry.accelerator, field) != getattr(config, field)
-        ]
-        if changed:
-            raise ConfigError(
-                f"{where}: this untrusted run changes {', '.join(changed)} from the trusted matrix.toml "
-                f"({trusted.origin}); where and how entries run changes only once the change is trusted"
-            )
+    if config is None:
+        raise ConfigError(
+            f"{where}: an untrusted run uses only accelerators the trusted matrix.toml ({trusted.origin}) has"
+        )
+    changed = [
+        field.replace("_", "-")
+        for field in POLICY_FIELDS
+        if getattr(entry.accelerator, field) != getattr(config, field)
+    ]
+    if changed:
+        raise ConfigError(
+            f"{where}: this untrusted run changes {', '.join(changed)} from the trusted matrix.toml "
+            f"({trusted.origin}); where and how entries run changes only once the change is trusted"
+        )
     refused = _untrusted_flags(entry, config)
     if refused:
         raise ConfigError(

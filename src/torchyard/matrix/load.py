@@ -10,7 +10,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any, cast
 
-from torchyard.errors import ConfigError
+from torchyard.errors import ConfigError, UsageError
 from torchyard.matrix import values
 from torchyard.matrix.machine import DURATION
 from torchyard.matrix.project import load_project, load_source, read_requirements
@@ -38,6 +38,7 @@ from torchyard.names import (
     Precision,
     SuiteName,
 )
+from torchyard.util.checkout import read_checkout_file
 
 PYTHON_VERSION = re.compile(r"3\.(0|[1-9][0-9]*)")
 ENTRY_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
@@ -49,11 +50,13 @@ TOLERANCE_FIELDS = ("max-scaled-error", "max-rel-l2", "min-cosine")
 
 def load_plan(path: Path, *, allowed_docker_run: Collection[str] = ()) -> Plan:
     """Read and validate `path`; every mistake raises `ConfigError` naming the file and key path."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file (pass --matrix PATH)") from None
-    except (OSError, UnicodeDecodeError) as error:
+    if not path.exists() and not path.is_symlink():
+        raise ConfigError(f"{path}: no such file (pass --matrix PATH)")
+    try:  # a pull request writes it: never read through a link (its errors would echo the target)
+        text = read_checkout_file(path, "matrix.toml").decode("utf-8")
+    except UsageError as error:
+        raise ConfigError(str(error)) from None
+    except UnicodeDecodeError as error:
         raise ConfigError(f"{path}: cannot read: {error}") from None
     return parse_plan(text, path, allowed_docker_run=allowed_docker_run)
 
@@ -262,6 +265,8 @@ def _entry(
     name = table.string("name")
     if not ENTRY_NAME.fullmatch(name):
         raise table.error("name", f"expected lowercase letters, digits, '.', '_' or '-', got {describe(name)}")
+    if name == "dependencies":  # torchyard/dependencies:<key> are the trusted dependency images
+        raise table.error("name", '"dependencies" is torchyard\'s own image name: choose another')
     if name in seen:
         raise table.error("name", f"duplicate entry name {describe(name)}")
     seen.add(name)

@@ -86,21 +86,47 @@ def bound(table: Table, key: str, value: float | None) -> None:
         raise table.error(key, f"an error bound cannot be negative, got {value}")
 
 
+# docker run's flags that take no value: a word after one of them is not its value.
+BOOLEAN_DOCKER_RUN = frozenset(
+    {
+        "--privileged", "--init", "--read-only", "--rm", "--tty", "-t", "--interactive", "-i", "--detach", "-d",
+        "--oom-kill-disable", "--no-healthcheck", "--publish-all", "-P", "--sig-proxy", "--disable-content-trust",
+    }
+)  # fmt: skip
+
+
 def flag_values(flags: tuple[str, ...]) -> Iterator[tuple[int, str, str]]:
-    """(position, flag, value) for each `--flag value` or `--flag=value` in a docker-run list."""
+    """(position, flag, value) for each `--flag value`, `--flag=value` or value-less flag in a docker-run list."""
     for position, item in enumerate(flags):
         if not item.startswith("-"):
             continue
         flag, separator, value = item.partition("=")
-        if not separator:
+        if not separator and flag not in BOOLEAN_DOCKER_RUN:
             value = flags[position + 1] if position + 1 < len(flags) else ""
         yield position, flag, value
+
+
+def stray_words(flags: tuple[str, ...]) -> list[int]:
+    """The positions of words that are neither a flag nor the value after one: docker run would take the
+    first as the image to run (pulled if missing) and torchyard's own flags and image as its arguments."""
+    values = {
+        position + 1
+        for position, item in enumerate(flags)
+        if item.startswith("-") and "=" not in item and item not in BOOLEAN_DOCKER_RUN
+    }
+    return [p for p, item in enumerate(flags) if not item.startswith("-") and p not in values]
 
 
 def docker_run(table: Table, key: str, flags: tuple[str, ...], allowed: Collection[str]) -> None:
     """Each flag (`--name` or `--name=value`) must be in SAFE_DOCKER_RUN or the machine's allow-list, with a
     value that cannot reach the host: `--env` sets NAME=value (a bare NAME copies the host's value in, the
     runner's secrets among them), labels leave torchyard's own alone, `--oom-score-adj` is not negative."""
+    for position in stray_words(flags):
+        raise table.error(
+            f"{key}[{position}]",
+            f"{describe(flags[position])} is neither a flag nor a flag's value: docker run would take it for "
+            "the image to run",
+        )
     for position, flag, value in flag_values(flags):
         item = flags[position]
         if flag not in SAFE_DOCKER_RUN and flag not in allowed:

@@ -185,9 +185,9 @@ class Bound:
 
 
 class _Watch:
-    """Stops the container (docker stop: SIGTERM, then SIGKILL after 10 s) when the run's time is up or a
-    folder it writes on the host passes its bound while it writes: a run cannot fill the host's disk before
-    the hand-back counts what it left."""
+    """Stops the container when the run's time is up (docker stop: SIGTERM, then SIGKILL after 10 s), and
+    kills it when a folder it writes on the host passes its bound while it writes: a run cannot fill the
+    host's disk before the hand-back counts what it left."""
 
     def __init__(self, client: docker.DockerClient, name: str, seconds: int, bounds: Sequence[Bound]) -> None:
         self.passed = False  # the deadline
@@ -209,7 +209,9 @@ class _Watch:
                 if self.overflowed is None:
                     continue
             with contextlib.suppress(docker.errors.APIError):  # gone already
-                self._client.containers.get(self._name).stop(timeout=10)
+                container = self._client.containers.get(self._name)
+                # past a bound it is killed at once: a writer that ignores SIGTERM gets no grace to write on
+                container.kill() if self.overflowed else container.stop(timeout=10)
             return
 
     def __enter__(self) -> _Watch:

@@ -48,7 +48,17 @@ def reports_folder(reports: Path, name: str) -> Path:
     """`reports/<name>` as an absolute path, never resolved through a link (a link on the way is refused)."""
     folder = Path(os.path.abspath(reports / name))  # noqa: PTH100 (never resolved through a link)
     _usable_folder(folder)
+    lock = _lock_of(folder)
+    if lock.is_symlink() or lock.is_dir():  # refused now, before any build: the run would stop there
+        raise UsageError(_LOCK_REFUSED.format(lock=lock, why="a link or folder"))
     return folder
+
+
+_LOCK_REFUSED = "{lock}: cannot hold the run's lock ({why}): a link or folder there is refused"
+
+
+def _lock_of(path: Path) -> Path:
+    return path.parent / f".{path.name}.lock"
 
 
 @contextmanager
@@ -56,8 +66,11 @@ def exclusive_run(path: Path) -> Iterator[None]:
     """Hold `<path>.lock` for the run: a second run of the same entry on this machine waits its turn."""
     _usable_folder(path.parent)
     path.parent.mkdir(parents=True, exist_ok=True)
-    lock = path.parent / f".{path.name}.lock"
-    handle = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    lock = _lock_of(path)
+    try:
+        handle = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as error:  # a link committed in its place (ELOOP), or a folder
+        raise UsageError(_LOCK_REFUSED.format(lock=lock, why=error.strerror)) from None
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -60,7 +60,7 @@ def seed_args(scope: CacheScope, *, image: str, user: str, name: str) -> tuple[s
         "run", "--rm", "--name", f"{name}-seed", *helper_args(user),
         "--mount", f"type=volume,source={scope.seed},target={SEED_TARGET},readonly",
         "--mount", f"type=volume,source={scope.volume},target={contract.IMAGE_CACHE}",
-        *bounded(image, ("cp", "-R", f"{SEED_TARGET}/.", f"{contract.IMAGE_CACHE}/")),
+        *bounded(image, ("/bin/cp", "-R", f"{SEED_TARGET}/.", f"{contract.IMAGE_CACHE}/")),
     )  # fmt: skip
 
 

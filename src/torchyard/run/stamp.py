@@ -2,13 +2,16 @@
 
 The reports come from the code under test: a conftest can rewrite env.json or parity.md after torchyard's
 plugin and call an untrusted run trusted. Once the reports are handed back, the host sets the run's trust,
-entry and image in env.json and in parity.json's environment, and puts its own first line on parity.md
-(a line claiming to be the host's, written in the container, is dropped).
+entry and image in env.json and in parity.json's environment, puts its own first line on parity.md (a
+line claiming to be the host's, written in the container, is dropped, however it is spelled) and sets the
+trust its title names.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -17,6 +20,13 @@ from torchyard.run.reports import read_report
 from torchyard.util.atomic import write_atomically
 
 HOST_LINE = "> **torchyard (host)**:"
+_TITLE_TRUST = re.compile(r"\b(?:un)?trusted run\b", re.IGNORECASE)
+
+
+def _claims_the_host(line: str) -> bool:
+    """A line that reads as the host's own once case, width and spacing are set aside."""
+    folded = "".join(unicodedata.normalize("NFKC", line).casefold().split())
+    return "torchyard(host)" in folded
 
 
 def _stamped_json(text: str | None, facts: Mapping[str, str], key: str | None) -> str:
@@ -47,5 +57,8 @@ def stamp_reports(folder: Path, facts: Mapping[str, str]) -> None:
     if parity is not None:
         write_atomically(folder / contract.PARITY_JSON, _stamped_json(parity, facts, "environment"))
     markdown = read_report(folder / contract.PARITY_MARKDOWN) or ""
-    kept = "".join(line for line in markdown.splitlines(keepends=True) if not line.startswith(HOST_LINE))
-    write_atomically(folder / contract.PARITY_MARKDOWN, host_line(facts) + "\n" + kept)
+    kept = [line for line in markdown.splitlines(keepends=True) if not _claims_the_host(line)]
+    titles = [index for index, line in enumerate(kept) if line.startswith("#")][:1]
+    for index in titles:
+        kept[index] = _TITLE_TRUST.sub(f"{facts['trust']} run", kept[index])
+    write_atomically(folder / contract.PARITY_MARKDOWN, host_line(facts) + "\n" + "".join(kept))
