@@ -264,6 +264,29 @@ def test_reports_past_the_bound_stop_the_run_while_it_writes(
     assert not list((tmp_path / "reports").iterdir())
 
 
+def test_an_untrusted_runs_cache_past_its_bound_stops_the_run_while_it_writes(
+    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient
+) -> None:
+    """Its own cache volume is counted on this (root) runner while the run writes, and a writer that ignores
+    SIGTERM is killed all the same."""
+    flood = (
+        "import signal, time\n\n"
+        "def test_flood():\n"
+        "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "    with open('/cache/inductor/flood', 'wb') as stream:\n"
+        "        while True:\n"
+        "            stream.write(b'x' * (1 << 20))\n"
+        "            stream.flush()\n"
+        "            time.sleep(0.02)\n"
+    )
+    from torchyard.run.reports import HandBackError
+
+    seal = Seal(Limits(cache="16m"), "2g")
+    with pytest.raises(HandBackError, match=r"more than this machine's 16 MiB of cache .*stopped while it wrote"):
+        _run_with_mounted_test(tmp_path, machine_env, client, flood, seal=seal, timeout_s=300, trust="untrusted")
+    assert not client.volumes.list(filters={"label": "dev.torchyard.trust=untrusted"})
+
+
 def test_a_trusted_run_after_the_hostile_ones_is_clean(
     tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient
 ) -> None:
