@@ -32,7 +32,7 @@ import docker
 
 from torchyard.commands.build import build_images
 from torchyard.image import plan as image_plan
-from torchyard.image.build import Built
+from torchyard.image.outcome import Built
 from torchyard.image.plan import BuildOptions
 from torchyard.image.registry import pull
 from torchyard.lock.resolve import lock_entry

@@ -20,7 +20,7 @@ import docker
 import pytest
 
 from tests.docblocks import block
-from torchyard.image.build import layer_steps
+from torchyard.image.buildkit import layer_steps
 from torchyard.util import proc
 
 REPO = Path(__file__).parents[2]

@@ -22,7 +22,7 @@ import pytest
 
 from torchyard.commands.build import build_images
 from torchyard.errors import ImageBuildError
-from torchyard.image.build import Built
+from torchyard.image.outcome import Built
 from torchyard.image.plan import BuildOptions
 from torchyard.lock.resolve import lock_entry
 from torchyard.lock.standins import write_wheel

@@ -14,7 +14,7 @@ import docker
 import pytest
 
 from torchyard.commands.build import build_images
-from torchyard.image.build import layer_steps
+from torchyard.image.buildkit import layer_steps
 from torchyard.image.context import inimage_files
 from torchyard.image.plan import BuildOptions
 from torchyard.matrix import load_plan

@@ -22,7 +22,7 @@ import pytest
 
 from tests.integration.conftest import LoopbackRegistry, one_entry_matrix, remove_images
 from torchyard.commands.build import build_images
-from torchyard.image.build import Built
+from torchyard.image.outcome import Built
 from torchyard.image.plan import BuildOptions
 from torchyard.lock.resolve import lock_entry
 from torchyard.matrix import parse_plan

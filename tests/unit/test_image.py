@@ -12,22 +12,14 @@ import pytest
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.host.engine import DockerCli
 from torchyard.image import plan as image_plan
-from torchyard.image.build import (
-    Built,
-    cache_sources,
-    docker_build_args,
-    explain_build_failure,
-    how_built,
-    layer_outcomes,
-    layer_sizes,
-    layer_steps,
-    layers_summary,
-    reuse_image,
-)
+from torchyard.image.build import docker_build_args
+from torchyard.image.buildkit import explain_build_failure, layer_steps
 from torchyard.image.check import check_image
-from torchyard.image.layers import Layer
+from torchyard.image.layers import Layer, layer_sizes
+from torchyard.image.outcome import Built, how_built, layer_outcomes, layers_summary
 from torchyard.image.plan import BuildOptions, BuildPlan, plan_build, resolve_base
 from torchyard.image.policy import BuildPolicy
+from torchyard.image.reuse import cache_sources, reuse_image
 from torchyard.matrix import load_plan
 from torchyard.matrix.machine import Machine, Registry
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from torchyard.commands.prune import ContainerFacts, ImageFacts, _size, plan_prune
-from torchyard.image.build import needs_more_than_free, rebuilt_bytes
+from torchyard.image.preflight import needs_more_than_free, rebuilt_bytes
 
 
 def image(name: str, entry: str, created: str, *, tagged: bool = True, project: str = "") -> ImageFacts:

@@ -11,25 +11,18 @@ import docker
 
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.host.engine import DockerCli, build_client, engine
-from torchyard.image.build import (
-    NO_REGISTRY,
-    Built,
-    build_image,
-    build_summary,
-    layers_summary,
-    reuse_image,
-    trusted_dependencies,
-)
+from torchyard.image.build import build_image
 from torchyard.image.debootstrap import DEFAULT_TAG, bootstrap_base
+from torchyard.image.outcome import Built, images_markdown
 from torchyard.image.plan import BuildOptions, plan_build, resolve_base
 from torchyard.image.policy import build_policy
-from torchyard.image.registry import DIGEST
+from torchyard.image.reuse import NO_REGISTRY, base_identity, reuse_image, trusted_dependencies
 from torchyard.lock.check import require_fresh
 from torchyard.lock.resolve import uv_version
 from torchyard.matrix.machine import Machine
 from torchyard.matrix.schema import Entry
 from torchyard.util import proc
-from torchyard.util.markdown import append_step_summary, markdown_table
+from torchyard.util.markdown import append_step_summary
 
 
 def _git(args: Sequence[str], runner: proc.Runner, fallback: str) -> str:
@@ -106,28 +99,11 @@ def build_images(
                 sources=machine.install_sources(entry.indexes), runner=runner, env=env,
             )  # fmt: skip
         built.append(image)
-    headers = ("entry", "image", "size", "seconds", "image came from")
-    layer_headers = ("entry", "dependency layer", "packages", "size", "layer")
-    sys.stdout.write(markdown_table(headers, build_summary(built)))
-    if layers_summary(built):
-        sys.stdout.write("\n" + markdown_table(layer_headers, layers_summary(built)))
+    sys.stdout.write(images_markdown(built))
     announced = [image for image in built if summarize_found or image.origin != "local"]
     if announced:
-        text = f"### torchyard images\n\n{markdown_table(headers, build_summary(announced))}"
-        if layers_summary(announced):
-            text += f"\n{markdown_table(layer_headers, layers_summary(announced))}"
-        append_step_summary(text, env)
+        append_step_summary(f"### torchyard images\n\n{images_markdown(announced)}", env)
     return built
-
-
-def base_identity(base: str, client: docker.DockerClient) -> str | None:
-    """What the base contributes to the image's tag: its pinned digest when the reference has one (the
-    same on every runner, pulled or not), else the local image's ID (a per-machine base)."""
-    _, _, digest = base.partition("@")
-    if DIGEST.fullmatch(digest):
-        return digest
-    local = client.images.list(name=base)
-    return local[0].id if local else None
 
 
 def make_base(

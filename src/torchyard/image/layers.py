@@ -73,6 +73,9 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 GROUP_NAMES = tuple(name for name, _ in GROUPS)
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==")
+LAYERS_LABEL = "dev.torchyard.layers"
+# A dependency layer's step in an image's history (`docker history`), and its group.
+LAYER_HISTORY = re.compile(r"install-layer\.sh (\w+)(?: # buildkit)?$")
 
 
 def normalize(name: str) -> str:
@@ -159,3 +162,18 @@ def read_keys_label(value: str) -> Mapping[str, str]:
     """`keys_label`'s value read back (anything malformed is skipped: labels are not trusted input)."""
     pairs = (item.partition("=") for item in value.split())
     return {name: key for name, sep, key in pairs if sep and name in GROUP_NAMES and re.fullmatch(r"[0-9a-f]{16}", key)}
+
+
+def history_layers(history: Sequence[Mapping[str, object]]) -> list[tuple[str | None, int]]:
+    """Each layer of an image's history (the engine's, newest first): its dependency group (None for any
+    other layer) and its size."""
+    layers = []
+    for item in history:
+        match = LAYER_HISTORY.search(str(item.get("CreatedBy", "")))
+        layers.append((match[1] if match else None, int(str(item.get("Size", 0)) or 0)))
+    return layers
+
+
+def layer_sizes(history: Sequence[Mapping[str, object]]) -> dict[str, int]:
+    """Each dependency layer's size, from the image's history."""
+    return {group: size for group, size in history_layers(history) if group is not None}

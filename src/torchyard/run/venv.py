@@ -12,13 +12,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from torchyard import contract
-from torchyard.image.build import build_project_wheel
+from torchyard.errors import CommandError, ImageBuildError
 from torchyard.image.context import inimage_files, project_files
+from torchyard.image.source import ProjectFile, write_files
 from torchyard.lock.check import require_fresh
 from torchyard.lock.install import sync_args
 from torchyard.lock.lockfile import lock_path
 from torchyard.lock.resolve import uv_version
-from torchyard.matrix.machine import Machine, Source
+from torchyard.matrix.machine import Machine, Source, index_args
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
 from torchyard.run.interpreter import run_suites
@@ -78,6 +79,33 @@ def stage_inimage(venv: Path, python: str) -> Path:
     site_packages = venv / "lib" / f"python{python}" / "site-packages"
     (site_packages / "torchyard.pth").write_text(f"{target.resolve()}\n")
     return target
+
+
+def wheel_build_args(source: Path, out_dir: Path, sources: Sequence[Source]) -> tuple[str, ...]:
+    """`uv build --wheel` for the project on this host (unsandboxed: `--local` and native entries only); its
+    build backend comes from the entry's indexes. Image builds use `torchyard.image.wheel`, sealed."""
+    return ("uv", "build", "--wheel", "--no-config", "--out-dir", str(out_dir), *index_args(sources), str(source))
+
+
+def build_project_wheel(
+    entry: str,
+    files: Sequence[ProjectFile],
+    out_dir: Path,
+    sources: Sequence[Source],
+    *,
+    runner: proc.Runner,
+    env: Mapping[str, str],
+) -> list[Path]:
+    """Build the project's wheel from exactly `files` (its source, written aside) into `out_dir`."""
+    with tempfile.TemporaryDirectory(prefix="torchyard-project-") as scratch:
+        source = Path(scratch)
+        write_files(files, source)
+        print(f"building the project's wheel from {len(files)} files", file=sys.stderr, flush=True)
+        try:
+            runner(wheel_build_args(source, out_dir, sources), env={**env, "UV_NO_PROGRESS": "1"})
+        except CommandError as error:
+            raise ImageBuildError(f"entry {entry!r}: the project's wheel did not build ({error})") from None
+    return sorted(out_dir.glob("*.whl"))
 
 
 def run_local(
