@@ -26,8 +26,8 @@ from torchyard.run.container import (
     require_device_runtime,
     run_entry,
 )
+from torchyard.run.handback import read_report, reports_folder
 from torchyard.run.inplace import run_in_place
-from torchyard.run.reports import read_report, reports_folder
 from torchyard.run.scopes import cache_scope
 from torchyard.run.venv import run_local
 from torchyard.seal import Seal, default_memory, run_user

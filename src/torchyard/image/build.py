@@ -27,7 +27,7 @@ from torchyard.image.check import check_image
 from torchyard.image.layers import layer_sizes
 from torchyard.image.outcome import Built, Origin, how_built, layer_outcomes, local_layer_keys
 from torchyard.image.plan import BuildOptions, BuildPlan, trusted_alias_of
-from torchyard.image.policy import BuildPolicy, check_entry, without_credentials
+from torchyard.image.policy import BuildPolicy, check_untrusted_build, without_credentials
 from torchyard.image.preflight import check_base, check_free_disk
 from torchyard.image.registry import client_environment
 from torchyard.image.reuse import (
@@ -145,7 +145,7 @@ def build_image(
     reused = reuse_image(entry, plan, client, options=options, registry=registry, env=env, policy=policy)
     if reused is not None:
         return reused
-    check_entry(entry, policy)
+    check_untrusted_build(entry, policy)
     check_base(client, plan)
     check_free_disk(client, plan)
     options = cache_sources(plan, options, registry, local_image(client, trusted_alias_of(plan)) is not None)

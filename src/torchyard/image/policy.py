@@ -46,7 +46,7 @@ def build_policy(env: Mapping[str, str], *, allowed_docker_run: Collection[str] 
     return BuildPolicy(trusted=False, trusted_config=load_trusted(Path("matrix.toml"), allowed_docker_run, env))
 
 
-def check_entry(entry: Entry, policy: BuildPolicy) -> None:
+def check_untrusted_build(entry: Entry, policy: BuildPolicy) -> None:
     """An untrusted build of `entry` builds only from what the trusted configuration names (the trust gate's
     rule, held again here for every caller of the build)."""
     if policy.trusted:

@@ -29,7 +29,7 @@ from torchyard.errors import DeviceUnavailableError, TorchyardError
 from torchyard.matrix.machine import Limits, size_bytes
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
-from torchyard.run.reports import HandBackError, exclusive_run, folder_bytes, fresh_folder, hand_back, read_report
+from torchyard.run.handback import HandBackError, exclusive_run, folder_bytes, fresh_folder, hand_back, read_report
 from torchyard.run.scopes import CacheScope, seed_args
 from torchyard.run.stamp import stamp_reports
 from torchyard.seal import IMAGE_USER, Seal, check_matrix_flags, check_untrusted_seal, sealing_args

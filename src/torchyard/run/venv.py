@@ -22,8 +22,8 @@ from torchyard.lock.resolve import uv_version
 from torchyard.matrix.machine import Machine, Source, index_args
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
+from torchyard.run.handback import reports_folder
 from torchyard.run.interpreter import run_suites
-from torchyard.run.reports import reports_folder
 from torchyard.run.scopes import local_cache
 from torchyard.trust import level_of
 from torchyard.util import proc
