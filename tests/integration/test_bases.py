@@ -20,7 +20,6 @@ from typing import Any
 import docker
 import pytest
 
-from torchyard.commands.build import build_images
 from torchyard.errors import ImageBuildError
 from torchyard.image.outcome import Built
 from torchyard.image.plan import BuildOptions
@@ -29,6 +28,7 @@ from torchyard.lock.standins import write_wheel
 from torchyard.matrix import parse_plan
 from torchyard.matrix.machine import Source, load_machine
 from torchyard.matrix.schema import Entry
+from torchyard.pipeline import build_images
 
 pytestmark = pytest.mark.integration
 

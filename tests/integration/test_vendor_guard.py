@@ -8,13 +8,13 @@ from pathlib import Path
 import docker
 import pytest
 
-from torchyard.commands.build import build_images
 from torchyard.errors import ImageBuildError
 from torchyard.image.plan import BuildOptions
 from torchyard.lock.resolve import lock_entry
 from torchyard.lock.standins import write_wheel
 from torchyard.matrix import parse_plan
 from torchyard.matrix.machine import Source, load_machine
+from torchyard.pipeline import build_images
 
 pytestmark = pytest.mark.integration
 

@@ -11,16 +11,15 @@ from pathlib import Path
 import pytest
 
 from torchyard.accelerators import ACCELERATORS, HostFacts
-from torchyard.commands import test as test_command
 from torchyard.errors import DeviceUnavailableError, UsageError
 from torchyard.matrix import load_plan
-from torchyard.matrix.machine import Limits, Machine
+from torchyard.matrix.machine import Limits
 from torchyard.run.container import RunPlan, docker_run_args, require_device_runtime
 from torchyard.run.inplace import require_stack, run_in_place
 from torchyard.run.scopes import cache_scope, seed_args
 from torchyard.run.venv import sync_venv
 from torchyard.seal import Seal, helper_args, loosening
-from torchyard.trust import RunTrust, Trust
+from torchyard.trust import Trust
 
 PLAN = load_plan(Path(__file__).parents[2] / "matrix.toml")
 HOST = HostFacts(
@@ -179,38 +178,6 @@ def test_an_untrusted_run_mounts_its_own_cache_seeded_from_the_trusted_scope() -
         "--entrypoint", "/usr/bin/timeout", "img", "--signal=KILL", "1800",
         "/bin/cp", "-R", "/seed/.", "/cache/inductor/",
     )  # fmt: skip
-
-
-def test_untrusted_runs_are_refused_outside_a_container_unless_unsandboxed(tmp_path: Path) -> None:
-    def nothing_runs(args: object, **kwargs: object) -> None:
-        raise AssertionError(f"ran {args!r}")
-
-    modes: tuple[test_command.Mode, ...] = ("local", "in-place")
-    for mode in modes:
-        with pytest.raises(UsageError) as caught:
-            test_command.test_entries(
-                [PLAN.entry("cpu")], mode=mode, lockdir=tmp_path, reports=tmp_path, pytest_args=[],
-                machine=Machine(), trust=RunTrust("untrusted", "the pull_request event"),
-                runner=nothing_runs,  # type: ignore[arg-type]
-                env={},
-            )  # fmt: skip
-        assert str(caught.value) == (
-            f"an untrusted run (the pull_request event) does not run cpu unsandboxed: --{mode} runs the project's "
-            "code on this host, with its files and environment; pass --unsandboxed to run it anyway"
-        )
-
-
-def test_a_native_entry_on_the_wrong_host_stops_before_any_venv_or_docker(tmp_path: Path) -> None:
-    def nothing_runs(args: object, **kwargs: object) -> None:
-        raise AssertionError(f"ran {args!r}")
-
-    with pytest.raises(DeviceUnavailableError) as caught:
-        test_command.test_entries(
-            [PLAN.entry("mps")], mode="container", lockdir=tmp_path, reports=tmp_path, pytest_args=[],
-            machine=Machine(), runner=nothing_runs,  # type: ignore[arg-type]
-            env={},
-        )  # fmt: skip
-    assert str(caught.value).startswith("entry 'mps' needs an mps device: no Apple GPU: MPS runs on macOS")
 
 
 def test_apple_silicon_is_what_mps_needs() -> None:
