@@ -106,6 +106,18 @@ def _ca_bundle(env: Mapping[str, str]) -> Path | None:
     return None
 
 
+def build_secrets(
+    scratch: Path, reachable: Sequence[Source], env: Mapping[str, str]
+) -> tuple[dict[str, Path], Path | None]:
+    """The index arguments (which may carry credentials) and the CA bundle, as BuildKit secrets; and the bundle."""
+    (scratch / "index-args").write_text(" ".join(index_args(reachable)) + "\n")  # `read` wants the newline
+    secrets = {"uv-index-args": scratch / "index-args"}
+    ca_bundle = _ca_bundle(env)
+    if ca_bundle is not None:
+        secrets["cacert"] = ca_bundle
+    return secrets, ca_bundle
+
+
 def run_build(
     entry: Entry,
     plan: BuildPlan,
@@ -146,8 +158,9 @@ def build_image(
     if reused is not None:
         return reused
     check_untrusted_build(entry, policy)
-    check_base(client, plan)
-    check_free_disk(client, plan)
+    last = local_image(client, plan.alias)  # the entry's last image of this trust: what both checks read
+    check_base(client, plan, last)
+    check_free_disk(client, plan, last)
     options = cache_sources(plan, options, registry, local_image(client, trusted_alias_of(plan)) is not None)
     local_keys = local_layer_keys(client)
     if not policy.trusted:
@@ -164,11 +177,7 @@ def build_image(
         context = Path(scratch) / "context"
         stage_context(plan, context)
         iidfile = Path(scratch) / "iid"
-        (Path(scratch) / "index-args").write_text(" ".join(index_args(reachable)) + "\n")  # `read` wants the newline
-        secrets = {"uv-index-args": Path(scratch) / "index-args"}
-        ca_bundle = _ca_bundle(env)
-        if ca_bundle is not None:
-            secrets["cacert"] = ca_bundle
+        secrets, ca_bundle = build_secrets(Path(scratch), reachable, env)
 
         def builder(iid: Path, target: str | None = None) -> tuple[str, ...]:
             return docker_build_args(
@@ -208,7 +217,7 @@ def build_image(
     output = completed.stdout or ""
     sizes = layer_sizes(image.history())
     layers = layer_outcomes(plan.layers, output, sizes, local_keys, stood_on=bool(plan.stands_on))
+    origin: Origin = "dependencies" if plan.stands_on else how_built(output)
     pushed = publish(client, registry, image, plan, env) if options.push else ()
     seconds = time.monotonic() - started
-    origin: Origin = "dependencies" if plan.stands_on else how_built(output)
     return Built(entry.name, plan.tag, image.attrs["Size"], seconds, origin, pushed, layers=layers)

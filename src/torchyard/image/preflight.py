@@ -9,6 +9,7 @@ from pathlib import Path
 
 import docker
 import docker.errors
+from docker.models.images import Image
 
 from torchyard.errors import ImageBuildError
 from torchyard.image.layers import LAYERS_LABEL, history_layers, read_keys_label
@@ -18,13 +19,12 @@ from torchyard.image.reuse import local_image
 BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
 
 
-def check_base(client: docker.DockerClient, plan: BuildPlan) -> None:
+def check_base(client: docker.DockerClient, plan: BuildPlan, last: Image | None) -> None:
     """The base has the entry's Python, or apt to install it (vendor bases: Python). A container is started
-    to look, except where this entry's last image was built from this very base (its label says so): that
+    to look, except where this entry's `last` image was built from this very base (its label says so): that
     build found it, and a source-only rebuild need not look again."""
     if local_image(client, plan.base_image) is None:
         return  # pulled by the build; it checks Python itself in the first step
-    last = local_image(client, plan.alias)
     base_digest = dict(plan.build_args).get("BASE_DIGEST", "")
     if last is not None and base_digest and (last.labels or {}).get(BASE_DIGEST_LABEL) == base_digest:
         return
@@ -56,11 +56,10 @@ def rebuilt_bytes(history: Sequence[Mapping[str, object]], size: int, kept: Sequ
     return size  # the group's layer is not in the history: reuse cannot be assumed
 
 
-def check_free_disk(client: docker.DockerClient, plan: BuildPlan) -> None:
-    """Stop with the fix when the engine's disk cannot hold what this build adds to what the entry's last
+def check_free_disk(client: docker.DockerClient, plan: BuildPlan, last: Image | None) -> None:
+    """Stop with the fix when the engine's disk cannot hold what this build adds to what the entry's `last`
     image already holds."""
     root = Path(str(client.info().get("DockerRootDir", "")))
-    last = local_image(client, plan.alias)
     if last is None or not root.is_dir():
         return  # nothing to estimate from, or a remote engine whose disk this host cannot see
     had = read_keys_label((last.labels or {}).get(LAYERS_LABEL, ""))
