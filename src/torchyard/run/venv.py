@@ -44,10 +44,10 @@ def sync_venv(
     env: Mapping[str, str],
 ) -> None:
     """The venv made exactly the lock. The first sync of a lock compiles every module's bytecode; a sync
-    of the lock the venv already has checks it offline (nothing to compile: uv's check of 15,000 files
-    took 0.35 s; no index asked about every package: 0.15 s here, seconds on a slow link). Only where the
-    venv was changed by hand and uv's cache lacks a wheel does that fail: the sync then goes online (a
-    package reinstalled so gets its bytecode at its first import, where the run may write it)."""
+    of the lock the venv already has checks it offline (nothing to compile, no index asked about every
+    package: seconds on a slow link). Only where the venv was changed by hand and uv's cache lacks a wheel
+    does that fail: the sync then goes online (a package reinstalled so gets its bytecode at its first
+    import, where the run may write it)."""
     stamp, digest = venv / SYNC_STAMP, hashlib.sha256(lockfile.read_bytes()).hexdigest()
     # A stamp that is a link is not this venv's own: it is never read, and the write below replaces it.
     again = stamp.is_file() and not stamp.is_symlink() and stamp.read_text().strip() == digest
