@@ -32,7 +32,7 @@ import docker
 
 from torchyard.image import plan as image_plan
 from torchyard.image.outcome import Built
-from torchyard.image.plan import BuildOptions
+from torchyard.image.plan import BuildOptions, image_repository
 from torchyard.image.registry import pull
 from torchyard.lock.resolve import lock_entry
 from torchyard.matrix import load_plan
@@ -41,7 +41,7 @@ from torchyard.matrix.schema import Entry
 from torchyard.pipeline import build_images
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.integration.conftest import copy_tree, loopback_registry, remove_images
+from tests.integration.conftest import PROJECT, copy_tree, loopback_registry, remove_images
 
 BASELINE = "e9abb89"  # the last commit with one dependency layer
 ENTRY = "cpu"
@@ -52,13 +52,15 @@ def layer_store(client: docker.DockerClient) -> int:
 
 
 def fresh_runner(client: docker.DockerClient) -> None:
-    remove_images(client, f"torchyard/{ENTRY}:")
+    remove_images(client, f"{image_repository(PROJECT, ENTRY)}:")
     client.api.prune_builds(all=True)
 
 
 def timed_build(entry: Entry, lockdir: Path, env: Mapping[str, str], *, push: bool) -> tuple[Built, float]:
     started = time.monotonic()
-    (built,) = build_images([entry], lockdir, BuildOptions(push=push), machine=load_machine(env), env=env)
+    (built,) = build_images(
+        [entry], lockdir, BuildOptions(push=push), project=PROJECT, machine=load_machine(env), env=env
+    )
     return built, time.monotonic() - started
 
 
@@ -85,7 +87,7 @@ def measure(variant: str, client: docker.DockerClient, registry: Registry, env: 
     figures["push GB"] = sum(transfer.bytes for transfer in repushed.pushed) / 1e9
 
     # A second runner: it holds the first image only (no build cache), and pulls the new one by its tag.
-    remove_images(client, rebuilt.tag.partition(":")[2], f"torchyard/{ENTRY}:latest")
+    remove_images(client, rebuilt.tag.partition(":")[2], f"{image_repository(PROJECT, ENTRY)}:latest")
     client.api.prune_builds(all=True)
     started = time.monotonic()
     transfer = pull(client, registry, registry.ref(rebuilt.tag), env)

@@ -27,18 +27,18 @@ import docker
 from torchyard.image import plan as image_plan
 from torchyard.image.context import inimage_files
 from torchyard.image.debootstrap import DEFAULT_TAG
-from torchyard.image.plan import BuildOptions
+from torchyard.image.plan import BuildOptions, image_repository
 from torchyard.matrix import load_plan
 from torchyard.matrix.machine import load_machine
 from torchyard.pipeline import build_images
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.integration.conftest import copy_tree, loopback_registry, remove_images
+from tests.integration.conftest import PROJECT, copy_tree, loopback_registry, remove_images
 
 
 def fresh_runner(client: docker.DockerClient, entry: str) -> None:
     """What a runner that never built `entry` has: none of its images, no build cache."""
-    remove_images(client, f"torchyard/{entry}:", "torchyard-bench/base")
+    remove_images(client, f"{image_repository(PROJECT, entry)}:", "torchyard-bench/base")
     client.api.prune_builds(all=True)
 
 
@@ -64,10 +64,12 @@ def main(entry_name: str) -> None:
 
         fresh_runner(client, entry_name)
         started = time.monotonic()
-        (cold,) = build_images([entry], lockdir, BuildOptions(), machine=load_machine(env), env=env)
+        (cold,) = build_images([entry], lockdir, BuildOptions(), project=PROJECT, machine=load_machine(env), env=env)
         cold_seconds = time.monotonic() - started
         started = time.monotonic()
-        (pushed,) = build_images([entry], lockdir, BuildOptions(push=True), machine=load_machine(env), env=env)
+        (pushed,) = build_images(
+            [entry], lockdir, BuildOptions(push=True), project=PROJECT, machine=load_machine(env), env=env
+        )
         push_seconds = time.monotonic() - started
         pushed_bytes = sum(transfer.bytes for transfer in pushed.pushed)
 
@@ -78,13 +80,13 @@ def main(entry_name: str) -> None:
         plan_module = cast(Any, image_plan)  # the files the next plan reads, with one changed
         plan_module.inimage_files = lambda: (*shipped, ("torchyard/bench_change.py", changed))
         started = time.monotonic()
-        (cached,) = build_images([entry], lockdir, BuildOptions(), machine=load_machine(env), env=env)
+        (cached,) = build_images([entry], lockdir, BuildOptions(), project=PROJECT, machine=load_machine(env), env=env)
         cached_seconds = time.monotonic() - started
         plan_module.inimage_files = inimage_files
 
         fresh_runner(client, entry_name)  # a third runner: none of the layers either
         started = time.monotonic()
-        (pulled,) = build_images([entry], lockdir, BuildOptions(), machine=load_machine(env), env=env)
+        (pulled,) = build_images([entry], lockdir, BuildOptions(), project=PROJECT, machine=load_machine(env), env=env)
         pull_seconds = time.monotonic() - started
         if pulled.pulled is None or pulled.tag != cold.tag:
             raise SystemExit("runner B did not pull the image runner A pushed (did the source change meanwhile?)")

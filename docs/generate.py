@@ -79,6 +79,8 @@ optional-dependencies = { sim = ["scipy"] }
 [dependency-groups]
 test = ["pytest"]
 """
+# The requirements file the `requirements-files` keys name.
+REQUIREMENTS = "tiktoken\n"
 
 
 def code(text: str) -> str:
@@ -155,6 +157,7 @@ def _project_folder() -> Iterator[Path]:
         (Path(folder) / "tests").mkdir()
         (Path(folder) / "sub").mkdir()
         (Path(folder) / "sub" / "pyproject.toml").write_text(PROJECT.replace('["numpy"]', '["numpy", "pillow"]'))
+        (Path(folder) / "requirements.txt").write_text(REQUIREMENTS)
         yield Path(folder)
 
 

@@ -221,7 +221,10 @@ def _on_this_machine(args: argparse.Namespace, passthrough: list[str], machine: 
         options = BuildOptions(args.push, tuple(args.cache_from), tuple(args.cache_to))
         trust = resolve_trust(args.trust, os.environ)
         selected = _selected(args, machine, trust=trust.level)
-        return build(selected, args.lockdir, options, machine=machine, env={**os.environ, TRUST_ENV: trust.level})
+        return build(
+            selected, args.lockdir, options, machine=machine, project=project_scope(args.matrix, os.environ),
+            env={**os.environ, TRUST_ENV: trust.level},
+        )  # fmt: skip
     elif args.command == "doctor":
         return doctor(args.accelerator or ACCELERATOR_NAMES, machine)
     elif args.command == "refresh":

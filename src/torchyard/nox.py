@@ -81,8 +81,8 @@ def register(*, install: Sequence[str] = ()) -> None:
     _session(
         "prune",
         "Remove torchyard's stopped containers, images beyond the newest 2 per project and entry (`-- --keep N`), "
-        "untagged images, volumes of entries with no image, build cache beyond `--keep-storage 10g`; `-- --dry-run` "
-        "says what would go.",
+        "untagged images, the cache volumes of a project's entry with no image of that project left, build cache "
+        "beyond `--keep-storage 10g`; `-- --dry-run` says what would go.",
         install,
         prune,
     )

@@ -51,7 +51,6 @@ class Tests:
     reports: Path
     pytest_args: Sequence[str]
     trust: RunTrust
-    project: str = ""  # the cache's project scope; matrix.toml's folder when not given
     keep: bool = False
     unsandboxed: bool = False
 
@@ -63,6 +62,7 @@ class Request:
     entries: tuple[Entry, ...]
     lockdir: Path
     machine: Machine
+    project: str  # what names its images and scopes its caches (`torchyard.trust.project_scope`)
     runner: proc.Runner
     env: Mapping[str, str]
     options: BuildOptions = NO_OPTIONS
@@ -196,8 +196,8 @@ def build_or_reuse_images(request: Request, progress: Progress) -> None:
         base = resolve_base(entry, machine.base_overrides)
         base_id = base_identity(base, client) or entry.accelerator.require_base_image().digest
         plan = plan_build(
-            entry, request.lockdir, base_image=base, base_id=base_id, uv_version=progress.uv, revision=revision,
-            source_date_epoch=epoch,
+            entry, request.lockdir, project=request.project, base_image=base, base_id=base_id, uv_version=progress.uv,
+            revision=revision, source_date_epoch=epoch,
         )  # fmt: skip
         print(f"[{position}/{len(progress.contained)}] {entry.name}: {plan.tag}", file=sys.stderr, flush=True)
         image = (
@@ -210,8 +210,8 @@ def build_or_reuse_images(request: Request, progress: Progress) -> None:
             # then it installs nothing of the lock (no sdist to refuse, no cache to scope).
             stands_on = trusted_dependencies(client, plan)
             plan = plan_build(
-                entry, request.lockdir, base_image=base, base_id=base_id, uv_version=progress.uv, revision=revision,
-                source_date_epoch=epoch, policy=policy, stands_on=stands_on,
+                entry, request.lockdir, project=request.project, base_image=base, base_id=base_id,
+                uv_version=progress.uv, revision=revision, source_date_epoch=epoch, policy=policy, stands_on=stands_on,
             )  # fmt: skip
             if stands_on is not None:
                 print(f"{entry.name}: untrusted, on the trusted dependency image {stands_on[0]}", file=sys.stderr)
@@ -238,11 +238,10 @@ def run_containers(request: Request, progress: Progress) -> None:
     tests, client, host, cli = request.tests, progress.client, progress.host, progress.cli
     if tests is None or client is None or host is None or cli is None:
         return
-    project = tests.project or project_scope(Path("matrix.toml"), request.env)
     memory = default_memory(request.machine.limits, host.memory_bytes, MEMORY_SHARE)
     for entry, image in zip(progress.contained, progress.built, strict=True):
         plan = plan_run(
-            entry, image.tag, client=client, reports=progress.folders[entry.name], project=project,
+            entry, image.tag, client=client, reports=progress.folders[entry.name], project=request.project,
             trust=tests.trust, machine=request.machine, memory=memory,
         )  # fmt: skip
         print(
@@ -308,14 +307,16 @@ def build_images(
     options: BuildOptions,
     *,
     machine: Machine,
+    project: str,
     client: docker.DockerClient | None = None,
     cli: DockerCli | None = None,
     runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
     summarize_found: bool = True,
 ) -> list[Built]:
-    """The build's steps for `entries` (`client` and `cli` are found when not given): their images."""
-    request = Request(tuple(entries), lockdir, machine, runner, env, options, summarize_found=summarize_found)
+    """The build's steps for `entries`, their images named for `project` (`client` and `cli` are found when not
+    given): their images."""
+    request = Request(tuple(entries), lockdir, machine, project, runner, env, options, summarize_found=summarize_found)
     return execute(BUILD_STEPS, request, Progress(list(entries), client=client, cli=cli)).built
 
 
@@ -334,7 +335,9 @@ def run_tests(
     runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
 ) -> int:
-    """Every step for `entries`; the first non-zero status is the result (all entries still run)."""
-    tests = Tests(mode, reports, pytest_args, trust, project, keep, unsandboxed)
-    request = Request(tuple(entries), lockdir, machine, runner, env, tests=tests, summarize_found=False)
+    """Every step for `entries` (`project`: matrix.toml's folder's when not given); the first non-zero status is
+    the result (all entries still run)."""
+    tests = Tests(mode, reports, pytest_args, trust, keep, unsandboxed)
+    project = project or project_scope(Path("matrix.toml"), env)
+    request = Request(tuple(entries), lockdir, machine, project, runner, env, tests=tests, summarize_found=False)
     return first_failure(execute(STEPS, request).statuses)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,8 @@ Trust = Literal["trusted", "untrusted"]
 TRUST_LEVELS: tuple[Trust, ...] = get_args(Trust)
 TRUST_ENV = contract.TRUST
 TRUSTED_EVENTS = frozenset({"push", "schedule", "workflow_dispatch", "merge_group"})
+# The readable part of a project's name at most (Docker allows 255 characters in a whole image name).
+READABLE_LENGTH = 32
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,11 @@ def level_of(env: Mapping[str, str]) -> Trust:
 
 
 def project_scope(matrix: Path, env: Mapping[str, str]) -> str:
-    """A short name for the project: its GitHub repository where Actions says it, else its matrix's folder.
-    No two projects on a runner share a cache."""
+    """The project's name on this runner, in its images' names and its caches' volumes: its GitHub repository
+    where Actions says it, else its matrix's folder, as `<last part>-<12 hex of the whole>` (`nanogpt-0123abcd4567`).
+    The hash keeps two projects apart; the readable part is for whoever lists the runner's images. Neither
+    comes from the checkout's content, so a pull request cannot name another project's images or caches."""
     identity = env.get("GITHUB_REPOSITORY") or str(matrix.resolve().parent)
-    return hashlib.sha256(identity.encode()).hexdigest()[:12]
+    readable = re.sub(r"[^a-z0-9]+", "-", identity.rstrip("/").rpartition("/")[2].lower())
+    readable = readable[:READABLE_LENGTH].strip("-") or "project"
+    return f"{readable}-{hashlib.sha256(identity.encode()).hexdigest()[:12]}"

@@ -27,11 +27,15 @@ from torchyard.host.engine import engine
 from torchyard.image.debootstrap import DEFAULT_TAG
 from torchyard.image.layers import LAYERS_LABEL, read_keys_label
 from torchyard.image.plan import DEPENDENCY_REPOSITORY
+from torchyard.trust import project_scope
 from torchyard.util import proc
 
 REPO = Path(__file__).parents[2]
 # What a build reads from the project folder; torchyard's own files come from the installed package.
 TREE_ITEMS = ("lockfiles", "matrix.toml")
+# The project the tests' own builds are named for, as Actions names one: alike on every runner of a repository
+# (`torchyard/<project>/<entry>`), so a second runner's build finds what the first one pushed.
+PROJECT = project_scope(Path("matrix.toml"), {"GITHUB_REPOSITORY": "torchyard-tests/integration"})
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,8 @@ import pytest
 
 from tests.docblocks import block
 from torchyard.image.buildkit import layer_steps
+from torchyard.image.plan import image_repository
+from torchyard.trust import project_scope
 from torchyard.util import proc
 
 REPO = Path(__file__).parents[2]
@@ -91,8 +93,9 @@ def test_adopter_project_end_to_end(
     assert references and all(kind.startswith("float32 on cpu (float64 fails") for kind in references)
     junit = (reports / "junit.xml").read_text()
     assert 'name="test_package_data_is_installed"' in junit and 'name="test_actions_are_bounded"' in junit
-    image = client.images.get("torchyard/cpu:latest")
-    assert image.labels["dev.torchyard.project"] == "robopolicy"
+    scope = project_scope(project / "matrix.toml", machine_env)  # as the CLI names the project
+    image = client.images.get(f"{image_repository(scope, 'cpu')}:latest")
+    assert image.labels["dev.torchyard.project"] == "robopolicy" and image.labels["dev.torchyard.scope"] == scope
     listing = client.containers.run(
         image, ["-c", "import os; print(sorted(os.listdir('/workspace')))"],
         entrypoint=["/opt/torchyard/venv/bin/python"], remove=True,

@@ -20,9 +20,10 @@ from typing import Any
 import docker
 import pytest
 
+from tests.integration.conftest import PROJECT
 from torchyard.errors import ImageBuildError
 from torchyard.image.outcome import Built
-from torchyard.image.plan import BuildOptions
+from torchyard.image.plan import BuildOptions, image_repository
 from torchyard.lock.resolve import lock_entry
 from torchyard.lock.standins import write_wheel
 from torchyard.matrix import parse_plan
@@ -140,7 +141,7 @@ def _build(entry: Entry, base: str, wheels: Path) -> Built:
         "TORCHYARD_BASE_IMAGES": f"{entry.accelerator.name}={base}",
         "TORCHYARD_MIRRORS": f"pypi={wheels}",
     }
-    (built,) = build_images([entry], lockdir, BuildOptions(), machine=load_machine(env), env=env)
+    (built,) = build_images([entry], lockdir, BuildOptions(), project=PROJECT, machine=load_machine(env), env=env)
     return built
 
 
@@ -153,7 +154,7 @@ def _run(client: docker.DockerClient, image: str, code: str, **kwargs: Any) -> s
 
 def _remove(client: docker.DockerClient, built: Built) -> None:
     client.images.remove(built.tag, force=True)
-    client.images.remove(f"torchyard/{built.entry}:latest", force=True)
+    client.images.remove(f"{image_repository(PROJECT, built.entry)}:latest", force=True)
 
 
 @pytest.mark.usefixtures("in_tree")
@@ -202,7 +203,7 @@ def test_a_package_that_shadows_the_venv_vendor_torch_fails_the_build(
         f"entry 'planted-venv': the image build failed: vendor guard: vendor package torch {VENDOR_TORCH}: "
         "`import torch` now loads /opt/torchyard/venv/"
     )
-    assert not client.images.list(name="torchyard/planted-venv")
+    assert not client.images.list(name=image_repository(PROJECT, "planted-venv"))
 
 
 @pytest.mark.usefixtures("in_tree")
@@ -217,7 +218,7 @@ def test_a_base_without_its_vendor_torch_stops_the_build_in_one_line(
         "entry 'no-vendor': the image build failed: vendor guard: vendor package 'torch' is not installed for the "
         "base's python3.11 (/usr/bin/python3.11, prefix /usr)"
     )
-    assert not client.images.list(name="torchyard/no-vendor")
+    assert not client.images.list(name=image_repository(PROJECT, "no-vendor"))
 
 
 @pytest.mark.usefixtures("in_tree")

@@ -13,6 +13,7 @@ from typing import Any
 import docker
 import pytest
 
+from tests.integration.conftest import PROJECT
 from torchyard.image.buildkit import layer_steps
 from torchyard.image.context import inimage_files
 from torchyard.image.plan import BuildOptions
@@ -49,7 +50,7 @@ def test_cpu_image_builds_then_is_reused(
 ) -> None:
     entry = load_plan(Path("matrix.toml")).entry("cpu")
     (first,) = build_images(
-        [entry], Path("lockfiles"), BuildOptions(), machine=load_machine(machine_env), env=machine_env
+        [entry], Path("lockfiles"), BuildOptions(), project=PROJECT, machine=load_machine(machine_env), env=machine_env
     )
     image = client.images.get(first.tag)
     labels = image.labels
@@ -81,13 +82,16 @@ def test_cpu_image_builds_then_is_reused(
         [entry],
         Path("lockfiles"),
         BuildOptions(),
+        project=PROJECT,
         machine=load_machine(summary_env),
         env=summary_env,
         summarize_found=False,
     )
     assert (second.tag, second.reused) == (first.tag, True)
     assert not summary.exists() or "torchyard images" not in summary.read_text()
-    build_images([entry], Path("lockfiles"), BuildOptions(), machine=load_machine(summary_env), env=summary_env)
+    build_images(
+        [entry], Path("lockfiles"), BuildOptions(), project=PROJECT, machine=load_machine(summary_env), env=summary_env
+    )
     assert summary.read_text().count("found on this runner") == 1
 
 
@@ -104,13 +108,19 @@ def test_source_only_change_rebuilds_only_the_top_layers(
     # A first change builds an image in this test, whatever images and build cache the machine had.
     source.write_text("# a first source-only change\n")
     (before,) = build_images(
-        [entry], Path("lockfiles"), BuildOptions(), machine=load_machine(machine_env), env=machine_env
+        [entry], Path("lockfiles"), BuildOptions(), project=PROJECT, machine=load_machine(machine_env), env=machine_env
     )
     source.write_text("# a second source-only change\n")
     recorder = Recorder()
     started = time.time_ns()  # a local engine: its events since now, by this clock
     (after,) = build_images(
-        [entry], Path("lockfiles"), BuildOptions(), runner=recorder, machine=load_machine(machine_env), env=machine_env
+        [entry],
+        Path("lockfiles"),
+        BuildOptions(),
+        runner=recorder,
+        project=PROJECT,
+        machine=load_machine(machine_env),
+        env=machine_env,
     )
     base = client.images.get(before.tag).labels["org.opencontainers.image.base.name"]
     # A container this test makes from the base after the rebuild: the events below must show it, so a

@@ -20,9 +20,9 @@ from typing import Any
 import docker
 import pytest
 
-from tests.integration.conftest import LoopbackRegistry, one_entry_matrix, remove_images
+from tests.integration.conftest import PROJECT, LoopbackRegistry, one_entry_matrix, remove_images
 from torchyard.image.outcome import Built
-from torchyard.image.plan import BuildOptions
+from torchyard.image.plan import BuildOptions, image_repository
 from torchyard.lock.resolve import lock_entry
 from torchyard.matrix import parse_plan
 from torchyard.matrix.machine import load_machine
@@ -118,10 +118,10 @@ def prune_build_records(client: docker.DockerClient) -> None:
 
 @pytest.fixture
 def clean(client: docker.DockerClient) -> Iterator[None]:
-    remove_images(client, f"torchyard/{ENTRY}:")
+    remove_images(client, f"{image_repository(PROJECT, ENTRY)}:")
     prune_build_records(client)  # the first build starts cold, whatever this machine built before
     yield
-    remove_images(client, f"torchyard/{ENTRY}:")
+    remove_images(client, f"{image_repository(PROJECT, ENTRY)}:")
 
 
 def test_a_small_pin_change_reuses_every_other_layer_on_the_engine_and_through_the_registry(
@@ -141,7 +141,7 @@ def test_a_small_pin_change_reuses_every_other_layer_on_the_engine_and_through_t
     }
     first_entry = _locked("1.17.0", tmp_path / "first")
     (first,) = build_images(
-        [first_entry], tmp_path / "first", BuildOptions(push=True), machine=load_machine(env), env=env
+        [first_entry], tmp_path / "first", BuildOptions(push=True), project=PROJECT, machine=load_machine(env), env=env
     )
     assert _how(first) == {"torch": "built", "pytorch": "built", "numeric": "built", "rest": "built"}
     sizes = {layer.group: layer.size_bytes for layer in first.layers}
@@ -162,7 +162,12 @@ def test_a_small_pin_change_reuses_every_other_layer_on_the_engine_and_through_t
     # One small pin moves: only the rest's layer is built, and the push moves only the new small layers.
     bumped_entry = _locked("1.16.0", tmp_path / "bumped")
     (bumped,) = build_images(
-        [bumped_entry], tmp_path / "bumped", BuildOptions(push=True), machine=load_machine(env), env=env
+        [bumped_entry],
+        tmp_path / "bumped",
+        BuildOptions(push=True),
+        project=PROJECT,
+        machine=load_machine(env),
+        env=env,
     )
     assert bumped.tag != first.tag and bumped.origin == "cache"
     assert _how(bumped) == {"torch": "reused", "pytorch": "reused", "numeric": "reused", "rest": "built"}
@@ -174,8 +179,10 @@ def test_a_small_pin_change_reuses_every_other_layer_on_the_engine_and_through_t
     )  # the base, the toolchain, and three groups with their files
 
     # A fresh runner builds the same change: the three groups come from the registry, the rest is built.
-    remove_images(client, f"torchyard/{ENTRY}:")
+    remove_images(client, f"{image_repository(PROJECT, ENTRY)}:")
     prune_build_records(client)
     third = _locked("1.15.0", tmp_path / "third")
-    (fresh,) = build_images([third], tmp_path / "third", BuildOptions(), machine=load_machine(env), env=env)
+    (fresh,) = build_images(
+        [third], tmp_path / "third", BuildOptions(), project=PROJECT, machine=load_machine(env), env=env
+    )
     assert _how(fresh) == {"torch": "pulled", "pytorch": "pulled", "numeric": "pulled", "rest": "built"}

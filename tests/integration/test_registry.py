@@ -19,11 +19,11 @@ import docker
 import docker.errors
 import pytest
 
-from tests.integration.conftest import LoopbackRegistry, one_entry_matrix, remove_images
+from tests.integration.conftest import PROJECT, LoopbackRegistry, one_entry_matrix, remove_images
 from torchyard.commands.refresh import refresh
 from torchyard.errors import ImageBuildError
 from torchyard.image.context import inimage_files
-from torchyard.image.plan import BuildOptions
+from torchyard.image.plan import BuildOptions, image_repository
 from torchyard.lock.resolve import lock_entry
 from torchyard.matrix import parse_plan
 from torchyard.matrix.machine import load_machine
@@ -77,19 +77,19 @@ def test_two_runners_share_images_and_layers_through_the_registry(
     entry = _entry(pushed_base)
     lockdir = tmp_path / "lockfiles"
     lock_entry(entry, lockdir, {})
-    remove_images(client, f"torchyard/{ENTRY}:")
+    remove_images(client, f"{image_repository(PROJECT, ENTRY)}:")
     client.api.prune_builds(all=True)  # runner A starts cold, whatever this machine built before
     try:
         # Runner A: the base comes from the registry by digest (no per-machine override), then a push.
         (first,) = build_images(
-            [entry], lockdir, BuildOptions(push=True), machine=load_machine(runner_env), env=runner_env
+            [entry], lockdir, BuildOptions(push=True), project=PROJECT, machine=load_machine(runner_env), env=runner_env
         )
         assert first.origin == "cold" and len(first.pushed) == 2
         image = client.images.get(first.tag)
         assert image.labels["org.opencontainers.image.base.digest"] == pushed_base.partition("@")[2]
 
         # A fresh runner B: none of this entry's images, no base by that name, no build cache.
-        remove_images(client, f"torchyard/{ENTRY}:", "torchyard-test/base")
+        remove_images(client, f"{image_repository(PROJECT, ENTRY)}:", "torchyard-test/base")
         client.api.prune_builds(all=True)
         changed = tmp_path / "changed.py"
         changed.write_text("# a source-only change: a new tag, the same dependency layer\n")
@@ -97,15 +97,19 @@ def test_two_runners_share_images_and_layers_through_the_registry(
         with monkeypatch.context() as patch:
             patch.setattr("torchyard.image.plan.inimage_files", lambda: (*shipped, ("torchyard/x.py", changed)))
             capfd.readouterr()
-            (second,) = build_images([entry], lockdir, BuildOptions(), machine=load_machine(runner_env), env=runner_env)
+            (second,) = build_images(
+                [entry], lockdir, BuildOptions(), project=PROJECT, machine=load_machine(runner_env), env=runner_env
+            )
             log = capfd.readouterr().err
         assert second.tag != first.tag
         assert second.origin == "cache", "runner B rebuilt the dependency layer instead of using the registry's"
         assert "Downloading" not in log and "Prepared" not in log  # uv fetched no wheel
 
         # Runner B again, on the unchanged entry: the image is pulled by its content-addressed tag.
-        remove_images(client, f"torchyard/{ENTRY}:")
-        (third,) = build_images([entry], lockdir, BuildOptions(), machine=load_machine(runner_env), env=runner_env)
+        remove_images(client, f"{image_repository(PROJECT, ENTRY)}:")
+        (third,) = build_images(
+            [entry], lockdir, BuildOptions(), project=PROJECT, machine=load_machine(runner_env), env=runner_env
+        )
         assert (third.tag, third.origin) == (first.tag, "pulled")
         assert third.pulled is not None and third.pulled.bytes > 0
 
@@ -119,7 +123,7 @@ def test_two_runners_share_images_and_layers_through_the_registry(
             saved.write(chunk)
         assert registry.password.encode() not in saved.getvalue()
     finally:
-        remove_images(client, f"torchyard/{ENTRY}:", "torchyard-test/base")
+        remove_images(client, f"{image_repository(PROJECT, ENTRY)}:", "torchyard-test/base")
 
 
 def test_a_base_digest_the_registry_lacks_is_one_line(
@@ -129,7 +133,9 @@ def test_a_base_digest_the_registry_lacks_is_one_line(
     entry = _entry(missing)
     lock_entry(entry, tmp_path, {})
     with pytest.raises(ImageBuildError) as caught:
-        build_images([entry], tmp_path, BuildOptions(), machine=load_machine(runner_env), env=runner_env)
+        build_images(
+            [entry], tmp_path, BuildOptions(), project=PROJECT, machine=load_machine(runner_env), env=runner_env
+        )
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith(f"entry '{ENTRY}': base image {missing} is not in its registry (")

@@ -14,6 +14,7 @@ from typing import Any
 import docker
 import pytest
 
+from tests.integration.conftest import PROJECT
 from torchyard.cli import main
 from torchyard.host.facts import gather_host_facts
 from torchyard.image.plan import BuildOptions
@@ -62,7 +63,12 @@ def _run_with_mounted_test(
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(REPO)
         (image,) = build_images(
-            [entry], Path("lockfiles"), BuildOptions(), machine=load_machine(machine_env), env=machine_env
+            [entry],
+            Path("lockfiles"),
+            BuildOptions(),
+            project=PROJECT,
+            machine=load_machine(machine_env),
+            env=machine_env,
         )
     name = container_name(entry)
     project = run.get("project") or f"test{uuid.uuid4().hex[:8]}"
@@ -210,6 +216,7 @@ def test_ctrl_c_leaves_no_container(machine_env: dict[str, str], client: docker.
             [parse_plan((REPO / "matrix.toml").read_text(), Path("m")).entry("cpu")],
             Path("lockfiles"),
             BuildOptions(),
+            project=PROJECT,
             machine=load_machine(machine_env),
             env=machine_env,
         )

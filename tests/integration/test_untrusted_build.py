@@ -13,6 +13,8 @@ from pathlib import Path
 import docker
 import pytest
 
+from torchyard.image.plan import image_repository
+from torchyard.trust import project_scope
 from torchyard.util import proc
 
 from .conftest import one_entry_matrix, remove_images
@@ -53,7 +55,7 @@ def project(tmp_path: Path, client: docker.DockerClient) -> Iterator[tuple[Path,
     (tmp_path / "trusted-matrix.toml").write_text(matrix)
     proc.run(["git", "init", "--quiet"], cwd=root)
     yield root, entry
-    remove_images(client, f"torchyard/{entry}:")
+    remove_images(client, f"/{entry}:")
 
 
 def _torchyard(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -70,7 +72,8 @@ def test_an_untrusted_build_of_a_changed_project_installs_nothing_of_the_lock(
     assert _torchyard(root, env, "lock").returncode == 0
     trusted = _torchyard(root, env, "build", entry)
     assert trusted.returncode == 0, trusted.stderr[-3000:]
-    trusted_image = client.images.get(f"torchyard/{entry}:latest")
+    repository = image_repository(project_scope(root / "matrix.toml", env), entry)  # as the CLI names it
+    trusted_image = client.images.get(f"{repository}:latest")
     keys = trusted_image.labels["dev.torchyard.layers"]
     dependency_tag = f"torchyard/dependencies:{keys.split()[-1].partition('=')[2]}"
     dependencies = client.images.get(dependency_tag)
@@ -90,7 +93,7 @@ def test_an_untrusted_build_of_a_changed_project_installs_nothing_of_the_lock(
     assert f"on the trusted dependency image {dependency_tag}" in untrusted.stderr
     assert "install-layer.sh" not in untrusted.stdout + untrusted.stderr  # no group was installed, or cached
     assert "built on the trusted dependency image" in untrusted.stdout
-    image = client.images.get(f"torchyard/{entry}:untrusted")
+    image = client.images.get(f"{repository}:untrusted")
     assert image.id != trusted_image.id and image.labels["dev.torchyard.layers"] == keys
     assert set(dependencies.attrs["RootFS"]["Layers"]) <= set(image.attrs["RootFS"]["Layers"])
     python = ["/opt/torchyard/venv/bin/python"]

@@ -8,8 +8,9 @@ from pathlib import Path
 import docker
 import pytest
 
+from tests.integration.conftest import PROJECT
 from torchyard.errors import ImageBuildError
-from torchyard.image.plan import BuildOptions
+from torchyard.image.plan import BuildOptions, image_repository
 from torchyard.lock.resolve import lock_entry
 from torchyard.lock.standins import write_wheel
 from torchyard.matrix import parse_plan
@@ -110,7 +111,7 @@ def _build(entry, tmp_path: Path, wheels: Path, env_extra: dict[str, str]):  # t
         "TORCHYARD_MIRRORS": f"pypi={wheels}",
         **env_extra,
     }
-    return build_images([entry], lockdir, BuildOptions(), machine=load_machine(env), env=env)
+    return build_images([entry], lockdir, BuildOptions(), project=PROJECT, machine=load_machine(env), env=env)
 
 
 @pytest.mark.usefixtures("in_tree", "vendor_base")
@@ -122,7 +123,7 @@ def test_guarded_install_keeps_the_vendor_bytes(client: docker.DockerClient, whe
         assert '"version": "2.13.0+vendor"' in record
     finally:
         client.images.remove(built.tag)
-        client.images.remove("torchyard/guarded:latest")
+        client.images.remove(f"{image_repository(PROJECT, 'guarded')}:latest")
 
 
 @pytest.mark.usefixtures("in_tree", "vendor_base")
@@ -136,4 +137,4 @@ def test_planted_replacement_fails_the_build(
     assert str(caught.value).startswith(
         "entry 'planted': the image build failed: vendor guard: vendor package torch 2.13.0+vendor: `import torch`"
     )
-    assert not client.images.list(name="torchyard/planted")
+    assert not client.images.list(name=image_repository(PROJECT, "planted"))

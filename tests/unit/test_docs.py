@@ -48,14 +48,23 @@ def test_a_stale_page_is_named(generate: ModuleType, tmp_path: Path) -> None:
     assert generate.stale(tmp_path) == ["matrix.md", "cli.md"]
 
 
-def _full_matrix(generate: ModuleType, folder: Path) -> dict[str, Any]:
-    """The base matrix with every listed key set to its example (entry.project as a table)."""
+# A project is a package or a source folder: these keys are read in one form each.
+PACKAGE_ONLY, SOURCE_ONLY = {"path", "extras", "groups"}, {"source"}
+
+
+def _full_matrix(generate: ModuleType, *, source: bool) -> dict[str, Any]:
+    """The base matrix with every listed key set to its example (entry.project as a table, a package's or a
+    source folder's)."""
     data: dict[str, Any] = generate._matrix_with(keys.MATRIX_KEYS[0], None, None)
+    left_out = PACKAGE_ONLY if source else SOURCE_ONLY
     for key in keys.MATRIX_KEYS:
         if key.table == "entry" and key.name == "project":
             continue  # the table form below covers it, with its own keys
+        if key.table == "entry.project" and key.name in left_out:
+            continue
         generate._place(data, key)[key.written] = key.example
-    data["entry"][0]["project"]["path"] = "."
+    if not source:
+        data["entry"][0]["project"]["path"] = "."
     return data
 
 
@@ -76,6 +85,7 @@ def test_the_loader_reads_exactly_the_listed_keys(
     (tmp_path / "tests").mkdir()
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "pyproject.toml").write_text(generate.PROJECT)
+    (tmp_path / "requirements.txt").write_text(generate.REQUIREMENTS)
     read: set[tuple[str, str]] = set()
     original = Table._get
 
@@ -84,7 +94,8 @@ def test_the_loader_reads_exactly_the_listed_keys(
         return original(self, key, required)
 
     monkeypatch.setattr(Table, "_get", recording)
-    parse_plan(tomli_w.dumps(_full_matrix(generate, tmp_path)), tmp_path / "matrix.toml")
+    for source in (False, True):
+        parse_plan(tomli_w.dumps(_full_matrix(generate, source=source)), tmp_path / "matrix.toml")
     # Tables of user-named keys: whatever name was read there is that table's `<...>` key.
     named = {key.table: key.name for key in keys.MATRIX_KEYS if key.name.startswith("<")}
     found = {(table, named.get(table, key)) for table, key in read if table != "accelerators"}

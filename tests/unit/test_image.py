@@ -25,6 +25,7 @@ from torchyard.matrix.machine import Registry
 
 REPO = Path(__file__).parents[2]
 PLAN = load_plan(REPO / "matrix.toml")
+PROJECT = "torchyard-0123abcd4567"
 BUILDKIT = DockerCli("/usr/bin/docker", "20.10.24", "buildkit")
 BUILDX = DockerCli("/usr/bin/docker", "28.2.2", "buildx")
 
@@ -38,6 +39,7 @@ def tree(tmp_path: Path) -> Path:
 
 def make_plan(root: Path, **changes: str) -> BuildPlan:
     arguments: dict[str, Any] = {
+        "project": PROJECT,
         "base_image": "torchyard/base:bookworm",
         "base_id": "sha256:" + "1" * 64,
         "uv_version": "0.13.9",
@@ -68,8 +70,9 @@ def test_plan_carries_entry_python_lock_and_labels(tree: Path) -> None:
     assert args["VENDOR_PACKAGES"] == ""
     assert args["LOCK_DIGEST"].startswith("sha256:")
     assert args["GIT_REVISION"] == "abc123" and args["SOURCE_DATE_EPOCH"] == "1700000000"
-    assert plan.tag.startswith("torchyard/cpu:") and len(plan.tag.split(":")[1]) == 16
-    assert plan.alias == "torchyard/cpu:latest"
+    assert plan.tag.startswith(f"torchyard/{PROJECT}/cpu:") and len(plan.tag.split(":")[1]) == 16
+    assert plan.alias == f"torchyard/{PROJECT}/cpu:latest"
+    assert args["PROJECT_SCOPE"] == PROJECT  # its label: prune keeps images per project and entry
     # The lock's groups, one file each, and their keys as the image's label.
     assert [layer.name for layer in plan.layers] == ["torch", "pytorch", "numeric", "rest"]
     assert all(context[layer.path] == layer.text.encode() for layer in plan.layers)
@@ -79,8 +82,8 @@ def test_plan_carries_entry_python_lock_and_labels(tree: Path) -> None:
 
 def test_rocm_plan_names_its_vendor_packages(tree: Path) -> None:
     rocm = plan_build(
-        PLAN.entry("rocm"), tree / "lockfiles", base_image="b", base_id="i", uv_version="0.13.9",
-        revision="r", source_date_epoch="0",
+        PLAN.entry("rocm"), tree / "lockfiles", project=PROJECT, base_image="b", base_id="i",
+        uv_version="0.13.9", revision="r", source_date_epoch="0",
     )  # fmt: skip
     assert dict(rocm.build_args)["VENDOR_PACKAGES"] == "torch torchvision numpy triton"
     assert dict(rocm.build_args)["PYTHON"] == "python3.12"
@@ -96,6 +99,17 @@ def test_tag_is_content_addressed(tree: Path, monkeypatch: pytest.MonkeyPatch) -
     assert second != first
     monkeypatch.setattr(image_plan, "dockerfile", lambda: b"FROM scratch\n")
     assert make_plan(tree).tag != second
+
+
+def test_two_projects_entries_of_one_name_share_no_tag_and_no_alias_but_their_dependency_layers(tree: Path) -> None:
+    """Two adopters with a `cpu` entry on one runner: neither reuses, moves or reads the other's image (a trusted
+    build reads its alias for the base check and the layer cache); the pins' layers are the same bytes, shared."""
+    ours, theirs = make_plan(tree), make_plan(tree, project="nanogpt-89ab01234567")
+    assert ours.tag.partition(":")[0] == f"torchyard/{PROJECT}/cpu"
+    assert theirs.tag.partition(":")[0] == "torchyard/nanogpt-89ab01234567/cpu"
+    assert theirs.alias == "torchyard/nanogpt-89ab01234567/cpu:latest" != ours.alias
+    assert [layer.key for layer in theirs.layers] == [layer.key for layer in ours.layers]
+    assert theirs.dependency_tag == ours.dependency_tag
 
 
 def test_base_override_by_entry_then_accelerator() -> None:
@@ -227,7 +241,7 @@ def test_an_unreadable_lockfile_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "cpu.txt").mkdir()
     with pytest.raises(ImageBuildError, match=r"entry 'cpu': the lockfile .*cpu.txt: not a regular file"):
         plan_build(
-            PLAN.entry("cpu"), tmp_path, base_image="b", base_id="i", uv_version="0.13.9",
+            PLAN.entry("cpu"), tmp_path, project=PROJECT, base_image="b", base_id="i", uv_version="0.13.9",
             revision="r", source_date_epoch="0",
         )  # fmt: skip
 
@@ -272,8 +286,8 @@ def test_an_unreachable_registry_is_one_line_with_the_fix(tree: Path) -> None:
 def test_the_plan_names_the_accelerators_system_packages_and_image_checks(tree: Path) -> None:
     (tree / "lockfiles" / "xpu.txt").write_text("# no lock for xpu is made here (its index is unreachable)\n")
     xpu = plan_build(
-        PLAN.entry("xpu"), tree / "lockfiles", base_image="b", base_id="i", uv_version="0.13.9",
-        revision="r", source_date_epoch="0",
+        PLAN.entry("xpu"), tree / "lockfiles", project=PROJECT, base_image="b", base_id="i",
+        uv_version="0.13.9", revision="r", source_date_epoch="0",
     )  # fmt: skip
     args = dict(xpu.build_args)
     assert args["SYSTEM_PACKAGES"] == " ".join(PLAN.entry("xpu").accelerator.system_packages)
@@ -284,25 +298,27 @@ def test_the_plan_names_the_accelerators_system_packages_and_image_checks(tree: 
 def test_an_untrusted_build_has_its_own_cache_scope_tag_and_alias(tree: Path) -> None:
     trusted = make_plan(tree)
     untrusted = plan_build(
-        PLAN.entry("cpu"), tree / "lockfiles", base_image="torchyard/base:bookworm", base_id="sha256:" + "1" * 64,
-        uv_version="0.13.9", revision="abc123", source_date_epoch="1700000000", policy=BuildPolicy(trusted=False),
+        PLAN.entry("cpu"), tree / "lockfiles", project=PROJECT, base_image="torchyard/base:bookworm",
+        base_id="sha256:" + "1" * 64, uv_version="0.13.9", revision="abc123", source_date_epoch="1700000000",
+        policy=BuildPolicy(trusted=False),
     )  # fmt: skip
     mine, theirs = dict(untrusted.context)["Dockerfile"], dict(trusted.context)["Dockerfile"]
     assert mine.count(b"id=torchyard-uv-untrusted,") == theirs.count(b"id=torchyard-uv-trusted,") == 4
     assert b"torchyard-uv-trusted" not in mine
     assert untrusted.tag != trusted.tag
-    assert (trusted.alias, untrusted.alias) == ("torchyard/cpu:latest", "torchyard/cpu:untrusted")
+    assert trusted.alias == f"torchyard/{PROJECT}/cpu:latest"
+    assert untrusted.alias == f"torchyard/{PROJECT}/cpu:untrusted"
     # its layers come from the trusted alias only: one pull request's layers never feed the next one's build
     registry = Registry("127.0.0.1:5000/team")
     sources = cache_sources(untrusted, BuildOptions(), registry, local_alias=True).cache_from
-    assert sources == ("torchyard/cpu:latest", "127.0.0.1:5000/team/torchyard/cpu:latest")
+    assert sources == (trusted.alias, f"127.0.0.1:5000/team/{trusted.alias}")
 
 
 def test_an_untrusted_build_stands_on_the_trusted_dependency_image_of_the_same_pins(tree: Path) -> None:
     trusted = make_plan(tree)
     args: dict[str, Any] = dict(
-        base_image="torchyard/base:bookworm", base_id="sha256:" + "1" * 64, uv_version="0.13.9", revision="abc123",
-        source_date_epoch="1700000000", policy=BuildPolicy(trusted=False),
+        project=PROJECT, base_image="torchyard/base:bookworm", base_id="sha256:" + "1" * 64, uv_version="0.13.9",
+        revision="abc123", source_date_epoch="1700000000", policy=BuildPolicy(trusted=False),
     )  # fmt: skip
     alone = plan_build(PLAN.entry("cpu"), tree / "lockfiles", **args)
     standing = plan_build(
@@ -357,7 +373,7 @@ def test_an_untrusted_run_reuses_a_trusted_image_without_moving_its_alias(tree: 
     assert reuse_image(PLAN.entry("cpu"), plan, client, env={}, policy=BuildPolicy(trusted=False)) is not None
     assert image.tags == []
     reuse_image(PLAN.entry("cpu"), plan, client, env={})
-    assert image.tags == ["torchyard/cpu:latest"]
+    assert image.tags == [f"torchyard/{PROJECT}/cpu:latest"]
 
 
 def test_the_built_images_checks_run_sealed_and_fail_in_their_own_words() -> None:

@@ -346,3 +346,57 @@ def test_init_appends_to_the_gitignore_once_and_never_through_a_link(
     ):
         init(root, force=True, today=TODAY, env={"PATH": ""}, spec="torchyard")
     assert elsewhere.read_text() == ""
+
+
+def source_repository(root: Path, requirements: str | None = "torch>=2.0\nnumpy\ntiktoken  # BPE\n") -> Path:
+    """karpathy/nanoGPT's shape: modules and scripts, no pyproject.toml, maybe a requirements.txt."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "model.py").write_text("class GPT:\n    pass\n")
+    (root / "train.py").write_text("from model import GPT\n")
+    if requirements is not None:
+        (root / "requirements.txt").write_text(requirements)
+    return root
+
+
+def test_a_repository_without_a_package_gets_a_source_folder_entry_with_its_requirements(tmp_path: Path) -> None:
+    root = source_repository(tmp_path / "nanoGPT")
+    (root / "tests").mkdir()
+    text = render(root, TODAY, "torchyard==0.1.0")["matrix.toml"]
+    assert '\nproject = { source = ".", requirements-files = ["requirements.txt"] }\ntests = ["tests"]\n' in text
+    assert "for nanoGPT," in text and '# cases = ["torchyard_cases"]' in text
+    (root / "matrix.toml").write_text(text)
+    (entry,) = parse_plan(text, root / "matrix.toml").entries
+    assert entry.project is not None and (entry.project.kind, entry.project.name) == ("source", "nanogpt")
+    assert entry.project.requirements == ("torch>=2.0", "numpy", "tiktoken")
+    assert (entry.python, entry.requirements[0], entry.tests) == ("3.11", "torch>=2.0", ("tests",))
+
+
+@pytest.mark.parametrize("pyproject", [None, "[tool.ruff]\nline-length = 100\n"])
+def test_without_a_requirements_file_the_source_folder_entry_asks_for_what_it_imports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], pyproject: str | None
+) -> None:
+    """No pyproject.toml, or one of tool settings only: no package, so a source folder."""
+    root = source_repository(tmp_path, requirements=None)
+    if pyproject is not None:
+        (root / "pyproject.toml").write_text(pyproject)
+    init(root, today=TODAY, env={"PATH": ""}, spec="torchyard")
+    text = (root / "matrix.toml").read_text()
+    assert '\nproject = { source = "." }\nrequirements = [\n    "torch",\n' in text
+    (entry,) = parse_plan(text, root / "matrix.toml").entries
+    assert entry.project is not None and entry.project.kind == "source" and entry.project.requirements == ()
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "no package here" in line]
+    assert line.endswith("with Python 3.11; no requirements.txt: what your modules import beyond torch goes in the "
+                         "cpu entry's requirements")  # fmt: skip
+
+
+def test_a_source_folders_requirements_file_is_read_as_the_loader_reads_it(tmp_path: Path) -> None:
+    root = source_repository(tmp_path / "checkout", "--index-url https://evil.example/simple\ntorch\n")
+    with pytest.raises(ConfigError, match=r"^requirements.txt:1: .* is an option, not a requirement: the indexes"):
+        render(root, TODAY, "torchyard")
+    secret = tmp_path / "host-secret.txt"
+    secret.write_text("the runner's secret\n")
+    (root / "requirements.txt").unlink()
+    (root / "requirements.txt").symlink_to(secret)
+    with pytest.raises(ConfigError, match="symbolic link") as caught:
+        render(root, TODAY, "torchyard")
+    assert "runner's secret" not in str(caught.value)

@@ -16,6 +16,7 @@ from torchyard.matrix.machine import Machine
 from torchyard.trust import RunTrust, resolve_trust
 
 PLAN = load_plan(Path(__file__).parents[2] / "matrix.toml")
+PROJECT = "torchyard-0123abcd4567"
 
 
 def nothing_runs(args: object, **kwargs: object) -> None:
@@ -63,14 +64,16 @@ def test_a_missing_lock_stops_the_build_before_docker(tmp_path: Path) -> None:
         return subprocess.CompletedProcess(args, 0, "uv 0.13.9\n", "")
 
     with pytest.raises(StaleLockError, match=r"entry 'cuda': lock is missing: run `nox -s lock -- cuda`"):
-        pipeline.build_images([PLAN.entry("cuda")], tmp_path, BuildOptions(), machine=Machine(), runner=uv_only, env={})
+        pipeline.build_images(
+            [PLAN.entry("cuda")], tmp_path, BuildOptions(), machine=Machine(), project=PROJECT, runner=uv_only, env={}
+        )
 
 
 def test_a_build_of_native_entries_names_them_and_ends_before_any_check(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     built = pipeline.build_images(
-        [PLAN.entry("mps")], tmp_path, BuildOptions(push=True), machine=Machine(),
+        [PLAN.entry("mps")], tmp_path, BuildOptions(push=True), machine=Machine(), project=PROJECT,
         runner=nothing_runs,  # type: ignore[arg-type]
         env={},
     )  # fmt: skip

@@ -79,13 +79,18 @@ def test_project_dependencies_extras_and_groups_join_the_lock_inputs(tmp_path: P
     assert "mujoco>=3\n" in requirements_in(inputs, [])
 
 
-def test_a_project_dependency_change_makes_the_lock_stale_naming_it(tmp_path: Path) -> None:
-    root = project_tree(tmp_path)
-    entry = load(root)
-    lockdir = tmp_path / "lockfiles"
+def fresh_lock(entry: Entry, lockdir: Path) -> Path:
+    """`lockdir` with a lock of `entry` made from its inputs now (fresh, as the check says)."""
     lock_path(lockdir, entry).parent.mkdir()
     lock_path(lockdir, entry).write_text(render_lockfile(entry, LockInputs.of(entry, "0.13.9"), "numpy==2.0\n"))
     assert lock_freshness(entry, lockdir, "0.13.9").status == "fresh"
+    return lockdir
+
+
+def test_a_project_dependency_change_makes_the_lock_stale_naming_it(tmp_path: Path) -> None:
+    root = project_tree(tmp_path)
+    entry = load(root)
+    lockdir = fresh_lock(entry, tmp_path / "lockfiles")
     (root / "pyproject.toml").write_text(PYPROJECT.replace('"numpy"', '"numpy<2"'))
     stale = lock_freshness(load(root), lockdir, "0.13.9")
     assert (stale.status, stale.detail) == ("stale", "inputs changed: project")
@@ -161,16 +166,17 @@ def test_project_source_is_what_git_tracks_minus_dockerignore(tmp_path: Path) ->
     assert [item.path for item in select(files, ["tests", "pyproject.toml"])] == ["pyproject.toml", "tests/test_it.py"]
 
 
-def planner(root: Path, lockdir: Path) -> Callable[[], BuildPlan]:
-    """The plan of `root`'s entry, its files added to a fresh git index."""
-    entry: Entry = load(root)
+def planner(root: Path, lockdir: Path, entry: Entry | None = None) -> Callable[[], BuildPlan]:
+    """The plan of `root`'s entry (the package's, unless given), its files added to a fresh git index."""
+    entry = entry or load(root)
     lockdir.mkdir()
     lock_path(lockdir, entry).write_text("# lock\n")
     subprocess.run(["git", "init", "--quiet", str(root)], check=True)
     subprocess.run(["git", "-C", str(root), "add", "."], check=True)
     return lambda: plan_build(
-        entry, lockdir, base_image="b", base_id="i", uv_version="0.13.9", revision="r", source_date_epoch="0"
-    )
+        entry, lockdir, project="p-0123abcd4567", base_image="b", base_id="i", uv_version="0.13.9", revision="r",
+        source_date_epoch="0",
+    )  # fmt: skip
 
 
 @pytest.mark.real_subprocess
@@ -229,3 +235,193 @@ def test_a_linked_pyproject_is_never_read(tmp_path: Path) -> None:
     assert error_of(root, project='"."').endswith(
         "pyproject.toml: is a symbolic link; a project's pyproject.toml is a file it holds"
     )
+
+
+# A repository with no package (karpathy/nanoGPT's shape): modules and scripts at the top, tests, requirements.
+SOURCE_ENTRY = """
+[[entry]]
+name = "gpt"
+accelerator = "cpu"
+python = "3.11"
+requirements = ["torch", "pytest>=8"]
+project = {project}
+tests = ["tests"]
+"""
+
+
+def source_tree(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "model.py").write_text("class GPT:\n    pass\n")
+    (root / "train.py").write_text("from model import GPT\n")
+    (root / "tests").mkdir()
+    (root / "tests" / "test_model.py").write_text("from model import GPT\n\ndef test_gpt():\n    GPT()\n")
+    (root / "requirements.txt").write_text(
+        "# what nanoGPT's README installs\nnumpy>=1.24  # arrays\ntiktoken \\\n    >=0.5\n-r requirements-train.txt\n\n"
+    )
+    (root / "requirements-train.txt").write_text("datasets\nwandb ; sys_platform == 'linux'\nnumpy>=1.24\n")
+    return root
+
+
+def load_source_entry(root: Path, project: str = '{ source = ".", requirements-files = ["requirements.txt"] }'):  # type: ignore[no-untyped-def]
+    (root / "matrix.toml").write_text(VALID + SOURCE_ENTRY.format(project=project))
+    return load_plan(root / "matrix.toml").entry("gpt")
+
+
+def source_error(root: Path, project: str) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load_source_entry(root, project)
+    assert "\n" not in str(caught.value)
+    return str(caught.value)
+
+
+def test_a_source_folder_and_its_requirements_files_join_the_lock(tmp_path: Path) -> None:
+    entry = load_source_entry(source_tree(tmp_path / "nanoGPT"))
+    assert entry.project is not None and (entry.project.kind, entry.project.name) == ("source", "nanogpt")
+    # Comments dropped, continuations joined, the include followed, each requirement once.
+    assert entry.project.requirements == ("numpy>=1.24", "tiktoken>=0.5", "datasets", 'wandb; sys_platform == "linux"')
+    inputs = LockInputs.of(entry, "0.13.9")
+    assert inputs.record()["project"] == list(entry.project.requirements)
+    assert requirements_in(inputs, []) == "torch\npytest>=8\n" + "".join(f"{r}\n" for r in entry.project.requirements)
+
+
+def test_a_requirements_file_change_makes_the_lock_stale_naming_the_project(tmp_path: Path) -> None:
+    root = source_tree(tmp_path)
+    entry = load_source_entry(root)
+    lockdir = fresh_lock(entry, tmp_path / "lockfiles")
+    (root / "requirements-train.txt").write_text("datasets\n")
+    stale = lock_freshness(load_source_entry(root), lockdir, "0.13.9")
+    assert (stale.status, stale.detail) == ("stale", "inputs changed: project")
+
+
+def test_a_source_folder_needs_no_requirements_file_and_a_pyproject_of_tool_settings_is_no_package(
+    tmp_path: Path,
+) -> None:
+    root = source_tree(tmp_path)
+    (root / "pyproject.toml").write_text("[tool.ruff]\nline-length = 100\n")
+    entry = load_source_entry(root, '{ source = "." }')
+    assert entry.project is not None and entry.project.requirements == ()
+    # Taken for a package, it says which route fits.
+    assert 'a folder of modules with no package: `project = { source = "." }`' in source_error(root, '"."')
+    (root / "pyproject.toml").unlink()
+    assert "pyproject.toml: no such file (an entry's `project` is a package's folder" in source_error(root, '"."')
+
+
+def test_requirements_files_join_a_packages_lock_too(tmp_path: Path) -> None:
+    root = project_tree(tmp_path)
+    (root / "requirements-dev.txt").write_text("hypothesis\nrobo-policy[sim]\nnumpy\n")
+    entry = load(root, project='{ path = ".", requirements-files = ["requirements-dev.txt"] }', tests="[]")
+    # The package itself (by any spelling) is installed from source, never locked; numpy once.
+    assert entry.project is not None and entry.project.requirements == ("torch>=2.9", "numpy", "hypothesis")
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("--index-url https://evil.example/simple", "the indexes come from matrix.toml's [indexes]"),
+        ("--extra-index-url=https://evil.example/simple", "the indexes come from matrix.toml's [indexes]"),
+        ("-ihttps://evil.example/simple", "the indexes come from matrix.toml's [indexes]"),
+        ("-f ./wheels", "the indexes come from matrix.toml's [indexes]"),
+        ("-e .", "the project itself is `project`"),
+        ("-c constraints.txt", "constraints are not taken"),
+        ("--prefer-binary", "holds requirements and `-r` includes only"),
+        ("torch==2.1.0 --hash=sha256:" + "0" * 64, "a file with hashes is a lock of its own"),
+        ("./vendored/pkg", "not a PEP 508 requirement"),
+        ("git+https://github.com/acme/pkg", "not a PEP 508 requirement"),
+    ],
+)
+def test_a_requirements_file_holds_requirements_and_includes_only(tmp_path: Path, line: str, expected: str) -> None:
+    root = source_tree(tmp_path)
+    (root / "requirements-train.txt").write_text(f"datasets\n\n{line}\n")
+    error = source_error(root, '{ source = ".", requirements-files = ["requirements.txt"] }')
+    assert error.startswith("requirements-train.txt:3: ") and expected in error
+
+
+@pytest.mark.parametrize(
+    ("project", "include", "expected"),
+    [
+        ('{ source = ".", requirements-files = ["../host.txt"] }', "", "> requirements-files[0]: expected a path "),
+        ('{ source = ".", requirements-files = ["/etc/hostname"] }', "", "> requirements-files[0]: expected a path "),
+        ('{ source = ".", requirements-files = ["linked.txt"] }', "", '"linked.txt" goes through a symbolic link'),
+        ('{ source = ".", requirements-files = ["via/r.txt"] }', "", '"via/r.txt" goes through a symbolic link'),
+        ('{ source = ".", requirements-files = ["requirements.txt"] }', "-r ../host.txt", "-r: expected a path "),
+        ('{ source = ".", requirements-files = ["requirements.txt"] }', "-r linked.txt", '"linked.txt" goes through'),
+        ('{ source = "linked-source" }', "", 'project > source: "linked-source" goes through a symbolic link'),
+        ('{ source = "../outside" }', "", "project > source: expected a path inside the project's checkout"),
+    ],
+)
+def test_a_requirements_file_or_source_the_host_reads_stays_in_the_checkout(
+    tmp_path: Path, project: str, include: str, expected: str
+) -> None:
+    """A pull request names them in matrix.toml, or includes one from another: the host reads what they name."""
+    root = source_tree(tmp_path / "checkout")
+    host = tmp_path / "host.txt"
+    host.write_text("a-secret-of-the-runner\n")
+    (tmp_path / "outside").mkdir()
+    (root / "linked.txt").symlink_to(host)
+    (root / "via").symlink_to(tmp_path)
+    (root / "linked-source").symlink_to(tmp_path / "outside")
+    (root / "requirements-train.txt").write_text(f"datasets\n{include}\n")
+    error = source_error(root, project)
+    assert expected in error and "a-secret-of-the-runner" not in error
+
+
+@pytest.mark.parametrize(
+    ("project", "expected"),
+    [
+        ('{ source = ".", path = "." }', "project > source: a project is a package (`path`) or a source folder"),
+        ('{ source = ".", extras = ["sim"] }', "project > extras: a source folder has no pyproject.toml [project]"),
+        ('{ source = "model.py" }', 'project > source: expected a folder, got "model.py"'),
+        ('{ source = ".", requirements-files = ["missing.txt"] }', "missing.txt: cannot read it"),
+    ],
+)
+def test_source_folder_mistakes_are_one_pointed_line(tmp_path: Path, project: str, expected: str) -> None:
+    assert expected in source_error(source_tree(tmp_path), project)
+
+
+def test_a_source_folders_tests_must_be_in_it_and_an_include_cycle_is_named(tmp_path: Path) -> None:
+    root = source_tree(tmp_path)
+    (root / "tests" / "test_model.py").unlink()
+    (root / "tests").rmdir()
+    assert 'entry "gpt" > tests[0]: "tests" does not exist in ' in source_error(root, '{ source = "." }')
+    (root / "tests").mkdir()
+    (root / "requirements-train.txt").write_text("-r requirements.txt\n")
+    error = source_error(root, '{ source = ".", requirements-files = ["requirements.txt"] }')
+    assert "includes requirements.txt again (requirements.txt -> requirements-train.txt -> requirements.txt)" in error
+
+
+@pytest.mark.real_subprocess
+def test_a_source_folder_is_the_workspace_whole_on_the_import_path_and_no_wheel(tmp_path: Path) -> None:
+    root = source_tree(tmp_path / "nanoGPT")
+    (root / ".dockerignore").write_text("data/\n")
+    (root / "data").mkdir()
+    (root / "data" / "shakespeare.txt").write_text("First Citizen:\n")
+    (root / "config").mkdir()
+    (root / "config" / "train_gpt2.py").write_text("batch_size = 12\n")
+    # A pyproject.toml of tool settings, with a hostile build backend: a source folder builds nothing.
+    (root / "pyproject.toml").write_text('[build-system]\nrequires = ["--find-links", "http://host/"]\n')
+    plan = planner(root, tmp_path / "lockfiles", load_source_entry(root))
+    first = plan()
+    assert [item.path for item in first.workspace] == [
+        ".dockerignore", "config/train_gpt2.py", "matrix.toml", "model.py", "pyproject.toml", "requirements-train.txt",
+        "requirements.txt", "tests/test_model.py", "train.py",
+    ]  # fmt: skip
+    assert first.project_root is None and first.project_files == () and first.build_requires == ()
+    assert dict(first.build_args)["WORKSPACE_ON_PATH"] == "1"
+    (root / "model.py").write_text("class GPT:\n    n_layer = 12\n")
+    assert plan().tag != first.tag
+    (root / "data" / "shakespeare.txt").write_text("Second Citizen:\n")  # ignored by .dockerignore
+    assert plan().tag == plan().tag
+
+
+def test_a_package_is_not_put_on_the_import_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = project_tree(tmp_path)
+    entry = load(root)
+    lockdir = tmp_path / "lockfiles"
+    lockdir.mkdir()
+    lock_path(lockdir, entry).write_text("# lock\n")
+    monkeypatch.setattr("torchyard.image.plan.project_files", lambda root, git: ())
+    plan = plan_build(
+        entry, lockdir, project="p-0123abcd4567", base_image="b", base_id="i", uv_version="0.13.9", revision="r",
+        source_date_epoch="0",
+    )  # fmt: skip
+    assert dict(plan.build_args)["WORKSPACE_ON_PATH"] == "" and plan.project_root == root

@@ -6,19 +6,20 @@ import dataclasses
 
 from torchyard.commands.prune import ContainerFacts, ImageFacts, _size, plan_prune
 
-
-def image(name: str, entry: str, created: str, *, tagged: bool = True, project: str = "") -> ImageFacts:
-    return ImageFacts(
-        f"sha256:{name}", entry, project, created, 6 << 30, (f"torchyard/{entry}:{name}",) if tagged else ()
-    )
+ROBOT, NANO = "robot-0123abcd4567", "nanogpt-89ab01234567"
 
 
-def test_keeps_the_newest_per_entry_and_project_and_what_containers_use() -> None:
+def image(name: str, entry: str, created: str, *, tagged: bool = True, project: str = ROBOT) -> ImageFacts:
+    tag = f"torchyard/{project}/{entry}:{name}" if project else f"torchyard/{entry}:{name}"
+    return ImageFacts(f"sha256:{name}", entry, project, created, 6 << 30, (tag,) if tagged else ())
+
+
+def test_keeps_the_newest_per_project_and_entry_and_what_containers_use() -> None:
     images = [
         image("a1", "cpu", "2026-11-01"),
         image("a2", "cpu", "2026-11-02"),
         image("a3", "cpu", "2026-11-03"),
-        image("p1", "cpu", "2026-10-01", project="robopolicy"),
+        image("n1", "cpu", "2026-10-01", project=NANO),
         image("r1", "rocm", "2026-09-01"),
         image("r0", "rocm", "2026-08-01"),
         image("dangling", "cpu", "2026-11-04", tagged=False),
@@ -27,12 +28,37 @@ def test_keeps_the_newest_per_entry_and_project_and_what_containers_use() -> Non
         ContainerFacts("c1", "torchyard-cpu-1", "sha256:a1", running=True),
         ContainerFacts("c2", "torchyard-cpu-2", "sha256:a2", running=False),
     ]
-    volumes = {"torchyard-inductor-cpu": "cpu", "torchyard-inductor-gone": "gone"}
+    volumes = {f"torchyard-cache-{ROBOT}-cpu": (ROBOT, "cpu"), f"torchyard-cache-{ROBOT}-gone": (ROBOT, "gone")}
     plan = plan_prune(images, containers, volumes, keep=1, in_use=frozenset({"sha256:r0"}))
     assert [c.name for c in plan.containers] == ["torchyard-cpu-2"]
-    # a3 is the newest cpu image, p1 the newest of the project's, r1 of rocm's; a1 runs, r0 is used elsewhere.
+    # a3 is the newest of robot's cpu images, n1 of nanogpt's, r1 of rocm's; a1 runs, r0 is used elsewhere.
     assert sorted(i.id.removeprefix("sha256:") for i in plan.images) == ["a2", "dangling"]
-    assert plan.volumes == ("torchyard-inductor-gone",)
+    assert plan.volumes == (f"torchyard-cache-{ROBOT}-gone",)
+
+
+def test_two_projects_entries_of_one_name_are_kept_and_removed_apart() -> None:
+    """Two adopters' `cpu` on one runner: each keeps its newest, and its cache while it has an image left."""
+    images = [
+        image("r1", "cpu", "2026-11-01"),
+        image("r2", "cpu", "2026-11-05"),
+        image("n1", "cpu", "2026-11-02", project=NANO),
+        image("n2", "cpu", "2026-11-03", project=NANO),
+        image("n3", "cpu", "2026-11-04", project=NANO),
+    ]
+    volumes = {f"torchyard-cache-{ROBOT}-cpu": (ROBOT, "cpu"), f"torchyard-cache-{NANO}-cpu": (NANO, "cpu")}
+    plan = plan_prune(images, [], volumes, keep=1)
+    assert sorted(i.id.removeprefix("sha256:") for i in plan.images) == ["n1", "n2", "r1"]
+    assert plan.volumes == ()
+    # With robot's images gone (used by nothing), its cache goes; nanogpt's stays with nanogpt's image.
+    plan = plan_prune([image("n3", "cpu", "2026-11-04", project=NANO)], [], volumes, keep=1)
+    assert plan.volumes == (f"torchyard-cache-{ROBOT}-cpu",)
+
+
+def test_an_image_from_before_per_project_names_goes_unless_a_container_uses_it() -> None:
+    images = [image("old", "cpu", "2026-12-01", project=""), image("used", "cpu", "2026-12-02", project="")]
+    images.append(image("new", "cpu", "2026-11-01"))
+    plan = plan_prune(images, [], {}, keep=2, in_use=frozenset({"sha256:used"}))
+    assert [i.id for i in plan.images] == ["sha256:old"]
 
 
 def test_a_dependency_image_goes_with_the_last_image_that_holds_its_layers() -> None:
@@ -51,17 +77,21 @@ def test_a_dependency_image_goes_with_the_last_image_that_holds_its_layers() -> 
 
 
 def test_keep_zero_removes_every_image_nobody_uses_and_their_volumes() -> None:
-    plan = plan_prune([image("a1", "cpu", "1")], [], {"torchyard-inductor-cpu": "cpu"}, keep=0)
-    assert [i.id for i in plan.images] == ["sha256:a1"] and plan.volumes == ("torchyard-inductor-cpu",)
+    volume = f"torchyard-cache-{ROBOT}-cpu"
+    plan = plan_prune([image("a1", "cpu", "1")], [], {volume: (ROBOT, "cpu")}, keep=0)
+    assert [i.id for i in plan.images] == ["sha256:a1"] and plan.volumes == (volume,)
 
 
 def test_an_untrusted_runs_volume_is_always_pruned_and_the_trusted_scope_kept() -> None:
-    trusted, left = "torchyard-cache-0123abcd4567-cpu", "torchyard-cache-0123abcd4567-cpu-untrusted-1a2b3c4d"
-    plan = plan_prune([image("a1", "cpu", "1")], [], {trusted: "cpu", left: "cpu"}, keep=1, untrusted=frozenset({left}))
+    trusted, left = f"torchyard-cache-{ROBOT}-cpu", f"torchyard-cache-{ROBOT}-cpu-untrusted-1a2b3c4d"
+    volumes = {trusted: (ROBOT, "cpu"), left: (ROBOT, "cpu")}
+    plan = plan_prune([image("a1", "cpu", "1")], [], volumes, keep=1, untrusted=frozenset({left}))
     assert plan.volumes == (left,)
 
 
 def test_an_image_is_shown_with_the_part_only_it_holds() -> None:
-    shared = ImageFacts("sha256:a", "cpu", "", "2026-11-01", 6_460_000_000, ("torchyard/cpu:a",), own=41_000_000)
+    shared = ImageFacts(
+        "sha256:a", "cpu", ROBOT, "2026-11-01", 6_460_000_000, (f"torchyard/{ROBOT}/cpu:a",), own=41_000_000
+    )
     assert _size(shared) == "6.46 GB (41 MB its own)"
     assert _size(dataclasses.replace(shared, own=-1)) == "6.46 GB"  # the engine did not count it

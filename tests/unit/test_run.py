@@ -17,7 +17,7 @@ from torchyard.matrix.machine import Limits
 from torchyard.run.container import RunPlan, docker_run_args, require_device_runtime
 from torchyard.run.inplace import require_stack, run_in_place
 from torchyard.run.scopes import cache_scope, seed_args
-from torchyard.run.venv import sync_venv
+from torchyard.run.venv import stage_inimage, sync_venv
 from torchyard.seal import Seal, helper_args, loosening
 from torchyard.trust import Trust
 
@@ -284,3 +284,14 @@ def test_torchyards_own_variables_come_after_every_flag_that_could_set_them() ->
 def test_no_accelerator_opens_the_seal(name: str) -> None:
     args = docker_run_args(PLAN.entry(name), run_plan(name, "untrusted"), HOST, {}, [])
     assert loosening(args[: args.index(run_plan(name).image)]) == []
+
+
+def test_a_venv_has_torchyards_in_image_side_on_its_path_and_a_source_folder_after_it(tmp_path: Path) -> None:
+    """`--local` as the image: a source folder's modules import from any folder, not only from the checkout."""
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    inimage = stage_inimage(tmp_path / "venv", "3.11")
+    assert (site / "torchyard.pth").read_text() == f"{inimage.resolve()}\n"
+    assert (inimage / "torchyard" / "inimage" / "plugin.py").is_file()
+    stage_inimage(tmp_path / "venv", "3.11", tmp_path / "nanoGPT")
+    assert (site / "torchyard.pth").read_text().splitlines() == [str(inimage.resolve()), str(tmp_path / "nanoGPT")]

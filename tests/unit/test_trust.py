@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -59,10 +60,30 @@ def test_a_misspelt_trust_is_one_line() -> None:
 def test_projects_have_scopes_of_their_own(tmp_path: Path) -> None:
     first, second = tmp_path / "a" / "matrix.toml", tmp_path / "b" / "matrix.toml"
     assert project_scope(first, {}) != project_scope(second, {})
-    assert len(project_scope(first, {})) == 12
+    assert re.fullmatch(r"a-[0-9a-f]{12}", project_scope(first, {}))
     named = {"GITHUB_REPOSITORY": "org/robot"}
     assert (
         project_scope(first, named)
         == project_scope(second, named)
         != project_scope(first, {"GITHUB_REPOSITORY": "org/x"})
     )
+    # The same repository name under two owners: two projects, told apart by the hash.
+    assert project_scope(first, {"GITHUB_REPOSITORY": "other/robot"}) != project_scope(first, named)
+
+
+@pytest.mark.parametrize(
+    ("identity", "readable"),
+    [
+        ("karpathy/nanoGPT", "nanogpt"),
+        ("lucidrains/vector-quantize-pytorch", "vector-quantize-pytorch"),
+        ("acme/Under_Score.dots", "under-score-dots"),
+        ("acme/___", "project"),
+        ("acme/" + "x" * 80, "x" * 32),
+    ],
+)
+def test_a_projects_scope_is_a_readable_name_docker_takes_and_a_hash(identity: str, readable: str) -> None:
+    scope = project_scope(Path("/nowhere/matrix.toml"), {"GITHUB_REPOSITORY": identity})
+    name, _, digest = scope.rpartition("-")
+    assert name == readable and re.fullmatch(r"[0-9a-f]{12}", digest)
+    # A path component of an image name, and part of a volume's name (torchyard.image.plan, torchyard.run.scopes).
+    assert re.fullmatch(r"[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*", scope)

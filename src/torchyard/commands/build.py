@@ -22,12 +22,14 @@ def build(
     options: BuildOptions,
     *,
     machine: Machine,
+    project: str,
     env: Mapping[str, str] = os.environ,
 ) -> int:
-    """Build (or reuse) each entry's image, with this `machine`'s registry, base overrides and mirrors; GitHub's
-    step summary gets a table of the images. Every lock is checked first (offline): a missing or stale lock
-    stops before Docker is touched. Native entries (MPS) have no image: they are named and left out."""
-    build_images(entries, lockdir, options, machine=machine, env=env)
+    """Build (or reuse) each entry's image, with this `machine`'s registry, base overrides and mirrors, named
+    for `project` (`torchyard.trust.project_scope`); GitHub's step summary gets a table of the images. Every
+    lock is checked first (offline): a missing or stale lock stops before Docker is touched. Native entries
+    (MPS) have no image: they are named and left out."""
+    build_images(entries, lockdir, options, machine=machine, project=project, env=env)
     return 0
 
 

@@ -1,6 +1,8 @@
 """`torchyard init`: make a project a torchyard project: matrix.toml (a `cpu` entry from the project's
 requires-python, torch requirement, test dependencies and cases), a noxfile with torchyard's sessions, a GitHub
 workflow that installs torchyard as GitHub's runners can, and a `.gitignore` block for what runs leave behind.
+A repository with no package (no pyproject.toml `[project]`: modules and scripts) gets a source-folder entry,
+with its requirements.txt where it has one.
 
 It never overwrites a file: when any exists it writes nothing and names them (`--force` replaces them). The
 `.gitignore` is the one file it edits in place: it appends the patterns the file lacks, so a second run adds none.
@@ -14,7 +16,7 @@ import os
 import shutil
 import sys
 import sysconfig
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from importlib.resources import files
@@ -28,10 +30,22 @@ from packaging.utils import canonicalize_name
 
 from torchyard import __version__
 from torchyard.errors import ConfigError, UsageError
-from torchyard.matrix.project import read_pyproject
+from torchyard.matrix.project import read_pyproject, read_requirements
+from torchyard.matrix.schema import ProjectKind
 from torchyard.util.atomic import write_atomically
 
 PYTHONS = ("3.11", "3.12", "3.13")
+# A source folder's requirements file, where it has one; and the folder's Python (the cpu base's: bookworm's).
+REQUIREMENTS_FILE = "requirements.txt"
+SOURCE_PYTHON = PYTHONS[0]
+PROJECT_COMMENTS: dict[ProjectKind, str] = {
+    "package": "# This project, built from its source into every image; its dependencies (and the extras and groups "
+    "named\n# here) join the lock.\n",
+    "source": "# This repository's modules (no package: no pyproject.toml [project]): its files are the image's "
+    "/workspace,\n# importable as its own scripts import them; its requirements files join the lock.\n",
+}
+# Where a module of cases would be: in the package, or beside the source folder's own modules.
+CASES_MODULES: dict[ProjectKind, str] = {"package": "yourpackage.torchyard_cases", "source": "torchyard_cases"}
 TARGETS = {
     "matrix.toml": "matrix.toml",
     "noxfile.py": "noxfile.py",
@@ -133,12 +147,12 @@ def _python(project: Mapping[str, object], file: str) -> str:
     raise ConfigError(f"{file}: project.requires-python {specifier!r} allows none of {', '.join(PYTHONS)}")
 
 
-def _torch(project: Mapping[str, object], file: str) -> str:
-    for line in project.get("dependencies", []) or []:  # type: ignore[attr-defined]
+def _torch(lines: Sequence[object], where: str) -> str:
+    for line in lines:
         try:
             requirement = Requirement(str(line))
         except InvalidRequirement:
-            raise ConfigError(f"{file}: project.dependencies: not a PEP 508 requirement: {line!r}") from None
+            raise ConfigError(f"{where}: not a PEP 508 requirement: {line!r}") from None
         if canonicalize_name(requirement.name) == "torch":
             return f'"torch{requirement.specifier}"'
     return '"torch"'
@@ -150,7 +164,8 @@ def _names(table: object) -> list[str]:
 
 @dataclass(frozen=True)
 class Adopter:
-    """What init reads from the project: its pyproject.toml and whether it has a tests folder."""
+    """What init reads from the project: its pyproject.toml (or, for a source folder, its requirements.txt) and
+    whether it has a tests folder."""
 
     name: str
     python: str
@@ -159,18 +174,40 @@ class Adopter:
     extras: tuple[str, ...]  # its test dependencies, as the pyproject spells the names (the loader looks them up so)
     groups: tuple[str, ...]
     own_cases: bool  # a `torchyard.cases` entry point
+    kind: ProjectKind = "package"
+    requirements_file: str | None = None  # a source folder's, where it has one
 
     @property
     def project_value(self) -> str:
-        """matrix.toml's `project`: the folder, with the extras and groups its tests need."""
+        """matrix.toml's `project`: the folder, with the extras and groups its tests need; or the source folder,
+        with its requirements file."""
+        if self.kind == "source":
+            listed = f', requirements-files = ["{self.requirements_file}"]' if self.requirements_file else ""
+            return '{ source = "."' + listed + " }"
         if not (self.extras or self.groups):
             return '"."'
         keys = [("extras", self.extras), ("groups", self.groups)]
         return "{ " + ", ".join(['path = "."', *(f"{key} = {json.dumps(list(v))}" for key, v in keys if v)]) + " }"
 
     @property
+    def source_line(self) -> str:
+        """For a source folder, one line on what init took it for, and what the lock takes."""
+        taken = (
+            f"{self.requirements_file} joins its lock"
+            if self.requirements_file
+            else f"no {REQUIREMENTS_FILE}: what your modules import beyond torch goes in the cpu entry's requirements"
+        )
+        return (
+            f"matrix.toml: no package here (no pyproject.toml [project]): the cpu entry takes this folder's modules "
+            f"as a source folder, with Python {self.python}; {taken}"
+        )
+
+    @property
     def test_dependencies(self) -> str:
         """One line on what the entry's lock takes for the tests, or what to add."""
+        if self.kind == "source":
+            beyond = self.requirements_file or "torch"
+            return f"matrix.toml: what tests/ imports beyond {beyond} and pytest goes in the cpu entry's requirements"
         if self.extras or self.groups:
             taken = [f"extra {name!r}" for name in self.extras] + [f"dependency group {name!r}" for name in self.groups]
             return f"matrix.toml: the cpu entry locks your tests' dependencies too ({', '.join(taken)})"
@@ -181,10 +218,27 @@ class Adopter:
         )
 
 
+def read_source(root: Path) -> Adopter:
+    """A repository with no package: its folder's name, the cpu base's Python, torch as its requirements.txt
+    names it (read as the loader reads it: inside the checkout, through no link, requirements only)."""
+    listed = root / REQUIREMENTS_FILE
+    present = listed.exists() or listed.is_symlink()
+    requirements = read_requirements(root, REQUIREMENTS_FILE) if present else ()
+    torch = _torch(requirements, REQUIREMENTS_FILE)
+    tests = (root / "tests").is_dir()
+    return Adopter(
+        root.name, SOURCE_PYTHON, torch, tests, (), (), False, "source", REQUIREMENTS_FILE if present else None
+    )
+
+
 def read_adopter(root: Path) -> Adopter:
-    """The project at `root`; its test dependencies are looked for only where it has a tests folder."""
+    """The project at `root`; its test dependencies are looked for only where it has a tests folder. Without
+    a pyproject.toml `[project]` (none, or one of tool settings only) it is a source folder."""
     file = str(root / "pyproject.toml")
-    data = read_pyproject(root / "pyproject.toml")
+    pyproject = root / "pyproject.toml"
+    data = read_pyproject(pyproject) if pyproject.exists() or pyproject.is_symlink() else {}
+    if "project" not in data:
+        return read_source(root)
     project = data.get("project")
     if not isinstance(project, dict) or not isinstance(project.get("name"), str):
         raise ConfigError(f"{file}: [project] with a name is required (PEP 621)")
@@ -198,7 +252,8 @@ def read_adopter(root: Path) -> Adopter:
             break
     points: Any = project.get("entry-points")
     own_cases = isinstance(points, dict) and bool(points.get("torchyard.cases"))
-    return Adopter(project["name"], _python(project, file), _torch(project, file), tests, extras, groups, own_cases)
+    torch = _torch(project.get("dependencies", []) or [], f"{file}: project.dependencies")
+    return Adopter(project["name"], _python(project, file), torch, tests, extras, groups, own_cases)
 
 
 def render(root: Path, today: dt.date, spec: str) -> dict[str, str]:
@@ -210,7 +265,9 @@ def render(root: Path, today: dt.date, spec: str) -> dict[str, str]:
         "@TODAY@": today.isoformat(),
         "@PYTHON@": facts.python,
         "@TORCH@": facts.torch,
+        "@PROJECT_COMMENT@": PROJECT_COMMENTS[facts.kind],
         "@PROJECT_VALUE@": facts.project_value,
+        "@CASES_MODULE@": CASES_MODULES[facts.kind],
         "@TESTS@": 'tests = ["tests"]\n' if facts.tests else "",
         "@BUILTIN@": BUILTIN_OFF if facts.own_cases else BUILTIN_ON,
         "@SPEC@": json.dumps(spec)[1:-1],  # inside the template's double quotes: JSON's escapes are YAML's too
@@ -288,6 +345,8 @@ def init(
         written.append(root / GITIGNORE)
         print(f"wrote {GITIGNORE}: torchyard's block, so runs leave nothing for git to add", file=sys.stderr)
     facts = read_adopter(root)
+    if facts.kind == "source":
+        print(facts.source_line, file=sys.stderr)
     if facts.tests:
         print(facts.test_dependencies, file=sys.stderr)
     if not spec:

@@ -13,6 +13,12 @@ def _base(entry: Entry) -> str:
     return "native (no image)" if base is None else f"{base.name}@{base.digest[:19]}"
 
 
+def _project(entry: Entry) -> str:
+    if entry.project is None:
+        return "-"
+    return entry.project.name if entry.project.kind == "package" else f"{entry.project.name} (source folder)"
+
+
 def plan_table(entries: Sequence[Entry]) -> str:
     rows = [
         (
@@ -23,7 +29,7 @@ def plan_table(entries: Sequence[Entry]) -> str:
             ", ".join(index.name for index in entry.indexes),
             ", ".join(entry.suites),
             ", ".join(entry.accelerator.runs_on),
-            entry.project.name if entry.project else "-",
+            _project(entry),
         )
         for entry in entries
     ]

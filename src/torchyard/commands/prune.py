@@ -3,13 +3,17 @@ and volumes only grow; containers and images torchyard made carry the `dev.torch
 this removes exactly torchyard's own leftovers:
 
 - stopped containers it started (running ones are left alone);
-- its images beyond the newest `keep` per entry (and project), except any image a container uses;
-- its untagged images (an interrupted build's, or ones whose tag moved to a newer build);
+- its images beyond the newest `keep` per project and entry (`torchyard/<project>/<entry>`: the project is the
+  image's `dev.torchyard.scope` label, as `torchyard.trust.project_scope` names it), except any image a
+  container uses;
+- its untagged images (an interrupted build's, or ones whose tag moved to a newer build), and its images from
+  before per-project names (`torchyard/<entry>`, no scope label: no build or run reads them any more);
 - dependency images (`torchyard/dependencies:<key>`, which untrusted builds stand on) that no image kept
   holds the layers of;
-- cache volumes of entries that have no image left, every untrusted run's volume (each is removed when
-  its run ends; one left behind, by a killed run, is never read by another: it is named by that run), and
-  cache volumes from before scopes (`torchyard-inductor-<entry>`, no scope label: nothing mounts them);
+- cache volumes of a project's entry that has no image of that project left, every untrusted run's volume
+  (each is removed when its run ends; one left behind, by a killed run, is never read by another: it is named
+  by that run), and cache volumes from before scopes (`torchyard-inductor-<entry>`, no scope label: nothing
+  mounts them);
 - BuildKit's build cache beyond `--keep-storage`.
 
 Images share layers (the base, and the lock's groups: torchyard.image.layers), so each image removed is
@@ -31,18 +35,19 @@ import docker.errors
 from torchyard.host.engine import engine
 from torchyard.image.layers import LAYERS_LABEL, read_keys_label
 from torchyard.image.plan import DEPENDENCY_REPOSITORY
-from torchyard.run.scopes import TRUST_LABEL
+from torchyard.run.scopes import SCOPE_LABEL, TRUST_LABEL
 from torchyard.util.markdown import markdown_table
 
 LABEL = "dev.torchyard.entry"
-PROJECT_LABEL = "dev.torchyard.project"
+# Whose an image or a volume is: a project and its entry (a project's `cpu` is not another's).
+Owner = tuple[str, str]
 
 
 @dataclass(frozen=True)
 class ImageFacts:
     id: str
     entry: str
-    project: str
+    project: str  # the scope label: "" for an image from before per-project names
     created: str
     size: int
     tags: tuple[str, ...]
@@ -69,32 +74,34 @@ class PrunePlan:
 def plan_prune(
     images: Sequence[ImageFacts],
     containers: Sequence[ContainerFacts],
-    volumes: Mapping[str, str],
+    volumes: Mapping[str, Owner],
     *,
     keep: int,
     in_use: frozenset[str] = frozenset(),
     untrusted: frozenset[str] = frozenset(),
 ) -> PrunePlan:
     """What to remove. `containers` are torchyard's, `in_use` the images of every other container on the
-    engine, `volumes` maps each torchyard volume to its entry, and `untrusted` names the volumes of
-    untrusted runs' scopes."""
+    engine, `volumes` maps each torchyard volume to its project and entry, and `untrusted` names the volumes
+    of untrusted runs' scopes."""
     stopped = tuple(container for container in containers if not container.running)
     in_use = in_use | {container.image_id for container in containers if container.running}
-    groups: dict[tuple[str, str], list[ImageFacts]] = {}
+    groups: dict[Owner, list[ImageFacts]] = {}
     for image in images:
         if not image.dependency:
-            groups.setdefault((image.entry, image.project), []).append(image)
+            groups.setdefault((image.project, image.entry), []).append(image)
     doomed: list[ImageFacts] = []
-    for group in groups.values():
+    for (project, _), group in groups.items():
         tagged = sorted((image for image in group if image.tags), key=lambda image: image.created, reverse=True)
         untagged = [image for image in group if not image.tags]
-        doomed += [image for image in [*tagged[keep:], *untagged] if image.id not in in_use]
+        # An image without a project is named as no build or run reads any more: it goes, however new.
+        old = tagged[keep:] if project else tagged
+        doomed += [image for image in [*old, *untagged] if image.id not in in_use]
     kept_keys = {key for group in groups.values() for image in group if image not in doomed for key in image.keys}
     doomed += [
         image for image in images if image.dependency and image.dependency not in kept_keys and image.id not in in_use
     ]
-    left = {image.entry for image in images if image not in doomed and not image.dependency}
-    old_volumes = tuple(sorted(name for name, entry in volumes.items() if entry not in left or name in untrusted))
+    left = {(image.project, image.entry) for image in images if image not in doomed and not image.dependency}
+    old_volumes = tuple(sorted(name for name, owner in volumes.items() if owner not in left or name in untrusted))
     return PrunePlan(stopped, tuple(doomed), old_volumes)
 
 
@@ -110,13 +117,13 @@ def _own_bytes(client: docker.DockerClient) -> dict[str, int]:
 
 def _facts(
     client: docker.DockerClient,
-) -> tuple[list[ImageFacts], list[ContainerFacts], dict[str, str], frozenset[str], frozenset[str]]:
+) -> tuple[list[ImageFacts], list[ContainerFacts], dict[str, Owner], frozenset[str], frozenset[str]]:
     own = _own_bytes(client)
     images = [
         ImageFacts(
             id=str(image.id),
             entry=image.labels.get(LABEL, ""),
-            project=image.labels.get(PROJECT_LABEL, ""),
+            project=image.labels.get(SCOPE_LABEL, ""),
             created=str(image.attrs.get("Created", "")),
             size=int(image.attrs.get("Size", 0)),
             tags=tuple(image.tags),
@@ -145,7 +152,7 @@ def _facts(
         for c in client.containers.list(all=True, filters={"label": LABEL})
     ]
     listed = client.volumes.list(filters={"label": LABEL})
-    volumes = {str(volume.name): (volume.attrs.get("Labels") or {}).get(LABEL, "") for volume in listed}
+    volumes = {str(volume.name): _owner(volume.attrs.get("Labels") or {}) for volume in listed}
     # An untrusted run's volume left by a killed run, and a cache volume from before scopes (no scope
     # label: no run mounts it any more) are always removed.
     untrusted = frozenset(
@@ -159,6 +166,10 @@ def _facts(
         if LABEL not in (container.labels or {})
     )
     return images, containers, volumes, others, untrusted
+
+
+def _owner(labels: Mapping[str, str]) -> Owner:
+    return labels.get(SCOPE_LABEL, ""), labels.get(LABEL, "")
 
 
 def _disk(client: docker.DockerClient) -> int:
@@ -183,7 +194,7 @@ def prune(
     images, containers, volumes, others, untrusted = _facts(client)
     if entries:
         images = [image for image in images if image.entry in entries]
-        volumes = {name: entry for name, entry in volumes.items() if entry in entries}
+        volumes = {name: owner for name, owner in volumes.items() if owner[1] in entries}
         containers = [c for c in containers if c.name.startswith(tuple(f"torchyard-{e}-" for e in entries))]
     plan = plan_prune(images, containers, volumes, keep=keep, in_use=others, untrusted=untrusted)
     rows = [("container", container.name, "-") for container in plan.containers]

@@ -1,7 +1,9 @@
 """The pure build plan: build arguments, the content-addressed tag and the context's files.
 
 Tags are content-addressed (Dockerfile, lockfile, base, build arguments, torchyard's in-image files and
-the project's source), so an image that exists is reused as it is. Nothing here touches Docker.
+the project's source), so an image that exists is reused as it is. An image's name says whose it is:
+`torchyard/<project>/<entry>`, the project as `torchyard.trust.project_scope` names it, so two projects with an
+entry of the same name on one runner never share a tag or an alias. Nothing here touches Docker.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ def trusted_alias_of(plan: BuildPlan) -> str:
 
 
 # A trusted build also tags its dependencies stage here, by the key of its last dependency group (which
-# covers every group and what lies below them): an untrusted build of the same pins stands on it.
+# covers every group and what lies below them): an untrusted build of the same pins stands on it. Shared by
+# every project: the key is the pins' (with their hashes) and what lies below them, nothing of a project's.
 DEPENDENCY_REPOSITORY = f"{REPOSITORY}/dependencies"
 TRUSTED_BUILD = BuildPolicy()
 # The build arguments in scope for the dependency layers (the rest label the image).
@@ -94,7 +97,8 @@ class BuildOptions:
 @dataclass(frozen=True)
 class BuildPlan:
     """Everything one image build needs: `context` maps each of torchyard's paths in the build context to
-    its bytes; `workspace` is the project's tests (under `workspace/`), links kept as links."""
+    its bytes; `workspace` is the project's tests (under `workspace/`), or a source folder's every file, links
+    kept as links; a package's `project_root` and `project_files` are what its wheel is built from."""
 
     entry: str
     base_image: str
@@ -113,6 +117,11 @@ class BuildPlan:
     # on it instead of installing the lock itself, that image's ID ("" otherwise).
     dependency_tag: str = ""
     stands_on: str = ""
+
+
+def image_repository(project: str, entry: str) -> str:
+    """Where an entry's images are tagged: `torchyard/<project>/<entry>`, one repository per project and entry."""
+    return f"{REPOSITORY}/{project}/{entry}"
 
 
 def dependency_tag(layers: tuple[Layer, ...]) -> str:
@@ -137,6 +146,7 @@ def plan_build(
     entry: Entry,
     lockdir: Path,
     *,
+    project: str,
     base_image: str,
     base_id: str,
     uv_version: str,
@@ -146,7 +156,8 @@ def plan_build(
     stands_on: tuple[str, str] | None = None,
     git: proc.DataRunner = proc.data,
 ) -> BuildPlan:
-    """Everything the build needs, decided without touching Docker. An untrusted `policy` gets a cache
+    """Everything the build needs, decided without touching Docker; `project` names the project on this runner
+    (`torchyard.trust.project_scope`), in the image's name and label. An untrusted `policy` gets a cache
     scope, a content tag and an alias of its own: nothing it builds is what a trusted build reads.
     `stands_on` (a dependency image's tag and ID, from a trusted build of the same pins) makes the image
     stage start from that image: the untrusted build then installs no package of the lock."""
@@ -170,10 +181,14 @@ def plan_build(
     sources: tuple[ProjectFile, ...] = ()
     workspace: tuple[ProjectFile, ...] = ()
     build_requires: tuple[str, ...] = ()
+    packaged = entry.project is not None and entry.project.kind == "package"
     if entry.project is not None:
         sources = project_files(entry.project.root, git)
+    if packaged:
         workspace = select(sources, [*entry.tests, *PYTEST_CONFIG]) if entry.tests else ()
         build_requires = build_requirements(sources)  # checked here: before any build or container starts
+    elif entry.project is not None:  # a source folder is the workspace, whole: no wheel, no build backend
+        workspace = sources
     content_args = (
         ("BASE_IMAGE", base_image),
         ("PYTHON", f"python{entry.python}"),
@@ -186,6 +201,8 @@ def plan_build(
         ("BASE_DIGEST", base_id),
         ("TORCHYARD_VERSION", __version__),
         ("PROJECT", entry.project.name if entry.project else ""),
+        ("PROJECT_SCOPE", project),
+        ("WORKSPACE_ON_PATH", "1" if entry.project is not None and not packaged else ""),
         *policy.build_args,
     )
     # What decides the image below the first dependency layer; the label-only arguments (entry, lock
@@ -225,13 +242,13 @@ def plan_build(
         entry=entry.name,
         base_image=base_image,
         build_args=build_args,
-        tag=f"{REPOSITORY}/{entry.name}:{digest.hexdigest()[:16]}",
-        alias=f"{REPOSITORY}/{entry.name}:{ALIASES[scope]}",
+        tag=f"{image_repository(project, entry.name)}:{digest.hexdigest()[:16]}",
+        alias=f"{image_repository(project, entry.name)}:{ALIASES[scope]}",
         vendor=vendor,
         python=entry.python,
         context=tuple(context),
-        project_root=entry.project.root if entry.project else None,
-        project_files=sources,
+        project_root=entry.project.root if entry.project is not None and packaged else None,
+        project_files=sources if packaged else (),
         workspace=workspace,
         build_requires=build_requires,
         layers=layers,

@@ -104,9 +104,10 @@ MATRIX_KEYS: tuple[Key, ...] = (
         'modules with your own models (each exposing `CASES`), or `"module:attr"`', ["mypkg.torchyard_cases"], [""]),
     Key("entry", "precision", "string", "`fp32`",
         _one_of(PRECISIONS) + "; fp16 is refused on a CPU entry", "bf16", "fp16"),
-    Key("entry", "project", 'folder, or `{ path, extras, groups }`', "none",
-        "the project under test (a folder with pyproject.toml, relative to matrix.toml): built into a wheel in "
-        "a sealed container, its dependencies joining the lock", ".", "nowhere"),
+    Key("entry", "project", "folder, or `{ path, extras, groups }`, or `{ source }`", "none",
+        "the project under test, relative to matrix.toml: a package (a folder with pyproject.toml), built into a "
+        "wheel in a sealed container, its dependencies joining the lock; or a source folder (`source`)",
+        ".", "nowhere"),
     Key("entry", "tests", "array of paths", "`[]`",
         "the project's own pytest paths, run in the image beside the suites (needs `project`)",
         ["tests"], "tests", alongside={"project": "."}),
@@ -130,6 +131,14 @@ MATRIX_KEYS: tuple[Key, ...] = (
     Key("entry.project", "groups", "array of dependency-group names", "`[]`",
         "the project's dependency groups whose requirements join the lock", ["test"], "test",
         ),
+    Key("entry.project", "source", "folder", "none",
+        "instead of `path`, for a repository of modules and scripts with no package (no pyproject.toml "
+        "`[project]`): its files (what git tracks, minus `.dockerignore`) are the image's `/workspace`, on the "
+        "import path, as its own scripts import them", ".", "nowhere"),
+    Key("entry.project", "requirements-files", "array of paths", "`[]`",
+        "requirements files (relative to matrix.toml) whose requirements join the lock, hashed as every pin: "
+        "PEP 508 lines and `-r` includes only (no index, editable or hash options)",
+        ["requirements.txt"], ["../requirements.txt"]),
     Key("entry.tolerances", "<dtype>.<backend>", "table of bounds", "the built-in bounds",
         "parity bounds for one dtype and backend (`*` for every backend), overriding the built-in ones "
         "field by field", {"max-rel-l2": 1e-4}, None, example_name="float32.inductor", bad_name="float32.indcutor"),

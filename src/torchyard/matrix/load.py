@@ -13,7 +13,7 @@ from typing import Any, cast
 from torchyard.errors import ConfigError, UsageError
 from torchyard.matrix import values
 from torchyard.matrix.machine import DURATION
-from torchyard.matrix.project import load_project
+from torchyard.matrix.project import load_project, load_source, read_requirements
 from torchyard.matrix.reader import Table, describe
 from torchyard.matrix.schema import (
     INDEX_STRATEGIES,
@@ -331,28 +331,51 @@ def _entry(
 
 
 def _project(table: Table, folder: Path, tests: tuple[str, ...]) -> Project | None:
-    """`project = "."` or `project = { path = ".", extras = [...], groups = [...] }`, relative to matrix.toml."""
+    """`project = "."`, `project = { path = ".", extras = [...], groups = [...] }` (a package) or
+    `project = { source = "." }` (a source folder), either with `requirements-files`; paths relative to
+    matrix.toml, inside its checkout."""
     value = table.value("project", required=False)
     if value is None:
         if tests:
             raise table.error("tests", "needs `project` (the tests are the project's own, run from its folder)")
         return None
-    extras: tuple[str, ...] = ()
-    groups: tuple[str, ...] = ()
-    where, key = table, "project"
     if isinstance(value, str):
-        path = value
-    else:
-        section = table.table("project")
-        assert section is not None
-        path = section.string("path", default=".")
-        extras = section.string_list("extras", required=False) or ()
-        groups = section.string_list("groups", required=False) or ()
-        section.finish()
-        where, key = section, "path"
+        return load_project(_root(table, table, "project", folder, value, tests=tests), (), (), tests)
+    section = table.table("project")
+    assert section is not None
+    path = section.string("path", default=".")
+    source = section.optional_string("source")
+    extras = section.string_list("extras", required=False) or ()
+    groups = section.string_list("groups", required=False) or ()
+    files = section.string_list("requirements-files", required=False) or ()
+    section.finish()
+    listed: list[str] = []
+    for position, file in enumerate(files):
+        values.checkout_path(section, f"requirements-files[{position}]", folder, file)
+        listed += read_requirements(folder, file)
+    if source is None:
+        return load_project(_root(table, section, "path", folder, path, tests=tests), extras, groups, tests, listed)
+    if section.value("path", required=False) is not None:
+        raise section.error("source", "a project is a package (`path`) or a source folder (`source`), not both")
+    for key, names in (("extras", extras), ("groups", groups)):
+        if names:
+            raise section.error(
+                key, "a source folder has no pyproject.toml [project] to take them from: list what it needs in "
+                "requirements-files"
+            )  # fmt: skip
+    return load_source(_root(table, section, "source", folder, source, tests=tests), listed)
+
+
+def _root(table: Table, where: Table, key: str, folder: Path, path: str, *, tests: tuple[str, ...]) -> Path:
+    """The project's folder (`where > key`), and its tests inside it: in the checkout, reached through no link."""
     root = values.checkout_path(where, key, folder, path).resolve()
     for position, test_path in enumerate(tests):
         values.checkout_path(table, f"tests[{position}]", root, test_path)
     if not root.is_dir():
-        raise table.error("project", f"expected a folder holding pyproject.toml, got {describe(path)} ({root})")
-    return load_project(root, extras, groups, tests)
+        what = "a folder" if key == "source" else "a folder holding pyproject.toml"
+        raise where.error(key, f"expected {what}, got {describe(path)} ({root})")
+    if key == "source":  # a package's tests are checked with its pyproject.toml, which names them
+        for position, test_path in enumerate(tests):
+            if not (root / test_path).exists():
+                raise table.error(f"tests[{position}]", f"{describe(test_path)} does not exist in {root}")
+    return root

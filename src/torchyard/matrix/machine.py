@@ -183,7 +183,7 @@ class Registry:
         return self.name.split("/", 1)[0]
 
     def ref(self, local: str) -> str:
-        """The registry's name for a local `torchyard/<entry>:<tag>`."""
+        """The registry's name for a local `torchyard/<project>/<entry>:<tag>`."""
         return f"{self.name}/{local}"
 
 

@@ -52,15 +52,22 @@ class Tolerance:
     min_cosine: float | None = None
 
 
+# A package (a pyproject.toml with [project]) is built into a wheel; a source folder (a repository of modules
+# and scripts, no package) is taken as its files, importable as its own scripts import them.
+ProjectKind = Literal["package", "source"]
+
+
 @dataclass(frozen=True)
 class Project:
-    """The adopter's own package, tested in every image: built from source, its dependencies locked."""
+    """The adopter's own code, tested in every image, its dependencies locked: a package built from source and
+    installed, or a source folder whose files are on the import path (`kind`)."""
 
     root: Path
-    name: str
+    name: str  # the package's name; a source folder's own name (it labels the image, nothing else)
     extras: tuple[str, ...]
     groups: tuple[str, ...]
-    requirements: tuple[str, ...]
+    requirements: tuple[str, ...]  # what the lock takes for it: dependencies, extras, groups, requirements files
+    kind: ProjectKind = "package"
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Run an entry's suites on this machine, no Docker: a venv made from the entry's lockfile, with
-torchyard's in-image side on a path entry and the project installed from a wheel, as in the image."""
+torchyard's in-image side on a path entry and the project installed from a wheel (a source folder on a path
+entry of its own), as in the image."""
 
 from __future__ import annotations
 
@@ -68,8 +69,9 @@ def sync_venv(
     write_atomically(stamp, digest + "\n")  # never through a link planted where the stamp goes
 
 
-def stage_inimage(venv: Path, python: str) -> Path:
-    """Copy torchyard's in-image files beside the venv and put them on its path (as the image does)."""
+def stage_inimage(venv: Path, python: str, source: Path | None = None) -> Path:
+    """Copy torchyard's in-image files beside the venv and put them on its path, and a source folder after
+    them (as the image does: its files are the workspace there, here they are the checkout's own)."""
     target = venv / "torchyard-inimage"
     shutil.rmtree(target, ignore_errors=True)
     for name, node in inimage_files():
@@ -77,7 +79,8 @@ def stage_inimage(venv: Path, python: str) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(node.read_bytes())
     site_packages = venv / "lib" / f"python{python}" / "site-packages"
-    (site_packages / "torchyard.pth").write_text(f"{target.resolve()}\n")
+    paths = [target.resolve(), *([source.resolve()] if source is not None else [])]
+    (site_packages / "torchyard.pth").write_text("".join(f"{path}\n" for path in paths))
     return target
 
 
@@ -128,7 +131,9 @@ def run_local(
     if not python.exists():
         runner(["uv", "venv", "--quiet", "--python", entry.python, str(venv)], env=uv_env)
     sources = machine.sources(entry.indexes)
-    steps = 4 if entry.project else 3
+    packaged = entry.project is not None and entry.project.kind == "package"
+    source_folder = entry.project.root if entry.project is not None and not packaged else None
+    steps = 4 if packaged else 3
     print(f"[1/{steps}] installing {lockfile} into {venv}", file=sys.stderr, flush=True)
     sync_venv(
         venv,
@@ -139,11 +144,11 @@ def run_local(
         runner=runner,
         env=uv_env,
     )
-    print(f"[2/{steps}] torchyard's in-image side onto the venv's path", file=sys.stderr, flush=True)
-    stage_inimage(venv, entry.python)
-    workdir = Path.cwd()
-    if entry.project is not None:
-        workdir = entry.project.root
+    also = f", and the source folder {source_folder}" if source_folder is not None else ""
+    print(f"[2/{steps}] torchyard's in-image side onto the venv's path{also}", file=sys.stderr, flush=True)
+    stage_inimage(venv, entry.python, source_folder)
+    workdir = entry.project.root if entry.project is not None else Path.cwd()
+    if entry.project is not None and packaged:
         print(
             f"[3/{steps}] building and installing {entry.project.name} (no dependencies)", file=sys.stderr, flush=True
         )
