@@ -24,12 +24,12 @@ from pathlib import Path
 
 import docker
 
-from torchyard.commands.build import build_images
 from torchyard.image import context as image_context
 from torchyard.image import plan as image_plan
 from torchyard.image.plan import BuildOptions
 from torchyard.matrix import load_plan
 from torchyard.matrix.machine import load_machine
+from torchyard.pipeline import build_images
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.integration.conftest import PROJECT, copy_tree

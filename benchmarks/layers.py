@@ -30,15 +30,15 @@ from typing import Any, cast
 
 import docker
 
-from torchyard.commands.build import build_images
 from torchyard.image import plan as image_plan
-from torchyard.image.build import Built
+from torchyard.image.outcome import Built
 from torchyard.image.plan import BuildOptions, image_repository
 from torchyard.image.registry import pull
 from torchyard.lock.resolve import lock_entry
 from torchyard.matrix import load_plan
 from torchyard.matrix.machine import Registry, load_machine
 from torchyard.matrix.schema import Entry
+from torchyard.pipeline import build_images
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.integration.conftest import PROJECT, copy_tree, loopback_registry, remove_images

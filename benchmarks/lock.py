@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from torchyard.lock.check import check_entry
+from torchyard.lock.check import lock_freshness
 from torchyard.lock.resolve import lock_entry, uv_version
 from torchyard.matrix import load_plan
 
@@ -45,7 +45,7 @@ def main() -> int:
     def check_all() -> None:
         version = uv_version(lambda a, **k: subprocess.run(a, capture_output=True, text=True, check=True))  # type: ignore[arg-type]
         for entry in plan.entries:
-            check_entry(entry, lockdir, version)
+            lock_freshness(entry, lockdir, version)
 
     check_seconds = timed(check_all, repeat=20)
     with tempfile.TemporaryDirectory() as scratch:

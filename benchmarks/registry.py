@@ -24,13 +24,13 @@ from typing import Any, cast
 
 import docker
 
-from torchyard.commands.build import build_images
 from torchyard.image import plan as image_plan
 from torchyard.image.context import inimage_files
 from torchyard.image.debootstrap import DEFAULT_TAG
 from torchyard.image.plan import BuildOptions, image_repository
 from torchyard.matrix import load_plan
 from torchyard.matrix.machine import load_machine
+from torchyard.pipeline import build_images
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.integration.conftest import PROJECT, copy_tree, loopback_registry, remove_images

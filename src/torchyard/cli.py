@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from torchyard import __version__
-from torchyard.commands.build import build_images, make_base
+from torchyard.commands.build import build, make_base
 from torchyard.commands.doctor import doctor
 from torchyard.commands.init import init
 from torchyard.commands.lock import check_locks, lock_all
@@ -221,7 +221,7 @@ def _on_this_machine(args: argparse.Namespace, passthrough: list[str], machine: 
         options = BuildOptions(args.push, tuple(args.cache_from), tuple(args.cache_to))
         trust = resolve_trust(args.trust, os.environ)
         selected = _selected(args, machine, trust=trust.level)
-        build_images(
+        return build(
             selected, args.lockdir, options, machine=machine, project=project_scope(args.matrix, os.environ),
             env={**os.environ, TRUST_ENV: trust.level},
         )  # fmt: skip

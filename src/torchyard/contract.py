@@ -136,7 +136,7 @@ IMAGE_REPORTS = "/reports"
 IMAGE_CACHE = "/cache/inductor"
 # inductor keeps its precompiled C++ headers in `<temp dir>/torchinductor_<user>/`, outside its cache
 # folder and so on the run's private /tmp; the entry's volume is mounted there too (the user's name fixed
-# by LOGNAME), so a warm container does not compile them again (4 s of every run on the CPU).
+# by LOGNAME), so a warm container does not compile them again.
 IMAGE_LOGNAME = "torchyard"
 IMAGE_INDUCTOR_DEFAULT = f"/tmp/torchinductor_{IMAGE_LOGNAME}"
 IMAGE_PROJECT = "/workspace"
@@ -187,9 +187,9 @@ def pytest_args(
 def plugin_environment(*, project_tests: Sequence[str], extra: Sequence[str]) -> dict[str, str]:
     """torchyard's suites alone, with no pytest arguments of the caller's: pytest loads torchyard's plugin
     and pytest-xdist (for workers), not the third-party plugins the image happens to have through its
-    dependencies (hypothesis's, anyio's, hydra's, via ExecuTorch: about 2 s of imports every run, one of
-    them at the very end). A project's own tests, or arguments that may name a plugin's options, keep
-    pytest's plugin autoloading as it is."""
+    dependencies (hypothesis's, anyio's, hydra's, via ExecuTorch: imports in every run, one of them at the
+    very end). A project's own tests, or arguments that may name a plugin's options, keep pytest's plugin
+    autoloading as it is."""
     return {} if project_tests or extra else {AUTOLOAD_OFF: "1"}
 
 

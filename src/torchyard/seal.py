@@ -3,9 +3,6 @@
 One seal, spelled once: test containers, the wheel's fetch and build containers, the cache seed and the
 built image's checks all run as an unprivileged user with no capabilities, no privilege gain, a read-only
 root, bounded private scratch, and pids and memory limits; the helpers also get a wall-clock bound.
-It sits beside `trust.py`, below both image/ and run/, so every stage takes the seal from here and none
-imports another stage for it.
-
 matrix.toml comes from the pull request under test, so nothing in it may widen what the container reaches
 or uses: its resource flags may lower this machine's limits (machine.toml `[limits]`), never raise them; a
 network needs the machine's permission (`[allow] network = true`) and a trusted run.

@@ -24,9 +24,8 @@ import pytest
 
 from torchyard.commands.build import make_base
 from torchyard.host.engine import engine
-from torchyard.image.build import LAYERS_LABEL
 from torchyard.image.debootstrap import DEFAULT_TAG
-from torchyard.image.layers import read_keys_label
+from torchyard.image.layers import LAYERS_LABEL, read_keys_label
 from torchyard.image.plan import DEPENDENCY_REPOSITORY
 from torchyard.trust import project_scope
 from torchyard.util import proc

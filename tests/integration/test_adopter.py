@@ -20,7 +20,7 @@ import docker
 import pytest
 
 from tests.docblocks import block
-from torchyard.image.build import layer_steps
+from torchyard.image.buildkit import layer_steps
 from torchyard.image.plan import image_repository
 from torchyard.trust import project_scope
 from torchyard.util import proc

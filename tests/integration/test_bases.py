@@ -21,15 +21,15 @@ import docker
 import pytest
 
 from tests.integration.conftest import PROJECT
-from torchyard.commands.build import build_images
 from torchyard.errors import ImageBuildError
-from torchyard.image.build import Built
+from torchyard.image.outcome import Built
 from torchyard.image.plan import BuildOptions, image_repository
 from torchyard.lock.resolve import lock_entry
 from torchyard.lock.standins import write_wheel
 from torchyard.matrix import parse_plan
 from torchyard.matrix.machine import Source, load_machine
 from torchyard.matrix.schema import Entry
+from torchyard.pipeline import build_images
 
 pytestmark = pytest.mark.integration
 

@@ -256,7 +256,7 @@ def test_reports_past_the_bound_stop_the_run_while_it_writes(
         "            stream.flush()\n"
         "            time.sleep(0.05)\n"
     )
-    from torchyard.run.reports import HandBackError
+    from torchyard.run.handback import HandBackError
 
     seal = Seal(Limits(reports="8m"), "2g")
     with pytest.raises(HandBackError, match=r"more than this machine's 8 MiB of reports .*stopped while it wrote"):

@@ -14,12 +14,12 @@ import docker
 import pytest
 
 from tests.integration.conftest import PROJECT
-from torchyard.commands.build import build_images
-from torchyard.image.build import layer_steps
+from torchyard.image.buildkit import layer_steps
 from torchyard.image.context import inimage_files
 from torchyard.image.plan import BuildOptions
 from torchyard.matrix import load_plan
 from torchyard.matrix.machine import load_machine
+from torchyard.pipeline import build_images
 from torchyard.util import proc
 
 pytestmark = pytest.mark.integration

@@ -21,13 +21,13 @@ import docker
 import pytest
 
 from tests.integration.conftest import PROJECT, LoopbackRegistry, one_entry_matrix, remove_images
-from torchyard.commands.build import build_images
-from torchyard.image.build import Built
+from torchyard.image.outcome import Built
 from torchyard.image.plan import BuildOptions, image_repository
 from torchyard.lock.resolve import lock_entry
 from torchyard.matrix import parse_plan
 from torchyard.matrix.machine import load_machine
 from torchyard.matrix.schema import Entry
+from torchyard.pipeline import build_images
 
 pytestmark = pytest.mark.integration
 

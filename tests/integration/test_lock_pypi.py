@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from torchyard.lock.check import check_entry
+from torchyard.lock.check import lock_freshness
 from torchyard.lock.resolve import lock_entry, uv_version
 from torchyard.matrix import load_plan
 
@@ -19,4 +19,4 @@ def test_cpu_lock_from_pypi_reproduces_the_committed_lock(tmp_path: Path) -> Non
     entry = load_plan(REPO / "matrix.toml").entry("cpu")
     path = lock_entry(entry, tmp_path, {})
     assert path.read_bytes() == (REPO / "lockfiles" / "cpu.txt").read_bytes()
-    assert check_entry(entry, tmp_path, uv_version()).status == "fresh"
+    assert lock_freshness(entry, tmp_path, uv_version()).status == "fresh"

@@ -20,7 +20,6 @@ import docker.errors
 import pytest
 
 from tests.integration.conftest import PROJECT, LoopbackRegistry, one_entry_matrix, remove_images
-from torchyard.commands.build import build_images
 from torchyard.commands.refresh import refresh
 from torchyard.errors import ImageBuildError
 from torchyard.image.context import inimage_files
@@ -29,6 +28,7 @@ from torchyard.lock.resolve import lock_entry
 from torchyard.matrix import parse_plan
 from torchyard.matrix.machine import load_machine
 from torchyard.matrix.schema import Entry
+from torchyard.pipeline import build_images
 
 pytestmark = pytest.mark.integration
 

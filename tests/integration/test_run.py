@@ -16,11 +16,11 @@ import pytest
 
 from tests.integration.conftest import PROJECT
 from torchyard.cli import main
-from torchyard.commands.build import build_images
 from torchyard.host.facts import gather_host_facts
 from torchyard.image.plan import BuildOptions
 from torchyard.matrix import parse_plan
 from torchyard.matrix.machine import load_machine
+from torchyard.pipeline import build_images
 from torchyard.run.container import RunPlan, container_name, run_entry
 from torchyard.run.scopes import cache_scope
 from torchyard.seal import Seal, run_user

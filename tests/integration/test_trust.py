@@ -160,7 +160,7 @@ def test_reports_over_the_machines_bound_fail_the_run_in_one_line(
     tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient
 ) -> None:
     big = "def test_big():\n    open('/reports/big', 'wb').write(b'x' * (3 << 20))\n"
-    from torchyard.run.reports import HandBackError
+    from torchyard.run.handback import HandBackError
 
     with pytest.raises(
         # counted at the hand-back, or by the watch while the test still ran: the same bound either way

@@ -12,24 +12,16 @@ import pytest
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.host.engine import DockerCli
 from torchyard.image import plan as image_plan
-from torchyard.image.build import (
-    Built,
-    cache_sources,
-    docker_build_args,
-    explain_build_failure,
-    how_built,
-    layer_outcomes,
-    layer_sizes,
-    layer_steps,
-    layers_summary,
-    reuse_image,
-)
+from torchyard.image.build import docker_build_args
+from torchyard.image.buildkit import explain_build_failure, layer_steps
 from torchyard.image.check import check_image
-from torchyard.image.layers import Layer
+from torchyard.image.layers import Layer, layer_sizes
+from torchyard.image.outcome import Built, how_built, layer_outcomes, layers_summary
 from torchyard.image.plan import BuildOptions, BuildPlan, plan_build, resolve_base
 from torchyard.image.policy import BuildPolicy
+from torchyard.image.reuse import cache_sources, reuse_image
 from torchyard.matrix import load_plan
-from torchyard.matrix.machine import Machine, Registry
+from torchyard.matrix.machine import Registry
 
 REPO = Path(__file__).parents[2]
 PLAN = load_plan(REPO / "matrix.toml")
@@ -252,22 +244,6 @@ def test_an_unreadable_lockfile_is_one_line(tmp_path: Path) -> None:
             PLAN.entry("cpu"), tmp_path, project=PROJECT, base_image="b", base_id="i", uv_version="0.13.9",
             revision="r", source_date_epoch="0",
         )  # fmt: skip
-
-
-def test_a_missing_lock_stops_the_build_before_docker(tmp_path: Path) -> None:
-    import subprocess
-
-    from torchyard.commands.build import build_images
-    from torchyard.errors import StaleLockError
-
-    def uv_only(args: Sequence[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-        assert list(args)[:2] == ["uv", "--version"]
-        return subprocess.CompletedProcess(args, 0, "uv 0.13.9\n", "")
-
-    with pytest.raises(StaleLockError, match=r"entry 'cuda': lock is missing: run `nox -s lock -- cuda`"):
-        build_images(
-            [PLAN.entry("cuda")], tmp_path, BuildOptions(), machine=Machine(), project=PROJECT, runner=uv_only, env={}
-        )
 
 
 UNREACHABLE_LOG = """\

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from torchyard.errors import ImageBuildError, LockError, StaleLockError
-from torchyard.lock.check import check_entry, require_fresh
+from torchyard.lock.check import lock_freshness, require_fresh
 from torchyard.lock.inputs import LockInputs, compile_args, requirements_in, uv_environment
 from torchyard.lock.install import sync_args
 from torchyard.lock.lockfile import lock_path, read_header
@@ -160,7 +160,7 @@ def test_lock_then_check_fresh_and_relock_is_byte_identical(tmp_path: Path, mirr
     assert packages(path) == ["app==1.0", "lib==2.0"]
     assert "--hash=sha256:" in path.read_text()
     first = path.read_bytes()
-    assert check_entry(app, tmp_path, uv_version()).status == "fresh"
+    assert lock_freshness(app, tmp_path, uv_version()).status == "fresh"
     lock_entry(app, tmp_path, mirrors)
     assert path.read_bytes() == first
 
@@ -170,14 +170,14 @@ def test_changed_input_is_stale_and_names_it(tmp_path: Path, mirrors: dict[str, 
     app, _ = make_plan()
     lock_entry(app, tmp_path, mirrors)
     changed, _ = make_plan(requirements='["app", "lib<2"]')
-    result = check_entry(changed, tmp_path, uv_version())
+    result = lock_freshness(changed, tmp_path, uv_version())
     assert (result.status, result.detail) == ("stale", "inputs changed: requirements")
-    assert check_entry(app, tmp_path, "0.0.1").detail == "inputs changed: uv"
+    assert lock_freshness(app, tmp_path, "0.0.1").detail == "inputs changed: uv"
 
 
 def test_missing_lock_says_which_index_and_what_to_run(tmp_path: Path) -> None:
     app, _ = make_plan()
-    result = check_entry(app, tmp_path, "0.13.9")
+    result = lock_freshness(app, tmp_path, "0.13.9")
     assert result.status == "missing"
     assert result.detail == (
         "run `nox -s lock -- app` (or `torchyard lock app`) on a machine that reaches pypi"
@@ -212,7 +212,7 @@ def test_a_linked_lockfile_is_never_read(tmp_path: Path, monkeypatch: pytest.Mon
         Path("lockfiles/app.txt").symlink_to(secret)
     else:
         Path("lockfiles").symlink_to(secret.parent)
-    result = check_entry(app, Path("lockfiles"), "0.13.9")
+    result = lock_freshness(app, Path("lockfiles"), "0.13.9")
     assert result.status == "stale" and "is a symbolic link" in result.detail and "a host secret" not in result.detail
     with pytest.raises(ImageBuildError, match=r"is a symbolic link .*the host never reads through one"):
         _read_lock(app, Path("lockfiles"))
@@ -225,7 +225,7 @@ def test_hand_edit_fails_check_and_install(tmp_path: Path, mirrors: dict[str, So
     text = path.read_text()
     edited = text.replace("lib==2.0", "lib==1.0")
     path.write_text(edited)
-    result = check_entry(app, tmp_path, uv_version())
+    result = lock_freshness(app, tmp_path, uv_version())
     assert (result.status, result.detail) == ("stale", "edited by hand: the body does not match its recorded digest")
     venv = tmp_path / "venv"
     subprocess.run(["uv", "venv", "--quiet", str(venv)], check=True)

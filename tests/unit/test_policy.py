@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from torchyard.errors import ConfigError, ImageBuildError
-from torchyard.image.policy import BuildPolicy, build_policy, check_entry, without_credentials
+from torchyard.image.policy import BuildPolicy, build_policy, check_untrusted_build, without_credentials
 from torchyard.matrix import load_plan
 from torchyard.matrix.machine import Source
 from torchyard.matrix.schema import ImageRef
@@ -21,25 +21,25 @@ PLAN = load_plan(MATRIX)
 def test_a_trusted_run_builds_as_configured() -> None:
     policy = build_policy({})
     assert policy.trusted and policy.build_args == ()
-    check_entry(PLAN.entry("cpu"), policy)
+    check_untrusted_build(PLAN.entry("cpu"), policy)
 
 
 def test_an_untrusted_build_takes_the_trusted_configuration(tmp_path: Path) -> None:
     policy = build_policy({"TORCHYARD_TRUST": "untrusted", "TORCHYARD_TRUSTED_MATRIX": str(MATRIX)})
     assert not policy.trusted and policy.build_args == (("WHEELS_ONLY", "1"),)
-    check_entry(PLAN.entry("cpu"), policy)  # unchanged: builds
+    check_untrusted_build(PLAN.entry("cpu"), policy)  # unchanged: builds
     cpu = PLAN.entry("cpu")
     moved = dataclasses.replace(
         cpu, accelerator=dataclasses.replace(cpu.accelerator, base_image=ImageRef("evil/base", "sha256:" + "1" * 64))
     )
     with pytest.raises(ConfigError) as caught:  # the trust gate's rule, held again by the build
-        check_entry(moved, policy)
+        check_untrusted_build(moved, policy)
     assert str(caught.value) == (
         f'matrix.toml: entry "cpu" > accelerators > cpu: this untrusted run changes base-image from the trusted '
         f"matrix.toml ({MATRIX}); where and how entries run changes only once the change is trusted"
     )
     with pytest.raises(ImageBuildError, match="set TORCHYARD_TRUSTED_MATRIX to the default branch's"):
-        check_entry(cpu, BuildPolicy(trusted=False))
+        check_untrusted_build(cpu, BuildPolicy(trusted=False))
 
 
 def test_an_untrusted_build_gets_no_credentials() -> None:

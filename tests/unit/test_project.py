@@ -14,7 +14,7 @@ from torchyard.errors import ConfigError, ImageBuildError
 from torchyard.image.context import project_files, select
 from torchyard.image.plan import BuildPlan, plan_build
 from torchyard.image.source import ProjectFile
-from torchyard.lock.check import check_entry
+from torchyard.lock.check import lock_freshness
 from torchyard.lock.inputs import LockInputs, requirements_in
 from torchyard.lock.lockfile import lock_path, render_lockfile
 from torchyard.matrix import Entry, load_plan
@@ -83,7 +83,7 @@ def fresh_lock(entry: Entry, lockdir: Path) -> Path:
     """`lockdir` with a lock of `entry` made from its inputs now (fresh, as the check says)."""
     lock_path(lockdir, entry).parent.mkdir()
     lock_path(lockdir, entry).write_text(render_lockfile(entry, LockInputs.of(entry, "0.13.9"), "numpy==2.0\n"))
-    assert check_entry(entry, lockdir, "0.13.9").status == "fresh"
+    assert lock_freshness(entry, lockdir, "0.13.9").status == "fresh"
     return lockdir
 
 
@@ -92,7 +92,7 @@ def test_a_project_dependency_change_makes_the_lock_stale_naming_it(tmp_path: Pa
     entry = load(root)
     lockdir = fresh_lock(entry, tmp_path / "lockfiles")
     (root / "pyproject.toml").write_text(PYPROJECT.replace('"numpy"', '"numpy<2"'))
-    stale = check_entry(load(root), lockdir, "0.13.9")
+    stale = lock_freshness(load(root), lockdir, "0.13.9")
     assert (stale.status, stale.detail) == ("stale", "inputs changed: project")
 
 
@@ -289,7 +289,7 @@ def test_a_requirements_file_change_makes_the_lock_stale_naming_the_project(tmp_
     entry = load_source_entry(root)
     lockdir = fresh_lock(entry, tmp_path / "lockfiles")
     (root / "requirements-train.txt").write_text("datasets\n")
-    stale = check_entry(load_source_entry(root), lockdir, "0.13.9")
+    stale = lock_freshness(load_source_entry(root), lockdir, "0.13.9")
     assert (stale.status, stale.detail) == ("stale", "inputs changed: project")
 
 

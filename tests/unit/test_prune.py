@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 
 from torchyard.commands.prune import ContainerFacts, ImageFacts, _size, plan_prune
-from torchyard.image.build import needs_more_than_free, rebuilt_bytes
 
 ROBOT, NANO = "robot-0123abcd4567", "nanogpt-89ab01234567"
 
@@ -81,32 +80,6 @@ def test_keep_zero_removes_every_image_nobody_uses_and_their_volumes() -> None:
     volume = f"torchyard-cache-{ROBOT}-cpu"
     plan = plan_prune([image("a1", "cpu", "1")], [], {volume: (ROBOT, "cpu")}, keep=0)
     assert [i.id for i in plan.images] == ["sha256:a1"] and plan.volumes == (volume,)
-
-
-def test_a_build_needs_its_last_image_size_and_a_margin() -> None:
-    assert needs_more_than_free(6 << 30, 7 << 30)
-    assert not needs_more_than_free(6 << 30, 9 << 30)
-    assert not needs_more_than_free(0, 0)  # nothing to estimate from
-
-
-# The engine's history, newest first, of an image whose four groups came from install-layer.sh.
-HISTORY = [
-    {"CreatedBy": "LABEL org.opencontainers.image.title=...", "Size": 0},
-    {"CreatedBy": "RUN /bin/sh -c pip install project", "Size": 300},
-    {"CreatedBy": "COPY lock.txt", "Size": 10},
-    {"CreatedBy": "RUN |3 ... bash /opt/torchyard/install-layer.sh rest", "Size": 2_000},
-    {"CreatedBy": "RUN |3 ... bash /opt/torchyard/install-layer.sh numeric", "Size": 40_000},
-    {"CreatedBy": "RUN |3 ... bash /opt/torchyard/install-layer.sh torch", "Size": 5_000_000},
-    {"CreatedBy": "base", "Size": 100_000},
-]
-
-
-def test_a_rebuild_that_keeps_the_dependency_layers_needs_only_what_lies_above_them() -> None:
-    size = sum(int(str(layer["Size"])) for layer in HISTORY)
-    assert rebuilt_bytes(HISTORY, size, ["torch", "numeric", "rest"]) == 310
-    assert rebuilt_bytes(HISTORY, size, ["torch"]) == 42_310
-    assert rebuilt_bytes(HISTORY, size, []) == size  # a new torch group: the whole image again
-    assert rebuilt_bytes(HISTORY, size, ["pytorch"]) == size  # a group the history lacks: assume nothing
 
 
 def test_an_untrusted_runs_volume_is_always_pruned_and_the_trusted_scope_kept() -> None:

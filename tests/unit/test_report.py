@@ -12,7 +12,7 @@ import pytest
 from torchyard import cli
 from torchyard.errors import UsageError
 from torchyard.reports.merge import merge
-from torchyard.reports.render import html, markdown
+from torchyard.reports.render import compatibility_html, compatibility_markdown
 
 
 def result(case: str, backend: str, outcome: str, reason: str = "", **extra: Any) -> dict[str, Any]:
@@ -58,7 +58,7 @@ def test_runs_merge_with_each_cell_showing_its_worst_outcome(two_runs: list[Path
 
 
 def test_markdown_has_a_column_group_per_run(two_runs: list[Path]) -> None:
-    text = markdown(merge(two_runs))
+    text = compatibility_markdown(merge(two_runs))
     assert (
         "| case | cpu eager | cpu export | cpu executorch-portable | cpu executorch-xnnpack | cpu-old eager |" in text
     )
@@ -73,7 +73,7 @@ def test_a_runs_line_names_each_backends_first_distribution(tmp_path: Path) -> N
     data["environment"] |= {**versions, "device": "NVIDIA H200"}
     (run / "parity.json").write_text(json.dumps(data))
     line = "accelerator cpu, torch 2.14.1, executorch 1.5.1, torch_tensorrt 2.14.0, device NVIDIA H200"
-    assert f"- **cuda**: fp32; {line}" in markdown(merge([run]))
+    assert f"- **cuda**: fp32; {line}" in compatibility_markdown(merge([run]))
 
 
 def test_html_links_each_cell_to_its_details_and_escapes_what_a_run_wrote(tmp_path: Path) -> None:
@@ -82,7 +82,7 @@ def test_html_links_each_cell_to_its_details_and_escapes_what_a_run_wrote(tmp_pa
         [result("<img src=x onerror=alert(1)>", "eager", "failed", "</td><script>alert(2)</script>",
                 error_message="<b>boom</b>", comparisons=[{"output": "<i>", "problem": "&"}])],
     )  # fmt: skip
-    page = html(merge([hostile]))
+    page = compatibility_html(merge([hostile]))
     assert "<script>alert" not in page and "<img src=x" not in page and "<b>boom" not in page
     assert "&lt;img src=x onerror=alert(1)&gt;" in page and "&lt;b&gt;boom&lt;/b&gt;" in page
     assert '<a href="#r0">' in page and '<section class="detail" id="r0">' in page

@@ -11,16 +11,15 @@ from pathlib import Path
 import pytest
 
 from torchyard.accelerators import ACCELERATORS, HostFacts
-from torchyard.commands import test as test_command
-from torchyard.errors import ConfigError, DeviceUnavailableError, UsageError
+from torchyard.errors import DeviceUnavailableError, UsageError
 from torchyard.matrix import load_plan
-from torchyard.matrix.machine import Limits, Machine
+from torchyard.matrix.machine import Limits
 from torchyard.run.container import RunPlan, docker_run_args, require_device_runtime
 from torchyard.run.inplace import require_stack, run_in_place
 from torchyard.run.scopes import cache_scope, seed_args
 from torchyard.run.venv import stage_inimage, sync_venv
-from torchyard.seal import Seal, check_matrix_flags, check_untrusted_seal, helper_args, loosening, run_user
-from torchyard.trust import RunTrust, Trust
+from torchyard.seal import Seal, helper_args, loosening
+from torchyard.trust import Trust
 
 PLAN = load_plan(Path(__file__).parents[2] / "matrix.toml")
 HOST = HostFacts(
@@ -149,11 +148,6 @@ def test_gpu_entry_without_its_runtime_fails_before_anything_runs() -> None:
     require_device_runtime(PLAN.entry("cpu"), HostFacts(), {})
 
 
-def test_root_runs_as_the_image_user() -> None:
-    assert run_user(0, 0) == "1000:1000"
-    assert run_user(1001, 1002) == "1001:1002"
-
-
 def test_a_network_the_machine_allows_keeps_the_rest_of_the_seal() -> None:
     entry = dataclasses.replace(PLAN.entry("cpu"), network="downloads its weights from the hub")
     plan = dataclasses.replace(run_plan("cpu"), seal=Seal(Limits(memory="8g", pids=512), "8g", network=True))
@@ -184,61 +178,6 @@ def test_an_untrusted_run_mounts_its_own_cache_seeded_from_the_trusted_scope() -
         "--entrypoint", "/usr/bin/timeout", "img", "--signal=KILL", "1800",
         "/bin/cp", "-R", "/seed/.", "/cache/inductor/",
     )  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    ("flags", "message"),
-    [
-        (("--memory", "64g"), "docker-run[0]: --memory 64g is above this machine's 12g (machine.toml [limits])"),
-        (("--memory-swap=-1",), "docker-run[0]: --memory-swap -1 is above this machine's 12g"),
-        (("--pids-limit=-1",), "docker-run[0]: --pids-limit -1 is above this machine's 4096"),
-        (("--shm-size", "1g", "--pids-limit", "100000"), "docker-run[2]: --pids-limit 100000 is above"),
-    ],
-)
-def test_a_matrix_flag_may_lower_a_machine_limit_never_raise_it(flags: tuple[str, ...], message: str) -> None:
-    entry = PLAN.entry("cpu")
-    raised = dataclasses.replace(entry, accelerator=dataclasses.replace(entry.accelerator, docker_run=flags))
-    with pytest.raises(ConfigError) as caught:
-        check_matrix_flags(raised, run_plan("cpu").seal)
-    assert str(caught.value).startswith(f"matrix.toml: accelerators > cpu > {message}")
-    assert str(caught.value).endswith("matrix.toml may lower a limit, never raise it")
-    lowered = ("--memory", "2g", "--pids-limit=512")
-    check_matrix_flags(
-        dataclasses.replace(entry, accelerator=dataclasses.replace(entry.accelerator, docker_run=lowered)),
-        run_plan("cpu").seal,
-    )
-
-
-def test_untrusted_runs_are_refused_outside_a_container_unless_unsandboxed(tmp_path: Path) -> None:
-    def nothing_runs(args: object, **kwargs: object) -> None:
-        raise AssertionError(f"ran {args!r}")
-
-    modes: tuple[test_command.Mode, ...] = ("local", "in-place")
-    for mode in modes:
-        with pytest.raises(UsageError) as caught:
-            test_command.test_entries(
-                [PLAN.entry("cpu")], mode=mode, lockdir=tmp_path, reports=tmp_path, pytest_args=[],
-                machine=Machine(), trust=RunTrust("untrusted", "the pull_request event"),
-                runner=nothing_runs,  # type: ignore[arg-type]
-                env={},
-            )  # fmt: skip
-        assert str(caught.value) == (
-            f"an untrusted run (the pull_request event) does not run cpu unsandboxed: --{mode} runs the project's "
-            "code on this host, with its files and environment; pass --unsandboxed to run it anyway"
-        )
-
-
-def test_a_native_entry_on_the_wrong_host_stops_before_any_venv_or_docker(tmp_path: Path) -> None:
-    def nothing_runs(args: object, **kwargs: object) -> None:
-        raise AssertionError(f"ran {args!r}")
-
-    with pytest.raises(DeviceUnavailableError) as caught:
-        test_command.test_entries(
-            [PLAN.entry("mps")], mode="container", lockdir=tmp_path, reports=tmp_path, pytest_args=[],
-            machine=Machine(), runner=nothing_runs,  # type: ignore[arg-type]
-            env={},
-        )  # fmt: skip
-    assert str(caught.value).startswith("entry 'mps' needs an mps device: no Apple GPU: MPS runs on macOS")
 
 
 def test_apple_silicon_is_what_mps_needs() -> None:
@@ -339,21 +278,6 @@ def test_torchyards_own_variables_come_after_every_flag_that_could_set_them() ->
     entry = dataclasses.replace(entry, accelerator=dataclasses.replace(entry.accelerator, docker_run=("--env", "X=1")))
     args = docker_run_args(entry, run_plan("cpu", "untrusted"), HOST, {}, [])
     assert args.index("X=1") < args.index("TORCHYARD_TRUST=untrusted")
-
-
-@pytest.mark.parametrize(
-    "flags",
-    [
-        ("--ipc=host",), ("--ipc", "host"), ("--pid=host",), ("--network", "host"), ("--userns=host",),
-        ("--security-opt", "seccomp=unconfined"), ("--security-opt=apparmor=unconfined",), ("--privileged",),
-        ("--cap-add", "SYS_ADMIN"),
-    ],
-)  # fmt: skip
-def test_an_untrusted_container_keeps_every_namespace_and_filter(flags: tuple[str, ...]) -> None:
-    assert loosening(("--network", "none", *flags))
-    with pytest.raises(ConfigError, match="an untrusted run's container keeps the seal"):
-        check_untrusted_seal(("--cap-drop", "ALL", *flags), trusted=False)
-    check_untrusted_seal(flags, trusted=True)
 
 
 @pytest.mark.parametrize("name", ["rocm", "xpu", "cuda", "cpu"])

@@ -1,16 +1,23 @@
 """One seal for every container torchyard starts: the wheel's fetch and build, the cache seed and the
-built image's check carry the same user rule, capabilities, read-only root, limits and deadline."""
+built image's check carry the same user rule, capabilities, read-only root, limits and deadline; matrix.toml
+may tighten it, never loosen it."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
+from torchyard.errors import ConfigError
 from torchyard.image.check import image_check_args
 from torchyard.image.wheel import build_args, fetch_args
+from torchyard.matrix import load_plan
+from torchyard.matrix.machine import Limits
 from torchyard.run.scopes import CacheScope, seed_args
-from torchyard.seal import helper_args, run_user
+from torchyard.seal import Seal, check_matrix_flags, check_untrusted_seal, helper_args, loosening, run_user
+
+PLAN = load_plan(Path(__file__).parents[2] / "matrix.toml")
 
 USER = "1001:1001"
 SCRATCH = Path("/scratch")
@@ -48,3 +55,46 @@ def test_a_helper_never_runs_as_root_and_only_the_fetch_has_a_network() -> None:
     assert run_user(0, 0) == "1000:1000"
     assert "none" not in helper_args(USER, network=True)
     assert helper_args(USER)[helper_args(USER).index("--network") + 1] == "none"
+
+
+def test_root_runs_as_the_image_user() -> None:
+    assert run_user(0, 0) == "1000:1000"
+    assert run_user(1001, 1002) == "1001:1002"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--memory", "64g"), "docker-run[0]: --memory 64g is above this machine's 12g (machine.toml [limits])"),
+        (("--memory-swap=-1",), "docker-run[0]: --memory-swap -1 is above this machine's 12g"),
+        (("--pids-limit=-1",), "docker-run[0]: --pids-limit -1 is above this machine's 4096"),
+        (("--shm-size", "1g", "--pids-limit", "100000"), "docker-run[2]: --pids-limit 100000 is above"),
+    ],
+)
+def test_a_matrix_flag_may_lower_a_machine_limit_never_raise_it(flags: tuple[str, ...], message: str) -> None:
+    entry = PLAN.entry("cpu")
+    raised = dataclasses.replace(entry, accelerator=dataclasses.replace(entry.accelerator, docker_run=flags))
+    with pytest.raises(ConfigError) as caught:
+        check_matrix_flags(raised, Seal(Limits(), "12g"))
+    assert str(caught.value).startswith(f"matrix.toml: accelerators > cpu > {message}")
+    assert str(caught.value).endswith("matrix.toml may lower a limit, never raise it")
+    lowered = ("--memory", "2g", "--pids-limit=512")
+    check_matrix_flags(
+        dataclasses.replace(entry, accelerator=dataclasses.replace(entry.accelerator, docker_run=lowered)),
+        Seal(Limits(), "12g"),
+    )
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ("--ipc=host",), ("--ipc", "host"), ("--pid=host",), ("--network", "host"), ("--userns=host",),
+        ("--security-opt", "seccomp=unconfined"), ("--security-opt=apparmor=unconfined",), ("--privileged",),
+        ("--cap-add", "SYS_ADMIN"),
+    ],
+)  # fmt: skip
+def test_an_untrusted_container_keeps_every_namespace_and_filter(flags: tuple[str, ...]) -> None:
+    assert loosening(("--network", "none", *flags))
+    with pytest.raises(ConfigError, match="an untrusted run's container keeps the seal"):
+        check_untrusted_seal(("--cap-drop", "ALL", *flags), trusted=False)
+    check_untrusted_seal(flags, trusted=True)

@@ -1,134 +1,36 @@
-"""`torchyard build` and `torchyard base`: build the selected entries' images; make the local base."""
+"""`torchyard build` and `torchyard base`: build the selected entries' images (the core's steps up to the
+images, `torchyard.pipeline`); make the local base."""
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import docker
-
-from torchyard.errors import CommandError, ImageBuildError
-from torchyard.host.engine import DockerCli, build_client, engine
-from torchyard.image.build import (
-    NO_REGISTRY,
-    Built,
-    build_image,
-    build_summary,
-    layers_summary,
-    reuse_image,
-    trusted_dependencies,
-)
+from torchyard.host.engine import build_client, engine
 from torchyard.image.debootstrap import DEFAULT_TAG, bootstrap_base
-from torchyard.image.plan import BuildOptions, plan_build, resolve_base
-from torchyard.image.policy import build_policy
-from torchyard.image.registry import DIGEST
-from torchyard.lock.check import require_fresh
-from torchyard.lock.resolve import uv_version
+from torchyard.image.plan import BuildOptions
 from torchyard.matrix.machine import Machine
 from torchyard.matrix.schema import Entry
+from torchyard.pipeline import build_images
 from torchyard.util import proc
-from torchyard.util.markdown import append_step_summary, markdown_table
 
 
-def _git(args: Sequence[str], runner: proc.Runner, fallback: str) -> str:
-    try:
-        return runner(["git", *args], capture=True).stdout.strip() or fallback
-    except (CommandError, OSError):
-        return fallback
-
-
-def build_images(
+def build(
     entries: Sequence[Entry],
     lockdir: Path,
     options: BuildOptions,
     *,
     machine: Machine,
     project: str,
-    client: docker.DockerClient | None = None,
-    cli: DockerCli | None = None,
-    runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
-    summarize_found: bool = True,
-) -> list[Built]:
+) -> int:
     """Build (or reuse) each entry's image, with this `machine`'s registry, base overrides and mirrors, named
-    for `project` (`torchyard.trust.project_scope`); `client` and `cli` are found when not given. GitHub's step
-    summary gets a table of the images, leaving out those found on this runner unless `summarize_found` (the
-    test command's images were built, and summarized, by the build step before it).
-
-    Every lock is checked first (offline): a missing or stale lock stops before Docker is touched. Native
-    entries (MPS) have no image: they are named and left out.
-    """
-    for entry in entries:
-        if entry.accelerator.native:
-            print(f"entry {entry.name!r} runs natively ({entry.accelerator.name}): there is no image to build")
-    entries = [entry for entry in entries if not entry.accelerator.native]
-    if not entries:
-        return []
-    policy = build_policy(env, allowed_docker_run=machine.allowed_docker_run)
-    if options.push and not policy.trusted:
-        raise ImageBuildError("an untrusted run does not push images: only trusted runs publish to the registry")
-    registry = machine.registry
-    if options.push and registry is None:
-        raise ImageBuildError(NO_REGISTRY)  # before any lock check or layer
-    uv = uv_version(runner)
-    for entry in entries:
-        require_fresh(entry, lockdir, uv)
-    client = client or engine(env)
-    cli = cli or build_client(env, runner)
-    revision = _git(["rev-parse", "HEAD"], runner, "unknown")
-    epoch = _git(["log", "-1", "--format=%ct"], runner, "0")
-    built = []
-    for position, entry in enumerate(entries, start=1):
-        base = resolve_base(entry, machine.base_overrides)
-        base_id = base_identity(base, client) or entry.accelerator.require_base_image().digest
-        plan = plan_build(
-            entry, lockdir, project=project, base_image=base, base_id=base_id, uv_version=uv, revision=revision,
-            source_date_epoch=epoch,
-        )  # fmt: skip
-        print(f"[{position}/{len(entries)}] {entry.name}: {plan.tag}", file=sys.stderr, flush=True)
-        # An untrusted run uses the image a trusted run built from the same inputs, else builds one of its
-        # own (under its own tag: no trusted run ever reuses what an untrusted build made).
-        image = None if policy.trusted else reuse_image(entry, plan, client, registry=registry, env=env, policy=policy)
-        if image is None and not policy.trusted:
-            # It stands on the dependency image a trusted build of the same pins left, when there is one:
-            # then it installs nothing of the lock (no sdist to refuse, no cache to scope).
-            stands_on = trusted_dependencies(client, plan)
-            plan = plan_build(
-                entry, lockdir, project=project, base_image=base, base_id=base_id, uv_version=uv,
-                revision=revision, source_date_epoch=epoch, policy=policy, stands_on=stands_on,
-            )  # fmt: skip
-            if stands_on is not None:
-                print(f"{entry.name}: untrusted, on the trusted dependency image {stands_on[0]}", file=sys.stderr)
-        if image is None:
-            image = build_image(
-                entry, plan, client, cli, options=options, registry=registry, policy=policy,
-                sources=machine.install_sources(entry.indexes), runner=runner, env=env,
-            )  # fmt: skip
-        built.append(image)
-    headers = ("entry", "image", "size", "seconds", "image came from")
-    layer_headers = ("entry", "dependency layer", "packages", "size", "layer")
-    sys.stdout.write(markdown_table(headers, build_summary(built)))
-    if layers_summary(built):
-        sys.stdout.write("\n" + markdown_table(layer_headers, layers_summary(built)))
-    announced = [image for image in built if summarize_found or image.origin != "local"]
-    if announced:
-        text = f"### torchyard images\n\n{markdown_table(headers, build_summary(announced))}"
-        if layers_summary(announced):
-            text += f"\n{markdown_table(layer_headers, layers_summary(announced))}"
-        append_step_summary(text, env)
-    return built
-
-
-def base_identity(base: str, client: docker.DockerClient) -> str | None:
-    """What the base contributes to the image's tag: its pinned digest when the reference has one (the
-    same on every runner, pulled or not), else the local image's ID (a per-machine base)."""
-    _, _, digest = base.partition("@")
-    if DIGEST.fullmatch(digest):
-        return digest
-    local = client.images.list(name=base)
-    return local[0].id if local else None
+    for `project` (`torchyard.trust.project_scope`); GitHub's step summary gets a table of the images. Every
+    lock is checked first (offline): a missing or stale lock stops before Docker is touched. Native entries
+    (MPS) have no image: they are named and left out."""
+    build_images(entries, lockdir, options, machine=machine, project=project, env=env)
+    return 0
 
 
 def make_base(

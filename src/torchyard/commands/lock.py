@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from torchyard.errors import StaleLockError
-from torchyard.lock.check import Freshness, check_entry
+from torchyard.lock.check import Freshness, lock_freshness
 from torchyard.lock.lockfile import relock_hint
 from torchyard.lock.resolve import lock_entry, uv_version
 from torchyard.matrix.machine import Machine
@@ -23,7 +23,7 @@ def check_locks(entries: Sequence[Entry], lockdir: Path, *, runner: proc.Runner 
     entry says `lock-on-runner = true` (its runner reaches its indexes and locks it before its image); a
     stale one never is."""
     uv = uv_version(runner)
-    results = tuple(check_entry(entry, lockdir, uv) for entry in entries)
+    results = tuple(lock_freshness(entry, lockdir, uv) for entry in entries)
     rows, stale = [], []
     for entry, result in zip(entries, results, strict=True):
         detail = result.detail

@@ -33,8 +33,7 @@ import docker
 import docker.errors
 
 from torchyard.host.engine import engine
-from torchyard.image.build import LAYERS_LABEL
-from torchyard.image.layers import read_keys_label
+from torchyard.image.layers import LAYERS_LABEL, read_keys_label
 from torchyard.image.plan import DEPENDENCY_REPOSITORY
 from torchyard.run.scopes import SCOPE_LABEL, TRUST_LABEL
 from torchyard.util.markdown import markdown_table

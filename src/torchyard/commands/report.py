@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from torchyard.reports.merge import merge
-from torchyard.reports.render import html, markdown
+from torchyard.reports.render import compatibility_html, compatibility_markdown
 from torchyard.util.atomic import write_atomically
 from torchyard.util.markdown import append_step_summary
 
@@ -25,14 +25,14 @@ def report(
     """The table of `paths` (default: every run under ./reports): Markdown on stdout or into a file (and the
     step summary in GitHub Actions), HTML into a file; each file written whole or not at all."""
     table = merge(list(paths) or [DEFAULT_FOLDER])
-    text = markdown(table)
+    text = compatibility_markdown(table)
     if markdown_file is not None:
         write_atomically(markdown_file, text)
         print(f"torchyard: {markdown_file}: {len(table.cases)} cases, {len(table.runs)} runs", file=sys.stderr)
     else:
         sys.stdout.write(text)
     if html_file is not None:
-        write_atomically(html_file, html(table))
+        write_atomically(html_file, compatibility_html(table))
         print(f"torchyard: {html_file}: the same table as a page", file=sys.stderr)
     append_step_summary(text, env)
     return 0

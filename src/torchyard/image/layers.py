@@ -1,21 +1,11 @@
 """The lock's packages in a few image layers, the heavy and slow-moving first, each keyed by its pins alone.
 
-The rule, stable and documented (docs/concepts/flow.md): every pinned package of the lock goes into
-exactly one group, by its normalized name, first match wins:
-
-1. `torch`: torch and what it loads at run time: Triton, NVIDIA's CUDA wheels (`nvidia-*`, `cuda-*`),
-   TensorRT's, and Intel's XPU runtime wheels;
-2. `pytorch`: the deployment stack built against one torch: the parity backends' distributions
-   (`names.BACKEND_FACTS`: Torch-TensorRT, ExecuTorch, torchao), torchvision, torchaudio;
-3. `numeric`: the scientific stack torch and the deployment stack load: NumPy, SciPy, pandas, scikit-learn,
-   SymPy and mpmath, NetworkX, Pillow, OpenCV, Numba and llvmlite;
-4. `rest`: everything else (the test tools, the project's dependencies), small and fast-moving.
-
-Each group becomes its own requirements file in the build context (`layers/<group>.txt`): the group's pin
-lines with their hashes, in the lock's order, without uv's `# via` comments (they name dependents, which
-change when a package of another group does). The image installs the groups in that order, one layer each,
-so a layer's cache key is exactly the pins it holds: a change outside a group never rebuilds its layer, and
-two entries or two commits that agree on a group share its layer on the same base.
+Every pinned package goes into exactly one group, by its normalized name, first match wins (`GROUPS`; the rule
+and why are docs/concepts/flow.md's): `torch` and what it loads at run time, `pytorch` (the deployment stack
+built against one torch), `numeric`, then `rest`. Each group is its own requirements file in the context
+(`layers/<group>.txt`: its pin lines with their hashes, without uv's `# via` comments, which name dependents in
+other groups), installed as one layer: a change outside a group never rebuilds its layer. The image's label
+and history say which layers a runner holds, and their sizes.
 """
 
 from __future__ import annotations
@@ -73,6 +63,9 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 GROUP_NAMES = tuple(name for name, _ in GROUPS)
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==")
+LAYERS_LABEL = "dev.torchyard.layers"
+# A dependency layer's step in an image's history (`docker history`), and its group.
+LAYER_HISTORY = re.compile(r"install-layer\.sh (\w+)(?: # buildkit)?$")
 
 
 def normalize(name: str) -> str:
@@ -159,3 +152,18 @@ def read_keys_label(value: str) -> Mapping[str, str]:
     """`keys_label`'s value read back (anything malformed is skipped: labels are not trusted input)."""
     pairs = (item.partition("=") for item in value.split())
     return {name: key for name, sep, key in pairs if sep and name in GROUP_NAMES and re.fullmatch(r"[0-9a-f]{16}", key)}
+
+
+def history_layers(history: Sequence[Mapping[str, object]]) -> list[tuple[str | None, int]]:
+    """Each layer of an image's history (the engine's, newest first): its dependency group (None for any
+    other layer) and its size."""
+    layers = []
+    for item in history:
+        match = LAYER_HISTORY.search(str(item.get("CreatedBy", "")))
+        layers.append((match[1] if match else None, int(str(item.get("Size", 0)) or 0)))
+    return layers
+
+
+def layer_sizes(history: Sequence[Mapping[str, object]]) -> dict[str, int]:
+    """Each dependency layer's size, from the image's history."""
+    return {group: size for group, size in history_layers(history) if group is not None}

@@ -1,15 +1,12 @@
 """What an untrusted run's image build may use: nothing worth stealing, and nothing the trusted
 configuration did not already choose.
 
-A build step can reach the runner's network (a cloud metadata endpoint, say), so an untrusted build:
-- takes its base images, indexes and vendor settings from the trusted matrix.toml (the default branch's,
-  named by TORCHYARD_TRUSTED_MATRIX): a pull request that changes them is built only once trusted;
-- gets no index credentials (user:password in an index or mirror URL is dropped: an index that needs them
-  fails, and the build waits for a trusted run);
-- installs wheels only (`--no-build`): a lock that needs an sdist built waits for a trusted run;
-- never pushes.
-It uses the image a trusted run built from the same inputs where there is one; else its own is built under
-a tag of its own (WHEELS_ONLY is part of the content tag), which no trusted run ever reuses.
+A build step can reach the runner's network (a cloud metadata endpoint, say), so an untrusted build takes its
+bases, indexes and vendor settings from the trusted matrix.toml (the default branch's, TORCHYARD_TRUSTED_MATRIX),
+gets no index credentials (user:password is dropped from every URL), installs wheels only (`--no-build`) and
+never pushes: what needs more waits for a trusted run. It uses the image a trusted run built from the same
+inputs where there is one; else it builds its own under a tag of its own (WHEELS_ONLY is part of the content
+tag), which no trusted run ever reuses.
 """
 
 from __future__ import annotations
@@ -46,7 +43,7 @@ def build_policy(env: Mapping[str, str], *, allowed_docker_run: Collection[str] 
     return BuildPolicy(trusted=False, trusted_config=load_trusted(Path("matrix.toml"), allowed_docker_run, env))
 
 
-def check_entry(entry: Entry, policy: BuildPolicy) -> None:
+def check_untrusted_build(entry: Entry, policy: BuildPolicy) -> None:
     """An untrusted build of `entry` builds only from what the trusted configuration names (the trust gate's
     rule, held again here for every caller of the build)."""
     if policy.trusted:

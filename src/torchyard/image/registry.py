@@ -1,15 +1,11 @@
 """Images in an OCI registry that many runners share: names, credentials, pull, push and digests.
 
-The registry is a machine setting (`TORCHYARD_REGISTRY`, else `[registry] name` in machine.toml; read with
-the machine's other settings into `torchyard.matrix.machine.Registry`), never matrix.toml: a pull request
-that edits the matrix must not redirect where a runner pushes. Its credentials come from Docker's own
-store (`docker login`, credential helpers) or from `TORCHYARD_REGISTRY_USERNAME` /
-`TORCHYARD_REGISTRY_PASSWORD`; they go to the engine in the API's auth header and to the build client
-through a private, temporary Docker config, never into an argument list, a label, a layer or a log line.
-
-Pulls, pushes and digests go through the Docker SDK (the engine speaks the registry API, with its own
-mirrors, TLS settings and credential helpers); what the engine streams back is shown as one line per
-layer, and the bytes moved are counted.
+The registry is a machine setting (`TORCHYARD_REGISTRY`, else `[registry] name` in machine.toml), never
+matrix.toml: a pull request that edits the matrix must not redirect where a runner pushes. Its credentials
+come from Docker's own store (`docker login`, credential helpers) or `TORCHYARD_REGISTRY_USERNAME` /
+`TORCHYARD_REGISTRY_PASSWORD`, and go to the engine in the API's auth header and to the build client through
+a private, temporary Docker config: never into an argument list, a label, a layer or a log line. Transfers go
+through the Docker SDK, so the engine's own mirrors, TLS settings and credential helpers apply.
 """
 
 from __future__ import annotations

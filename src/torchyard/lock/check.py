@@ -34,7 +34,7 @@ def _changed_inputs(recorded: str, current: Mapping[str, Any]) -> list[str]:
     return sorted(key for key in {*old, *current} if old.get(key) != current.get(key))
 
 
-def check_entry(entry: Entry, lockdir: Path, uv: str) -> Freshness:
+def lock_freshness(entry: Entry, lockdir: Path, uv: str) -> Freshness:
     """Compare the lockfile with the current inputs; offline, reads one file."""
     path = lock_path(lockdir, entry)
     link = linked_component(path)
@@ -62,7 +62,7 @@ def check_entry(entry: Entry, lockdir: Path, uv: str) -> Freshness:
 
 def require_fresh(entry: Entry, lockdir: Path, uv: str) -> None:
     """Raise unless the entry's lock is fresh: what builds and runs check before anything else."""
-    freshness = check_entry(entry, lockdir, uv)
+    freshness = lock_freshness(entry, lockdir, uv)
     if freshness.status == "missing":  # its detail names the command and the indexes it needs
         raise StaleLockError(f"entry {entry.name!r}: lock is missing: {freshness.detail}")
     if freshness.status == "stale":

@@ -20,8 +20,8 @@ def sync_args(
 ) -> tuple[str, ...]:
     """`uv pip sync` that installs exactly the lock (and removes anything else), every file hash-checked;
     with `compile_bytecode`, every module's bytecode is written too (the suites' start-up imports torch and
-    ExecuTorch, and a run may not be allowed to write it): uv then checks all of site-packages, 0.4 s for
-    torch's 15,000 files even when nothing changed. `offline`: no index is read (uv otherwise asks the
+    ExecuTorch, and a run may not be allowed to write it): uv then checks all of site-packages, torch's
+    15,000 files among them, even when nothing changed. `offline`: no index is read (uv otherwise asks the
     indexes about every package even when the environment already matches the lock); a package that is
     missing must then come from uv's cache, or the sync fails."""
     args: list[str] = [

@@ -58,7 +58,7 @@ class Cell:
 
 
 @dataclass(frozen=True)
-class Table:
+class CompatibilityTable:
     runs: tuple[Run, ...]
     cases: tuple[str, ...]
     cells: dict[tuple[str, str, str], Cell]  # (run, case, backend)
@@ -112,7 +112,7 @@ def load_run(report: Path) -> Run:
     )
 
 
-def merge(paths: Sequence[Path]) -> Table:
+def merge(paths: Sequence[Path]) -> CompatibilityTable:
     """The runs the paths name, in the order given, as one table; two runs of one name are numbered."""
     reports = _reports(paths)
     if not reports:
@@ -133,4 +133,4 @@ def merge(paths: Sequence[Path]) -> Table:
         for result in run.results:
             cases[result["case"]] = None
             cells.setdefault((run.name, result["case"], result["backend"]), Cell()).results.append(result)
-    return Table(tuple(runs), tuple(sorted(cases)), cells)
+    return CompatibilityTable(tuple(runs), tuple(sorted(cases)), cells)

@@ -9,7 +9,7 @@ from html import escape
 from typing import Any
 
 from torchyard.names import BACKEND_FACTS, module_name
-from torchyard.reports.merge import OUTCOMES, Table
+from torchyard.reports.merge import OUTCOMES, CompatibilityTable
 
 SYMBOLS = {"passed": "✅", "xfailed": "⚠️ known", "failed": "❌ failed", "error": "❌ error", "skipped": "·", "none": ""}
 LEGEND = "✅ passed · ⚠️ known failure (exact) · ❌ failed or error · `·` skipped (blank: not run)"
@@ -28,7 +28,7 @@ def _versions(environment: dict[str, Any]) -> str:
     return ", ".join(f"{name} {environment[name]}" for name in VERSIONS if environment.get(name))
 
 
-def markdown(table: Table) -> str:
+def compatibility_markdown(table: CompatibilityTable) -> str:
     columns = [(run.name, backend) for run in table.runs for backend in run.backends]
     header = ["case", *(f"{run} {backend}" for run, backend in columns)]
     lines = [
@@ -113,7 +113,7 @@ def _detail(anchor: str, title: str, results: list[dict[str, Any]]) -> str:
     return "".join(parts)
 
 
-def html(table: Table) -> str:
+def compatibility_html(table: CompatibilityTable) -> str:
     columns = [(run.name, backend) for run in table.runs for backend in run.backends]
     groups = "".join(f'<th colspan="{len(run.backends)}">{escape(run.name)}</th>' for run in table.runs)
     heads = "".join(

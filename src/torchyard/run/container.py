@@ -25,15 +25,15 @@ import docker.errors
 from torchyard import contract
 from torchyard.accelerators import ACCELERATORS
 from torchyard.accelerators.protocol import HostFacts
-from torchyard.errors import DeviceUnavailableError, TorchyardError
-from torchyard.matrix.machine import Limits, size_bytes
+from torchyard.errors import ConfigError, DeviceUnavailableError, TorchyardError
+from torchyard.matrix.machine import Limits, Machine, duration_seconds, size_bytes
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
-from torchyard.run.reports import HandBackError, exclusive_run, folder_bytes, fresh_folder, hand_back, read_report
-from torchyard.run.scopes import CacheScope, seed_args
+from torchyard.run.handback import HandBackError, exclusive_run, folder_bytes, fresh_folder, hand_back, read_report
+from torchyard.run.scopes import CacheScope, cache_scope, seed_args
 from torchyard.run.stamp import stamp_reports
-from torchyard.seal import IMAGE_USER, Seal, check_matrix_flags, check_untrusted_seal, sealing_args
-from torchyard.trust import TRUST_ENV
+from torchyard.seal import IMAGE_USER, Seal, check_matrix_flags, check_untrusted_seal, run_user, sealing_args
+from torchyard.trust import TRUST_ENV, RunTrust
 from torchyard.util import proc
 
 OOM_STATUS = 137
@@ -56,6 +56,54 @@ class RunPlan:
 
 def container_name(entry: Entry) -> str:
     return f"torchyard-{entry.name}-{uuid.uuid4().hex[:8]}"
+
+
+def _network(entry: Entry, trust: RunTrust, machine: Machine) -> bool:
+    """An entry's `network` takes the machine's permission, and a trusted run."""
+    if entry.network is None:
+        return False
+    if not machine.allows_network:
+        raise ConfigError(
+            f'matrix.toml: entry "{entry.name}" > network: this machine does not let tests reach the network '
+            "(machine.toml [allow] network = true)"
+        )
+    if not trust.trusted:
+        print(f"torchyard: untrusted run: entry {entry.name!r}'s tests get no network", file=sys.stderr)
+    return trust.trusted
+
+
+def _timeout(entry: Entry, limits: Limits) -> int:
+    wanted, cap = duration_seconds(entry.timeout), duration_seconds(limits.timeout)
+    if wanted > cap:
+        print(f"torchyard: entry {entry.name!r}: timeout {entry.timeout} capped at this machine's {limits.timeout}")
+    return min(wanted, cap)
+
+
+def plan_run(
+    entry: Entry,
+    image: str,
+    *,
+    client: docker.DockerClient,
+    reports: Path,
+    project: str,
+    trust: RunTrust,
+    machine: Machine,
+    memory: str,
+) -> RunPlan:
+    """One entry's container run: a fresh name, the cache scope of its project and trust, this user, the seal
+    (a network only where the machine and the run's trust both allow one) and the deadline."""
+    name = container_name(entry)
+    return RunPlan(
+        entry=entry.name,
+        image=image,
+        name=name,
+        reports=reports,
+        scope=cache_scope(entry, project, trust.level, name.rsplit("-", 1)[-1]),
+        user=run_user(os.getuid(), os.getgid()),
+        seal=Seal(machine.limits, memory, network=_network(entry, trust, machine)),
+        image_id=str(client.images.get(image).id),
+        timeout_s=_timeout(entry, machine.limits),
+    )
 
 
 def docker_run_args(

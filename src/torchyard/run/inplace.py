@@ -18,8 +18,8 @@ from torchyard.errors import UsageError
 from torchyard.lock.lockfile import lock_path
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
+from torchyard.run.handback import reports_folder
 from torchyard.run.interpreter import run_suites
-from torchyard.run.reports import reports_folder
 from torchyard.run.scopes import local_cache
 from torchyard.trust import level_of
 from torchyard.util import proc

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from torchyard import contract
 from torchyard.matrix.schema import Entry
-from torchyard.run.reports import exclusive_run, fresh_folder
+from torchyard.run.handback import exclusive_run, fresh_folder
 from torchyard.util import proc
 
 

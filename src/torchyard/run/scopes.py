@@ -2,11 +2,9 @@
 
 Everything a run leaves for a later one (inductor's caches and C++ headers, lowered programs, stored
 patterns, replay records) lives under the entry's cache root, so scoping the root scopes them all:
-
 - a trusted run reads and writes `torchyard-cache-<project>-<entry>`, which nothing else writes;
 - an untrusted run gets a volume of its own, seeded with a copy of the trusted one (it starts warm) and
   removed when it ends: what it writes reaches no later run, and it never writes the trusted scope.
-
 `--local` and `--in-place` keep the same two scopes in `.torchyard/cache/` (they are per checkout already).
 """
 

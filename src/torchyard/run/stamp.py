@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from torchyard import contract
-from torchyard.run.reports import read_report
+from torchyard.run.handback import read_report
 from torchyard.util.atomic import write_atomically
 
 HOST_LINE = "> **torchyard (host)**:"

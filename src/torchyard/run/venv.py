@@ -13,17 +13,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from torchyard import contract
-from torchyard.image.build import build_project_wheel
+from torchyard.errors import CommandError, ImageBuildError
 from torchyard.image.context import inimage_files, project_files
+from torchyard.image.source import ProjectFile, write_files
 from torchyard.lock.check import require_fresh
 from torchyard.lock.install import sync_args
 from torchyard.lock.lockfile import lock_path
 from torchyard.lock.resolve import uv_version
-from torchyard.matrix.machine import Machine, Source
+from torchyard.matrix.machine import Machine, Source, index_args
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
+from torchyard.run.handback import reports_folder
 from torchyard.run.interpreter import run_suites
-from torchyard.run.reports import reports_folder
 from torchyard.run.scopes import local_cache
 from torchyard.trust import level_of
 from torchyard.util import proc
@@ -44,10 +45,10 @@ def sync_venv(
     env: Mapping[str, str],
 ) -> None:
     """The venv made exactly the lock. The first sync of a lock compiles every module's bytecode; a sync
-    of the lock the venv already has checks it offline (nothing to compile: uv's check of 15,000 files
-    took 0.35 s; no index asked about every package: 0.15 s here, seconds on a slow link). Only where the
-    venv was changed by hand and uv's cache lacks a wheel does that fail: the sync then goes online (a
-    package reinstalled so gets its bytecode at its first import, where the run may write it)."""
+    of the lock the venv already has checks it offline (nothing to compile, no index asked about every
+    package: seconds on a slow link). Only where the venv was changed by hand and uv's cache lacks a wheel
+    does that fail: the sync then goes online (a package reinstalled so gets its bytecode at its first
+    import, where the run may write it)."""
     stamp, digest = venv / SYNC_STAMP, hashlib.sha256(lockfile.read_bytes()).hexdigest()
     # A stamp that is a link is not this venv's own: it is never read, and the write below replaces it.
     again = stamp.is_file() and not stamp.is_symlink() and stamp.read_text().strip() == digest
@@ -81,6 +82,33 @@ def stage_inimage(venv: Path, python: str, source: Path | None = None) -> Path:
     paths = [target.resolve(), *([source.resolve()] if source is not None else [])]
     (site_packages / "torchyard.pth").write_text("".join(f"{path}\n" for path in paths))
     return target
+
+
+def wheel_build_args(source: Path, out_dir: Path, sources: Sequence[Source]) -> tuple[str, ...]:
+    """`uv build --wheel` for the project on this host (unsandboxed: `--local` and native entries only); its
+    build backend comes from the entry's indexes. Image builds use `torchyard.image.wheel`, sealed."""
+    return ("uv", "build", "--wheel", "--no-config", "--out-dir", str(out_dir), *index_args(sources), str(source))
+
+
+def build_project_wheel(
+    entry: str,
+    files: Sequence[ProjectFile],
+    out_dir: Path,
+    sources: Sequence[Source],
+    *,
+    runner: proc.Runner,
+    env: Mapping[str, str],
+) -> list[Path]:
+    """Build the project's wheel from exactly `files` (its source, written aside) into `out_dir`."""
+    with tempfile.TemporaryDirectory(prefix="torchyard-project-") as scratch:
+        source = Path(scratch)
+        write_files(files, source)
+        print(f"building the project's wheel from {len(files)} files", file=sys.stderr, flush=True)
+        try:
+            runner(wheel_build_args(source, out_dir, sources), env={**env, "UV_NO_PROGRESS": "1"})
+        except CommandError as error:
+            raise ImageBuildError(f"entry {entry!r}: the project's wheel did not build ({error})") from None
+    return sorted(out_dir.glob("*.whl"))
 
 
 def run_local(

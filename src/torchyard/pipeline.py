@@ -1,0 +1,343 @@
+"""The steps of a run, in order, in one list that `torchyard build` and `torchyard test` share.
+
+As nox's `_cli.py` lists its tasks, `STEPS` lists a run's: each is a plain function of the request (what
+the command asked, fixed) and the run so far (what the steps before it found). A build stops after its
+images; the run ends wherever no entry is left for a container.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import docker
+
+from torchyard import contract
+from torchyard.accelerators import HostFacts
+from torchyard.errors import CommandError, DockerUnavailableError, ImageBuildError, UsageError
+from torchyard.host.engine import DockerCli, build_client, engine
+from torchyard.host.facts import gather_host_facts
+from torchyard.image.build import build_image
+from torchyard.image.outcome import Built, images_markdown
+from torchyard.image.plan import BuildOptions, plan_build, resolve_base
+from torchyard.image.policy import BuildPolicy, build_policy
+from torchyard.image.reuse import NO_OPTIONS, NO_REGISTRY, TRUSTED, base_identity, reuse_image, trusted_dependencies
+from torchyard.lock.check import require_fresh
+from torchyard.lock.resolve import uv_version
+from torchyard.matrix.machine import MEMORY_SHARE, Machine
+from torchyard.matrix.schema import Entry
+from torchyard.run.container import plan_run, require_device_runtime, run_entry
+from torchyard.run.handback import read_report, reports_folder
+from torchyard.run.inplace import run_in_place
+from torchyard.run.venv import run_local
+from torchyard.seal import default_memory
+from torchyard.trust import RunTrust, project_scope
+from torchyard.util import proc
+from torchyard.util.markdown import append_step_summary, markdown_table
+
+LOCAL_HINT = "; `nox -s test-cpu -- --local` runs the suites without Docker"
+Mode = Literal["container", "local", "in-place"]
+
+
+@dataclass(frozen=True)
+class Tests:
+    """What `torchyard test` asks beyond the images: where the suites run, with what, and the run's trust."""
+
+    mode: Mode
+    reports: Path
+    pytest_args: Sequence[str]
+    trust: RunTrust
+    keep: bool = False
+    unsandboxed: bool = False
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the command asked; `tests` is None for a build, which runs nothing."""
+
+    entries: tuple[Entry, ...]
+    lockdir: Path
+    machine: Machine
+    project: str  # what names its images and scopes its caches (`torchyard.trust.project_scope`)
+    runner: proc.Runner
+    env: Mapping[str, str]
+    options: BuildOptions = NO_OPTIONS
+    tests: Tests | None = None
+    summarize_found: bool = True  # the images found on this runner go into the step summary too
+
+
+@dataclass
+class Progress:
+    """What the steps have found and made so far."""
+
+    contained: list[Entry]  # the entries still on their way to a container
+    client: docker.DockerClient | None = None
+    cli: DockerCli | None = None
+    host: HostFacts | None = None
+    folders: dict[str, Path] = field(default_factory=dict)  # each contained entry's reports folder
+    policy: BuildPolicy = TRUSTED
+    uv: str = ""
+    built: list[Built] = field(default_factory=list)
+    statuses: list[int] = field(default_factory=list)
+    ran: list[tuple[str, str, str, str]] = field(default_factory=list)  # entry, image, exit status, reports
+
+
+Step = Callable[[Request, Progress], None]
+
+
+def check_trust(request: Request, progress: Progress) -> None:
+    """A test says its trust; an untrusted one runs no entry outside a container unless `--unsandboxed`."""
+    tests = request.tests
+    if tests is None:
+        return
+    trust = tests.trust
+    print(f"torchyard: {trust.level} run ({trust.why})", file=sys.stderr, flush=True)
+    bare = [entry.name for entry in progress.contained if tests.mode != "container" or entry.accelerator.native]
+    if bare and not trust.trusted and not tests.unsandboxed:
+        where = f"--{tests.mode}" if tests.mode != "container" else "a native entry"
+        raise UsageError(
+            f"an untrusted run ({trust.why}) does not run {', '.join(bare)} unsandboxed: {where} runs the "
+            "project's code on this host, with its files and environment; pass --unsandboxed to run it anyway"
+        )
+
+
+def run_in_place_entries(request: Request, progress: Progress) -> None:
+    """`--in-place`: every entry in this interpreter as it is, unlocked, and its report says so."""
+    tests = request.tests
+    if tests is None or tests.mode != "in-place":
+        return
+    for entry in progress.contained:
+        status = run_in_place(
+            entry, request.lockdir, tests.reports, tests.pytest_args, runner=request.runner, env=request.env
+        )
+        progress.statuses.append(status)
+        _summarize(tests.reports / f"{entry.name}-in-place", request.env)
+    progress.contained = []
+
+
+def run_native_entries(request: Request, progress: Progress) -> None:
+    """Native entries (MPS; every entry with `--local`) run in a venv made from their lock, once the host is
+    shown to have their device; a build names them and leaves them out: they have no image."""
+    tests = request.tests
+    local = tests is not None and tests.mode == "local"
+    native = [entry for entry in progress.contained if entry.accelerator.native or local]
+    progress.contained = [entry for entry in progress.contained if entry not in native]
+    if tests is None:
+        for entry in native:
+            print(f"entry {entry.name!r} runs natively ({entry.accelerator.name}): there is no image to build")
+        return
+    if not local:
+        host = gather_host_facts(None)
+        for entry in native:
+            require_device_runtime(entry, host, request.env)  # before the venv is made: fail fast, and say why
+    for entry in native:
+        status = run_local(
+            entry, request.lockdir, tests.reports, tests.pytest_args, machine=request.machine,
+            runner=request.runner, env=request.env,
+        )  # fmt: skip
+        progress.statuses.append(status)
+        _summarize(tests.reports / f"{entry.name}-local", request.env)
+
+
+def check_devices(request: Request, progress: Progress) -> None:
+    """Before any lock check or build, a test's engine, each entry's device and its reports folder (a
+    committed link there is refused now): fail fast, and say why."""
+    if request.tests is None:
+        return
+    try:
+        progress.client = engine(request.env)
+    except DockerUnavailableError as error:
+        raise DockerUnavailableError(f"{error}{LOCAL_HINT}") from None
+    progress.host = gather_host_facts(progress.client)
+    for entry in progress.contained:
+        require_device_runtime(entry, progress.host, request.env)
+        progress.folders[entry.name] = reports_folder(request.tests.reports, entry.name)
+    progress.cli = build_client(request.env, request.runner)
+
+
+def check_build_policy(request: Request, progress: Progress) -> None:
+    """What this run's builds may do: an untrusted run publishes nothing, and `--push` needs a registry."""
+    progress.policy = build_policy(request.env, allowed_docker_run=request.machine.allowed_docker_run)
+    if request.options.push and not progress.policy.trusted:
+        raise ImageBuildError("an untrusted run does not push images: only trusted runs publish to the registry")
+    if request.options.push and request.machine.registry is None:
+        raise ImageBuildError(NO_REGISTRY)  # before any lock check or layer
+
+
+def check_locks(request: Request, progress: Progress) -> None:
+    """Every lock fresh, checked offline: a missing or stale lock stops before anything is built."""
+    progress.uv = uv_version(request.runner)
+    for entry in progress.contained:
+        require_fresh(entry, request.lockdir, progress.uv)
+
+
+def _git(args: Sequence[str], runner: proc.Runner, fallback: str) -> str:
+    try:
+        return runner(["git", *args], capture=True).stdout.strip() or fallback
+    except (CommandError, OSError):
+        return fallback
+
+
+def build_or_reuse_images(request: Request, progress: Progress) -> None:
+    """Each entry's image, with this machine's registry, base overrides and mirrors: found on this runner,
+    pulled, or built. An untrusted run uses the image a trusted run built from the same inputs, else builds
+    one of its own (under its own tag: no trusted run ever reuses what an untrusted build made)."""
+    machine, policy, env = request.machine, progress.policy, request.env
+    registry = machine.registry
+    client = progress.client = progress.client or engine(env)
+    cli = progress.cli = progress.cli or build_client(env, request.runner)
+    revision = _git(["rev-parse", "HEAD"], request.runner, "unknown")
+    epoch = _git(["log", "-1", "--format=%ct"], request.runner, "0")
+    for position, entry in enumerate(progress.contained, start=1):
+        base = resolve_base(entry, machine.base_overrides)
+        base_id = base_identity(base, client) or entry.accelerator.require_base_image().digest
+        plan = plan_build(
+            entry, request.lockdir, project=request.project, base_image=base, base_id=base_id, uv_version=progress.uv,
+            revision=revision, source_date_epoch=epoch,
+        )  # fmt: skip
+        print(f"[{position}/{len(progress.contained)}] {entry.name}: {plan.tag}", file=sys.stderr, flush=True)
+        image = (
+            None
+            if policy.trusted
+            else reuse_image(entry, plan, client, registry=machine.registry, env=env, policy=policy)
+        )
+        if image is None and not policy.trusted:
+            # It stands on the dependency image a trusted build of the same pins left, when there is one:
+            # then it installs nothing of the lock (no sdist to refuse, no cache to scope).
+            stands_on = trusted_dependencies(client, plan)
+            plan = plan_build(
+                entry, request.lockdir, project=request.project, base_image=base, base_id=base_id,
+                uv_version=progress.uv, revision=revision, source_date_epoch=epoch, policy=policy, stands_on=stands_on,
+            )  # fmt: skip
+            if stands_on is not None:
+                print(f"{entry.name}: untrusted, on the trusted dependency image {stands_on[0]}", file=sys.stderr)
+        if image is None:
+            image = build_image(
+                entry, plan, client, cli, options=request.options, registry=registry, policy=policy,
+                sources=machine.install_sources(entry.indexes), runner=request.runner, env=env,
+            )  # fmt: skip
+        progress.built.append(image)
+
+
+def summarize_images(request: Request, progress: Progress) -> None:
+    """The images' table on stdout and in GitHub's step summary, which leaves out those found on this runner
+    unless `summarize_found` (a test's images were built, and summarized, by the build step before it)."""
+    sys.stdout.write(images_markdown(progress.built))
+    announced = [image for image in progress.built if request.summarize_found or image.origin != "local"]
+    if announced:
+        append_step_summary(f"### torchyard images\n\n{images_markdown(announced)}", request.env)
+
+
+def run_containers(request: Request, progress: Progress) -> None:
+    """Each entry's suites in its image, sealed; its reports are handed back as its container ends (the
+    hand-back is the run's `finally`), and its parity table goes into the step summary."""
+    tests, client, host, cli = request.tests, progress.client, progress.host, progress.cli
+    if tests is None or client is None or host is None or cli is None:
+        return
+    memory = default_memory(request.machine.limits, host.memory_bytes, MEMORY_SHARE)
+    for entry, image in zip(progress.contained, progress.built, strict=True):
+        plan = plan_run(
+            entry, image.tag, client=client, reports=progress.folders[entry.name], project=request.project,
+            trust=tests.trust, machine=request.machine, memory=memory,
+        )  # fmt: skip
+        print(
+            f"running {entry.name} in {plan.name} ({tests.trust.level}; cache {plan.scope.volume}); reports in "
+            f"{plan.reports}",
+            file=sys.stderr,
+            flush=True,
+        )
+        status = run_entry(
+            entry, plan, client=client, docker_path=cli.path, host=host, pytest_args=tests.pytest_args,
+            keep=tests.keep, runner=request.runner, env=request.env,
+        )  # fmt: skip
+        progress.statuses.append(status)
+        progress.ran.append((entry.name, image.tag, str(status), str(plan.reports)))
+        _summarize(plan.reports, request.env)
+
+
+def summarize_runs(request: Request, progress: Progress) -> None:
+    """The containers' table on stdout: each entry's image, exit status and reports."""
+    if request.tests is not None:
+        sys.stdout.write(markdown_table(("entry", "image", "exit status", "reports"), progress.ran))
+
+
+def _summarize(report_dir: Path, env: Mapping[str, str]) -> None:
+    """A run's parity table into GitHub's step summary (the one place that appends it)."""
+    table = read_report(report_dir / contract.PARITY_MARKDOWN)
+    if table is not None:
+        append_step_summary(table, env)
+
+
+STEPS: tuple[Step, ...] = (
+    check_trust,
+    run_in_place_entries,
+    run_native_entries,
+    check_devices,
+    check_build_policy,
+    check_locks,
+    build_or_reuse_images,
+    summarize_images,
+    run_containers,
+    summarize_runs,
+)
+BUILD_STEPS = STEPS[: STEPS.index(summarize_images) + 1]
+
+
+def execute(steps: Sequence[Step], request: Request, progress: Progress | None = None) -> Progress:
+    """Each step in turn, until no entry is left for a container."""
+    progress = progress or Progress(list(request.entries))
+    for step in steps:
+        step(request, progress)
+        if not progress.contained:
+            break
+    return progress
+
+
+def first_failure(statuses: Sequence[int]) -> int:
+    return next((status for status in statuses if status), 0)
+
+
+def build_images(
+    entries: Sequence[Entry],
+    lockdir: Path,
+    options: BuildOptions,
+    *,
+    machine: Machine,
+    project: str,
+    client: docker.DockerClient | None = None,
+    cli: DockerCli | None = None,
+    runner: proc.Runner = proc.run,
+    env: Mapping[str, str] = os.environ,
+    summarize_found: bool = True,
+) -> list[Built]:
+    """The build's steps for `entries`, their images named for `project` (`client` and `cli` are found when not
+    given): their images."""
+    request = Request(tuple(entries), lockdir, machine, project, runner, env, options, summarize_found=summarize_found)
+    return execute(BUILD_STEPS, request, Progress(list(entries), client=client, cli=cli)).built
+
+
+def run_tests(
+    entries: Sequence[Entry],
+    *,
+    mode: Mode,
+    lockdir: Path,
+    reports: Path,
+    pytest_args: Sequence[str],
+    machine: Machine,
+    trust: RunTrust,
+    keep: bool = False,
+    project: str = "",
+    unsandboxed: bool = False,
+    runner: proc.Runner = proc.run,
+    env: Mapping[str, str] = os.environ,
+) -> int:
+    """Every step for `entries` (`project`: matrix.toml's folder's when not given); the first non-zero status is
+    the result (all entries still run)."""
+    tests = Tests(mode, reports, pytest_args, trust, keep, unsandboxed)
+    project = project or project_scope(Path("matrix.toml"), env)
+    request = Request(tuple(entries), lockdir, machine, project, runner, env, tests=tests, summarize_found=False)
+    return first_failure(execute(STEPS, request).statuses)

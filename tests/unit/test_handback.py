@@ -1,0 +1,199 @@
+"""The hand-back: the reports folder as hostile code leaves it; links are removed, never followed; one run at a
+time."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+import pytest
+
+from torchyard.errors import UsageError
+from torchyard.run.handback import (
+    HandBackError,
+    empty_folder,
+    exclusive_run,
+    folder_bytes,
+    fresh_folder,
+    hand_back,
+    read_report,
+    reports_folder,
+)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="handing back as root is what can take over host files")
+def test_links_planted_in_the_reports_are_removed_and_never_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "host-file"
+    outside.write_text("the host's\n")
+    os.chown(outside, 0, 0)
+    reports = tmp_path / "reports" / "cpu"
+    fresh_folder(reports)
+    (reports / "parity.md").write_text("| table |\n")
+    (reports / "nested").mkdir()
+    (reports / "x").symlink_to(outside)
+    (reports / "nested" / "y").symlink_to(outside)
+    (reports / "dir-link").symlink_to(tmp_path)
+    os.mkfifo(reports / "fifo")
+    removed = hand_back(reports, 1234, 1234)
+    assert sorted(removed) == ["dir-link", "fifo", "nested/y", "x"]
+    assert (outside.stat().st_uid, outside.read_text()) == (0, "the host's\n")
+    assert tmp_path.stat().st_uid == 0
+    assert (reports / "parity.md").stat().st_uid == 1234 and (reports / "nested").stat().st_uid == 1234
+
+
+def test_a_summary_is_never_read_through_a_link(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("password\n")
+    (tmp_path / "parity.md").symlink_to(secret)
+    assert read_report(tmp_path / "parity.md") is None
+    assert read_report(tmp_path / "absent.md") is None
+    (tmp_path / "real.md").write_text("| ok |\n")
+    assert read_report(tmp_path / "real.md") == "| ok |\n"
+
+
+def test_a_run_starts_from_an_empty_folder(tmp_path: Path) -> None:
+    reports = tmp_path / "cpu"
+    reports.mkdir()
+    (reports / "parity.md").write_text("last run's table\n")
+    fresh_folder(reports)
+    assert list(reports.iterdir()) == []
+
+
+def test_a_reports_path_that_is_a_file_or_a_link_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match="is a file, not a folder"):
+        fresh_folder(tmp_path / "file")
+    (tmp_path / "link").symlink_to(tmp_path)
+    with pytest.raises(UsageError, match="is a symbolic link"):
+        fresh_folder(tmp_path / "link")
+
+
+def test_one_run_per_reports_folder(tmp_path: Path) -> None:
+    reports = tmp_path / "reports" / "cpu"
+    with exclusive_run(reports):
+        other = os.open(tmp_path / "reports" / ".cpu.lock", os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(other)
+    other = os.open(tmp_path / "reports" / ".cpu.lock", os.O_RDWR)
+    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free once the run is over
+    os.close(other)
+
+
+def test_a_chain_deeper_than_the_walk_goes_is_removed_without_recursion(tmp_path: Path) -> None:
+    """1,100 folders deep made Python 3.11's os.walk raise RecursionError, and the links in it stayed."""
+    reports = tmp_path / "reports"
+    fresh_folder(reports)
+    (reports / "parity.md").write_text("| table |\n")
+    handle = os.open(reports, os.O_RDONLY)
+    for _ in range(1100):  # by descriptor: the chain's path is longer than the kernel takes in one piece
+        os.mkdir("d", dir_fd=handle)
+        inner = os.open("d", os.O_RDONLY, dir_fd=handle)
+        os.symlink("/etc/hostname", "leak", dir_fd=inner)
+        os.close(handle)
+        handle = inner
+    os.close(handle)
+    removed = hand_back(reports, os.getuid(), os.getgid())
+    assert removed[-1] == "/".join(["d"] * 33) + " (deeper than 32 folders)"
+    assert len(removed) == 33  # the links in the 32 folders kept, and the cut
+    assert all(name.endswith("/leak") for name in removed[:-1])
+    assert (reports / "parity.md").is_file()
+    depth, folder = 0, reports
+    while (folder / "d").is_dir():
+        depth, folder = depth + 1, folder / "d"
+    assert depth == 32 and not list(reports.rglob("leak"))
+    fresh_folder(reports)  # a later run starts from an empty folder, whatever the last one left
+    assert not list(reports.iterdir())
+
+
+def test_more_than_the_machines_limit_fails_the_hand_back_and_empties_the_folder(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    fresh_folder(reports)
+    (reports / "big").write_bytes(b"x" * 5000)
+    (reports / "nested").mkdir()
+    (reports / "nested" / "more").write_bytes(b"x" * 5000)
+    with pytest.raises(HandBackError) as caught:
+        hand_back(reports, os.getuid(), os.getgid(), limit_bytes=8000)
+    assert str(caught.value) == (
+        f"the run left 0 MB in {reports}, over this machine's 0 MB for reports (machine.toml [limits] reports): emptied"
+    )
+    assert reports.is_dir() and not list(reports.iterdir())
+    (reports / "small").write_bytes(b"x")
+    assert hand_back(reports, os.getuid(), os.getgid(), limit_bytes=8000) == []
+
+
+@pytest.mark.parametrize("link", ["reports", "reports/cpu"])
+def test_a_committed_link_on_the_way_to_the_reports_is_refused_never_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, link: str
+) -> None:
+    """A pull request commits `reports -> ../victim` (or `reports/cpu -> ...`): the victim is never written."""
+    checkout, victim = tmp_path / "checkout", tmp_path / "victim"
+    checkout.mkdir()
+    victim.mkdir()
+    (victim / "keep").write_text("the host's")
+    (checkout / link).parent.mkdir(parents=True, exist_ok=True)
+    (checkout / link).symlink_to(victim)
+    monkeypatch.chdir(checkout)
+    with pytest.raises(UsageError, match=rf"{checkout / link} is a symbolic link .*: refusing to write through it"):
+        reports_folder(Path("reports"), "cpu")
+    with pytest.raises(UsageError, match="is a symbolic link"):
+        fresh_folder(Path("reports") / "cpu")
+    assert [item.name for item in victim.iterdir()] == ["keep"]
+
+
+def test_a_committed_link_in_place_of_the_runs_lock_is_one_line_never_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkout, victim = tmp_path / "checkout", tmp_path / "victim"
+    (checkout / "reports").mkdir(parents=True)
+    victim.write_text("the host's")
+    (checkout / "reports" / ".cpu.lock").symlink_to(victim)
+    monkeypatch.chdir(checkout)
+    with (
+        pytest.raises(UsageError, match=r"\.cpu\.lock: cannot hold the run's lock"),
+        exclusive_run(Path("reports") / "cpu"),
+    ):
+        pass
+    with pytest.raises(UsageError, match=r"\.cpu\.lock: cannot hold the run's lock \(a link or folder\)"):
+        reports_folder(Path("reports"), "cpu")  # before any build
+    assert victim.read_text() == "the host's"
+
+
+def test_a_reports_folder_outside_the_checkout_is_taken_as_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$RUNNER_TEMP may itself lie behind a link (macOS's /tmp): only what torchyard makes there is checked."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "temp").symlink_to(tmp_path / "real")
+    monkeypatch.chdir(tmp_path / "real")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert reports_folder(tmp_path / "temp" / "reports", "cpu") == tmp_path / "temp" / "reports" / "cpu"
+
+
+def test_the_reports_are_counted_as_they_are_written_without_following_links(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "big").write_bytes(b"x" * 1000)
+    (tmp_path / "huge-elsewhere").write_bytes(b"x" * 5000)
+    (tmp_path / "a" / "link").symlink_to(tmp_path / "huge-elsewhere")
+    assert folder_bytes(tmp_path / "a") == 1000
+
+
+def test_a_chain_deeper_than_the_stack_is_counted_while_it_is_written(tmp_path: Path) -> None:
+    """The watch counts what a run writes every second; a chain of 1,100 folders (as the attacker's test in
+    test_trust.py plants) neither recurses nor stops the count."""
+    handle = os.open(tmp_path, os.O_RDONLY)
+    for _ in range(1100):
+        os.mkdir("d", dir_fd=handle)
+        inner = os.open("d", os.O_RDONLY, dir_fd=handle)
+        os.close(handle)
+        handle = inner
+    os.close(handle)
+    (tmp_path / "top").write_bytes(b"x" * 10)
+    try:
+        assert folder_bytes(tmp_path) >= 10
+    finally:
+        empty_folder(tmp_path)  # pytest's own clean-up of old temporary folders recurses: leave no chain to it

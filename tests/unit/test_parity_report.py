@@ -1,0 +1,120 @@
+"""The parity reports the in-image side writes (parity.md, parity.json): what they name, count and time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from torchyard.inimage.load import machine_load, sample
+from torchyard.inimage.parity.report import write_reports
+
+
+def test_the_parity_reports_name_the_suites_that_ran(tmp_path: Path) -> None:
+    """A run narrowed with `--suite` says so wherever its verdicts are read: a report that looks whole
+    would pass for a run of every suite."""
+    manifest = {"accelerator": "cuda", "device": "NVIDIA H200", "torch": "2.11.0", "trust": "untrusted"}
+    paths = write_reports(tmp_path, [], manifest, {"suites": ["export", "parity"]})
+    title = paths["markdown"].read_text().splitlines()[0]
+    assert title == "### torchyard parity: cuda on NVIDIA H200, torch 2.11.0, untrusted run; suites: export, parity"
+    assert json.loads(paths["json"].read_text())["suites"] == ["export", "parity"]
+
+
+def _record(case: str, backend: str, suite: str, latency: float | None) -> dict[str, object]:
+    return {"case": case, "backend": backend, "suite": suite, "outcome": "passed", "latency_ms": latency}
+
+
+def test_train_steps_are_timed_against_the_eager_step_with_their_optimizer(tmp_path: Path) -> None:
+    records = [
+        _record("mlp", "train-inductor-adamw", "train", 2.0),
+        _record("mlp", "eager", "parity", 1.0),
+        _record("mlp", "train-eager-sgd", "train", 4.0),
+        _record("mlp", "inductor", "compile", 0.5),
+        _record("mlp", "train-inductor-sgd:max-autotune", "train", 1.0),
+        _record("mlp", "train-eager-adamw", "train", 3.0),
+        _record("conv", "train-eager-sgd", "train", 1.0),
+        _record("conv", "eager", "parity", 2.0),
+    ]
+    paths = write_reports(tmp_path, records, {"accelerator": "cpu"}, {})
+    speed = json.loads(paths["json"].read_text())["speed"]["mlp"]
+    assert speed["inductor"]["speedup"] == 2.0  # over eager inference
+    assert speed["train-inductor-adamw"]["speedup"] == 1.5  # over the eager AdamW step, not over inference
+    assert speed["train-inductor-sgd:max-autotune"]["speedup"] == 4.0
+    assert speed["train-eager-sgd"]["speedup"] == 1.0
+    text = paths["markdown"].read_text()
+    inference, _, training = text.partition("#### Training speed")
+    assert "train-" not in inference.split("#### Speed")[1]  # the inference table has inference columns only
+    (mlp,) = [" ".join(line.split()) for line in training.splitlines() if line.startswith("| mlp ")]
+    assert mlp == "| mlp | 4.000 (1.00x) | 3.000 (1.00x) | 2.000 (1.50x) | 1.000 (4.00x) |"
+    # A case's inference and training rows stand together in the verdict table.
+    cases = [line.split("|")[1].strip() for line in text.split("#### Speed")[0].splitlines() if line.startswith("| ")]
+    assert cases[1:] == ["conv", "conv", "mlp", "mlp", "mlp", "mlp", "mlp", "mlp"]
+
+
+def _result(case: str, backend: str, suite: str, outcome: str, reason: str = "", **fields: object) -> dict[str, object]:
+    return {"case": case, "backend": backend, "suite": suite, "outcome": outcome, "reason": reason, **fields}
+
+
+def test_the_markdown_opens_with_counts_then_the_failures_and_known_failures(tmp_path: Path) -> None:
+    """276 rows read at a glance only with a summary first: counts by outcome, then each failure and known
+    failure on its own line with its whole reason; every row follows."""
+    long_reason = "expected the known failure UserError matching 'Eq(u0, 1)', got error: " + "x" * 300
+    records = [
+        _result("mlp", "eager", "parity", "passed"),
+        _result("conv", "executorch-portable", "runtime", "xfailed", "upstream issue #123 [observed: 0x12]"),
+        _result("guarded", "export", "export", "failed", long_reason),
+        _result("mlp", "tensorrt", "parity", "skipped", "Torch-TensorRT needs an NVIDIA CUDA device"),
+    ]
+    lines = write_reports(tmp_path, records, {"accelerator": "cpu"}, {})["markdown"].read_text().splitlines()
+    assert lines[1:6] == [
+        "",
+        "**1 pass, 1 FAIL, 1 skip, 1 known failure** (4 results)",
+        "",
+        f"- FAIL: `guarded` on export (export): {long_reason}",
+        "- known failure: `conv` on executorch-portable (runtime): upstream issue #123 [observed: 0x12]",
+    ]
+    rows = [line for line in lines if line.startswith("| ") and "(median" not in line]
+    assert len(rows) == 1 + len(records)  # the header, and every result
+    assert "cache" in rows[0].split("|")[11]
+
+
+def test_the_reference_and_the_cache_say_what_qualifies_a_row(tmp_path: Path) -> None:
+    effective = "float64 on cpu (float32 in effect: eager in float32 equals it exactly)"
+    why = "no source for 'doubled' in model (code made at run time, by exec or in a notebook, has none)"
+    records = [
+        _result("vq", "export", "export", "passed", reference=effective, cache="hit"),
+        _result("notebook", "export", "export", "passed", reference="float64 on cpu", cache="unkeyable", cache_why=why),
+    ]
+    text = write_reports(tmp_path, records, {"accelerator": "cpu"}, {})["markdown"].read_text()
+    assert f"- reference for `vq`: {effective}\n" in text
+    assert f"- artifact cache not used for `notebook` (export): {why}\n" in text
+    (vq,) = [line.split("|") for line in text.splitlines() if line.startswith("| vq ")]
+    assert [vq[8].strip(), vq[11].strip()] == ["float64 on cpu (float32 in effect)", "hit"]
+
+
+def test_machine_load_decides_whether_speed_figures_stand() -> None:
+    """Others' work is what ran before the run (its start's 1-minute load) or beside it (its end's, less its
+    own workers); with the run's workers it must fit the CPUs."""
+    quiet = machine_load([0.4, 0.5, 0.5], [1.3, 0.9, 0.6], cpus=2, workers=1)
+    assert (quiet["loaded"], quiet["others"]) == (False, 0.4)
+    shared = machine_load([5.13, 5.55, 4.08], [5.9, 5.6, 4.5], cpus=2, workers=1)
+    assert (shared["loaded"], shared["others"]) == (True, 5.13)
+    assert shared["why"] == (
+        "other work averaged 5.1 runnable processes beside this run's 1 on 2 CPUs "
+        "(1-minute load average 5.13 at the start, 5.90 at the end)"
+    )
+    assert machine_load([0.0, 0.0, 0.0], [3.9, 1.0, 0.4], cpus=4, workers=2)["loaded"] is False  # its own 2, and 1.9
+    assert machine_load([0.0, 0.0, 0.0], [4.5, 1.0, 0.4], cpus=4, workers=2)["loaded"] is True  # 2.5 others + 2 > 4
+    assert machine_load(None, None, cpus=2, workers=1)["loaded"] is None
+    assert sample(lambda: (1.234, 2.0, 3.0)) == [1.23, 2.0, 3.0]
+
+
+def test_a_loaded_machines_speedups_are_withheld(tmp_path: Path) -> None:
+    records = [_record("mlp", "eager", "parity", 2.0), _record("mlp", "inductor", "compile", 0.0034)]
+    loaded = {"accelerator": "cpu", "load": machine_load([5.1, 5.0, 4.0], [5.5, 5.0, 4.0], cpus=2, workers=1)}
+    text = write_reports(tmp_path / "loaded", records, loaded, {})["markdown"].read_text()
+    assert "- speed: the machine was loaded, so speedups are withheld and latencies are upper bounds: " in text
+    (row,) = [" ".join(line.split()) for line in text.split("#### Speed")[1].splitlines() if line.startswith("| mlp")]
+    assert row == "| mlp | 2.000 | 0.003 |"  # not 588x
+    quiet = {"accelerator": "cpu", "load": machine_load([0.2, 0.2, 0.2], [1.0, 0.5, 0.3], cpus=2, workers=1)}
+    text = write_reports(tmp_path / "quiet", records, quiet, {})["markdown"].read_text()
+    assert "588.24x" in text and "- speed:" not in text

@@ -1,0 +1,31 @@
+"""Before a build: the engine's disk holds what the build writes, estimated from the entry's last image."""
+
+from __future__ import annotations
+
+from torchyard.image.preflight import needs_more_than_free, rebuilt_bytes
+
+
+def test_a_build_needs_its_last_image_size_and_a_margin() -> None:
+    assert needs_more_than_free(6 << 30, 7 << 30)
+    assert not needs_more_than_free(6 << 30, 9 << 30)
+    assert not needs_more_than_free(0, 0)  # nothing to estimate from
+
+
+# The engine's history, newest first, of an image whose four groups came from install-layer.sh.
+HISTORY = [
+    {"CreatedBy": "LABEL org.opencontainers.image.title=...", "Size": 0},
+    {"CreatedBy": "RUN /bin/sh -c pip install project", "Size": 300},
+    {"CreatedBy": "COPY lock.txt", "Size": 10},
+    {"CreatedBy": "RUN |3 ... bash /opt/torchyard/install-layer.sh rest", "Size": 2_000},
+    {"CreatedBy": "RUN |3 ... bash /opt/torchyard/install-layer.sh numeric", "Size": 40_000},
+    {"CreatedBy": "RUN |3 ... bash /opt/torchyard/install-layer.sh torch", "Size": 5_000_000},
+    {"CreatedBy": "base", "Size": 100_000},
+]
+
+
+def test_a_rebuild_that_keeps_the_dependency_layers_needs_only_what_lies_above_them() -> None:
+    size = sum(int(str(layer["Size"])) for layer in HISTORY)
+    assert rebuilt_bytes(HISTORY, size, ["torch", "numeric", "rest"]) == 310
+    assert rebuilt_bytes(HISTORY, size, ["torch"]) == 42_310
+    assert rebuilt_bytes(HISTORY, size, []) == size  # a new torch group: the whole image again
+    assert rebuilt_bytes(HISTORY, size, ["pytorch"]) == size  # a group the history lacks: assume nothing

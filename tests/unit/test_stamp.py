@@ -1,0 +1,54 @@
+"""The host's stamp on the reports a container wrote: trust, entry and image, never written through a link."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from torchyard.run.stamp import HOST_LINE, stamp_reports
+
+
+def test_the_host_stamps_trust_entry_and_image_over_what_the_container_wrote(tmp_path: Path) -> None:
+    """A conftest that rewrites the reports after torchyard's plugin cannot call an untrusted run trusted."""
+    (tmp_path / "env.json").write_text(json.dumps({"trust": "trusted", "torch": "2.14.1", "entry": "forged"}))
+    (tmp_path / "parity.json").write_text(json.dumps({"environment": {"trust": "trusted"}, "results": []}))
+    (tmp_path / "parity.md").write_text(f"{HOST_LINE} entry `cpu`, image `x`, **trusted** run\n### torchyard parity\n")
+    stamp_reports(tmp_path, {"trust": "untrusted", "entry": "cpu", "image": "torchyard/cpu:abc"})
+    environment = json.loads((tmp_path / "env.json").read_text())
+    assert environment == {"trust": "untrusted", "torch": "2.14.1", "entry": "cpu", "image": "torchyard/cpu:abc"}
+    assert json.loads((tmp_path / "parity.json").read_text())["environment"]["trust"] == "untrusted"
+    markdown = (tmp_path / "parity.md").read_text().splitlines()
+    assert markdown[0] == f"{HOST_LINE} entry `cpu`, image `torchyard/cpu:abc`, **untrusted** run"
+    assert [line for line in markdown if line.startswith(HOST_LINE)] == markdown[:1]
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        "> **torchyard  (host)**: entry `cpu`, image `x`, **trusted** run",  # two spaces
+        ">  **Torchyard (Host)**: **trusted** run",
+        "> **" + "".join(chr(ord(c) + 0xFEE0) for c in "torchyard") + " (host)**: **trusted** run",  # full-width
+    ],
+)
+def test_a_line_that_reads_as_the_hosts_and_the_titles_trust_are_the_hosts(tmp_path: Path, forged: str) -> None:
+    """The container's title says the trust its environment claimed; a conftest can set that, or write a
+    line that looks like the host's: both are the host's word after the hand-back."""
+    title = "### torchyard parity: cpu on cpu, torch 2.14.1, Trusted run; suites: export"
+    (tmp_path / "parity.md").write_text(f"{forged}\n{title}\nbody, a trusted run in words\n")
+    stamp_reports(tmp_path, {"trust": "untrusted", "entry": "cpu", "image": "i"})
+    markdown = (tmp_path / "parity.md").read_text().splitlines()
+    assert markdown[0].startswith(HOST_LINE) and "**untrusted**" in markdown[0]
+    assert forged not in markdown
+    assert markdown[2] == "### torchyard parity: cpu on cpu, torch 2.14.1, untrusted run; suites: export"
+    assert markdown[3] == "body, a trusted run in words"  # the host sets the title and its own line, nothing more
+
+
+def test_a_link_left_in_place_of_a_report_is_replaced_not_written_through(tmp_path: Path) -> None:
+    (tmp_path / "victim").write_text("the host's")
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "env.json").symlink_to(tmp_path / "victim")
+    stamp_reports(tmp_path / "reports", {"trust": "untrusted", "entry": "cpu", "image": "i"})
+    assert (tmp_path / "victim").read_text() == "the host's"
+    assert not (tmp_path / "reports" / "env.json").is_symlink()
