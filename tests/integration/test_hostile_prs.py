@@ -279,7 +279,7 @@ def test_an_untrusted_runs_cache_past_its_bound_stops_the_run_while_it_writes(
         "            stream.flush()\n"
         "            time.sleep(0.02)\n"
     )
-    from torchyard.run.reports import HandBackError
+    from torchyard.run.handback import HandBackError
 
     seal = Seal(Limits(cache="16m"), "2g")
     with pytest.raises(HandBackError, match=r"more than this machine's 16 MiB of cache .*stopped while it wrote"):
