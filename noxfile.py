@@ -29,7 +29,8 @@ def integration(session: nox.Session) -> None:
     """Integration tests: real uv against PyPI, a real Docker engine, the docs site in Debian's chromium.
     Extra arguments go to pytest."""
     session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "test", "docs"))
-    session.run("pytest", "tests/integration", "-m", "integration", *session.posargs)
+    # the slowest tests named in every log: what CI's time goes to
+    session.run("pytest", "tests/integration", "-m", "integration", "--durations=15", *session.posargs)
 
 
 @nox.session
