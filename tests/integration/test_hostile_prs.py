@@ -133,7 +133,7 @@ def _image_in_docker_run(runner: Runner) -> None:
 
 
 def _tests_outside(runner: Runner) -> None:
-    runner.edit_matrix('name = "cpu"\n', 'name = "cpu"\ntests = ["../victim"]\n')
+    runner.edit_matrix('name = "cpu"\n', 'name = "cpu"\nproject = "."\ntests = ["../victim"]\n')
 
 
 def _linked_matrix(runner: Runner) -> None:

@@ -1,15 +1,15 @@
 """A repository without a package (karpathy/nanoGPT's shape: modules and scripts at the top, a requirements.txt,
 no pyproject.toml), end to end from the built wheel: `torchyard init` writes a source-folder entry, `nox -s lock`
 locks its requirements file with hashes, `nox -s test-cpu` runs its own tests and its cases in the image, where
-its modules import from any folder; `--local` does the same in a venv. The repository is written here (a tiny
-GPT of this test's own): nothing of nanoGPT is copied.
+its modules import from any folder (`--local` puts the folder on its venv's path the same way: unit-tested in
+test_run.py, as a venv of the lock costs minutes here). The repository is written here (a tiny GPT of this
+test's own): nothing of nanoGPT is copied.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
 import uuid
 from pathlib import Path
 
@@ -185,19 +185,3 @@ def test_a_repository_without_a_package_end_to_end_in_its_image(
     finally:
         for built in client.images.list(filters={"label": f"dev.torchyard.scope={scope}"}):
             client.images.remove(str(built.id), force=True)
-
-
-def test_a_repository_without_a_package_runs_local_with_its_modules_on_the_venvs_path(
-    wheel: Path, tmp_path: Path, machine_env: dict[str, str]
-) -> None:
-    """`--local`: the lock in a venv of its own, the checkout's folder on that venv's path; the project's tests
-    and the export suite (the venv syncs the lock's wheels: from uv's cache where earlier runs left them)."""
-    root, _ = source_repository(tmp_path)
-    bindir, _ = adopt(root, wheel, machine_env)
-    run_in(root, bindir, ["nox", "-s", "test-cpu", "--", "--local", "--suite", "export"], machine_env)
-    junit = (root / "reports" / "cpu-local" / "junit.xml").read_text()
-    assert 'name="test_the_modules_import_from_any_folder"' in junit
-    assert "<failure" not in junit and "<error" not in junit
-    pth = root / ".torchyard" / "venvs" / "cpu" / "lib" / "python3.11" / "site-packages" / "torchyard.pth"
-    assert pth.read_text().splitlines()[-1] == str(root.resolve())
-    shutil.rmtree(root / ".torchyard", ignore_errors=True)  # gigabytes of venv

@@ -10,6 +10,7 @@ served on 127.0.0.1 and only a trusted build may reach it through the host's net
 from __future__ import annotations
 
 import functools
+import ipaddress
 import socket
 import threading
 from collections.abc import Iterator, Sequence
@@ -43,10 +44,12 @@ def _folder_and_path(source: Source) -> tuple[Path, str] | None:
 def bridge_address(networks: Any) -> str | None:
     """The default bridge's gateway when this host can listen on it (`networks`: docker's client.networks)."""
     try:
-        address = str(networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"])
+        config = networks.get("bridge").attrs["IPAM"]["Config"][0]
+        # engines that leave the gateway out of the record give the bridge its subnet's first address
+        address = str(config.get("Gateway") or next(ipaddress.ip_network(config["Subnet"]).hosts()))
         with socket.socket() as probe:
             probe.bind((address, 0))
-    except (docker.errors.DockerException, KeyError, IndexError, TypeError, OSError):
+    except (docker.errors.DockerException, KeyError, IndexError, TypeError, ValueError, StopIteration, OSError):
         return None
     return address
 
