@@ -90,7 +90,8 @@ class OpsSession:
         """Sweep the operators of `name`; the ways they differ from the expectations, and, where a rule set
         every one of them aside, that rule."""
         found, rules = [], []
-        for operator in select(self.operators, [name]):
+        operators = select(self.operators, [name])
+        for operator in operators:
             outcomes: list[Outcome] = []
             if operator.set_aside:
                 self.set_aside[operator.name] = operator.set_aside
@@ -102,12 +103,12 @@ class OpsSession:
                     if isinstance(sample, str):
                         self.set_aside[expectations.sample_key(operator.name, index)] = sample
             self.outcomes += outcomes
-            found += expectations.differences(self.expected, operator.name, operator.set_aside, outcomes)
+            if not self.options.collect:  # collecting: the outcomes are the expectations
+                found += expectations.differences(self.expected, operator.name, operator.set_aside, outcomes)
         found = list(dict.fromkeys(found))
         self.differences += found
-        return found, "; ".join(dict.fromkeys(rules)) if rules and len(rules) == len(
-            select(self.operators, [name])
-        ) else ""
+        every_one_aside = len(rules) == len(operators)
+        return found, "; ".join(dict.fromkeys(rules)) if every_one_aside else ""
 
     def finish(self) -> list[Path]:
         """Write the reports, and the expectations file where the run collects it."""
