@@ -15,11 +15,11 @@ TORCH_DEVICES: dict[AcceleratorName, str] = {"cpu": "cpu", "cuda": "cuda", "rocm
 # Accelerators no container reaches: their entries run natively, in a venv made from their own lock.
 NATIVE_ACCELERATORS: frozenset[AcceleratorName] = frozenset({"mps"})
 
-SuiteName = Literal["export", "compile", "runtime", "parity", "train", "aot"]
+SuiteName = Literal["export", "compile", "runtime", "parity", "train", "aot", "ops"]
 SUITE_NAMES: tuple[SuiteName, ...] = get_args(SuiteName)
 # Suites an entry runs only where its `suites` lists them (their backends join parity only then): each costs
-# a compile per case that no other suite shares (AOTInductor's C++ build).
-OPT_IN_SUITES: frozenset[SuiteName] = frozenset({"aot"})
+# a compile per case that no other suite shares (AOTInductor's C++ build), or per operator sample (ops).
+OPT_IN_SUITES: frozenset[SuiteName] = frozenset({"aot", "ops"})
 # What an entry without `suites` runs.
 DEFAULT_SUITES: tuple[SuiteName, ...] = tuple(suite for suite in SUITE_NAMES if suite not in OPT_IN_SUITES)
 # The harness's own self-tests: always run, never count towards a suite having passed.

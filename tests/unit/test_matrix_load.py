@@ -119,7 +119,7 @@ def test_committed_matrix_is_valid() -> None:
         (
             'suites = ["export", "parity"]',
             'suites = ["export", "benchmarks"]',
-            'matrix.toml: entry "cuda" > suites[1]: expected one of export, compile, runtime, parity, train, aot, '
+            'matrix.toml: entry "cuda" > suites[1]: expected one of export, compile, runtime, parity, train, aot, ops, '
             'got "benchmarks"',
         ),
         (

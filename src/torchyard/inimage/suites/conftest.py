@@ -5,11 +5,16 @@ from typing import Any
 
 import pytest
 
+from torchyard.inimage.ops.options import add_options
 from torchyard.inimage.suites.inner import Beside, Job, WholeRun, selects_harness, start_server
 
 BESIDE = "beside"
 _beside_key = pytest.StashKey[Beside]()
 _job_key = pytest.StashKey[int]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)  # the ops suite's
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,0 +1,129 @@
+"""One run of the ops suite: the operators it sweeps, the backends the entry has, the expectations it is held
+to, and what it writes at the end (its reports, and the expectations file where it collects them)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from torchyard import contract
+from torchyard.inimage.ops import expectations
+from torchyard.inimage.ops.catalog import QUICK, Operator, chosen_samples, op_db_operators, select
+from torchyard.inimage.ops.options import OpsOptions
+from torchyard.inimage.ops.outcomes import Outcome
+from torchyard.inimage.ops.report import write_ops_reports
+from torchyard.inimage.ops.sweep import TIMEOUT_S, Plant, SweepSettings, prepare, sweep_operator
+from torchyard.inimage.parity.artifacts import entry_cache
+from torchyard.inimage.parity.backends import unavailable_reason
+from torchyard.inimage.parity.tolerances import Tolerances
+from torchyard.names import BACKEND_NAMES, BACKEND_SUITES, OPT_IN_SUITES
+
+
+def entry_backends(device: torch.device, suites: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """The backends the entry has (an opt-in suite's only where the entry selected it), and why each other
+    cannot run here."""
+    chosen = [
+        name for name in BACKEND_NAMES if BACKEND_SUITES[name] not in OPT_IN_SUITES or BACKEND_SUITES[name] in suites
+    ]
+    reasons = {name: unavailable_reason(name, device) for name in chosen}
+    return [name for name in chosen if reasons[name] is None], {name: why for name, why in reasons.items() if why}
+
+
+def selection(given: str) -> tuple[str, ...] | None:
+    """The operator names an option gives: the quick subset, every one (None), or the names listed."""
+    if given == "quick":
+        return QUICK
+    if given == "all":
+        return None
+    return tuple(name.strip() for name in given.split(",") if name.strip())
+
+
+class OpsSession:
+    def __init__(
+        self,
+        options: OpsOptions,
+        *,
+        device: torch.device,
+        dtype: torch.dtype,
+        identity: Mapping[str, str],
+        tolerances: Tolerances,
+        backends: Sequence[str],
+        report_dir: Path,
+        workdir: Path,
+        operators: Callable[[], list[Operator]] | None = None,
+        plant: Plant | None = None,
+        env: Mapping[str, str] = os.environ,
+        timeout_s: float = TIMEOUT_S,
+    ) -> None:
+        self.options, self.device, self.dtype, self.backends = options, device, dtype, list(backends)
+        self.identity = {**identity, "samples": str(options.samples)}
+        self.path = options.expectations or expectations.HERE / expectations.file_name(identity)
+        self.expected = expectations.load(self.path)
+        self.report_dir = report_dir
+        cache = entry_cache(env, contract.cache_root(env, report_dir))
+        self.settings = SweepSettings(device, dtype, tolerances, workdir, cache, timeout_s)
+        self._make_operators = operators or (lambda: op_db_operators(dtype, device))
+        self._operators: list[Operator] | None = None
+        self.plant = plant
+        self.outcomes: list[Outcome] = []
+        self.set_aside: dict[str, str] = {}
+        self.differences: list[str] = []
+
+    @property
+    def operators(self) -> list[Operator]:
+        if self._operators is None:
+            self._operators = self._make_operators()
+            prepare(self.backends)  # before any child is forked
+        return self._operators
+
+    def names(self) -> list[str]:
+        """The operator names the run sweeps, each a test (an OpInfo's variants are swept under its name)."""
+        chosen = selection(self.options.operators)
+        if chosen is None:
+            return list(dict.fromkeys(operator.base or operator.name for operator in self.operators))
+        return list(chosen)
+
+    def run(self, name: str) -> tuple[list[str], str]:
+        """Sweep the operators of `name`; the ways they differ from the expectations, and, where a rule set
+        every one of them aside, that rule."""
+        found, rules = [], []
+        operators = select(self.operators, [name])
+        for operator in operators:
+            outcomes: list[Outcome] = []
+            if operator.set_aside:
+                self.set_aside[operator.name] = operator.set_aside
+                rules.append(operator.set_aside)
+            else:
+                samples = chosen_samples(operator, self.device, self.dtype, self.options.samples)
+                outcomes = sweep_operator(operator, samples, self.backends, self.settings, self.plant)
+                for index, sample in samples:
+                    if isinstance(sample, str):
+                        self.set_aside[expectations.sample_key(operator.name, index)] = sample
+            self.outcomes += outcomes
+            if not self.options.collect:  # collecting: the outcomes are the expectations
+                found += expectations.differences(self.expected, operator.name, operator.set_aside, outcomes)
+        found = list(dict.fromkeys(found))
+        self.differences += found
+        every_one_aside = len(rules) == len(operators)
+        return found, "; ".join(dict.fromkeys(rules)) if every_one_aside else ""
+
+    def finish(self) -> list[Path]:
+        """Write the reports, and the expectations file where the run collects it."""
+        written = list(
+            write_ops_reports(
+                self.report_dir,
+                stack=self.identity,
+                backends=self.backends,
+                set_aside=self.set_aside,
+                outcomes=self.outcomes,
+                differences=self.differences,
+            )
+        )
+        if self.options.collect:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(expectations.render(self.identity, self.set_aside, self.outcomes), encoding="utf-8")
+            written.append(self.path)
+        return written

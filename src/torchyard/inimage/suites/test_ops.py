@@ -1,0 +1,66 @@
+"""Operators, opt in (`suites = [..., "ops"]`): the running torch's OpInfo samples through every backend the entry
+has, against float64, held to the stack's expectations file (`torchyard.inimage.ops`). A test per operator name:
+it fails on any outcome that differs from the file, naming the operator, the sample and the backend."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from torchyard import contract
+from torchyard.inimage.ops.expectations import stack_identity
+from torchyard.inimage.ops.options import ops_options
+from torchyard.inimage.ops.session import OpsSession, entry_backends, selection
+from torchyard.inimage.parity.tolerances import load_tolerances
+from torchyard.inimage.plugin import option_values
+from torchyard.inimage.precision import DTYPES
+from torchyard.inimage.probe import torch_device
+from torchyard.names import Precision
+
+pytestmark = pytest.mark.ops
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "operator_name" in metafunc.fixturenames:
+        chosen = selection(ops_options(metafunc.config).operators)
+        if chosen is None:  # every OpInfo: the names come from op_db itself
+            from torch.testing._internal.common_methods_invocations import op_db
+
+            chosen = tuple(dict.fromkeys(str(info.name) for info in op_db))
+        metafunc.parametrize("operator_name", chosen)
+
+
+@pytest.fixture(scope="session")
+def ops_session(request: pytest.FixtureRequest) -> Iterator[OpsSession]:
+    values = option_values(request.config)
+    precision = cast(Precision, values.text(contract.PRECISION))
+    device = torch_device(values.text(contract.ACCELERATOR))
+    backends, _ = entry_backends(device, values.items(contract.SUITES))
+    with tempfile.TemporaryDirectory(prefix="torchyard-ops-") as scratch:
+        session = OpsSession(
+            ops_options(request.config),
+            device=device,
+            dtype=DTYPES[precision],
+            identity=stack_identity(values.text(contract.ACCELERATOR), precision),
+            tolerances=load_tolerances(values.text(contract.TOLERANCES)),
+            backends=backends,
+            report_dir=Path(values.text(contract.REPORT_DIR)),
+            workdir=Path(scratch),
+        )
+        yield session
+        for path in session.finish():
+            print(f"\ntorchyard ops: wrote {path}")
+
+
+def test_operator(operator_name: str, ops_session: OpsSession) -> None:
+    differences, set_aside = ops_session.run(operator_name)
+    if ops_session.options.collect:
+        return
+    if differences:
+        pytest.fail(f"{operator_name}: differs from {ops_session.path.name}:\n" + "\n".join(differences), pytrace=False)
+    if set_aside:
+        pytest.skip(f"set aside: {set_aside}")

@@ -1,0 +1,184 @@
+"""Self-tests of the ops suite: a planted wrong value in one backend's lowering of one operator fails that
+operator's test and names it, a stale expectation fails, and a crashing operator is an outcome, not the end of
+the run. Operators of their own (`torch.add`, `torch.mul`) on eager and export: no op_db, no compiler."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from torchyard import contract
+from torchyard.inimage.cases import Call, Case
+from torchyard.inimage.ops import expectations
+from torchyard.inimage.ops.catalog import Operator, Sample, chosen_samples, sample_set_aside
+from torchyard.inimage.ops.options import OpsOptions
+from torchyard.inimage.ops.outcomes import Outcome
+from torchyard.inimage.ops.session import OpsSession
+from torchyard.inimage.ops.sweep import Plant
+from torchyard.inimage.parity.backends import BackendRun, runner_for
+from torchyard.inimage.parity.tolerances import load_tolerances
+
+pytestmark = pytest.mark.harness
+CPU = torch.device("cpu")
+BACKENDS = ("eager", "export")
+IDENTITY = {"accelerator": "cpu", "precision": "fp32", "torch": "planted"}
+
+
+def _two_samples(shape: tuple[int, ...], **kwargs: Any) -> Any:
+    def samples(device: torch.device, dtype: torch.dtype) -> list[Sample]:
+        made = [torch.randn(*shape, device=device, dtype=dtype) for _ in range(4)]
+        return [Sample(made[0], (made[1],)), Sample(made[2], (made[3],), kwargs)]
+
+    return samples
+
+
+OPERATORS = [
+    Operator("planted.add", torch.add, _two_samples((3, 4), alpha=2), base="planted.add"),
+    Operator("planted.mul", torch.mul, _two_samples((2, 5)), base="planted.mul"),
+    Operator("planted.random", torch.bernoulli, _two_samples((2,)), "random: its values are drawn at random"),
+]
+
+
+def _session(tmp_path: Path, *, collect: bool, plant: Plant | None = None) -> OpsSession:
+    return OpsSession(
+        OpsOptions("planted.add,planted.mul,planted.random", 2, tmp_path / "expected.toml", collect),
+        device=CPU,
+        dtype=torch.float32,
+        identity=IDENTITY,
+        tolerances=load_tolerances(),
+        backends=BACKENDS,
+        report_dir=tmp_path / "reports",
+        workdir=tmp_path / "work",
+        operators=lambda: OPERATORS,
+        plant=plant,
+        env={contract.ARTIFACT_CACHE: "off"},
+        timeout_s=120,
+    )
+
+
+def _collected(tmp_path: Path) -> Path:
+    collecting = _session(tmp_path, collect=True)
+    for name in collecting.names():
+        collecting.run(name)
+    collecting.finish()
+    return collecting.path
+
+
+class _Perturbed(torch.nn.Module):
+    """The operator's module, a thousandth off: what a wrong lowering of it computes."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.inner(*inputs) * 1.001  # type: ignore[no-any-return]
+
+
+def _planted_wrong(
+    case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Path
+) -> BackendRun:
+    return runner_for("export")(case, _Perturbed(module), calls, device, workdir)
+
+
+def _planted_abort(
+    case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Path
+) -> BackendRun:
+    print("planted: tensor_impl.h:136 Dimension out of range", file=sys.stderr, flush=True)
+    os.abort()
+
+
+def test_a_planted_wrong_value_fails_and_names_the_operator(tmp_path: Path) -> None:
+    _collected(tmp_path)
+    planted = _session(
+        tmp_path,
+        collect=False,
+        plant=lambda case, backend: _planted_wrong if (case, backend) == ("op-planted.add-0", "export") else None,
+    )
+    differences, _ = planted.run("planted.add")
+    assert len(differences) == 1, differences
+    assert differences[0].startswith(
+        "planted.add sample 0 on export: wrong value: output output: scaled max error 0.001 > 0.0001"
+    )
+    assert differences[0].endswith("expected passed")
+    assert planted.run("planted.mul") == ([], "")
+
+
+def test_a_stale_expectation_fails(tmp_path: Path) -> None:
+    path = _collected(tmp_path)
+    text = path.read_text(encoding="utf-8")
+    assert "[outcomes." not in text and '"planted.random" = "random' in text  # all pass; one set aside
+    path.write_text(
+        text.replace('"planted.random" = ', '"planted.mul" = "random: stale"\n"planted.random" = ')
+        + '\n[outcomes."planted.add#1"]\n"export" = { outcome = "failed to lower", detail = "stale" }\n',
+        encoding="utf-8",
+    )
+    stale = _session(tmp_path, collect=False)
+    assert stale.run("planted.add")[0] == [
+        "planted.add sample 1 on export: passed: a known failure no longer fails, remove it (--collect-expectations); "
+        "expected failed to lower"
+    ]
+    assert stale.run("planted.mul")[0] == ["planted.mul: set aside by rule '', expected 'random: stale'"]
+    assert stale.run("planted.random") == ([], "random: its values are drawn at random")
+
+
+def test_a_crashing_operator_is_its_outcome_not_the_end(tmp_path: Path) -> None:
+    aborting = _session(
+        tmp_path,
+        collect=False,
+        plant=lambda case, backend: _planted_abort if (case, backend) == ("op-planted.add-0", "export") else None,
+    )
+    differences, _ = aborting.run("planted.add")
+    assert differences == [
+        "planted.add sample 0 on export: crashed: SIGABRT: planted: tensor_impl.h:136 Dimension out of range; "
+        "expected passed"
+    ]
+    assert [(o.sample, o.backend, o.outcome) for o in aborting.outcomes] == [
+        (0, "eager", "passed"), (0, "export", "crashed"), (1, "eager", "passed"), (1, "export", "passed"),
+    ]  # fmt: skip
+    assert aborting.run("planted.mul") == ([], "")  # the run goes on
+    _, markdown = aborting.finish()
+    assert "| planted.add | 0 | export | crashed | SIGABRT: planted" in markdown.read_text(encoding="utf-8")
+
+
+def test_collected_expectations_read_back_as_written(tmp_path: Path) -> None:
+    outcomes = [
+        Outcome("narrow", 1, "executorch-portable", "crashed", 'SIGABRT: "quoted" \\ back'),
+        Outcome("narrow", 1, "export", "passed"),
+        Outcome("gelu", 0, "executorch-xnnpack", "wrong value", "scaled max error 1.7e-4 > 1e-4"),
+    ]
+    path = tmp_path / "x.toml"
+    path.write_text(expectations.render(IDENTITY, {"bernoulli": "random", "gelu#2": "random: dropout"}, outcomes))
+    loaded = expectations.load(path)
+    assert loaded.stack == IDENTITY
+    assert loaded.set_aside == {"bernoulli": "random", "gelu#2": "random: dropout"}
+    assert loaded.outcomes == {
+        ("narrow#1", "executorch-portable"): ("crashed", 'SIGABRT: "quoted" \\ back'),
+        ("gelu#0", "executorch-xnnpack"): ("wrong value", "scaled max error 1.7e-4 > 1e-4"),
+    }
+    assert expectations.file_name(
+        {"accelerator": "cpu", "precision": "fp32", "torch": "2.14.1", "executorch": "1.5.1"}
+    ) == ("cpu-fp32-torch2.14.1-executorch1.5.1.toml")
+
+
+def test_dropout_in_training_and_sparse_inputs_are_set_aside_by_rule() -> None:
+    dropout = Operator("nn.functional.dropout", torch.nn.functional.dropout, _two_samples(()))
+    attention = Operator("sdpa", torch.nn.functional.scaled_dot_product_attention, _two_samples(()))
+    x = torch.ones(2, 2)
+    assert sample_set_aside(dropout, Sample(x)) == "random: dropout in training mode"  # p=0.5, training by default
+    assert sample_set_aside(dropout, Sample(x, (0.5, False))) == ""  # by position
+    assert sample_set_aside(dropout, Sample(x, (), {"p": 0.0})) == ""
+    assert sample_set_aside(attention, Sample(x, (x, x), {"dropout_p": 0.5})) == "random: dropout in training mode"
+    assert sample_set_aside(attention, Sample(x, (x, x))) == ""
+    assert sample_set_aside(OPERATORS[0], Sample(x.to_sparse(), (x,))).startswith("sparse:")
+    samples = [Sample(x), Sample(x, (), {"training": False}), Sample(x), Sample(x, (0.0,))]
+    kept = chosen_samples(Operator("dropout", F.dropout, lambda device, dtype: samples), CPU, torch.float32, 2)
+    assert [(index, sample if isinstance(sample, str) else "runs") for index, sample in kept] == [
+        (0, "random: dropout in training mode"), (1, "runs"), (2, "random: dropout in training mode"), (3, "runs"),
+    ]  # fmt: skip
