@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 
-# Off until the tests are collected (the plugin's `_Freezer` turns it on): the imports below and pytest's
+# Off until the tests are collected (`freezer.Freezer` turns it on): the imports below and pytest's
 # start-up allocate millions of objects that live all run, and the collector only walked them.
 gc.disable()
 

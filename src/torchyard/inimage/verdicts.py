@@ -63,7 +63,7 @@ def pass_reason(suite: SuiteName, result: Result) -> str:
 
 
 def passes(suite: SuiteName, result: Result) -> bool:
-    """Whether `result` passes `suite` (before known failures are applied: `plugin.conclude` does that)."""
+    """Whether `result` passes `suite` (before known failures are applied: `outcomes.conclude` does that)."""
     match suite:
         case "parity" | "train":
             return result.status == "passed"

@@ -24,18 +24,19 @@ import torch
 from torchyard import contract
 from torchyard.inimage.cases import Call, Case, CaseLoadError, KnownFailure, load_cases
 from torchyard.inimage.cases.builtin import CASES, XNNPACK_TANH_GELU, Attention, erf_gelu_block
+from torchyard.inimage.freezer import Freezer
+from torchyard.inimage.options import RunSettings
 from torchyard.inimage.parity.backends import BACKENDS, BackendRun, Runner, executorch, unavailable_reason
 from torchyard.inimage.parity.harness import Result, Status, evaluate, make_reference
 from torchyard.inimage.parity.metrics import beyond_bounds
 from torchyard.inimage.parity.tolerances import Bounds, load_tolerances
 from torchyard.inimage.parity.trees import Leaf, leaves
-from torchyard.inimage.plugin import _Freezer, _Settings, worker_id
 from torchyard.inimage.precision import PrecisionError, check_precision
 from torchyard.inimage.probe import ProbeError, check_device, check_kernel, torch_device, unlocked_environment
 from torchyard.inimage.suites.conftest import _may_run_harness
 from torchyard.inimage.suites.inner import PRELOAD, Beside, Job, WholeRun
 from torchyard.inimage.verdicts import passes
-from torchyard.inimage.workers import VISIBLE, device_count, pin_worker_device, xdist_args, xdist_plugin_args
+from torchyard.inimage.workers import VISIBLE, device_count, pin_worker_device, worker_id, xdist_args, xdist_plugin_args
 from torchyard.names import BACKEND_NAMES
 
 pytestmark = pytest.mark.harness
@@ -333,7 +334,7 @@ def test_each_suites_pass_rule(tmp_path: Path) -> None:
 
 
 def test_an_opt_in_suites_backend_joins_parity_only_where_the_run_selected_its_suite() -> None:
-    settings = _Settings(
+    settings = RunSettings(
         accelerator="cpu", precision="fp32", report_dir=Path("reports"), tolerances=load_tolerances(),
         case_modules=(), builtin_cases=True, suites=("export", "parity"), compile_backends=("inductor",),
         vendor_record=None, precision_settings={},
@@ -639,7 +640,7 @@ import torch
 from torchyard.inimage.cases.builtin import CASES, erf_gelu_block
 from torchyard.inimage.parity.harness import evaluate
 from torchyard.inimage.parity.tolerances import load_tolerances
-from torchyard.inimage.plugin import conclude
+from torchyard.inimage.outcomes import conclude
 from torchyard.inimage.suites.test_harness import computing
 
 CASE = next(case for case in CASES if case.name == "gelu_tanh")
@@ -718,7 +719,7 @@ from pathlib import Path
 from torchyard.inimage.cases import Case, KnownFailure
 from torchyard.inimage.parity.harness import evaluate
 from torchyard.inimage.parity.tolerances import load_tolerances
-from torchyard.inimage.plugin import conclude
+from torchyard.inimage.outcomes import conclude
 
 
 CASE = Case(
@@ -983,14 +984,14 @@ def test_the_collector_freezes_after_imports_and_frees_young_cycles_first(monkey
         freeze()
 
     monkeypatch.setattr(gc, "freeze", counted)
-    freezer = _Freezer()
+    freezer = Freezer()
     freezer.freeze()
     freezer.after_test()  # no test imported anything: nothing more is frozen
     assert len(freezes) == 1
     garbage = _Cycle()
     gone = weakref.ref(garbage)
     del garbage  # a reference cycle: only the cyclic collector frees it
-    for index in range(_Freezer.NEW_MODULES):  # as if a test had imported a library
+    for index in range(Freezer.NEW_MODULES):  # as if a test had imported a library
         monkeypatch.setitem(sys.modules, f"torchyard_planted_module_{index}", ModuleType("planted"))
     freezer.after_test()
     assert len(freezes) == 2
