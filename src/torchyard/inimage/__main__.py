@@ -46,10 +46,10 @@ from torchyard.inimage.workers import device_count, xdist_args, xdist_plugin_arg
 def _serve_beside(argv: list[str]) -> None:
     """The harness's fork server, started before pytest imports torch: the lane beside the run then starts
     its work a second earlier (warm `--local` runs 7.61 s to 7.19 s, medians of six, alternating)."""
-    from torchyard.inimage.suites import inner
+    from torchyard.inimage.suites import fork_server
 
-    if inner.serves_this_run(argv):
-        inner.start_server()
+    if fork_server.serves_this_run(argv):
+        fork_server.start_server()
 
 
 def main(argv: list[str]) -> int:

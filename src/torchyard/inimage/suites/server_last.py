@@ -1,4 +1,4 @@
-"""Imported into the harness's fork server alone, last of `inner.PRELOAD`: what the server imported is
+"""Imported into the harness's fork server alone, last of `fork_server.PRELOAD`: what the server imported is
 kept out of the collector's sight, and the server ends without tearing torch down.
 
 Every child the server forks (the lane's lowering child, each whole run) starts with torch's objects,

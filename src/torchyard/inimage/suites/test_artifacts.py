@@ -58,7 +58,7 @@ def run(
     )
 
 
-# The tests that lower afresh do their lowering beside the suites (`inner.Beside`), in a child forked at
+# The tests that lower afresh do their lowering beside the suites (`beside.Beside`), in a child forked at
 # collection, on a core the suites leave idle; the tests themselves judge what it returns, at the end of the
 # run. A fresh lowering is the one thing a warm run would otherwise never do: its imports (ExecuTorch's
 # compiler, torch.export's tracer) took 3 s of a 9 s warm run here.

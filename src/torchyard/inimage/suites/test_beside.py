@@ -1,4 +1,4 @@
-"""Work beside the run (`inner.Beside`): the fork server, jobs and whole runs, their values and their failures."""
+"""Work beside the run (`beside.Beside`): the fork server, jobs and whole runs, their values and their failures."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from torchyard.inimage.suites.beside import Beside, Job, WholeRun
 from torchyard.inimage.suites.conftest import _may_run_harness
-from torchyard.inimage.suites.inner import PRELOAD, Beside, Job, WholeRun
+from torchyard.inimage.suites.fork_server import PRELOAD
 
 pytestmark = pytest.mark.harness
 

@@ -1,5 +1,5 @@
 """Whole runs for the self-tests that check what a run does as a whole: a pytest session of its own, beside
-the suites (`inner.WholeRun`)."""
+the suites (`beside.WholeRun`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from torchyard import contract
-from torchyard.inimage.suites.inner import WholeRun
+from torchyard.inimage.suites.beside import WholeRun
 
 SKIPPING_SUITE = """
 pytest_plugins = ["torchyard.inimage.plugin"]
@@ -25,7 +25,7 @@ REPORTS = "--torchyard-report-dir={workdir}/r"
 
 
 def whole_run(*args: str, conftest: str = SKIPPING_SUITE, **modules: str) -> pytest.MarkDecorator:
-    """This test's whole run, beside the suites (`inner.Beside`): a pytest session of its own over a
+    """This test's whole run, beside the suites (`beside.Beside`): a pytest session of its own over a
     conftest.py and `modules` (name: source), with `args`; the test takes its `pytest.RunResult` from
     the `beside` fixture."""
     files = ((("conftest.py", conftest),) if conftest else ()) + tuple(
