@@ -15,12 +15,14 @@ pytest_plugins = ["torchyard.inimage.plugin"]
 """
 
 
-# The settings the whole runs these tests start read from their own options, never from this run's.
-# The whole runs' planted faults are sized for float32's bounds: the run's precision is not theirs.
-OWN_SETTINGS = (
-    contract.SUITES, contract.CASES, contract.BUILTIN_CASES, contract.TOLERANCES, contract.COMPILE_MODES,
-    contract.PRECISION,
-)  # fmt: skip
+# The settings that decide verdicts, which the whole runs these tests start read from their own options, never
+# from this run's: their planted faults are sized for float32's bounds and their own cases. The accelerator
+# alone is handed on: they run on this run's device.
+OWN_SETTINGS = tuple(
+    setting.variable
+    for setting in contract.SETTINGS
+    if setting.verdicts and setting.option is not None and setting.variable != contract.ACCELERATOR
+)
 REPORTS = "--torchyard-report-dir={workdir}/r"
 
 
