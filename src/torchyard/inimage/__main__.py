@@ -62,7 +62,7 @@ def main(argv: list[str]) -> int:
     from torchyard.inimage.parity.keys import device_identity
     from torchyard.inimage.probe import torch_device
 
-    report_dir = Path(os.environ.get(contract.REPORT_DIR, "reports"))
+    report_dir = Path(contract.Values(os.environ).text(contract.REPORT_DIR))
     device = device_identity(torch_device(accelerator))
     store, key = replay.store_for(os.environ, report_dir), replay.fingerprint(argv, os.environ, device)
     status = replay.replay(store, key, report_dir)
