@@ -23,7 +23,7 @@ def _exit_without_teardown() -> None:
     """The last exit handler (registered before any other): once `main` has returned, every report is
     written and every other handler has run (inductor's workers stopped, ExecuTorch's temporary flatc
     removed), so the process ends here with `main`'s status instead of tearing down torch's and
-    ExecuTorch's modules one by one, which takes a second or more and checks nothing."""
+    ExecuTorch's modules one by one, which is slow and checks nothing."""
     if _STATUS:
         logging.shutdown()
         sys.stdout.flush()
@@ -45,7 +45,7 @@ from torchyard.inimage.workers import device_count, xdist_args, xdist_plugin_arg
 
 def _serve_beside(argv: list[str]) -> None:
     """The harness's fork server, started before pytest imports torch: the lane beside the run then starts
-    its work a second earlier (warm `--local` runs 7.61 s to 7.19 s, medians of six, alternating)."""
+    its work sooner, while the run does its own imports."""
     from torchyard.inimage.suites import fork_server
 
     if fork_server.serves_this_run(argv):

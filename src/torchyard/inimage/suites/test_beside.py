@@ -120,4 +120,4 @@ def frozen(workdir: Path) -> int:
 @pytest.mark.beside.with_args(frozen)
 def test_the_fork_servers_children_start_with_its_imports_frozen(beside: int) -> None:
     """torch's objects, imported once by the server, are out of the collector's sight in every child it forks
-    (`server_last`): a full collection in a whole run walked them all again, 0.12 s each."""
+    (`server_last`): a full collection in a whole run would walk them all again."""

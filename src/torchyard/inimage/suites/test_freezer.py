@@ -21,7 +21,7 @@ class _Cycle:
 
 def test_the_collector_freezes_after_imports_and_frees_young_cycles_first(monkeypatch: pytest.MonkeyPatch) -> None:
     assert gc.isenabled()  # the entry point starts with it off: it must be on once tests run
-    freezes: list[int] = []  # counted, not read from gc.get_freeze_count: that walks every frozen object (0.03 s)
+    freezes: list[int] = []  # counted, not read from gc.get_freeze_count: that walks every frozen object
     freeze = gc.freeze
 
     def counted() -> None:

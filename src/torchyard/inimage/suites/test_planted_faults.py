@@ -177,8 +177,8 @@ def test_faults_that_show_only_when_compiled_or_exported_are_caught(
     when: str, wrong: str, backend: str, problem: str, tmp_path: Path
 ) -> None:
     """On the run's device: there, inductor compiles what the suites compile (on a GPU, Triton kernels from the
-    warm cache; torch 2.11 spends 40 s or more of every process on its first CPU compile, checking the CPU's
-    vector instructions by starting Python ten times)."""
+    warm cache, where a first CPU compile would cost every process torch 2.11's check of the CPU's vector
+    instructions, which starts Python ten times)."""
     case = Case(f"switch_{when}_{wrong}", lambda: Switch(when, wrong), lambda g: (torch.randn(4, 8, generator=g),))
     eager = evaluate(case, "eager", device=RUN_DEVICE, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
     assert eager.status == "passed", eager.reason
