@@ -52,26 +52,35 @@ def _serve_beside(argv: list[str]) -> None:
         fork_server.start_server()
 
 
+def _fingerprint(argv: list[str], accelerator: str) -> str:
+    from torchyard.inimage.parity.keys import device_identity
+    from torchyard.inimage.probe import torch_device
+
+    return replay.fingerprint(argv, os.environ, device_identity(torch_device(accelerator)))
+
+
 def main(argv: list[str]) -> int:
     accelerator = os.environ.get(contract.ACCELERATOR, "cpu")
     argv = [*xdist_plugin_args(), *argv]
     argv = [*argv, *xdist_args(argv, accelerator, device_count(accelerator))]
-    if not replay.enabled():
-        _serve_beside(argv)
-        return int(pytest.main(argv))
-    from torchyard.inimage.parity.keys import device_identity
-    from torchyard.inimage.probe import torch_device
-
     report_dir = Path(contract.Values(os.environ).text(contract.REPORT_DIR))
-    device = device_identity(torch_device(accelerator))
-    store, key = replay.store_for(os.environ, report_dir), replay.fingerprint(argv, os.environ, device)
-    status = replay.replay(store, key, report_dir)
-    if status is not None:
-        return status
+    store = replay.store_for(os.environ, report_dir)
+    key: str | None = None
+    if replay.enabled():
+        key = _fingerprint(argv, accelerator)
+        status = replay.replay(store, key, report_dir)
+        if status is not None:
+            return status
     started = dt.datetime.now(dt.UTC)
-    _serve_beside(argv)
+    _serve_beside(argv)  # before the fingerprint of a plain run imports torch
+    if key is None:  # every run keeps its verdicts: the first --reuse-results run after a plain one replays it
+        try:
+            key = _fingerprint(argv, accelerator)
+        except OSError as error:  # a file it reads: the run goes on, and is not kept
+            print(f"torchyard: this run's verdicts will not be kept for replay: {error}", file=sys.stderr)
     status = int(pytest.main(argv))
-    replay.save(store, key, report_dir, status, started)
+    if key is not None:
+        replay.save(store, key, report_dir, status, started)
     return status
 
 
