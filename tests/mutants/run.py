@@ -144,7 +144,7 @@ def configure(target: Target, scratch: Path, stack: str, reports: Path) -> Path:
     """Write the target's cosmic-ray config into `scratch` and return its path."""
     module = scratch / target.module
     suites = scratch / "torchyard" / "inimage" / "suites"
-    tests = [str(suites / target.tests[0]), *target.tests[1:]]
+    tests = [str(suites / arg) if arg.endswith(".py") else arg for arg in target.tests]
     command = [sys.executable, str(HERE / "selftests.py"), stack, str(scratch), str(reports), *tests]
     config = {
         "cosmic-ray": {

@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 
-# Off until the tests are collected (the plugin's `_Freezer` turns it on): the imports below and pytest's
+# Off until the tests are collected (`freezer.Freezer` turns it on): the imports below and pytest's
 # start-up allocate millions of objects that live all run, and the collector only walked them.
 gc.disable()
 
@@ -23,7 +23,7 @@ def _exit_without_teardown() -> None:
     """The last exit handler (registered before any other): once `main` has returned, every report is
     written and every other handler has run (inductor's workers stopped, ExecuTorch's temporary flatc
     removed), so the process ends here with `main`'s status instead of tearing down torch's and
-    ExecuTorch's modules one by one, which takes a second or more and checks nothing."""
+    ExecuTorch's modules one by one, which is slow and checks nothing."""
     if _STATUS:
         logging.shutdown()
         sys.stdout.flush()
@@ -45,33 +45,42 @@ from torchyard.inimage.workers import device_count, xdist_args, xdist_plugin_arg
 
 def _serve_beside(argv: list[str]) -> None:
     """The harness's fork server, started before pytest imports torch: the lane beside the run then starts
-    its work a second earlier (warm `--local` runs 7.61 s to 7.19 s, medians of six, alternating)."""
-    from torchyard.inimage.suites import inner
+    its work sooner, while the run does its own imports."""
+    from torchyard.inimage.suites import fork_server
 
-    if inner.serves_this_run(argv):
-        inner.start_server()
+    if fork_server.serves_this_run(argv):
+        fork_server.start_server()
+
+
+def _fingerprint(argv: list[str], accelerator: str) -> str:
+    from torchyard.inimage.parity.keys import device_identity
+    from torchyard.inimage.probe import torch_device
+
+    return replay.fingerprint(argv, os.environ, device_identity(torch_device(accelerator)))
 
 
 def main(argv: list[str]) -> int:
     accelerator = os.environ.get(contract.ACCELERATOR, "cpu")
     argv = [*xdist_plugin_args(), *argv]
     argv = [*argv, *xdist_args(argv, accelerator, device_count(accelerator))]
-    if not replay.enabled():
-        _serve_beside(argv)
-        return int(pytest.main(argv))
-    from torchyard.inimage.parity.keys import device_identity
-    from torchyard.inimage.probe import torch_device
-
-    report_dir = Path(os.environ.get(contract.REPORT_DIR, "reports"))
-    device = device_identity(torch_device(accelerator))
-    store, key = replay.store_for(os.environ, report_dir), replay.fingerprint(argv, os.environ, device)
-    status = replay.replay(store, key, report_dir)
-    if status is not None:
-        return status
+    report_dir = Path(contract.Values(os.environ).text(contract.REPORT_DIR))
+    store = replay.store_for(os.environ, report_dir)
+    key: str | None = None
+    if replay.enabled():
+        key = _fingerprint(argv, accelerator)
+        status = replay.replay(store, key, report_dir)
+        if status is not None:
+            return status
     started = dt.datetime.now(dt.UTC)
-    _serve_beside(argv)
+    _serve_beside(argv)  # before the fingerprint of a plain run imports torch
+    if key is None:  # every run keeps its verdicts: the first --reuse-results run after a plain one replays it
+        try:
+            key = _fingerprint(argv, accelerator)
+        except OSError as error:  # a file it reads: the run goes on, and is not kept
+            print(f"torchyard: this run's verdicts will not be kept for replay: {error}", file=sys.stderr)
     status = int(pytest.main(argv))
-    replay.save(store, key, report_dir, status, started)
+    if key is not None:
+        replay.save(store, key, report_dir, status, started)
     return status
 
 

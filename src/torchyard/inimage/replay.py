@@ -1,16 +1,12 @@
-"""Result replay (off by default; `torchyard test --reuse-results`): when nothing that decides a run's
-verdicts changed, the previous run's reports are handed back, marked as replayed, instead of running.
+"""Result replay (`torchyard test --reuse-results`): when nothing that decides a run's verdicts changed, the
+last run's reports are handed back, marked as replayed, instead of running. Every run that ran its tests keeps
+its reports for that, a plain run too; a run that failed to start (exit 3 and up) is never kept.
 
-What decides the verdicts, all in the fingerprint:
-- the environment: the image's ID (a container) or every installed distribution and its version (a venv);
-- torchyard's in-image side (suites, harness, built-in cases, tolerances), the entry's case modules and
-  the project's test files, byte for byte;
-- the pytest arguments and every setting that decides verdicts (`contract.SETTINGS`: accelerator, precision,
-  suites, tolerances, cases, compile modes, ...);
-- the device and its driver.
-Any difference reruns everything. A replayed run's reports keep their original timestamps and say, in
-parity.md, parity.json and on the console, that they are replayed and from when. A run that fails to
-start (exit 3 and up) is never stored.
+What decides the verdicts, all in the fingerprint: the environment (the image's ID, or in a venv every
+installed distribution and its version); torchyard's in-image side, the entry's case modules and the project's
+test files, byte for byte; the pytest arguments and every setting that decides verdicts (`contract.SETTINGS`);
+the device and its driver. Any difference reruns everything. A replay keeps the original timestamps and says
+that it is one, and from when, in parity.md, parity.json and on the console.
 """
 
 from __future__ import annotations
@@ -114,8 +110,12 @@ def save(store: Path, key: str, report_dir: Path, status: int, started: dt.datet
     """Keep this run's reports under `key` (a whole folder, renamed into place)."""
     if status >= contract.PROBE_FAILED or status < 0:
         return
-    store.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=store, prefix=f".{key[:16]}-"))
+    try:
+        store.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=store, prefix=f".{key[:16]}-"))
+    except OSError as error:
+        _not_kept(error)
+        return
     try:
         for name in contract.REPORT_FILES:
             if (report_dir / name).is_file():
@@ -126,9 +126,13 @@ def save(store: Path, key: str, report_dir: Path, status: int, started: dt.datet
             shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
     except OSError as error:
-        print(f"torchyard: the run's verdicts were not kept for replay: {error}", file=sys.stderr)
+        _not_kept(error)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _not_kept(error: OSError) -> None:
+    print(f"torchyard: the run's verdicts were not kept for replay: {error}", file=sys.stderr)
 
 
 def store_for(env: Mapping[str, str], report_dir: Path) -> Path:

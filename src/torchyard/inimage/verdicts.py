@@ -1,5 +1,5 @@
-"""What passes, per suite: the one place each suite's rule is written. The suite modules, the self-tests
-and the mutation session (`nox -s mutants`) all go through `passes`, never through a copy of a rule.
+"""What passes, per suite: the one place each suite's rule is written, which the suites, the self-tests and
+the mutation session (`nox -s mutants`) all go through (`passes`).
 
 - export: the exported program ran with the eager output's shapes, and was saved and loaded (a file).
 - compile: the compiled module ran with the eager output's shapes (its values are parity's to judge).
@@ -7,8 +7,7 @@ and the mutation session (`nox -s mutants`) all go through `passes`, never throu
   (where the program runs from memory and its file is only kept, TensorRT's engines, running is enough).
 - aot: the AOTInductor package ran with the eager output's shapes, loaded from a file on disk.
 - parity: the outputs met the reference within the precision's bounds.
-- train: the step's loss, gradients, parameters, optimizer state and buffers met the float64 step's.
-"""
+- train: the step's loss, gradients, parameters, optimizer state and buffers met the float64 step's."""
 
 from __future__ import annotations
 
@@ -63,7 +62,7 @@ def pass_reason(suite: SuiteName, result: Result) -> str:
 
 
 def passes(suite: SuiteName, result: Result) -> bool:
-    """Whether `result` passes `suite` (before known failures are applied: `plugin.conclude` does that)."""
+    """Whether `result` passes `suite` (before known failures are applied: `outcomes.conclude` does that)."""
     match suite:
         case "parity" | "train":
             return result.status == "passed"

@@ -12,8 +12,12 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Mapping, MutableMapping, Sequence
+from typing import TYPE_CHECKING
 
 from torchyard import contract
+
+if TYPE_CHECKING:
+    import pytest
 
 VISIBLE = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
 # Where a runner may have given the job its devices under another name the same runtime reads: HIP takes
@@ -40,6 +44,16 @@ def xdist_plugin_args(env: Mapping[str, str] = os.environ) -> list[str]:
     if not env.get(contract.AUTOLOAD_OFF):
         return []
     return ["-p", "xdist.plugin"] if importlib.util.find_spec("xdist") is not None else []
+
+
+def is_controller(config: pytest.Config) -> bool:
+    """Whether this process runs the session (in-process, or as xdist's controller), not an xdist worker."""
+    return not hasattr(config, "workerinput")
+
+
+def worker_id(config: pytest.Config) -> str:
+    """This process's xdist worker ("gw0", ...), or "main" where it is none."""
+    return str(getattr(config, "workerinput", {}).get("workerid", "main"))
 
 
 def pin_worker_device(accelerator: str, worker: str, env: MutableMapping[str, str] = os.environ) -> None:

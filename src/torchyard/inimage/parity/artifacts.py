@@ -1,20 +1,12 @@
 """Lowered programs cached by content: `.pt2`, `.pte` and Torch-TensorRT's `.ep` files under the key of
 everything that decides them (`keys.artifact_key`; a case whose code cannot be keyed is not cached).
 
-A hit copies the cached file into the run's folder, and the backend loads it, runs it and compares it like
-a fresh one: a cache can only save the lowering, never a comparison. A miss lowers and stores. Every write
-goes to a temporary file in the cache folder and then a rename (`util.atomic`, without fsync: the digest
-finds a torn entry), so concurrent writers of one key leave one whole file.
-Each entry has a JSON sidecar with the artifact's sha256; an entry whose bytes do not match is corrupt:
-it is removed and rebuilt.
-
-A lowering that fails with the case's declared known failure (ExecuTorch's verifier rejecting a
-program, say) is recorded too: a sidecar with the error's class names, message and one-line description
-(and the sha256 of those), no artifact. A later run with the same key and the same known failure
-declared raises it again (`RecordedFailure`) instead of lowering again to fail again; the suites judge it
-as they judge a fresh one. Any other failure is never recorded, and a record is used only while the
-case still declares a known failure that matches it: remove the declaration and the program is lowered
-afresh.
+A hit is copied into the run's folder, loaded, run and compared like a fresh program: a cache saves the
+lowering, never a comparison. Writes go to a temporary file and a rename (`util.atomic`), so concurrent writers
+of one key leave one whole file; each entry's JSON sidecar holds its sha256, and an entry that does not match
+is removed and rebuilt. A lowering that fails with the case's declared known failure is recorded (the error's
+classes, message and description, no artifact) and raised again (`RecordedFailure`) only while the case still
+declares a known failure that matches it; any other failure is never recorded.
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """Inductor's cache keys, remembered across runs while the files they digest are unchanged.
 
-Every entry of inductor's FX graph and AOTAutograd caches is keyed on, among the rest, `triton_key`: a
-sha256 of Triton's compiler sources and of its 500 MB libtriton, 0.3 s of reading and hashing on this
-CPU, done again by every process that compiles (the run, each xdist worker, each whole run the harness
-tests start) though it changes only when Triton's files do. Torch lets a caller set such a key before its
-first compile (`torch._inductor.codecache.triton_key.set`, its `prefetchable_cache`); this module does, from
-`inductor-keys.json` in the entry's cache: each key's value with the fingerprint of the package it was
-computed from (every file's path, size and modification time, a 2 ms stat of Triton's 400 files).
-
-A fingerprint that differs (another version installed, a file edited in place) computes the key afresh,
-with torch's own function, and stores it; so does a store that cannot be read. A torch without the key,
-or without a way to set it, and an image without Triton, are left as they are: torch computes what it
-needs itself. `torch_key` (torch's own sources) is not remembered: it takes 0.1 s, and a stat of torch's
-12,000 files takes more than half of that.
-"""
+Every entry of inductor's FX graph and AOTAutograd caches is keyed on, among the rest, `triton_key`: a sha256
+of Triton's compiler sources and of its libtriton, computed again by every process that compiles (the run, each
+xdist worker, each whole run) though it changes only when Triton's files do. Torch lets a caller set it before
+its first compile (`torch._inductor.codecache.triton_key.set`); this module does, from `inductor-keys.json` in
+the entry's cache, each key stored with the fingerprint (every file's path, size and modification time) of the
+package it was computed from. A fingerprint that differs, or a store that cannot be read, computes the key
+afresh with torch's own function; a torch without the key or a way to set it, and an image without Triton,
+are left as they are. `torch_key` is not: a stat of torch's files costs about as much as computing it."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ def _namedtuple_route() -> Callable[..., None] | None:
     """`torch.utils._pytree._register_namedtuple(cls, *, serialized_type_name)`, where it is as torch 2.4 to
     2.14 have it: torch.export.save and ExecuTorch refuse a named tuple in a tree spec unless it is registered
     so, and torch offers no public route. None where its shape changed: the save then fails with torch's own
-    one line, which names the type (`test_harness` fails first, where the route is gone)."""
+    one line, which names the type (`test_report_lines` fails first, where the route is gone)."""
     route = getattr(pytree, "_register_namedtuple", None)
     if route is None or "serialized_type_name" not in inspect.signature(route).parameters:
         return None

@@ -1,27 +1,12 @@
 """XNNPACK's pattern graphs, kept in the entry's artifact cache instead of made again by every process.
 
 Every XNNPACK lowering runs two of ExecuTorch's passes that match pattern graphs (`ConvertToSDPAPass`,
-`ConvertToUpsampleBilinear2d`). Their modules (`executorch.backends.xnnpack.partition.graphs.sdpa` and
-`.bilinear_2d`) make the patterns by exporting six small programs and lowering them to the edge dialect,
-once per process (`lru_cache`): 2.2 s of a process's first XNNPACK lowering on this machine, more than a
-small case's own lowering takes. After a one-case change that was most of what the run's process paid for
-the case's XNNPACK program. The graphs depend on torch and ExecuTorch alone.
-
-`prime` keeps them in the artifact cache as JSON (each node: its op, name, target and arguments), keyed by
-the torch and ExecuTorch versions (and the others the artifact keys name), the Python version and the
-pattern modules' sources, and gives the loaded graphs to the passes through the two modules' own functions,
-which the passes call by module attribute.
-
-- A miss makes the graphs with ExecuTorch's own functions and stores them only if each decoded graph prints
-  exactly as its original and matches it as the passes match (torch's `SubgraphMatcher`). A graph with a
-  target or a literal the encoding does not know is not stored; the process keeps the graphs it made.
-- A hit is read through the cache's digest (a corrupt entry is made again) and decoded; an entry that does
-  not decode (an op this ExecuTorch lacks) leaves the modules' functions as they are.
-- Decoding never runs what an entry says: FX pastes node names and placeholder targets into the `forward`
-  it generates and executes, so every one must be a plain identifier, the ops are the three a pattern has
-  (placeholder, call_function, output), and the graph must print as the entry recorded it before a
-  `GraphModule` (which generates and executes that code) is made of it.
-- The patterns only choose how a program is lowered: every program is still run and compared.
+`ConvertToUpsampleBilinear2d`), whose modules make them once per process by exporting and lowering six small
+programs: more than a small case's own lowering. `prime` keeps them as JSON, keyed by the versions the
+artifact keys name, the Python version and the pattern modules' sources, and hands them to the passes through
+the modules' own functions. A miss stores only graphs that decode to what they were (`faithful`); a hit is
+read through the cache's digest, and one that does not decode leaves the modules as they are. The patterns
+only choose how a program is lowered: every program is still run and compared.
 """
 
 from __future__ import annotations
@@ -172,7 +157,9 @@ def _identifier(value: object) -> str:
 
 
 def decode(stored: Mapping[str, Any]) -> GraphModule:
-    """The stored graph, checked before any code is generated from it (see the module's docstring)."""
+    """The stored graph, checked before any code is generated from it: FX pastes node names and placeholder
+    targets into the `forward` it generates and executes, so each must be a plain identifier, the ops are the
+    three a pattern has, and the graph must print as the entry recorded it before a `GraphModule` is made."""
     graph, made = Graph(), dict[str, Node]()
     for op, name, target, args, kwargs in stored["nodes"]:
         if op not in PATTERN_OPS:

@@ -6,7 +6,8 @@ from typing import Any
 import pytest
 
 from torchyard.inimage.ops.options import add_options
-from torchyard.inimage.suites.inner import Beside, Job, WholeRun, selects_harness, start_server
+from torchyard.inimage.suites.beside import Beside, Job, WholeRun
+from torchyard.inimage.suites.fork_server import selects_harness, start_server
 
 BESIDE = "beside"
 _beside_key = pytest.StashKey[Beside]()
@@ -44,7 +45,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """The work beside the run (`inner.Beside`), which forks from the server (started at configuration,
+    """The work beside the run (`beside.Beside`), which forks from the server (started at configuration,
     or by the first fork here, where configuration could not tell)."""
     jobs: list[Job | WholeRun] = []
     for item in session.items:

@@ -58,10 +58,10 @@ def run(
     )
 
 
-# The tests that lower afresh do their lowering beside the suites (`inner.Beside`), in a child forked at
+# The tests that lower afresh do their lowering beside the suites (`beside.Beside`), in a child forked at
 # collection, on a core the suites leave idle; the tests themselves judge what it returns, at the end of the
 # run. A fresh lowering is the one thing a warm run would otherwise never do: its imports (ExecuTorch's
-# compiler, torch.export's tracer) took 3 s of a 9 s warm run here.
+# compiler, torch.export's tracer) would be a large part of a warm run.
 def beside_unless_missing(backend: str) -> Any:
     reason = unavailable_reason(backend, CPU)
     marks = pytest.mark.skip(reason=reason) if reason else pytest.mark.beside.with_args(miss_then_hit, backend)
@@ -352,7 +352,7 @@ def test_keys_need_no_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
 class StandInTensorRT(ModuleType):
     """The four calls of Torch-TensorRT's that its engine cache makes, done by torch.export on the CPU. It
     checks torchyard's wiring (the key, the store, the load, the comparison), never TensorRT itself, which
-    this machine cannot install: that path has run on no GPU yet."""
+    needs an NVIDIA GPU."""
 
     def __init__(self, *, save_fails: bool = False) -> None:
         super().__init__("torch_tensorrt")

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 import torch
 
 from torchyard.inimage.parity.backends import BACKENDS, Backend, aotinductor, executorch, export, unavailable_reason
+from torchyard.inimage.suites.planted import BY_NAME, CPU
 from torchyard.inimage.verdicts import FROM_MEMORY
-from torchyard.names import BACKEND_FACTS, TORCH_DEVICES, module_name
+from torchyard.names import BACKEND_FACTS, BACKEND_NAMES, TORCH_DEVICES, module_name
 
 pytestmark = pytest.mark.harness
 
@@ -17,7 +19,7 @@ DEVICES = sorted(set(TORCH_DEVICES.values()))
 
 
 def test_every_backend_is_listed_under_its_own_name() -> None:
-    assert all(name == backend.NAME for name, backend in BACKENDS.items())  # and every name (test_harness.py)
+    assert all(name == backend.NAME for name, backend in BACKENDS.items())  # and every name (below)
 
 
 @pytest.mark.parametrize(("name", "backend"), BACKENDS.items(), ids=list(BACKENDS))
@@ -79,3 +81,36 @@ def test_aotinductor_runs_where_it_generates_code_and_keeps_a_package_of_its_own
     )
     # torch's packager refuses a path that does not end in .pt2; export's .pt2 of the same case is another file.
     assert aotinductor.ARTIFACT.suffix.endswith(".pt2") and aotinductor.ARTIFACT.suffix != export.ARTIFACT.suffix
+
+
+def test_every_backend_name_has_a_runner() -> None:
+    assert tuple(BACKENDS) == BACKEND_NAMES
+
+
+def pte_loaded_both_ways(workdir: Path) -> list[list[float]]:
+    """The MLP lowered to a .pte, run as `load_pte` loads it (the extension where this release has it as
+    torchyard calls it, else `executorch.runtime`), as loaded by `executorch.runtime`, and in eager PyTorch."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    case = BY_NAME["mlp"]
+    module, (call, *_) = case.module(), case.calls()
+    path = workdir / "mlp.pte"
+    path.write_bytes(to_edge_transform_and_lower(torch.export.export(module, call.args)).to_executorch().buffer)
+    with torch.no_grad():
+        eager = module(*call.args)
+    runs = [load(path)(list(call.args))[0] for load in (executorch.load_pte, executorch.load_pte_by_runtime)]
+    return [output.flatten().tolist() for output in (*runs, eager)]
+
+
+NO_EXECUTORCH = unavailable_reason("executorch-portable", CPU)
+
+
+# Skipped, not started beside the run, where it cannot run.
+@(pytest.mark.skip(reason=NO_EXECUTORCH) if NO_EXECUTORCH else pytest.mark.beside.with_args(pte_loaded_both_ways))
+def test_a_pte_runs_alike_from_the_extension_and_from_executorch_runtime(beside: list[list[float]]) -> None:
+    """Warm runs load a .pte from ExecuTorch's extension directly (its public wrapper imports the whole
+    compiler), or through the wrapper where a release lays the extension out otherwise (executorch 1.2 has
+    no `executorch.extension.pybindings._C`); either way the program runs to the wrapper's values."""
+    by_extension, by_runtime, eager = beside
+    assert by_extension == by_runtime
+    assert torch.allclose(torch.tensor(by_extension), torch.tensor(eager), rtol=1e-4, atol=1e-5)

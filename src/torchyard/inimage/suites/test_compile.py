@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from torchyard.inimage.cases import Case
-from torchyard.inimage.plugin import Evaluations, conclude
+from torchyard.inimage.evaluations import Evaluations
+from torchyard.inimage.outcomes import conclude
 
 pytestmark = pytest.mark.compile
 

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from torchyard import contract
+from torchyard.inimage.evaluations import Evaluations
+from torchyard.inimage.first_use import selected_backends
 from torchyard.inimage.parity import inductor_keys
 from torchyard.inimage.parity.inductor_keys import STORE, fingerprint, recall, remember, settable
-from torchyard.inimage.plugin import Evaluations, selected_backends
 
 pytestmark = pytest.mark.harness
 

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from torchyard import contract
 from torchyard.inimage import replay
+from torchyard.inimage.suites.beside import whole_run_environment
 
 pytestmark = pytest.mark.harness
 
@@ -87,3 +91,60 @@ def test_a_run_that_did_not_test_is_never_kept(tmp_path: Path, status: int) -> N
     reports.mkdir()
     replay.save(tmp_path / "store", "k" * 64, reports, status, dt.datetime.now(dt.UTC))
     assert replay.replay(tmp_path / "store", "k" * 64, tmp_path / "again") is None
+
+
+COUNTED = """
+import os
+from pathlib import Path
+
+
+def test_counted():
+    with Path(os.environ["COUNTED_RUNS"]).open("a") as runs:
+        runs.write("ran\\n")
+"""
+
+
+def plain_run_then_reuse(workdir: Path) -> list[tuple[int, int, bool]]:
+    """The in-image entry point twice over the same inputs: a plain run, then one with --reuse-results. After
+    each: its status, how often the test has run, and whether it said it replayed."""
+    tests, runs = workdir / "tests", workdir / "runs"
+    tests.mkdir()
+    (tests / "test_counted.py").write_text(COUNTED)
+    env = {name: value for name, value in whole_run_environment(os.environ).items() if name != contract.REUSE_RESULTS}
+    env |= {
+        contract.ACCELERATOR: "cpu",  # no workers, whatever devices the run has
+        contract.REPORT_DIR: str(workdir / "reports"),
+        contract.INDUCTOR_CACHE: str(workdir / "cache"),  # the replay store is under it: these runs' own
+        "COUNTED_RUNS": str(runs),
+        # The torchyard this run imports, wherever the runs start (a relative PYTHONPATH would not follow).
+        "PYTHONPATH": os.pathsep.join([str(Path(contract.__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]),
+    }
+    # Not the harness: the entry point starts no fork server for a run that cannot run the harness's tests.
+    argv = [str(tests / "test_counted.py"), "-p", "no:cacheprovider", "-m", "not harness"]
+    argv.append(f"--junitxml={workdir / 'reports' / contract.JUNIT}")
+    seen = []
+    for reuse in ("0", "1"):
+        command = [sys.executable, "-m", "torchyard.inimage", *argv]
+        environment = {**env, contract.REUSE_RESULTS: reuse}
+        completed = subprocess.run(command, env=environment, cwd=workdir, capture_output=True, text=True, check=False)
+        ran = len(runs.read_text().splitlines()) if runs.exists() else 0
+        seen.append((completed.returncode, ran, "torchyard: replayed the verdicts" in completed.stdout))
+    return seen
+
+
+@pytest.mark.beside.with_args(plain_run_then_reuse)
+def test_the_first_reuse_after_a_plain_run_of_the_same_inputs_replays_it(beside: list[tuple[int, int, bool]]) -> None:
+    """A plain run keeps its verdicts as a --reuse-results run does (issue 45: the first --reuse-results run
+    after a plain one ran everything again, and only the next replayed)."""
+    plain, reused = beside
+    assert plain == (0, 1, False)
+    assert reused == (0, 1, True)
+
+
+def test_a_store_that_cannot_be_written_leaves_the_run_as_it_ended(tmp_path: Path) -> None:
+    """Every run keeps its verdicts, asked to or not: where it cannot, it says so and nothing else changes."""
+    reports, blocked = tmp_path / "reports", tmp_path / "blocked"
+    reports.mkdir()
+    blocked.write_text("a file where the store's folder would be")
+    replay.save(blocked / "store", "k" * 64, reports, 0, dt.datetime.now(dt.UTC))
+    assert replay.replay(blocked / "store", "k" * 64, tmp_path / "again") is None

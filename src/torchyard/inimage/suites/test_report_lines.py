@@ -19,7 +19,7 @@ from torchyard.inimage.parity.harness import FLOAT64, Result, evaluate, make_ref
 from torchyard.inimage.parity.metrics import compare_values
 from torchyard.inimage.parity.tolerances import Bounds, load_tolerances
 from torchyard.inimage.parity.trees import NAMEDTUPLE_ROUTE
-from torchyard.inimage.plugin import TORCH_TRACE
+from torchyard.inimage.torch_trace import TORCH_TRACE
 from torchyard.inimage.verdicts import pass_reason
 
 pytestmark = pytest.mark.harness

@@ -25,7 +25,7 @@ CPU = torch.device("cpu")
 
 
 def _prime_xnnpack() -> None:
-    """XNNPACK's pattern graphs from the entry's cache, not made again (2.2 s a process here)."""
+    """XNNPACK's pattern graphs from the entry's cache, not made again by every process."""
     prime(store_for(os.environ))
 
 
@@ -73,8 +73,8 @@ def load_pte(path: Path) -> Callable[[list[Any]], Any]:
     with its default verification).
 
     `executorch.runtime` is a thin wrapper over the pybindings extension, but importing it imports the
-    whole of `executorch.exir` (for a warning class), and dynamo with it: 2.4 s of a 9 s warm run here,
-    where every program comes from the cache and nothing is lowered. The extension is what the wrapper
+    whole of `executorch.exir` (for a warning class), and dynamo with it: a large part of a warm run, where
+    every program comes from the cache and nothing is lowered. The extension is what the wrapper
     calls; where a release lays it out otherwise, the wrapper is used."""
     try:
         return load_pte_by_extension(path)
@@ -127,7 +127,7 @@ class ExecuTorch:
 
         def lower(path: Path) -> dict[str, Any]:
             # The compiler is imported only to lower: a run whose programs all come from the cache never pays
-            # for it (2.4 s here, dynamo included).
+            # for it (dynamo included).
             from executorch.exir import to_edge_transform_and_lower
 
             partitioners: list[Any] = []

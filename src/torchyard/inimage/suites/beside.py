@@ -1,23 +1,12 @@
-"""Work for the harness's own tests, beside the run, in children forked from an interpreter that
-imported torch once.
+"""Work for the harness's own tests, beside the run, in children forked from the fork server (`fork_server`).
 
-The harness tests check what a run does as a whole (its exit status, a probe that stops it before any
-test, its last lines), so each needs a pytest session of its own in a process of its own (`WholeRun`).
-Starting a fresh interpreter for each costs an interpreter and `import torch`, seconds every time.
-multiprocessing's forkserver imports the modules named in PRELOAD once, in a process that touches no
-device and starts no thread, and forks one child per run from it: the child starts with torch imported,
-nothing initialised.
-
-Self-tests whose work would hold the run up for seconds (a fresh lowering imports ExecuTorch's compiler,
-which a warm run otherwise never needs) run in one more child the same server forks (`Job`s). `Beside`
-runs both kinds on one lane, the jobs first, while the suites go on in the run's own process: on this
-2-core machine the run's process keeps one core busy and the lane the other, and the tests that check
-the lane's work take its results at the end. The whole runs went there last: inside their own tests they
-held the run's process waiting (1.2 s of a warm run), and after a one-case change, which lowers that case
-in the run's process, they now fill a core that was idle.
-
-Where there is no forkserver (not on POSIX), a whole run is a plain subprocess and the work is done in
-the test that asks for it.
+The harness tests check what a run does as a whole (its exit status, a probe that stops it before any test,
+its last lines), so each needs a pytest session of its own in a process of its own (`WholeRun`). Self-tests
+whose work would hold the run up (a fresh lowering imports ExecuTorch's compiler, which a warm run otherwise
+never needs) run in one more child (`Job`s). `Beside` runs both on one lane, the jobs first, then the whole
+runs, while the suites go on in the run's own process; the tests that check that work take its results at
+the end. Where there is no fork server (not on POSIX), a whole run is a plain subprocess and the work is done
+in the test that asks for it.
 """
 
 from __future__ import annotations
@@ -25,12 +14,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import multiprocessing
-import multiprocessing.connection
-import multiprocessing.forkserver
-
-# What starts a process through the server, imported here, at collection, once: a module first imported
-# inside a test that puts sys.modules back afterwards (pytester does) would take its server with it.
-import multiprocessing.popen_forkserver
 import os
 import shutil
 import subprocess
@@ -47,89 +30,15 @@ from typing import Any
 import pytest
 
 from torchyard import contract
-from torchyard.names import HARNESS
+from torchyard.inimage.suites import fork_server
+from torchyard.inimage.suites.fork_server import start_child, status_once_ended
 
-# What torchyard's plugin imports, not the plugin itself: pytest rewrites the asserts of a plugin it
-# loads, and warns when that plugin was imported before it could.
-PRELOAD = [
-    "torch",
-    "pytest",
-    "torchyard.inimage.cases",
-    "torchyard.inimage.parity.artifacts",
-    "torchyard.inimage.parity.harness",
-    "torchyard.inimage.parity.report",
-    "torchyard.inimage.probe",
-    "torchyard.inimage.suites.server_last",  # last: it freezes the imports above, and its exit handler must run first
-]
 TIMEOUT_S = 600.0
 OUTPUT = "output.txt"  # what `Beside`'s child prints, in its folder
 GRACE_S = 10.0  # beyond a whole run's TIMEOUT_S, for a stopped lane to end
 # The runs test torchyard's plugin alone: the third-party plugins an image happens to have (hypothesis,
-# anyio, hydra's) are not loaded into them, each a second of imports and assertion rewriting per run.
+# anyio, hydra's) are not loaded into them, each costing imports and assertion rewriting per run.
 ISOLATED = {contract.AUTOLOAD_OFF: "1"}
-
-
-# multiprocessing's `Process.start` first reads the exit status of every other child of the process that has
-# ended (its `_cleanup`), and a forkserver child's status can be read once: where two threads read it at
-# once, the one that finds the pipe empty records 255 over the real status (python/cpython#130895; two
-# threads starting and joining children got 255 for 18 to 49 of 200 here). The lane's thread and the run's
-# own thread both start and end whole runs, so every start, and every read of a status, holds this lock;
-# waiting for a child to end waits on its sentinel, which reads nothing.
-_REAPING = threading.Lock()
-
-
-def start_child(child: multiprocessing.process.BaseProcess) -> None:
-    with _REAPING:
-        child.start()
-
-
-def status_once_ended(child: multiprocessing.process.BaseProcess, timeout: float | None) -> int | None:
-    """The child's exit status once it has ended; None if it had not within `timeout` seconds."""
-    multiprocessing.connection.wait([child.sentinel], timeout)
-    with _REAPING:
-        return child.exitcode
-
-
-def _forkserver() -> multiprocessing.context.ForkServerContext | None:
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return None
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(PRELOAD)
-    return context
-
-
-def selects_harness(expression: str) -> bool:
-    """Whether a test marked only `harness` matches the `-m` expression, as pytest itself evaluates it
-    (`not harness` does not); where this pytest's evaluator is not where it was, whether it names it."""
-    try:
-        from _pytest.mark.expression import Expression
-
-        def matches(name: str, /, **kwargs: str | int | bool | None) -> bool:
-            return name == HARNESS
-
-        return bool(Expression.compile(expression).evaluate(matches))
-    except Exception:  # an evaluator moved or changed, or an expression that pytest itself will refuse
-        return HARNESS in expression
-
-
-def serves_this_run(argv: list[str]) -> bool:
-    """Whether the entry point starts the server before pytest does anything, from pytest's arguments alone:
-    not for an xdist controller (its workers run the harness's tests), and only where the `-m` expression,
-    if any, selects them. Where this cannot tell, configuration starts it as before."""
-    if any(arg.startswith(("-n", "--numprocesses")) for arg in argv):
-        return False
-    expressions = [argv[index + 1] for index, arg in enumerate(argv[:-1]) if arg == "-m"]
-    return not expressions or selects_harness(expressions[-1])
-
-
-def start_server() -> None:
-    """Start the server now, without waiting for it: it imports on another core while the run does its
-    own imports, and is warm by the time the lane beside the run needs it. Preloading ExecuTorch as well
-    made the run slower: its imports then compete with the tests' own. The in-image entry point calls this
-    before pytest starts (`serves_this_run`), so the server imports torch while the run does, on a core
-    that is otherwise idle until the tests are collected; configuration calls it again (a no-op then)."""
-    if _forkserver() is not None:
-        multiprocessing.forkserver.ensure_running()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,7 +137,7 @@ class Beside:
         self._work = work
         self._workdir = Path(tempfile.mkdtemp(prefix="torchyard-beside-"))
         self._environment = whole_run_environment(os.environ)  # now: before any test changes it
-        self._server = _forkserver()
+        self._server = fork_server.context()
         self._results: dict[int, tuple[bool, Any]] = {}
         self._claimed: set[int] = set()  # whole runs a lane has taken
         self._done = threading.Condition()
@@ -340,11 +249,8 @@ class Beside:
         self._stopping.set()
         if self._lane is not None:
             child = self._child
-            if child is not None and len(self._results) < len(self._work):
-                with _REAPING:  # `is_alive` reads the status of a child that has ended
-                    alive = child.is_alive()
-                if alive:
-                    child.kill()
+            if child is not None and len(self._results) < len(self._work) and fork_server.is_alive(child):
+                child.kill()
             self._lane.join(GRACE_S + TIMEOUT_S)
         shutil.rmtree(self._workdir, ignore_errors=True)
 

@@ -1,0 +1,103 @@
+"""The evaluations the suites share (`Evaluations`), and the entry's artifact cache they lower into."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from torchyard import contract
+from torchyard.inimage.cases import Case
+from torchyard.inimage.options import RunSettings
+from torchyard.inimage.parity.artifacts import ArtifactCache, entry_cache
+from torchyard.inimage.parity.errors import describe_error
+from torchyard.inimage.parity.harness import REFERENCE_FAILED, Reference, Result, Status, case_reference, evaluate
+from torchyard.inimage.parity.training import (
+    TrainBackend,
+    TrainReference,
+    make_train_reference,
+    train_runner,
+    untrainable,
+)
+from torchyard.inimage.precision import DTYPES
+from torchyard.inimage.probe import torch_device
+
+
+def artifact_cache(settings: RunSettings) -> ArtifactCache:
+    """Lowered programs by content, shared by every worker and run of the entry (`off` turns it off)."""
+    return entry_cache(os.environ, contract.cache_root(os.environ, settings.report_dir))
+
+
+class Evaluations:
+    """Each case x backend runs once per process (the compile and parity suites read the same result),
+    and each case's reference is made once."""
+
+    def __init__(self, settings: RunSettings, workdir: Path) -> None:
+        self.settings = settings
+        self.device = torch_device(settings.accelerator)
+        self.dtype = DTYPES[settings.precision]
+        self.workdir = workdir
+        self._results: dict[tuple[str, str], Result] = {}
+        self.cache = artifact_cache(settings)
+        self._references: dict[str, Reference] = {}
+        self._train_references: dict[tuple[str, str], TrainReference] = {}
+        self._untrainable: dict[str, str | None] = {}  # per case: its module built and run once, not per backend
+
+    def result(self, case: Case, backend: str) -> Result:
+        key = (case.name, backend)
+        if key not in self._results:
+            if case.name not in self._references:
+                self._references[case.name] = case_reference(case, device=self.device, dtype=self.dtype)
+            self._results[key] = evaluate(
+                case,
+                backend,
+                device=self.device,
+                dtype=self.dtype,
+                tolerances=self.settings.tolerances,
+                workdir=self.workdir / case.name,
+                reference=self._references[case.name],
+                cache=self.cache,
+            )
+        return self._results[key]
+
+    def train_result(self, case: Case, backend: str) -> Result:
+        """One optimizer step on `backend` against the float64 step (`parity.training`)."""
+        key = (case.name, backend)
+        if key not in self._results:
+            dtype_name = str(self.dtype).removeprefix("torch.")
+            if case.name not in self._untrainable:
+                try:
+                    self._untrainable[case.name] = untrainable(case)
+                except Exception as error:  # its forward fails: no reference, as for the inference suites
+                    self._untrainable[case.name] = f"{REFERENCE_FAILED}eager on cpu fails: {describe_error(error)}"
+            why = self._untrainable[case.name]
+            if why is not None:
+                status: Status = "error" if why.startswith(REFERENCE_FAILED) else "skipped"
+                self._results[key] = Result(case.name, backend, dtype_name, status, why)
+                return self._results[key]
+            optimizer = TrainBackend.parse(backend).optimizer
+            if (case.name, optimizer) not in self._train_references:
+                # The loosest gradient bound among this optimizer's backends decides which elements its
+                # step holds still (`training.held_below`): one mask for the reference and each backend.
+                gradient_bound = max(
+                    self.settings.tolerances.bounds(dtype_name, name, case.tolerances).max_scaled_error
+                    for name in self.settings.train_backends
+                    if TrainBackend.parse(name).optimizer == optimizer
+                )
+                self._train_references[case.name, optimizer] = make_train_reference(
+                    case, optimizer, device=self.device, dtype=self.dtype, gradient_bound=gradient_bound
+                )
+            made = self._train_references[case.name, optimizer]
+            self._results[key] = evaluate(
+                case,
+                backend,
+                device=self.device,
+                dtype=self.dtype,
+                weights=torch.float32,
+                tolerances=self.settings.tolerances,
+                workdir=self.workdir / case.name,
+                reference=made.reference,
+                runner=train_runner(backend, self.dtype, made.frozen),
+            )
+        return self._results[key]

@@ -1,0 +1,93 @@
+"""A run fails closed: where a selected suite passed no test, or no test outside the harness passed, the run
+fails whatever its tests' own verdicts were. The controller counts each suite's outcomes (xdist forwards
+the workers' reports to it) and, at the end, writes the reports and decides."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from torchyard.inimage import load
+from torchyard.inimage.collection import suite_of
+from torchyard.inimage.options import RUN_SETTINGS
+from torchyard.inimage.outcomes import RECORD_KEY
+from torchyard.inimage.parity.report import write_reports
+from torchyard.inimage.startup import LOAD_AT_START, MANIFEST
+from torchyard.names import HARNESS, PROJECT, SUITE_NAMES
+
+
+class Collector:
+    """Gathers every test's result record and each suite's outcomes on the controller (xdist forwards
+    workers' reports here)."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.passed: dict[str, int] = defaultdict(int)
+        self.skip_reasons: dict[str, list[str]] = defaultdict(list)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.count(report, suite_of(report))
+        if report.when == "call":  # setup and teardown reports repeat the same user properties
+            self.records += [json.loads(str(value)) for key, value in report.user_properties if key == RECORD_KEY]
+
+    def count(self, report: pytest.TestReport, suite: str | None) -> None:
+        """A test of `suite` passed (its call did), or skipped (at setup or in its call), and why."""
+        if suite is None:
+            return
+        if report.skipped and report.when in ("setup", "call"):
+            longrepr = report.longrepr
+            reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+            self.skip_reasons[suite].append(reason.removeprefix("Skipped: "))
+        if report.passed and report.when == "call":
+            self.passed[suite] += 1
+
+
+def empty_suites(selected: tuple[str, ...], passed: dict[str, int]) -> list[str]:
+    """The selected suites in which no test passed (the harness self-tests never count)."""
+    return [suite for suite in selected if suite != HARNESS and not passed.get(suite)]
+
+
+def failures(selected: tuple[str, ...], passed: dict[str, int], skip_reasons: dict[str, list[str]]) -> list[str]:
+    """Why the run fails closed: each selected suite in which no test passed, or, where none is empty, that no
+    test outside the harness passed at all. None when the run's own verdicts stand."""
+    found = []
+    for suite in empty_suites(selected, passed):
+        reasons = sorted(set(skip_reasons.get(suite, []))) or ["no test collected"]
+        found.append(f"suite {suite}: no test passed; skip reasons: {'; '.join(reasons)[:600]}")
+    if not found and not any(count for suite, count in passed.items() if suite != HARNESS):
+        found.append("no test passed (every test skipped, or none ran)")
+    return found
+
+
+COLLECTOR = pytest.StashKey[Collector]()
+
+
+def conclude_run(session: pytest.Session, exitstatus: int) -> None:
+    """The controller's reports, written; then the run failed where it fails closed (`failures`)."""
+    config = session.config
+    if MANIFEST not in config.stash:  # a worker's (only the controller probes), or a run stopped early
+        return
+    settings = config.stash[RUN_SETTINGS]
+    collector = config.stash[COLLECTOR]
+    manifest: dict[str, Any] = config.stash[MANIFEST]
+    selected = settings.suites or tuple(suite for suite in SUITE_NAMES if suite in str(config.option.markexpr))
+    extra = {"precision": settings.precision, "tolerances": settings.tolerances.as_dict(), "suites": list(selected)}
+    manifest["load"] = load.machine_load(
+        config.stash.get(LOAD_AT_START, None),
+        load.sample(),
+        cpus=os.cpu_count(),
+        workers=load.worker_count(getattr(config.option, "numprocesses", None)),
+    )
+    paths = write_reports(settings.report_dir, collector.records, manifest, extra)
+    print(f"\ntorchyard: reports in {paths['markdown'].parent} (parity.json, parity.md, env.json)")
+    if any(item.get_closest_marker(PROJECT) for item in session.items):
+        selected = (*selected, PROJECT)
+    found = failures(selected, collector.passed, collector.skip_reasons)
+    for failure in found:
+        print(f"torchyard: FAILED: {failure}")
+    if found and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

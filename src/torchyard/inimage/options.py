@@ -1,0 +1,109 @@
+"""The run's settings: a pytest option for each setting that has one (`contract.SETTINGS`), its default the
+setting's variable, read once at configuration into a frozen `RunSettings`."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from torchyard import contract
+from torchyard.inimage.parity.tolerances import Tolerances, load_tolerances
+from torchyard.inimage.precision import pin_precision
+from torchyard.names import BACKEND_NAMES, BACKEND_SUITES, OPT_IN_SUITES, TRAIN_BACKENDS, Precision
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """An option for each setting that has one, its default the setting's variable; a boolean's is a flag
+    that turns it from its default, as the variable may have already."""
+    group = parser.getgroup("torchyard")
+    environment = contract.Values(os.environ)
+    for setting in contract.SETTINGS:
+        if setting.option is None:
+            continue
+        if setting.encoding == "bool":
+            turned = environment.enabled(setting.variable) != _on_by_default(setting)
+            group.addoption(setting.option, action="store_true", default=turned, help=setting.means)
+        else:
+            default, choices = environment.text(setting.variable), list(setting.choices) or None
+            group.addoption(setting.option, default=default, choices=choices, help=setting.means)
+
+
+def _on_by_default(setting: contract.Setting) -> bool:
+    """A boolean setting's state where nothing sets it."""
+    return contract.Values({}).enabled(setting.variable)
+
+
+def option_values(config: pytest.Config) -> contract.Values:
+    """The settings' values from their options (each defaults to its variable), as their variables carry them."""
+    encoded: dict[str, str] = {}
+    for setting in contract.SETTINGS:
+        if setting.option is not None:
+            value = config.getoption(setting.option)
+            encoded[setting.variable] = (
+                setting.encode(bool(value) != _on_by_default(setting)) if setting.encoding == "bool" else str(value)
+            )
+    return contract.Values(encoded)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    accelerator: str
+    precision: Precision
+    report_dir: Path
+    tolerances: Tolerances
+    case_modules: tuple[str, ...]
+    builtin_cases: bool
+    suites: tuple[str, ...]
+    compile_backends: tuple[str, ...]
+    vendor_record: Path | None
+    precision_settings: dict[str, object]
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> RunSettings:
+        values = option_values(config)
+        try:
+            tolerances = load_tolerances(values.text(contract.TOLERANCES))
+        except (ValueError, json.JSONDecodeError) as error:
+            raise pytest.UsageError(f"torchyard tolerances: {error}") from None
+        record = values.text(contract.VENDOR_RECORD)
+        modes = values.items(contract.COMPILE_MODES) or ("default",)
+        return cls(
+            accelerator=values.text(contract.ACCELERATOR),
+            precision=cast(Precision, values.text(contract.PRECISION)),
+            report_dir=Path(values.text(contract.REPORT_DIR)),
+            tolerances=tolerances,
+            case_modules=values.items(contract.CASES),
+            builtin_cases=values.enabled(contract.BUILTIN_CASES),
+            suites=values.items(contract.SUITES),
+            compile_backends=tuple("inductor" if mode == "default" else f"inductor:{mode}" for mode in modes),
+            vendor_record=Path(record) if record else None,
+            precision_settings=pin_precision(),
+        )
+
+    @property
+    def train_backends(self) -> tuple[str, ...]:
+        """Eager and compiled, per optimizer; each compile mode other than the default after a colon."""
+        modes = [backend.partition(":")[2] for backend in self.compile_backends]
+        return tuple(
+            backend if "inductor" not in backend or not mode else f"{backend}:{mode}"
+            for backend in TRAIN_BACKENDS
+            for mode in (modes if "inductor" in backend else [""])
+        )
+
+    @property
+    def parity_backends(self) -> tuple[str, ...]:
+        """Every backend (each compile mode one), but an opt-in suite's only where the run selected that suite."""
+        return tuple(
+            backend
+            for name in BACKEND_NAMES
+            if BACKEND_SUITES[name] not in OPT_IN_SUITES or BACKEND_SUITES[name] in self.suites
+            for backend in (self.compile_backends if name == "inductor" else (name,))
+        )
+
+
+RUN_SETTINGS = pytest.StashKey[RunSettings]()

@@ -1,0 +1,97 @@
+"""Backends and models with planted faults, for the self-tests that show the harness catches them."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from torchyard import contract
+from torchyard.inimage.cases import Call, Case
+from torchyard.inimage.cases.builtin import CASES
+from torchyard.inimage.parity.backends import BackendRun, Runner
+from torchyard.inimage.parity.harness import Result, evaluate
+from torchyard.inimage.parity.tolerances import load_tolerances
+from torchyard.inimage.parity.trees import Leaf, leaves
+from torchyard.inimage.probe import torch_device
+
+CPU = torch.device("cpu")
+# The run's own device (the probe checked it is there), for the self-tests that must hold on it.
+RUN_DEVICE = torch_device(os.environ.get(contract.ACCELERATOR, "cpu"))
+TOLERANCES = load_tolerances()
+BY_NAME = {case.name: case for case in CASES}
+
+
+Transform = Callable[[Any], Any]  # one output leaf: a tensor, or what else the case returns
+
+
+def on_cpu(case: Case, runner: Runner, workdir: Path) -> Result:
+    return evaluate(
+        case, "planted", device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=workdir, runner=runner
+    )
+
+
+def planted(transform: Transform) -> Runner:
+    """A backend that runs eager, then passes each output through `transform`."""
+
+    def runner(
+        case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Path
+    ) -> BackendRun:
+        with torch.no_grad():
+            outputs = [[transform(leaf) for leaf in leaves(module(*call.args, **call.kwargs))] for call in calls]
+        return BackendRun(outputs, 0.0, 0.0)
+
+    return runner
+
+
+def run_planted(case_name: str, transform: Transform, tmp_path: Path) -> Result:
+    return on_cpu(BY_NAME[case_name], planted(transform), tmp_path)
+
+
+class Switch(torch.nn.Module):
+    """Eager-correct; `wrong` changes the output when traced (compiled or exported), or only when exported:
+    "scale" by 1e-3, "nan", or "shape" (one column fewer).
+
+    Under torch.compile, torch 2.11's dynamo answers `is_exporting()` with True (2.14 answers False), so
+    "compiled and not exported" cannot be told apart there: the compile fault fires under any trace, and
+    only the inductor backend is checked with it."""
+
+    def __init__(self, when: str, wrong: str) -> None:
+        super().__init__()
+        self.when, self.wrong = when, wrong
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        output: torch.Tensor = self.linear(x)
+        active = torch.compiler.is_exporting() if self.when == "export" else torch.compiler.is_compiling()
+        if active:
+            wrong = {"scale": lambda: output * (1 + 1e-3), "nan": lambda: output + float("nan")}
+            return wrong.get(self.wrong, lambda: output[..., :-1])()
+        return output
+
+
+def computing(make: Callable[[], torch.nn.Module], scale: float = 1.0) -> Runner:
+    """A backend that gives what another model (same seed, so same weights) computes, times `scale`."""
+
+    def runner(
+        case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Path
+    ) -> BackendRun:
+        dtype = next(module.parameters()).dtype
+        other = dataclasses.replace(case, make_module=make).module().to(dtype)
+        with torch.no_grad():
+            outputs: list[list[Leaf]] = [
+                [
+                    leaf * scale if isinstance(leaf, torch.Tensor) else leaf
+                    for leaf in leaves(other(*call.args, **call.kwargs))
+                ]
+                for call in calls
+            ]
+        program = workdir / "program.bin"  # as a runtime's lowered program lies on disk
+        program.write_bytes(b"program")
+        return BackendRun(outputs, 0.0, 0.0, artifact=program)
+
+    return runner

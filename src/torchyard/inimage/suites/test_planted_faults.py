@@ -1,0 +1,197 @@
+"""The comparison can fail: planted faults in a backend's outputs are caught, each metric at its bound."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from torchyard.inimage.cases import Call, Case
+from torchyard.inimage.cases.builtin import Attention
+from torchyard.inimage.parity.backends import BackendRun
+from torchyard.inimage.parity.harness import evaluate, make_reference
+from torchyard.inimage.parity.metrics import beyond_bounds
+from torchyard.inimage.parity.tolerances import Bounds, load_tolerances
+from torchyard.inimage.parity.trees import leaves
+from torchyard.inimage.suites.planted import BY_NAME, CPU, RUN_DEVICE, TOLERANCES, Switch, on_cpu, run_planted
+
+pytestmark = pytest.mark.harness
+
+
+def test_reference_values_pass(tmp_path: Path) -> None:
+    result = run_planted("mlp", lambda tensor: tensor, tmp_path)
+    assert result.status == "passed"
+
+
+def test_relative_perturbation_of_1e_3_fails_fp32(tmp_path: Path) -> None:
+    result = run_planted("mlp", lambda tensor: tensor * (1 + 1e-3), tmp_path)
+    assert result.status == "failed"
+    assert "relative L2 error" in result.reason
+
+
+def test_non_tensor_leaves_pass_as_eager_gives_them_and_fail_otherwise(tmp_path: Path) -> None:
+    assert run_planted("optional_heads", lambda leaf: leaf, tmp_path / "same").status == "passed"
+    flipped = run_planted("optional_heads", lambda leaf: not leaf if isinstance(leaf, bool) else leaf, tmp_path / "b")
+    assert flipped.status == "failed" and "output [2]: True where eager gives False" in flipped.reason
+    filled = run_planted("optional_heads", lambda leaf: torch.zeros(2) if leaf is None else leaf, tmp_path / "none")
+    assert filled.status == "failed"
+    assert "output [1][0]: a torch.float32 tensor of shape [2] where eager gives None" in filled.reason
+
+
+def test_nan_fails(tmp_path: Path) -> None:
+    def poison(tensor: torch.Tensor) -> torch.Tensor:
+        tensor = tensor.clone()
+        tensor.view(-1)[0] = float("nan")
+        return tensor
+
+    result = run_planted("mlp", poison, tmp_path)
+    assert result.status == "failed"
+    assert "non-finite" in result.reason
+
+
+def test_integer_division_that_truncates_fails(tmp_path: Path) -> None:
+    result = run_planted("int_divide_255", lambda tensor: tensor.to(torch.int64), tmp_path)
+    assert result.status == "failed"
+    assert "dtype torch.int64 differs from eager's torch.float32" in result.reason
+
+
+def test_block_causal_mask_replaced_by_causal_fails(tmp_path: Path) -> None:
+    case = BY_NAME["block_causal_attention"]
+
+    def plain_causal(
+        case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Path
+    ) -> BackendRun:
+        wrong = Attention(frame=1)
+        wrong.load_state_dict(module.state_dict())
+        with torch.no_grad():
+            return BackendRun([leaves(wrong(*call.args)) for call in calls], 0.0, 0.0)
+
+    result = on_cpu(case, plain_causal, tmp_path)
+    assert result.status == "failed"
+    assert result.comparisons[0].scaled_max_error > 0.1
+
+
+def test_channels_last_read_in_the_wrong_order_fails(tmp_path: Path) -> None:
+    case = BY_NAME["conv_bn_channels_last"]
+
+    def wrong_order(
+        case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Path
+    ) -> BackendRun:
+        # Reinterpret the NHWC bytes as if they were NCHW: the classic channels-last bug.
+        outputs = []
+        with torch.no_grad():
+            for (image,) in (call.args for call in calls):
+                misread = image.permute(0, 2, 3, 1).contiguous().view(image.shape)
+                outputs.append(leaves(module(misread)))
+        return BackendRun(outputs, 0.0, 0.0)
+
+    assert on_cpu(case, wrong_order, tmp_path).status == "failed"
+
+
+def test_noise_statistics_catch_a_constant(tmp_path: Path) -> None:
+    assert run_planted("no_input_noise", lambda tensor: tensor, tmp_path).status == "passed"
+    result = run_planted("no_input_noise", torch.zeros_like, tmp_path)
+    assert result.status == "failed"
+    assert "differ from eager's" in result.reason
+    shifted = run_planted("no_input_noise", lambda tensor: tensor + 0.5, tmp_path)
+    assert shifted.status == "failed"
+
+
+def test_a_metric_at_its_bound_passes_and_one_step_beyond_fails() -> None:
+    """Bounds are inclusive, each metric on its own: the comparisons that decide every parity verdict."""
+    bounds = Bounds(max_scaled_error=1e-3, max_rel_l2=2e-3, min_cosine=0.999)
+    assert beyond_bounds(1e-3, 2e-3, 0.999, bounds) == []
+    assert beyond_bounds(0.0, 0.0, 1.0, bounds) == []
+    scaled = beyond_bounds(math.nextafter(1e-3, 1.0), 2e-3, 0.999, bounds)
+    rel_l2 = beyond_bounds(1e-3, math.nextafter(2e-3, 1.0), 0.999, bounds)
+    cosine = beyond_bounds(1e-3, 2e-3, math.nextafter(0.999, 0.0), bounds)
+    assert [len(scaled), len(rel_l2), len(cosine)] == [1, 1, 1]
+    assert scaled[0].startswith("scaled max error") and rel_l2[0].startswith("relative L2 error")
+    assert cosine[0].startswith("cosine")
+    assert len(beyond_bounds(1.0, 1.0, 0.0, bounds)) == 3
+
+
+def test_entry_tolerance_override_applies() -> None:
+    loose = load_tolerances('{"float32.inductor": {"max-rel-l2": 0.5}}')
+    assert loose.bounds("float32", "inductor").max_rel_l2 == 0.5
+    assert loose.bounds("float32", "export").max_rel_l2 == 1e-5
+
+
+def test_reference_is_float64_on_cpu() -> None:
+    case = BY_NAME["mlp"]
+    reference = make_reference(case, case.calls(), device=CPU, dtype=torch.float32)
+    assert reference.kind == "float64 on cpu"
+    first = reference.outputs[0][0]
+    assert isinstance(first, torch.Tensor) and first.dtype == torch.float64 and first.device.type == "cpu"
+    assert reference.expected_dtypes == [torch.float32]
+
+
+class KeylessOutput(dict):  # type: ignore[type-arg]
+    """A model output registered as a pytree node without key paths, as diffusers registers its BaseOutput."""
+
+
+torch.utils._pytree.register_pytree_node(
+    KeylessOutput,
+    lambda out: (list(out.values()), list(out.keys())),
+    lambda values, keys: KeylessOutput(zip(keys, values, strict=True)),
+    serialized_type_name=f"{__name__}.KeylessOutput",
+)
+
+
+class KeylessHeads(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> KeylessOutput:
+        return KeylessOutput(sample=self.linear(x), extra=(x.sum(), None))
+
+
+def test_an_output_type_without_key_paths_is_compared_by_its_keys(tmp_path: Path) -> None:
+    """torch.export gives such a type its leaves; their paths come from its keys (diffusers' UNet2DOutput)."""
+    case = Case("keyless", KeylessHeads, lambda g: (torch.randn(2, 4, generator=g),))
+    result = evaluate(case, "export", device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+    assert result.status == "passed", result.reason
+    assert [comparison.output for comparison in result.comparisons] == ["['sample']", "['extra'][0]", "['extra'][1]"]
+
+
+def test_dict_observation_policy_falls_back_to_a_float32_reference_visibly(tmp_path: Path) -> None:
+    case = BY_NAME["dict_observation_policy"]
+    result = evaluate(case, "export", device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+    assert result.status == "passed", result.reason
+    assert result.reference.startswith("float32 on cpu (float64 fails: RuntimeError")
+    assert [comparison.output for comparison in result.comparisons] == ["['action']", "['value']"]
+
+
+@pytest.mark.parametrize(
+    ("when", "wrong", "backend", "problem"),
+    [
+        ("compile", "scale", "inductor", "relative L2 error"),
+        ("export", "scale", "export", "relative L2 error"),
+        ("compile", "nan", "inductor", "non-finite"),
+    ],
+)
+def test_faults_that_show_only_when_compiled_or_exported_are_caught(
+    when: str, wrong: str, backend: str, problem: str, tmp_path: Path
+) -> None:
+    """On the run's device: there, inductor compiles what the suites compile (on a GPU, Triton kernels from the
+    warm cache, where a first CPU compile would cost every process torch 2.11's check of the CPU's vector
+    instructions, which starts Python ten times)."""
+    case = Case(f"switch_{when}_{wrong}", lambda: Switch(when, wrong), lambda g: (torch.randn(4, 8, generator=g),))
+    eager = evaluate(case, "eager", device=RUN_DEVICE, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+    assert eager.status == "passed", eager.reason
+    result = evaluate(case, backend, device=RUN_DEVICE, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+    assert result.status == "failed" and problem in result.reason
+
+
+def test_a_model_that_cannot_run_fails_once_with_the_reason(tmp_path: Path) -> None:
+    class Broken(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise ValueError("the policy is broken")
+
+    case = Case("broken", Broken, lambda g: (torch.randn(2, 2, generator=g),))
+    result = evaluate(case, "inductor", device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+    assert result.status == "error"
+    assert result.reason.startswith("reference: eager on cpu fails: ValueError: the policy is broken")

@@ -1,0 +1,40 @@
+"""Each suite's pass rule (`verdicts.passes`), outcome by outcome."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from torchyard.inimage.parity.harness import Result, Status
+from torchyard.inimage.verdicts import passes
+
+pytestmark = pytest.mark.harness
+
+
+def _result(status: Status, *, shapes: bool = True, artifact: str | None = None, backend: str = "export") -> Result:
+    return Result("case", backend, "float32", status, shapes_match=shapes, artifact=artifact)
+
+
+def test_each_suites_pass_rule(tmp_path: Path) -> None:
+    """The rules the suites apply (`verdicts.passes`), outcome by outcome."""
+    program, empty = tmp_path / "program.pte", tmp_path / "empty.pte"
+    program.write_bytes(b"program")
+    empty.write_bytes(b"")
+    assert passes("parity", _result("passed"))
+    assert not passes("parity", _result("failed")) and not passes("parity", _result("error", shapes=False))
+    assert not passes("parity", _result("skipped"))
+    assert passes("compile", _result("passed")) and passes("compile", _result("failed"))  # values are parity's
+    assert not passes("compile", _result("failed", shapes=False)) and not passes("compile", _result("error"))
+    assert passes("export", _result("failed", artifact=str(program)))
+    assert not passes("export", _result("passed")) and not passes("export", _result("passed", artifact=str(empty)))
+    assert not passes("export", _result("passed", shapes=False, artifact=str(program)))
+    assert passes("runtime", _result("passed", backend="tensorrt"))  # its engine stays in memory
+    assert not passes("runtime", _result("passed", backend="executorch-xnnpack"))
+    assert not passes("runtime", _result("passed", backend="vulkan"))  # only TensorRT runs from memory
+    assert passes("runtime", _result("failed", backend="executorch-xnnpack", artifact=str(program)))
+    assert not passes("runtime", _result("skipped", backend="tensorrt"))
+    assert passes("aot", _result("failed", backend="aotinductor", artifact=str(program)))  # values are parity's
+    assert not passes("aot", _result("passed", backend="aotinductor"))  # no package on disk: not what it tests
+    assert not passes("aot", _result("passed", backend="aotinductor", artifact=str(empty)))
+    assert not passes("aot", _result("passed", shapes=False, backend="aotinductor", artifact=str(program)))
