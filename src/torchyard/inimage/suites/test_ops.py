@@ -15,8 +15,8 @@ from torchyard import contract
 from torchyard.inimage.ops.expectations import stack_identity
 from torchyard.inimage.ops.options import ops_options
 from torchyard.inimage.ops.session import OpsSession, entry_backends, selection
-from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.options import option_values
+from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.precision import DTYPES
 from torchyard.inimage.probe import torch_device
 from torchyard.names import Precision
