@@ -95,6 +95,17 @@ def test_cpu_run_args() -> None:
     assert args == (*common("cpu"), *tail("cpu", ALL))
 
 
+def test_every_run_names_its_image_so_a_later_reuse_finds_what_a_plain_run_kept() -> None:
+    """A plain run keeps its verdicts under the image's ID; the next --reuse-results run looks them up by it."""
+    plan = dataclasses.replace(run_plan("cpu"), image_id="sha256:" + "a" * 64)
+    plain = docker_run_args(PLAN.entry("cpu"), plan, HOST, {}, [])
+    reused = docker_run_args(PLAN.entry("cpu"), plan, HOST, {"TORCHYARD_REUSE_RESULTS": "1"}, [])
+    image_id = ("--env", "TORCHYARD_IMAGE_ID=sha256:" + "a" * 64)
+    for args in (plain, reused):
+        assert any(args[i : i + 2] == image_id for i in range(len(args) - 1))
+    assert "TORCHYARD_REUSE_RESULTS=1" in reused and "TORCHYARD_REUSE_RESULTS=1" not in plain
+
+
 def test_third_party_plugins_load_only_for_a_project_or_the_callers_arguments() -> None:
     """torchyard's suites alone load torchyard's plugin (and xdist), not what the image has besides."""
     autoload_off = ("--env", "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1")

@@ -143,10 +143,10 @@ def docker_run_args(
 
 
 def replay_args(plan: RunPlan, env: Mapping[str, str]) -> tuple[str, ...]:
-    """With `--reuse-results`, the container may replay verdicts; it needs the image's ID to know when not."""
-    if env.get(contract.REUSE_RESULTS) != "1":
-        return ()
-    return ("--env", f"{contract.REUSE_RESULTS}=1", "--env", f"{contract.IMAGE_ID}={plan.image_id}")
+    """The image's ID on every run, so what a plain run keeps is found by the next `--reuse-results` run (the
+    ID says when not to replay); replaying itself only when asked."""
+    reuse = ("--env", f"{contract.REUSE_RESULTS}=1") if env.get(contract.REUSE_RESULTS) == "1" else ()
+    return (*reuse, *(("--env", f"{contract.IMAGE_ID}={plan.image_id}") if plan.image_id else ()))
 
 
 def _article(name: str) -> str:
