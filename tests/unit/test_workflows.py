@@ -327,7 +327,12 @@ def test_a_pull_requests_plan_takes_its_labels_from_the_base_branch(workflow: Pa
     steps = yaml.safe_load(workflow.read_text().replace("@SPEC@", "torchyard"))["jobs"]["plan"]["steps"]
     names = [step.get("id") or step.get("name", "") for step in steps]
     trusted = next(position for position, name in enumerate(names) if name.startswith("the trusted matrix.toml"))
-    assert trusted < names.index("plan") and steps[trusted]["if"].startswith("github.event_name == 'pull_request'")
+    # every untrusted plan names it, pull_request_target's included (an untrusted run without one is refused)
+    assert trusted < names.index("plan") and steps[trusted]["if"].startswith(
+        "startsWith(github.event_name, 'pull_request')"
+    )
+    plan_job = yaml.safe_load(workflow.read_text().replace("@SPEC@", "torchyard"))["jobs"]["plan"]
+    assert runs_for(plan_job, "pull_request_target")
     assert 'git show FETCH_HEAD:matrix.toml > "$RUNNER_TEMP/trusted-matrix.toml"' in steps[trusted]["run"]
     assert "TORCHYARD_TRUSTED_MATRIX=" in steps[trusted]["run"]
 
