@@ -31,29 +31,6 @@ from torchyard.inimage.parity.harness import REFERENCE_FAILED, Reference, Result
 from torchyard.inimage.parity.tolerances import Tolerances
 from torchyard.inimage.parity.trees import to_device
 
-# The backends whose program starts from torch.export's: where one fails, a sample that does not export failed
-# at the export.
-EXPORTING = frozenset({"export", "executorch-portable", "executorch-xnnpack", "aotinductor", "tensorrt"})
-# What each backend imports the first time it runs, imported before the children are forked.
-FIRST_USE = {
-    # torch.export loads dynamo and AOTAutograd on its first call (16 s here): once, not in every child.
-    "export": ("torch._dynamo", "torch.export._trace", "torch._functorch.aot_autograd"),
-    "inductor": ("torch._dynamo", "torch._inductor.compile_fx"),
-    "aotinductor": ("torch._dynamo", "torch.export._trace", "torch._inductor.compile_fx"),
-    "executorch-portable": (
-        "torch._dynamo",
-        "torch.export._trace",
-        "executorch.exir",
-        "executorch.extension.pybindings.portable_lib",
-    ),
-    "executorch-xnnpack": (
-        "torch._dynamo",
-        "torch.export._trace",
-        "executorch.exir",
-        "executorch.extension.pybindings.portable_lib",
-        "executorch.backends.xnnpack.partition.xnnpack_partitioner",
-    ),
-}
 MARK = "=== torchyard ops: "  # the line a child prints before each item: a crash's own lines follow the last
 TIMEOUT_S = 600.0
 
@@ -71,10 +48,16 @@ class SweepSettings:
     timeout_s: float = TIMEOUT_S  # for one sample on one backend
 
 
+def _exports_first(backend: str) -> bool:
+    found = BACKENDS.get(base_backend(backend))  # type: ignore[call-overload]
+    return found is not None and found.EXPORTS
+
+
 def prepare(backends: Sequence[str]) -> None:
     """Import what the backends import on first use, here, before any child is forked (those absent skip)."""
     for backend in backends:
-        for module in FIRST_USE.get(base_backend(backend), ()):
+        found = BACKENDS.get(base_backend(backend))  # type: ignore[call-overload]
+        for module in found.FIRST_USE if found is not None else ():
             with contextlib.suppress(ImportError):  # the backend is unavailable: the run says so where it would run
                 importlib.import_module(module)
 
@@ -164,7 +147,7 @@ class _Sweep:
             sys.stdout.flush()
             sys.stderr.flush()
             if result.status == "error" and not result.reason.startswith(REFERENCE_FAILED):
-                if index not in exported and base_backend(backend) in EXPORTING:
+                if index not in exported and _exports_first(backend):
                     exported[index] = _exports(case, settings.dtype)
                 send.send(
                     _failure(self.operator.name, index, backend, result, exported=exported.get(index), workdir=workdir)

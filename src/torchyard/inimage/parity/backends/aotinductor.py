@@ -14,6 +14,8 @@ from torchyard.inimage.parity.backends.running import called, export_program, lo
 NAME: Literal["aotinductor"] = "aotinductor"
 # Not export's `.pt2`: both packages of a case sit side by side in the cache and in the run's folder.
 ARTIFACT = Artifact(".aoti.pt2")
+EXPORTS = True
+FIRST_USE = ("torch._dynamo", "torch.export._trace", "torch._inductor.compile_fx")
 # The device types AOTInductor generates code for (ROCm's torch calls its devices cuda).
 DEVICES = frozenset({"cpu", "cuda"})
 

@@ -11,6 +11,8 @@ from torchyard.inimage.parity.backends.running import called, run_all
 
 NAME: Literal["eager"] = "eager"
 ARTIFACT: Artifact | None = None
+EXPORTS = False
+FIRST_USE: tuple[str, ...] = ()
 
 
 def unavailable(device: torch.device) -> str | None:

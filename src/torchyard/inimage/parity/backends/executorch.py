@@ -106,10 +106,21 @@ class ExecuTorch:
 
     delegate: Delegate
     ARTIFACT = Artifact(".pte")
+    EXPORTS = True
 
     @property
     def NAME(self) -> BackendName:
         return self.delegate.backend
+
+    @property
+    def FIRST_USE(self) -> tuple[str, ...]:
+        runtime = (
+            "torch._dynamo",
+            "torch.export._trace",
+            "executorch.exir",
+            "executorch.extension.pybindings.portable_lib",
+        )
+        return (*runtime, self.delegate.partitioner[0]) if self.delegate.partitioner else runtime
 
     def unavailable(self, device: torch.device) -> str | None:
         if importlib.util.find_spec("executorch") is None:

@@ -12,6 +12,9 @@ from torchyard.inimage.parity.backends.running import called, export_program, lo
 
 NAME: Literal["export"] = "export"
 ARTIFACT = Artifact(".pt2")
+EXPORTS = True
+# torch.export loads dynamo and AOTAutograd on its first call.
+FIRST_USE = ("torch._dynamo", "torch.export._trace", "torch._functorch.aot_autograd")
 
 
 def unavailable(device: torch.device) -> str | None:

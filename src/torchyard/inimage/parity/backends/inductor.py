@@ -11,6 +11,8 @@ from torchyard.inimage.parity.backends.running import called, run_all, timed
 
 NAME: Literal["inductor"] = "inductor"
 ARTIFACT: Artifact | None = None  # inductor's own caches keep its kernels
+EXPORTS = False
+FIRST_USE = ("torch._dynamo", "torch._inductor.compile_fx")
 
 
 def unavailable(device: torch.device) -> str | None:

@@ -61,6 +61,17 @@ class Backend(Protocol):
         """The file its program is kept in; None where it keeps none (eager, inductor)."""
         ...
 
+    @property
+    def EXPORTS(self) -> bool:
+        """Whether its program starts from torch.export's: where it fails, a call that does not export failed
+        at the export."""
+        ...
+
+    @property
+    def FIRST_USE(self) -> tuple[str, ...]:
+        """What it imports the first time it runs: a sweep imports these once, before it forks its children."""
+        ...
+
     def unavailable(self, device: torch.device) -> str | None:
         """Why it cannot run for an entry on `device` (what the image lacks, or the wrong device); None if it can."""
         ...

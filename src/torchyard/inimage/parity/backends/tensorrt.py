@@ -15,6 +15,8 @@ from torchyard.inimage.parity.errors import describe_error
 NAME: Literal["tensorrt"] = "tensorrt"
 # The compiled program runs from memory; the file keeps its engines for later runs, and saving may fail.
 ARTIFACT = Artifact(".ep", loaded=False)
+EXPORTS = True
+FIRST_USE: tuple[str, ...] = ()
 
 # What decides a Torch-TensorRT program beyond the case: its key is made of these, and the compile and the
 # save are given these, so the two cannot drift apart.
