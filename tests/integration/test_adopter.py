@@ -18,8 +18,10 @@ from pathlib import Path
 
 import docker
 import pytest
+from docker.models.images import Image
 
 from tests.docblocks import block
+from tests.integration.conftest import CPU_WHEELS, PUBLISHED_CPU_WHEELS
 from torchyard.image.buildkit import layer_steps
 from torchyard.image.plan import image_repository
 from torchyard.trust import project_scope
@@ -47,6 +49,18 @@ def run_in(project: Path, bindir: Path, args: list[str], env: Mapping[str, str],
         args, cwd=project, env={**env, "PATH": f"{bindir}{os.pathsep}{env['PATH']}"}, capture=True, check=check
     )
     return completed.stdout + completed.stderr
+
+
+def assert_cpu_build(lock: str, image: Image, client: docker.DockerClient) -> None:
+    """init's CPU entry takes PyTorch's CPU build (the hash that index publishes) and no NVIDIA library."""
+    torch = re.search(r"(?m)^torch==(\S+) \\\n    --hash=sha256:(\w+)$", lock)
+    assert torch and torch[1].endswith("+cpu") and not re.search(r"(?m)^(nvidia-|cuda-|triton)", lock), lock
+    assert torch[2] in PUBLISHED_CPU_WHEELS.values() or CPU_WHEELS not in os.environ  # else the real index's
+    built = client.containers.run(
+        image, ["-c", "import torch; print(torch.__version__, torch.version.cuda)"],
+        entrypoint=["/opt/torchyard/venv/bin/python"], remove=True,
+    )  # fmt: skip
+    assert bytes(built).decode().split() == [torch[1], "None"]
 
 
 def test_adopter_project_end_to_end(
@@ -79,7 +93,6 @@ def test_adopter_project_end_to_end(
     )  # fmt: skip
     assert refused.returncode == 2 and "never overwrites" in refused.stderr
 
-    assert "torch" in (project / "lockfiles" / "cpu.txt").read_text()
     run_in(project, installed, ["nox", "-s", "lock", "--", "--check"], machine_env)
     include = run_in(project, installed, ["torchyard", "matrix", "--github"], machine_env).strip().splitlines()[-1]
     assert json.loads(include)["include"][0]["session"] == "test-cpu"
@@ -106,6 +119,7 @@ def test_adopter_project_end_to_end(
         entrypoint=["/opt/torchyard/venv/bin/python"], remove=True,
     )  # fmt: skip
     assert bytes(linked).decode().split() == [str(host_secret), "False"]  # a link, dangling: the secret stayed
+    assert_cpu_build((project / "lockfiles" / "cpu.txt").read_text(), image, client)
 
     policy = project / "src" / "robopolicy" / "policy.py"
     # Unique, so no earlier build on this machine has this content in BuildKit's cache.

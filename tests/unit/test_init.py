@@ -47,6 +47,18 @@ def test_the_matrix_comes_from_requires_python_and_the_torch_requirement(tmp_pat
     assert ours.name == "cpu" and set(entry.requirements[1:]) <= set(ours.requirements)
 
 
+def test_the_cpu_entry_takes_torchs_cpu_build_from_pytorchs_cpu_index_first(tmp_path: Path) -> None:
+    files = render(project(tmp_path), TODAY, "torchyard==0.1.0")
+    (tmp_path / "matrix.toml").write_text(files["matrix.toml"])
+    plan = parse_plan(files["matrix.toml"], tmp_path / "matrix.toml")
+    (entry,) = plan.entries
+    assert [index.name for index in entry.indexes] == ["pytorch-cpu", "pypi"]  # asked in this order
+    assert (
+        entry.indexes[0].url == "https://download.pytorch.org/whl/cpu"
+        and entry.accelerator.index_strategy == "first-index"
+    )
+
+
 def test_without_torch_the_entry_asks_for_torch(tmp_path: Path) -> None:
     files = render(project(tmp_path, dependencies="[]"), TODAY, "torchyard==0.1.0")
     assert 'requirements = [\n    "torch",\n' in files["matrix.toml"]

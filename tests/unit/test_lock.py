@@ -19,7 +19,7 @@ from torchyard.lock.lockfile import lock_path, read_header
 from torchyard.lock.resolve import lock_entry, uv_version
 from torchyard.lock.standins import write_wheel
 from torchyard.matrix import Entry, parse_plan
-from torchyard.matrix.machine import Source
+from torchyard.matrix.machine import Source, index_args
 
 MATRIX = """\
 exclude-newer = 2026-11-01T00:00:00Z
@@ -108,6 +108,22 @@ def test_compile_args_name_every_input() -> None:
         interpreter="/py",
     )
     assert only_folder[-3:] == ("--no-index", "--find-links", "/w")
+
+
+def test_the_indexes_are_asked_in_matrix_order() -> None:
+    # uv takes `--index` flags first, in order, and `--default-index` last: with first-index, a package comes
+    # from the first index in matrix.toml that has it (torch from PyTorch's CPU index, not PyPI's CUDA build).
+    sources = (
+        Source("pytorch-cpu", "index", "https://download.pytorch.org/whl/cpu"),
+        Source("extra", "index", "https://extra.example/simple"),
+        Source("pypi", "index", "https://pypi.org/simple"),
+    )
+    assert index_args(sources) == [
+        "--index", "https://download.pytorch.org/whl/cpu",
+        "--index", "https://extra.example/simple",
+        "--default-index", "https://pypi.org/simple",
+    ]  # fmt: skip
+    assert index_args(sources[2:]) == ["--default-index", "https://pypi.org/simple"]
 
 
 # Fields the header records without passing them to uv: the entry's name (it names the file) and uv's

@@ -72,6 +72,4 @@ def device_count(accelerator: str) -> int:
         return 0
     import torch
 
-    if accelerator == "xpu":
-        return torch.xpu.device_count() if torch.xpu.is_available() else 0
-    return torch.cuda.device_count()  # ROCm's torch answers through torch.cuda too
+    return torch.accelerator.device_count() if torch.accelerator.is_available() else 0

@@ -60,7 +60,8 @@ MATRIX_KEYS: tuple[Key, ...] = (
         "the image the entries of this accelerator build on (an entry may name its own): `name[:tag]@sha256:<64 hex>`",
         "docker.io/library/debian:trixie-slim@sha256:" + "1" * 64, "debian:bookworm-slim"),
     Key("accelerators.<name>", "indexes", "array of index names", REQUIRED,
-        "the indexes to resolve and install from, names from `[indexes]`; the first is the default index",
+        "the indexes to resolve and install from, names from `[indexes]`, in order of priority (with "
+        "`first-index`, a package comes from the first that has it)",
         ["pypi", "extra"], ["pypy"]),
     Key("accelerators.<name>", "index-strategy", "string", "`first-index`",
         "uv's `--index-strategy`: " + _one_of(("first-index", "unsafe-first-match", "unsafe-best-match")),

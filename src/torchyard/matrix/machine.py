@@ -265,11 +265,13 @@ def sources_for(indexes: Sequence[Index], mirrors: Mapping[str, Source]) -> tupl
 
 
 def index_args(sources: Sequence[Source], extra_find_links: Sequence[str] = ()) -> list[str]:
-    """uv's index arguments: the first index is the default, the rest are extra; folders are find-links."""
+    """uv's index arguments, in matrix.toml's order of priority; folders are find-links. uv asks its `--index`
+    flags in order and its `--default-index` last, so the last index is the default."""
     indexes = [source.location for source in sources if source.kind == "index"]
-    args = ["--default-index", indexes[0]] if indexes else ["--no-index"]
-    for url in indexes[1:]:
+    args: list[str] = []
+    for url in indexes[:-1]:
         args += ["--index", url]
+    args += ["--default-index", indexes[-1]] if indexes else ["--no-index"]
     for folder in [*(source.location for source in sources if source.kind == "find-links"), *extra_find_links]:
         args += ["--find-links", folder]
     return args

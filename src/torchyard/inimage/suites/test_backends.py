@@ -48,7 +48,7 @@ def test_each_backend_says_where_it_cannot_run_and_why(name: str, backend: Backe
 @pytest.mark.parametrize(("name", "backend"), BACKENDS.items(), ids=list(BACKENDS))
 def test_each_backend_says_whether_it_exports_and_what_it_imports_first(name: str, backend: Backend) -> None:
     # A program kept in a file is torch.export's, lowered further (inductor's and eager's keep none).
-    assert backend.EXPORTS == (backend.ARTIFACT is not None), name
+    assert (backend.ARTIFACT is not None) == backend.EXPORTS, name
     assert all(isinstance(module, str) and module for module in backend.FIRST_USE), name
     if backend.FIRST_USE and backend.unavailable(torch.device("cpu")) is None:  # what it names is importable here
         assert all(importlib.util.find_spec(module) is not None for module in backend.FIRST_USE), name

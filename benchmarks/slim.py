@@ -1,0 +1,92 @@
+"""A newcomer's first run, side by side in one run: the matrix `torchyard init` writes (torch's CPU build from
+PyTorch's CPU index) against the same matrix on PyPI alone (PyPI's Linux torch, the CUDA build), for
+`examples/robot-policy`. Per variant: the lock, the first `torchyard test` (image built on an engine that has
+only the base, then the suites), the image's size and what torch it holds. Prints a Markdown table.
+
+Run from the repository root with TORCHYARD_BASE_IMAGES=cpu=torchyard/base:bookworm, TORCHYARD_FIND_LINKS
+where wheels lie on disk, and TORCHYARD_TEST_CPU_WHEELS where PyTorch's CPU index is not reachable (its
+wheels there are served as a local index, each checked against the published hash):
+`python benchmarks/slim.py`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import docker
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.integration.conftest import CPU_WHEELS, write_cpu_index
+
+REPO = Path(__file__).resolve().parents[1]
+PYPI_ONLY = ('indexes = ["pytorch-cpu", "pypi"]', 'indexes = ["pypi"]')
+
+
+def timed(args: list[str], cwd: Path, env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(args, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def variant(name: str, root: Path, env: dict[str, str], client: docker.DockerClient) -> dict[str, str]:
+    project = root / name
+    shutil.copytree(REPO / "examples" / "robot-policy", project)
+    subprocess.run(["git", "init", "--quiet"], cwd=project, check=True)
+    subprocess.run([sys.executable, "-m", "torchyard", "init"], cwd=project, env=env, check=True, capture_output=True)
+    matrix = project / "matrix.toml"
+    if name == "pypi":
+        matrix.write_text(matrix.read_text().replace(*PYPI_ONLY))
+    subprocess.run(["git", "add", "--all"], cwd=project, check=True)
+    lock = timed([sys.executable, "-m", "torchyard", "lock"], project, env)
+    first = timed([sys.executable, "-m", "torchyard", "test", "--entry", "cpu"], project, env)
+    (image,) = {
+        image.id: image for image in client.images.list(filters={"label": "dev.torchyard.project=robopolicy"})
+    }.values()
+    torch = client.containers.run(
+        image, ["-c", "import torch; print(torch.__version__)"], entrypoint=["/opt/torchyard/venv/bin/python"],
+        remove=True,
+    )  # fmt: skip
+    row = {
+        "torch": bytes(torch).decode().strip(),
+        "lock": f"{lock:.1f} s",
+        "first test": f"{first:.1f} s",
+        "size": f"{image.attrs['Size'] / 1e9:.2f} GB",
+    }
+    for built in client.images.list(filters={"label": "dev.torchyard.project=robopolicy"}):
+        client.images.remove(str(built.id), force=True)
+    return row
+
+
+def main() -> int:
+    client = docker.from_env()
+    if client.images.list(filters={"label": "dev.torchyard.project=robopolicy"}):
+        print("remove the robopolicy images first: the first run must build its image", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        env = {**os.environ, "SOURCE_DATE_EPOCH": "1795824000"}  # 2026-11-28, this repository's cut-off
+        if CPU_WHEELS in os.environ:
+            index = write_cpu_index(Path(os.environ[CPU_WHEELS]), root / "pytorch-cpu")
+            env["TORCHYARD_MIRRORS"] = f"{os.environ.get('TORCHYARD_MIRRORS', '')} pytorch-cpu={index}".strip()
+        # A newcomer's engine: the base, no dependency image and no BuildKit cache from earlier builds.
+        for cached in client.images.list(name="torchyard/dependencies"):
+            client.images.remove(str(cached.id), force=True)
+        client.api.prune_builds()
+        rows = {name: variant(name, root, env, client) for name in ("init", "pypi")}
+    print("| measure | init's matrix (PyTorch's CPU index) | PyPI only | ratio |")
+    print("|---|---|---|---|")
+    for measure in ("torch", "lock", "first test", "size"):
+        slim, fat = rows["init"][measure], rows["pypi"][measure]
+        ratio = f"{float(fat.split()[0]) / float(slim.split()[0]):.2f}x" if measure != "torch" else ""
+        print(f"| {measure} | {slim} | {fat} | {ratio} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
