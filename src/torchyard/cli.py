@@ -21,7 +21,7 @@ from torchyard.commands.refresh import refresh
 from torchyard.commands.report import report
 from torchyard.commands.sessions import run_nox
 from torchyard.commands.test import test_entries
-from torchyard.contract import REUSE_RESULTS
+from torchyard.contract import OPS_SHARD_OPTION, REUSE_RESULTS, parse_shard
 from torchyard.errors import TorchyardError, UsageError
 from torchyard.image.debootstrap import DEBIAN_SUITES, base_tag
 from torchyard.image.plan import BuildOptions
@@ -101,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--reuse-results",
         action="store_true",
         help="replay the last verdicts (marked replayed) when nothing that decides them changed",
+    )
+    test.add_argument(
+        "--ops-shard",
+        type=_shard,
+        metavar="K/N",
+        help="run the K-th of N slices of the ops suite's operators (a workflow spreads a sweep over runners)",
     )
     test.add_argument("--reports", type=Path, default=Path("reports"), help="where reports are written")
     test.add_argument(
@@ -189,6 +195,14 @@ def _selected(
 MACHINE_FREE = ("prune", "init", "nox", "report", "base")
 
 
+def _shard(text: str) -> str:
+    try:
+        parse_shard(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
 def _machine_free(args: argparse.Namespace, passthrough: list[str]) -> int:
     if args.command == "prune":
         if args.keep < 0 or not MEMORY.fullmatch(args.keep_storage):
@@ -237,7 +251,7 @@ def _on_this_machine(args: argparse.Namespace, passthrough: list[str], machine: 
             mode="local" if args.local else "in-place" if args.in_place else "container",
             lockdir=args.lockdir,
             reports=args.reports,
-            pytest_args=passthrough,
+            pytest_args=[*passthrough, *([f"{OPS_SHARD_OPTION}={args.ops_shard}"] if args.ops_shard else [])],
             machine=machine,
             keep=args.keep,
             trust=trust,

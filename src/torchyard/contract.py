@@ -25,6 +25,8 @@ CASES = "TORCHYARD_CASES"
 BUILTIN_CASES = "TORCHYARD_BUILTIN_CASES"
 SUITES = "TORCHYARD_SUITES"
 COMPILE_MODES = "TORCHYARD_COMPILE_MODES"
+OPS = "TORCHYARD_OPS"
+OPS_SAMPLES = "TORCHYARD_OPS_SAMPLES"
 VENDOR_RECORD = "TORCHYARD_VENDOR_RECORD"
 UNLOCKED = "TORCHYARD_UNLOCKED"
 INDUCTOR_CACHE = "TORCHYARD_INDUCTOR_CACHE"
@@ -34,7 +36,7 @@ IMAGE_ID = "TORCHYARD_IMAGE_ID"
 TRUST = "TORCHYARD_TRUST"
 
 # How a value is written into its variable: items joined by commas, a boolean as "1" or "0", JSON, or as it is.
-Encoding = Literal["list", "bool", "json", "string"]
+Encoding = Literal["list", "bool", "json", "string", "int"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,9 @@ class Setting:
             case "string":
                 if isinstance(value, str):
                     return value
+            case "int":
+                if isinstance(value, int) and not isinstance(value, bool):
+                    return str(value)
             case _:
                 assert_never(self.encoding)
         raise TypeError(f"{self.variable}: {value!r} is not a {self.encoding}")
@@ -86,6 +91,11 @@ SETTINGS: tuple[Setting, ...] = (
             means="comma-separated: the suites that must each pass a test"),
     Setting(COMPILE_MODES, "compile_modes", "--torchyard-compile-modes", "list", verdicts=True, default="default",
             means="comma-separated torch.compile modes, each a backend column"),
+    Setting(OPS, "ops_operators", "--torchyard-ops", "string", verdicts=True, default="quick",
+            means="the ops suite's operators: quick (a few dozen across families), all (the running torch's "
+            "op_db), or names, comma-separated"),
+    Setting(OPS_SAMPLES, "ops_samples", "--torchyard-ops-samples", "int", verdicts=True, default="2",
+            means="samples of each operator the ops suite runs"),
     Setting(VENDOR_RECORD, None, "--torchyard-vendor-record", "string", verdicts=False,
             means="the base image's vendor record, which the probe checks (the image sets it)"),
     Setting(UNLOCKED, None, None, "string", verdicts=False,
@@ -151,6 +161,17 @@ ENVIRONMENT_JSON = "env.json"
 REPORT_FILES = (JUNIT, PARITY_JSON, PARITY_MARKDOWN, ENVIRONMENT_JSON)
 
 PROBE_FAILED = 3  # the exit status of a run that cannot test what its entry claims
+
+
+OPS_SHARD_OPTION = "--torchyard-ops-shard"  # a run's option, not an entry's: `torchyard test --ops-shard K/N`
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """ "K/N" as (K, N), 1 <= K <= N: the K-th of N slices of the ops suite's operators."""
+    index, slash, count = text.partition("/")
+    if not (slash and index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
+        raise ValueError(f"expected K/N with 1 <= K <= N (2/4: the second of four shards), got {text!r}")
+    return int(index), int(count)
 
 
 def cache_root(env: Mapping[str, str], report_dir: Path) -> Path:

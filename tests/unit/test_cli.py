@@ -118,6 +118,24 @@ def test_double_dash_separates_pytest_arguments(monkeypatch: pytest.MonkeyPatch)
     assert seen == {"entries": ["cpu"], "pytest": ["-q", "-k", "cuda", "rocm"]}
 
 
+def test_an_ops_shard_reaches_the_ops_suite_as_its_option(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen: dict[str, object] = {}
+
+    def fake_test(entries: tuple[Entry, ...], **kwargs: object) -> int:
+        seen["pytest"] = kwargs["pytest_args"]
+        return 0
+
+    monkeypatch.setattr("torchyard.cli.test_entries", fake_test)
+    assert main(["test", "--matrix", str(REPO / "matrix.toml"), "cpu", "--ops-shard", "2/4", "--", "-x"]) == 0
+    assert seen == {"pytest": ["-x", "--torchyard-ops-shard=2/4"]}
+    with pytest.raises(SystemExit) as refused:
+        main(["test", "--matrix", str(REPO / "matrix.toml"), "cpu", "--ops-shard", "5/4"])
+    assert refused.value.code == 2
+    assert "argument --ops-shard: expected K/N with 1 <= K <= N" in capsys.readouterr().err
+
+
 def _entries_run(monkeypatch: pytest.MonkeyPatch) -> dict[str, tuple[str, ...]]:
     """What `torchyard test` hands the runs: each entry's name and the suites it runs."""
     seen: dict[str, tuple[str, ...]] = {}

@@ -67,6 +67,8 @@ def test_the_run_environment_carries_each_setting_an_entry_gives() -> None:
         contract.CASES: "",
         contract.BUILTIN_CASES: "1",
         contract.COMPILE_MODES: "default",
+        contract.OPS: "quick",
+        contract.OPS_SAMPLES: "2",
     }
 
 
@@ -80,10 +82,13 @@ def test_the_image_reads_back_what_the_host_wrote() -> None:
             "cases": ("mypkg.cases", "other:CASES"),
             "builtin_cases": False,
             "compile_modes": ("default", "max-autotune"),
+            "ops_operators": "nn.functional.gelu,add",
+            "ops_samples": 4,
         },
         report_dir="/r",
     )
     read = Values(written)
+    assert read.text(contract.OPS) == "nn.functional.gelu,add" and read.text(contract.OPS_SAMPLES) == "4"
     assert read.text(contract.PRECISION) == "bf16" and read.text(contract.REPORT_DIR) == "/r"
     assert read.items(contract.SUITES) == ("export", "parity")
     assert read.items(contract.CASES) == ("mypkg.cases", "other:CASES")
@@ -102,7 +107,13 @@ def test_an_unset_variable_reads_as_its_default() -> None:
 
 @pytest.mark.parametrize(
     ("variable", "value"),
-    [(contract.SUITES, "export"), (contract.BUILTIN_CASES, "no"), (contract.ACCELERATOR, ("cpu",))],
+    [
+        (contract.SUITES, "export"),
+        (contract.BUILTIN_CASES, "no"),
+        (contract.ACCELERATOR, ("cpu",)),
+        (contract.OPS_SAMPLES, True),
+        (contract.OPS_SAMPLES, "2"),
+    ],
 )
 def test_a_value_of_another_kind_is_refused(variable: str, value: object) -> None:
     """A string is a sequence: written as a list, "export" would cross as "e,x,p,o,r,t"."""
@@ -120,3 +131,14 @@ def test_the_fingerprint_changes_with_each_setting_that_decides_verdicts_and_no_
         after = replay.fingerprint(argv, {**env, row.variable: "planted"}, device)
         assert (after != before) == row.verdicts, row.variable
     assert any(row.verdicts for row in SETTINGS) and not all(row.verdicts for row in SETTINGS)
+
+
+@pytest.mark.parametrize(("text", "shard"), [("1/1", (1, 1)), ("2/4", (2, 4)), ("4/4", (4, 4))])
+def test_a_shard_is_k_of_n(text: str, shard: tuple[int, int]) -> None:
+    assert contract.parse_shard(text) == shard
+
+
+@pytest.mark.parametrize("text", ["0/2", "3/2", "2", "a/b", "1/0", "-1/2", "1/2/3", ""])
+def test_a_shard_that_is_not_k_of_n_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match=r"^expected K/N with 1 <= K <= N"):
+        contract.parse_shard(text)

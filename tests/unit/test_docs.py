@@ -63,6 +63,13 @@ def _full_matrix(generate: ModuleType, *, source: bool) -> dict[str, Any]:
         if key.table == "entry.project" and key.name in left_out:
             continue
         generate._place(data, key)[key.written] = key.example
+    for key in keys.MATRIX_KEYS:  # what each example needs beside it (lists joined: `suites` gains "ops")
+        table = generate._place(data, key)
+        for name, value in key.alongside.items():
+            if isinstance(value, list) and isinstance(table.get(name), list):
+                table[name] = [*table[name], *(item for item in value if item not in table[name])]
+            else:
+                table.setdefault(name, value)
     if not source:
         data["entry"][0]["project"]["path"] = "."
     return data

@@ -50,6 +50,20 @@ def test_the_aot_suite_and_its_backends_bounds_are_opt_in() -> None:
     assert cuda.tolerances == (Tolerance("float32.aotinductor", 1e-4, None, 0.9999),)
 
 
+def test_the_ops_suites_keys_are_read_only_where_it_runs() -> None:
+    ops = VALID.replace(
+        'suites = ["export", "parity"]',
+        'suites = ["parity", "ops"]\nops-operators = "add,nn.functional.gelu"\nops-samples = 3',
+    )
+    (cuda,) = [entry for entry in parse(ops).entries if entry.name == "cuda"]
+    assert (cuda.ops_operators, cuda.ops_samples) == ("add,nn.functional.gelu", 3)
+    assert [(entry.ops_operators, entry.ops_samples) for entry in parse(VALID).entries] == [("quick", 2)] * 2
+    without = VALID.replace('suites = ["export", "parity"]', 'suites = ["export", "parity"]\nops-samples = 3')
+    assert error_of(without) == (
+        'matrix.toml: entry "cuda" > ops-samples: only for an entry that runs the ops suite: add "ops" to its suites'
+    )
+
+
 def test_committed_matrix_is_valid() -> None:
     plan = load_plan(Path(__file__).parents[2] / "matrix.toml")
     assert [entry.name for entry in plan.entries] == ["cpu", "cpu-bf16", "cuda", "rocm", "xpu", "mps"]

@@ -125,6 +125,13 @@ MATRIX_KEYS: tuple[Key, ...] = (
     Key("entry", "lock-on-runner", "boolean", "`false`",
         "no committed lock: the entry's own runner, which reaches its indexes, locks it before its image",
         True, 1),
+    Key("entry", "ops-operators", "string", '`"quick"`',
+        "the ops suite's operators: `quick` (a few dozen across families), `all` (the image's torch's `op_db`) or "
+        "op_db names, comma-separated (only with `ops` in `suites`)", "nn.functional.gelu,add", "gelu tanh",
+        alongside={"suites": ["ops"]}),
+    Key("entry", "ops-samples", "integer", "`2`",
+        "samples of each operator the ops suite runs (only with `ops` in `suites`)", 4, 0,
+        alongside={"suites": ["ops"]}),
     Key("entry.project", "path", "folder", '`"."`', "the project's folder, relative to matrix.toml", "sub",
         "nowhere"),
     Key("entry.project", "extras", "array of extra names", "`[]`",

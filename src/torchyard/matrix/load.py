@@ -42,6 +42,7 @@ from torchyard.util.checkout import read_checkout_file
 
 PYTHON_VERSION = re.compile(r"3\.(0|[1-9][0-9]*)")
 ENTRY_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+OPERATOR_NAMES = re.compile(r"[A-Za-z0-9_.]+(,[A-Za-z0-9_.]+)*")  # op_db's names: nn.functional.gelu, __radd__
 IMAGE_REF = re.compile(r"(?P<name>[a-z0-9][A-Za-z0-9._/:-]*)@(?P<digest>sha256:[0-9a-f]{64})")
 DEFAULT_PLATFORM = "x86_64-manylinux_2_28"
 DEFAULT_TIMEOUT = "2h"
@@ -305,6 +306,7 @@ def _entry(
     compile_modes = table.string_list("compile-modes", required=False, non_empty=True) or ("default",)
     for position, mode in enumerate(compile_modes):
         _choice(table, f"compile-modes[{position}]", COMPILE_MODES, mode)
+    ops_operators, ops_samples = _ops(table, suites)
     accelerator = accelerators[accelerator_name]
     if table.value("base-image", required=False) is not None:  # the entry's own base, for another Python
         accelerator = dataclasses.replace(accelerator, base_image=_base_image(table, accelerator.name))
@@ -325,9 +327,30 @@ def _entry(
         network=network,
         timeout=timeout,
         lock_on_runner=lock_on_runner,
+        ops_operators=ops_operators,
+        ops_samples=ops_samples,
     )
     table.finish()
     return entry
+
+
+def _ops(table: Table, suites: tuple[str, ...]) -> tuple[str, int]:
+    """The ops suite's operators and samples per operator; set only on an entry whose suites include it."""
+    given = {key: table.value(key, required=False) for key in ("ops-operators", "ops-samples")}
+    for key, value in given.items():
+        if value is not None and "ops" not in suites:
+            raise table.error(key, 'only for an entry that runs the ops suite: add "ops" to its suites')
+    operators = table.string("ops-operators", default="quick")
+    if operators not in ("quick", "all") and not OPERATOR_NAMES.fullmatch(operators):
+        raise table.error(
+            "ops-operators", f'expected "quick", "all" or op_db names, comma-separated, got {describe(operators)}'
+        )
+    samples = given["ops-samples"]
+    if samples is None:
+        return operators, 2
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise table.error("ops-samples", f"expected a number of samples (1 or more), got {describe(samples)}")
+    return operators, samples
 
 
 def _project(table: Table, folder: Path, tests: tuple[str, ...]) -> Project | None:

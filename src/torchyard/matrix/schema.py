@@ -112,6 +112,8 @@ class Entry:
     timeout: str = "2h"  # the longest a run of the entry may take (capped by the machine's [limits] timeout)
     # No lock is committed: the entry's own runner, which reaches its indexes, locks it before its image.
     lock_on_runner: bool = False
+    ops_operators: str = "quick"  # the ops suite's: "quick", "all" or op_db names, comma-separated
+    ops_samples: int = 2  # the ops suite's samples per operator
 
     @property
     def indexes(self) -> tuple[Index, ...]:

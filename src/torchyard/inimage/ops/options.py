@@ -1,15 +1,16 @@
-"""The ops suite's settings: which operators, how many samples of each, and its expectations file, as pytest
-options (an entry's keys and the contract's variables for them are the host's to add). Stdlib and pytest only:
-the suites' conftest registers them."""
+"""The ops suite's settings: which operators (the entry's `ops-operators`), how many samples of each
+(`ops-samples`), which shard of them, and its expectations file. Stdlib and pytest only: the suites' conftest
+registers its own options."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-DEFAULT_SAMPLES = 2
+from torchyard import contract
 
 
 @dataclass(frozen=True)
@@ -18,19 +19,18 @@ class OpsOptions:
     samples: int
     expectations: Path | None
     collect: bool
+    shard: tuple[int, int] = (1, 1)  # (K, N): the K-th of N slices of the operators
+
+    def sharded(self, names: Sequence[str]) -> tuple[str, ...]:
+        """This shard's slice of `names`: every N-th from the K-th, so N shards together run each name once."""
+        index, count = self.shard
+        return tuple(names[index - 1 :: count])
 
 
 def add_options(parser: pytest.Parser) -> None:
+    """The ops suite's own options; which operators and how many samples are the entry's settings
+    (`contract.SETTINGS`: `ops-operators`, `ops-samples`), added with the others."""
     group = parser.getgroup("torchyard ops")
-    group.addoption(
-        "--torchyard-ops", default="quick",
-        help="the ops suite's operators: quick (a few dozen across families), all (the running torch's op_db), "
-        "or names, comma-separated",
-    )  # fmt: skip
-    group.addoption(
-        "--torchyard-ops-samples", type=int, default=DEFAULT_SAMPLES,
-        help=f"samples of each operator the ops suite runs (default {DEFAULT_SAMPLES})",
-    )  # fmt: skip
     group.addoption(
         "--torchyard-ops-expectations", default="",
         help="the ops suite's expectations file (default: the one torchyard ships for the running stack)",
@@ -40,16 +40,28 @@ def add_options(parser: pytest.Parser) -> None:
         help="write the ops suite's expectations file from this run's outcomes instead of comparing with it "
         "(PYTORCH_COLLECT_EXPECT's counterpart)",
     )  # fmt: skip
+    group.addoption(
+        contract.OPS_SHARD_OPTION, default="1/1",
+        help="K/N: run the K-th of N slices of the ops suite's operators (a workflow spreads a sweep so)",
+    )  # fmt: skip
 
 
 def ops_options(config: pytest.Config) -> OpsOptions:
-    samples = int(config.getoption("--torchyard-ops-samples"))
-    if samples < 1:
-        raise pytest.UsageError(f"--torchyard-ops-samples: {samples} is not a number of samples (1 or more)")
+    given_samples = str(config.getoption("--torchyard-ops-samples"))
+    if not given_samples.isdigit() or int(given_samples) < 1:
+        raise pytest.UsageError(f"--torchyard-ops-samples: {given_samples!r} is not a number of samples (1 or more)")
+    try:
+        shard = contract.parse_shard(str(config.getoption(contract.OPS_SHARD_OPTION)))
+    except ValueError as error:
+        raise pytest.UsageError(f"--torchyard-ops-shard: {error}") from None
+    collect = bool(config.getoption("--collect-expectations"))
+    if collect and shard != (1, 1):
+        raise pytest.UsageError("--collect-expectations writes the whole expectations file: run it unsharded")
     given = str(config.getoption("--torchyard-ops-expectations"))
     return OpsOptions(
         operators=str(config.getoption("--torchyard-ops")),
-        samples=samples,
+        samples=int(given_samples),
         expectations=Path(given) if given else None,
-        collect=bool(config.getoption("--collect-expectations")),
+        collect=collect,
+        shard=shard,
     )

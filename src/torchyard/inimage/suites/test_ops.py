@@ -26,12 +26,13 @@ pytestmark = pytest.mark.ops
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "operator_name" in metafunc.fixturenames:
-        chosen = selection(ops_options(metafunc.config).operators)
+        options = ops_options(metafunc.config)
+        chosen = selection(options.operators)
         if chosen is None:  # every OpInfo: the names come from op_db itself
             from torch.testing._internal.common_methods_invocations import op_db
 
             chosen = tuple(dict.fromkeys(str(info.name) for info in op_db))
-        metafunc.parametrize("operator_name", chosen)
+        metafunc.parametrize("operator_name", options.sharded(chosen))
 
 
 @pytest.fixture(scope="session")

@@ -182,3 +182,11 @@ def test_dropout_in_training_and_sparse_inputs_are_set_aside_by_rule() -> None:
     assert [(index, sample if isinstance(sample, str) else "runs") for index, sample in kept] == [
         (0, "random: dropout in training mode"), (1, "runs"), (2, "random: dropout in training mode"), (3, "runs"),
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 5])
+def test_the_shards_of_a_sweep_run_each_operator_once(count: int) -> None:
+    names = tuple(f"op{index}" for index in range(7))
+    shards = [OpsOptions("all", 2, None, False, (index, count)).sharded(names) for index in range(1, count + 1)]
+    assert sorted(name for shard in shards for name in shard) == sorted(names)
+    assert all(shards) and max(map(len, shards)) - min(map(len, shards)) <= 1  # even slices
