@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch._inductor.config
 
 from torchyard.inimage.cases import Case
 from torchyard.inimage.parity.backends import unavailable_reason
 from torchyard.inimage.parity.localize import Localization, localize
-from torchyard.inimage.suites.planted import BY_NAME, TOLERANCES, Deep, wrong_decomposition
+from torchyard.inimage.suites.planted import BY_NAME, CPU, TOLERANCES, Deep, WrongTanhPass, wrong_decomposition
 
 pytestmark = pytest.mark.harness
 
@@ -86,4 +87,18 @@ def test_localization_gives_up_past_its_time_bound(tmp_path: Path) -> None:
 
 def test_a_backend_it_cannot_localize_says_so(tmp_path: Path) -> None:
     result = localize(DEEP, "tensorrt", dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
-    assert result.node is None and result.note == "localization covers export and ExecuTorch, not tensorrt"
+    assert result.node is None and result.note == "localization covers export, ExecuTorch and inductor, not tensorrt"
+
+
+def bisected(workdir: Path, planted: bool) -> Localization:
+    """Where inductor diverges on DEEP on the CPU, with a wrong post-grad pass planted or not."""
+    wrong = {"post_grad_custom_post_pass": WrongTanhPass()} if planted else {}
+    with torch._inductor.config.patch(wrong):
+        return localize(DEEP, "inductor", dtype=torch.float32, tolerances=TOLERANCES, workdir=workdir, device=CPU)
+
+
+@pytest.mark.beside.with_args(bisected, True)
+def test_a_wrong_pass_under_torch_compile_is_named_by_the_bisector(beside: Localization) -> None:
+    """Every step of the bisection is a fresh compile: in the child beside the run."""
+    assert beside.node is None and beside.note == "", beside.note
+    assert beside.pass_name.startswith("inductor: post_grad_passes, post_grad_custom_post_pass (application ")

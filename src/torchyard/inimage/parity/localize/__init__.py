@@ -3,13 +3,14 @@
 The case's first call runs through its exported program twice with `torch.fx.Interpreter`, in float64 (the
 reference for every intermediate) and, for the export backend, in the run's dtype; an ExecuTorch backend's
 values come from its own runtime through taps (`localize.executorch`). The first node whose value leaves the
-harness's bounds, with its inputs within them, is named with its operator, source line and delegate.
+harness's bounds, with its inputs within them, is named with its operator, source line and delegate. inductor
+fuses nodes into kernels and keeps no intermediate: there torch's compiler bisector names the step instead
+(`localize.inductor`).
 """
 
 from __future__ import annotations
 
 import copy
-import time
 from pathlib import Path
 
 import torch
@@ -19,10 +20,12 @@ from torchyard.inimage.parity.backends import BACKENDS
 from torchyard.inimage.parity.backends.executorch import ExecuTorch, flat_inputs, keyword_order
 from torchyard.inimage.parity.backends.running import export_program
 from torchyard.inimage.parity.errors import describe_error
+from torchyard.inimage.parity.localize.deadline import Deadline, GaveUp
 from torchyard.inimage.parity.localize.executorch import lowered_values
+from torchyard.inimage.parity.localize.inductor import bisect_compile
 from torchyard.inimage.parity.localize.nodes import first_divergence, node_values
 from torchyard.inimage.parity.localize.result import Localization, NodeDivergence
-from torchyard.inimage.parity.tolerances import Tolerances
+from torchyard.inimage.parity.tolerances import Bounds, Tolerances
 from torchyard.inimage.parity.trees import to_device
 
 CPU = torch.device("cpu")
@@ -31,33 +34,15 @@ NO_DIVERGENCE = "no node leaves the bounds on the case's first call"
 HIDDEN = " (its outputs included: where the parity run failed, the taps changed what was lowered)"
 
 
-class GaveUp(Exception):
-    """The time bound ran out before `stage`."""
-
-
-class _Deadline:
-    def __init__(self, seconds: float) -> None:
-        self.seconds, self.started = seconds, time.perf_counter()
-
-    @property
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.started
-
-    def check(self, stage: str) -> None:
-        # A stage already started runs to its end (a lowering cannot be stopped half way): the bound is checked
-        # between them.
-        if self.elapsed > self.seconds:
-            raise GaveUp(stage)
-
-
 def _executorch(backend: str) -> ExecuTorch | None:
     found = BACKENDS.get(base_backend(backend))  # type: ignore[call-overload]
     return found if isinstance(found, ExecuTorch) else None
 
 
 def localizes(backend: str) -> bool:
-    """Whether `localize` can name a node for `backend`."""
-    return backend == "export" or _executorch(backend) is not None
+    """Whether `localize` can say where `backend` diverges: a node for export and ExecuTorch, a compiler step for
+    inductor (in any mode)."""
+    return backend == "export" or _executorch(backend) is not None or backend.partition(":")[0] == "inductor"
 
 
 def localize(
@@ -67,29 +52,44 @@ def localize(
     dtype: torch.dtype,
     tolerances: Tolerances,
     workdir: Path,
+    device: torch.device = CPU,
     time_bound: float = TIME_BOUND,
 ) -> Localization:
-    """Where `backend` first diverges from the float64 reference on the case's first call, on the CPU; never
-    raises for the model's or the backend's failure (the note says what happened)."""
-    deadline = _Deadline(time_bound)
-    compared = 0
+    """Where `backend` first diverges from the float64 reference on the case's first call (ExecuTorch and export
+    on the CPU, inductor on `device`); never raises for the model's or the backend's failure: the note says
+    what happened."""
+    deadline = Deadline(time_bound)
     if not localizes(backend):
-        return Localization(backend, None, 0, 0.0, f"localization covers export and ExecuTorch, not {backend}")
-    try:
-        node, compared = _localize(
-            case, backend, dtype=dtype, tolerances=tolerances, workdir=workdir, deadline=deadline
+        return Localization(
+            backend, None, 0, 0.0, f"localization covers export, ExecuTorch and inductor, not {backend}"
         )
+    bounds = tolerances.bounds(str(dtype).removeprefix("torch."), backend, case.tolerances)
+    node, compared, step = None, 0, ""
+    try:
+        if backend.partition(":")[0] == "inductor":
+            step = bisect_compile(
+                case, backend.partition(":")[2], device=device, dtype=dtype, bounds=bounds, deadline=deadline
+            )
+        else:
+            node, compared = _first_node(case, backend, dtype=dtype, bounds=bounds, workdir=workdir, deadline=deadline)
     except GaveUp as stage:
         note = f"gave up after {deadline.elapsed:.0f} s (time bound {time_bound:g} s), before {stage}"
         return Localization(backend, None, compared, deadline.elapsed, note)
     except Exception as error:
         return Localization(backend, None, compared, deadline.elapsed, f"localization failed: {describe_error(error)}")
-    note = "" if node is not None else NO_DIVERGENCE + (HIDDEN if _executorch(backend) is not None else "")
-    return Localization(backend, node, compared, deadline.elapsed, note)
+    return Localization(backend, node, compared, deadline.elapsed, _nothing_found(backend, node, step), step)
 
 
-def _localize(
-    case: Case, backend: str, *, dtype: torch.dtype, tolerances: Tolerances, workdir: Path, deadline: _Deadline
+def _nothing_found(backend: str, node: NodeDivergence | None, step: str) -> str:
+    if node is not None or step:
+        return ""
+    if backend.partition(":")[0] == "inductor":
+        return "the bisector found no compiler step that breaks the case's first call"
+    return NO_DIVERGENCE + (HIDDEN if _executorch(backend) is not None else "")
+
+
+def _first_node(
+    case: Case, backend: str, *, dtype: torch.dtype, bounds: Bounds, workdir: Path, deadline: Deadline
 ) -> tuple[NodeDivergence | None, int]:
     module = copy.deepcopy(case.module()).to(dtype).cpu().eval()
     call = to_device(case.calls()[0], CPU, dtype)
@@ -106,7 +106,6 @@ def _localize(
     else:
         candidate = node_values(program, inputs, dtype)
     deadline.check("comparing")
-    bounds = tolerances.bounds(str(dtype).removeprefix("torch."), backend, case.tolerances)
     return first_divergence(program.graph, candidate, reference, bounds, delegates)
 
 
