@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import torch._inductor.config
 
 from torchyard.inimage.cases import Case
-from torchyard.inimage.parity.backends import unavailable_reason
+from torchyard.inimage.evaluations import Evaluations
+from torchyard.inimage.options import RunSettings
+from torchyard.inimage.parity.backends import NO_CACHE, unavailable_reason
 from torchyard.inimage.parity.localize import Localization, localize
-from torchyard.inimage.suites.planted import BY_NAME, CPU, TOLERANCES, Deep, WrongTanhPass, wrong_decomposition
+from torchyard.inimage.suites.planted import BY_NAME, CPU, TOLERANCES, Deep, Switch, WrongTanhPass, wrong_decomposition
 
 pytestmark = pytest.mark.harness
 
@@ -102,3 +105,31 @@ def test_a_wrong_pass_under_torch_compile_is_named_by_the_bisector(beside: Local
     """Every step of the bisection is a fresh compile: in the child beside the run."""
     assert beside.node is None and beside.note == "", beside.note
     assert beside.pass_name.startswith("inductor: post_grad_passes, post_grad_custom_post_pass (application ")
+
+
+def test_a_fault_in_the_trace_itself_is_blamed_on_torch_export(tmp_path: Path) -> None:
+    """A model that computes otherwise when exported: every node meets its own float64 run, so the note says the
+    exported program differs from the model before any lowering."""
+    case = Case("export_scale", lambda: Switch("export", "scale"), lambda g: (torch.randn(4, 8, generator=g),))
+    result = localize(case, "export", dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+    assert result.node is None
+    assert result.note.startswith("the exported program already differs from the model in float64, before any")
+    assert "relative L2 error" in result.note
+
+
+def evaluated(workdir: Path) -> tuple[str, dict[str, Any] | None]:
+    """DEEP on ExecuTorch's portable kernels with the wrong SiLU planted, as the suites evaluate it: its status and
+    the `diverges` its result carries into parity.json."""
+    settings = RunSettings("cpu", "fp32", workdir, TOLERANCES, (), True, ("parity",), ("inductor",), None, {})
+    evaluations = Evaluations(settings, workdir)
+    evaluations.cache = NO_CACHE  # the self-tests leave the entry's artifact cache alone
+    with wrong_decomposition(SILU, WRONG_SILU):
+        result = evaluations.result(DEEP, "executorch-portable")
+    return result.status, result.diverges
+
+
+@(pytest.mark.skip(reason=NO_EXECUTORCH) if NO_EXECUTORCH else pytest.mark.beside.with_args(evaluated))
+def test_a_failing_parity_result_carries_where_it_diverges(beside: tuple[str, dict[str, Any] | None]) -> None:
+    status, diverges = beside
+    assert status == "failed" and diverges is not None
+    assert diverges["node"]["node"] == "silu" and diverges["node"]["delegate"] == "portable kernel"

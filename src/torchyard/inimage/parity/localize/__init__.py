@@ -23,7 +23,7 @@ from torchyard.inimage.parity.errors import describe_error
 from torchyard.inimage.parity.localize.deadline import Deadline, GaveUp
 from torchyard.inimage.parity.localize.executorch import lowered_values
 from torchyard.inimage.parity.localize.inductor import bisect_compile
-from torchyard.inimage.parity.localize.nodes import first_divergence, node_values
+from torchyard.inimage.parity.localize.nodes import eager_differs, first_divergence, node_values
 from torchyard.inimage.parity.localize.result import Localization, NodeDivergence
 from torchyard.inimage.parity.tolerances import Bounds, Tolerances
 from torchyard.inimage.parity.trees import to_device
@@ -32,6 +32,10 @@ CPU = torch.device("cpu")
 TIME_BOUND = 60.0  # seconds, the default
 NO_DIVERGENCE = "no node leaves the bounds on the case's first call"
 HIDDEN = " (its outputs included: where the parity run failed, the taps changed what was lowered)"
+
+
+class TracedOtherwise(Exception):
+    """The exported program itself computes other values than the model (in float64): torch.export is to blame."""
 
 
 def _executorch(backend: str) -> ExecuTorch | None:
@@ -75,6 +79,9 @@ def localize(
     except GaveUp as stage:
         note = f"gave up after {deadline.elapsed:.0f} s (time bound {time_bound:g} s), before {stage}"
         return Localization(backend, None, compared, deadline.elapsed, note)
+    except TracedOtherwise as differs:
+        note = f"the exported program already differs from the model in float64, before any lowering: {differs}"
+        return Localization(backend, None, compared, deadline.elapsed, note)
     except Exception as error:
         return Localization(backend, None, compared, deadline.elapsed, f"localization failed: {describe_error(error)}")
     return Localization(backend, node, compared, deadline.elapsed, _nothing_found(backend, node, step), step)
@@ -97,6 +104,9 @@ def _first_node(
     inputs = flat_inputs(keyword_order(program, call), call)
     deadline.check("the float64 reference")
     reference = node_values(program, inputs, torch.float64)
+    differs = eager_differs(program, module, call, bounds)
+    if differs:
+        raise TracedOtherwise(differs)
     deadline.check(f"running {backend}")
     delegates: dict[str, str] = {}
     found = _executorch(backend)

@@ -11,9 +11,11 @@ from typing import Any
 
 import torch
 
+from torchyard.inimage.cases import Call
 from torchyard.inimage.parity.localize.result import NodeDivergence
 from torchyard.inimage.parity.metrics import compare_values
 from torchyard.inimage.parity.tolerances import Bounds
+from torchyard.inimage.parity.trees import leaves, to_device
 
 TORCH_FILES = str(Path(torch.__file__).parent)
 
@@ -46,6 +48,24 @@ def node_values(
     with torch.no_grad():
         recorder.run(*as_dtype(inputs, dtype), enable_io_processing=False)
     return recorder.values
+
+
+def eager_differs(program: torch.export.ExportedProgram, module: torch.nn.Module, call: Call, bounds: Bounds) -> str:
+    """Why the exported program itself computes other values than the model in float64 ("" when it does not):
+    then no lowering is to blame, and every node of it meets its own float64 run."""
+    exported = copy.deepcopy(program.module()).to(torch.float64)
+    eager = copy.deepcopy(module).to(torch.float64)
+    wide = to_device(call, torch.device("cpu"), torch.float64)
+    with torch.no_grad():
+        traced, expected = leaves(exported(*wide.args, **wide.kwargs)), leaves(eager(*wide.args, **wide.kwargs))
+    problems = [
+        f"output {position}: {comparison.problem}"
+        for position, (ours, theirs) in enumerate(zip(traced, expected, strict=False))
+        if isinstance(ours, torch.Tensor) and isinstance(theirs, torch.Tensor)
+        for comparison in [compare_values(ours, theirs, ours.dtype, bounds, str(position))]
+        if not comparison.passed
+    ]
+    return "; ".join(problems)
 
 
 def source_line(node: torch.fx.Node) -> str:
@@ -87,4 +107,4 @@ def first_divergence(
     return None, len(errors)
 
 
-__all__ = ["as_dtype", "first_divergence", "node_values", "source_line"]
+__all__ = ["as_dtype", "eager_differs", "first_divergence", "node_values", "source_line"]
