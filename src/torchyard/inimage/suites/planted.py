@@ -12,7 +12,6 @@ from typing import Any
 import torch
 import torch._decomp
 import torch.nn.functional as F
-from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from torchyard import contract
 from torchyard.inimage.cases import Call, Case
@@ -137,17 +136,22 @@ def wrong_decomposition(op: torch._ops.OpOverload, wrong: Callable[..., torch.Te
         table[op] = right
 
 
-class WrongTanhPass(CustomGraphPass):
+def wrong_tanh_pass() -> Any:
     """A post-grad pass of inductor's that scales every tanh's output by 1.01: a wrong pass under torch.compile,
-    set with `torch._inductor.config.patch(post_grad_custom_post_pass=WrongTanhPass())`."""
+    set with `torch._inductor.config.patch(post_grad_custom_post_pass=wrong_tanh_pass())`."""
+    # Imported here: it imports inductor, a second or more that the self-tests that never compile must not pay.
+    from torch._inductor.custom_graph_pass import CustomGraphPass
 
-    def __call__(self, graph: torch.fx.Graph) -> None:
-        for node in list(graph.nodes):
-            if node.op == "call_function" and node.target is torch.ops.aten.tanh.default:
-                with graph.inserting_after(node):
-                    scaled = graph.call_function(torch.ops.aten.mul.Tensor, (node, 1.01))
-                node.replace_all_uses_with(scaled)
-                scaled.args = (node, 1.01)
+    class WrongTanhPass(CustomGraphPass):
+        def __call__(self, graph: torch.fx.Graph) -> None:
+            for node in list(graph.nodes):
+                if node.op == "call_function" and node.target is torch.ops.aten.tanh.default:
+                    with graph.inserting_after(node):
+                        scaled = graph.call_function(torch.ops.aten.mul.Tensor, (node, 1.01))
+                    node.replace_all_uses_with(scaled)
+                    scaled.args = (node, 1.01)
 
-    def uuid(self) -> str:
-        return "torchyard-planted-wrong-tanh"
+        def uuid(self) -> str:
+            return "torchyard-planted-wrong-tanh"
+
+    return WrongTanhPass()

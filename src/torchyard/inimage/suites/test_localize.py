@@ -10,14 +10,21 @@ from typing import Any
 
 import pytest
 import torch
-import torch._inductor.config
 
 from torchyard.inimage.cases import Case
 from torchyard.inimage.evaluations import Evaluations
 from torchyard.inimage.options import RunSettings
 from torchyard.inimage.parity.backends import NO_CACHE, unavailable_reason
 from torchyard.inimage.parity.localize import Localization, localize
-from torchyard.inimage.suites.planted import BY_NAME, CPU, TOLERANCES, Deep, Switch, WrongTanhPass, wrong_decomposition
+from torchyard.inimage.suites.planted import (
+    BY_NAME,
+    CPU,
+    TOLERANCES,
+    Deep,
+    Switch,
+    wrong_decomposition,
+    wrong_tanh_pass,
+)
 
 pytestmark = pytest.mark.harness
 
@@ -95,7 +102,9 @@ def test_a_backend_it_cannot_localize_says_so(tmp_path: Path) -> None:
 
 def bisected(workdir: Path, planted: bool) -> Localization:
     """Where inductor diverges on DEEP on the CPU, with a wrong post-grad pass planted or not."""
-    wrong = {"post_grad_custom_post_pass": WrongTanhPass()} if planted else {}
+    import torch._inductor.config  # inductor, imported only in the child that compiles
+
+    wrong = {"post_grad_custom_post_pass": wrong_tanh_pass()} if planted else {}
     with torch._inductor.config.patch(wrong):
         return localize(DEEP, "inductor", dtype=torch.float32, tolerances=TOLERANCES, workdir=workdir, device=CPU)
 
