@@ -10,7 +10,6 @@ failure, and the note says so."""
 
 from __future__ import annotations
 
-import copy
 import importlib
 import operator
 from collections.abc import Sequence
@@ -51,12 +50,13 @@ def _delegate_of(graph_module: torch.fx.GraphModule, source: torch.fx.Node) -> s
 def lowered_values(
     program: torch.export.ExportedProgram, inputs: Sequence[Any], delegate: Delegate, workdir: Path
 ) -> Lowered:
-    """Lower a tapped copy of `program` for `delegate`, write it to a .pte in `workdir`, run it on `inputs` (flat,
-    in the program's order) with ExecuTorch's runtime, and read every tapped node's value back."""
+    """Tap `program` (in place: an export of its own, as a deep copy of an exported program can fail to verify),
+    lower it for `delegate`, write it to a .pte in `workdir`, run it on `inputs` (flat, in the program's order)
+    with ExecuTorch's runtime, and read every tapped node's value back."""
     from executorch.devtools.intermediate_output_tap import FULL_TENSOR, strip_taps_, tap_intermediate_outputs_
     from executorch.exir import to_edge_transform_and_lower
 
-    tapped, specs = tap_intermediate_outputs_(copy.deepcopy(program), rules=[(_floating_tensor, FULL_TENSOR)])
+    tapped, specs = tap_intermediate_outputs_(program, rules=[(_floating_tensor, FULL_TENSOR)])
     partitioners: list[Any] = []
     if delegate.partitioner is not None:
         where, name = delegate.partitioner

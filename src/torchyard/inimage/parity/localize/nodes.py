@@ -50,12 +50,14 @@ def node_values(
     return recorder.values
 
 
-def eager_differs(program: torch.export.ExportedProgram, module: torch.nn.Module, call: Call, bounds: Bounds) -> str:
-    """Why the exported program itself computes other values than the model in float64 ("" when it does not):
-    then no lowering is to blame, and every node of it meets its own float64 run."""
-    exported = copy.deepcopy(program.module()).to(torch.float64)
-    eager = copy.deepcopy(module).to(torch.float64)
-    wide = to_device(call, torch.device("cpu"), torch.float64)
+def eager_differs(
+    program: torch.export.ExportedProgram, module: torch.nn.Module, call: Call, bounds: Bounds, dtype: torch.dtype
+) -> str:
+    """Why the exported program itself computes other values than the model, both in `dtype` ("" when it does
+    not): then no lowering is to blame, and every node of it meets its own run in `dtype`."""
+    exported = copy.deepcopy(program.module()).to(dtype)
+    eager = copy.deepcopy(module).to(dtype)
+    wide = to_device(call, torch.device("cpu"), dtype)
     with torch.no_grad():
         traced, expected = leaves(exported(*wide.args, **wide.kwargs)), leaves(eager(*wide.args, **wide.kwargs))
     problems = [

@@ -11,7 +11,7 @@ from torchyard.inimage.parity.metrics import Comparison
 
 @dataclass(frozen=True)
 class NodeDivergence:
-    """One node of the exported program, its error against the float64 reference and its inputs' errors."""
+    """One node of the exported program, its error against the reference and its inputs' errors."""
 
     node: str  # its name in the exported program's graph
     operator: str  # the ATen operator it calls ("aten.gelu.default")
@@ -42,6 +42,7 @@ class Localization:
     seconds: float
     note: str = ""
     pass_name: str = ""  # inductor: the backend and pass the bisector named ("inductor: post_grad_passes")
+    reference: str = ""  # what the nodes were compared with: "float64 on cpu", or float32 and why
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -51,4 +52,5 @@ class Localization:
             "seconds": round(self.seconds, 3),
             "note": self.note,
             "pass": self.pass_name,
+            "reference": self.reference,
         }
