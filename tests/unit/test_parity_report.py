@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from torchyard.inimage.load import machine_load, sample
-from torchyard.inimage.parity.report import write_reports
+from torchyard.inimage.parity.report import diverges_in_brief, write_reports
 
 
 def test_the_parity_reports_name_the_suites_that_ran(tmp_path: Path) -> None:
@@ -159,3 +159,7 @@ def test_a_failure_says_where_it_diverges_under_its_line(tmp_path: Path) -> None
     assert sum("where it diverges" in line for line in lines) == 2  # not under the passing compile row
     results = json.loads(paths["json"].read_text())["results"]
     assert results[0]["diverges"]["node"]["node"] == "gelu"
+    # The failing test's own line ends with it too.
+    assert diverges_in_brief(diverges) == "; diverges first at node gelu (aten.gelu.default, builtin.py:61 in forward)"
+    assert diverges_in_brief(bisected).startswith("; diverges at inductor: post_grad_passes")
+    assert diverges_in_brief({**diverges, "node": None, "note": "gave up after 61 s"}) == ""

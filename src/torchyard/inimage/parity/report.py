@@ -129,6 +129,17 @@ def summary(records: Sequence[Mapping[str, Any]]) -> str:
     return text
 
 
+def diverges_in_brief(diverges: Mapping[str, Any]) -> str:
+    """The failing test's line's tail: the node or compiler step where it diverges ("" where neither was found)."""
+    node = diverges.get("node")
+    if diverges.get("pass"):
+        return f"; diverges at {diverges['pass']}"
+    if not node:
+        return ""
+    where = f", {node['source']}" if node.get("source") else ""
+    return f"; diverges first at node {node['node']} ({node['operator']}{where})"
+
+
 OWN_INPUTS = "the program's own inputs and weights"  # a first node whose inputs are no other node's
 
 
