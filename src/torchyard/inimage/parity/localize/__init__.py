@@ -37,7 +37,7 @@ HIDDEN = " (its outputs included: where the parity run failed, the taps changed 
 
 
 class TracedOtherwise(Exception):
-    """The exported program itself computes other values than the model (in float64): torch.export is to blame."""
+    """The exported program itself computes other values than the model: torch.export is to blame."""
 
 
 def _executorch(backend: str) -> ExecuTorch | None:
@@ -113,7 +113,7 @@ def _first_node(
     delegates: dict[str, str] = {}
     found = _executorch(backend)
     if found is not None:
-        tapped = export_program(case, module, call)
+        tapped = export_program(case, module, call)  # the taps change it in place
         if [node.name for node in tapped.graph.nodes] != [node.name for node in program.graph.nodes]:
             raise RuntimeError("exporting the case again named its nodes otherwise")
         lowered = lowered_values(tapped, inputs, found.delegate, workdir)

@@ -10,7 +10,6 @@ failure, and the note says so."""
 
 from __future__ import annotations
 
-import importlib
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -57,14 +56,7 @@ def lowered_values(
     from executorch.exir import to_edge_transform_and_lower
 
     tapped, specs = tap_intermediate_outputs_(program, rules=[(_floating_tensor, FULL_TENSOR)])
-    partitioners: list[Any] = []
-    if delegate.partitioner is not None:
-        where, name = delegate.partitioner
-        partitioner = getattr(importlib.import_module(where), name)
-        if delegate.prepare is not None:
-            delegate.prepare()
-        partitioners = [partitioner()]
-    edge = to_edge_transform_and_lower(tapped, partitioner=partitioners)
+    edge = to_edge_transform_and_lower(tapped, partitioner=delegate.partitioners())
     graph_module = edge.exported_program().graph_module
     outputs = list(graph_module.graph.output_node().args[0])
     delegates = {spec.node_name: _delegate_of(graph_module, outputs[spec.output_index].args[0]) for spec in specs}

@@ -5,6 +5,7 @@ value leaves the bounds is where a lowering diverges: every node before it, its 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from torchyard.inimage.parity.tolerances import Bounds
 from torchyard.inimage.parity.trees import leaves, to_device
 
 TORCH_FILES = str(Path(torch.__file__).parent)
+FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')  # a Python traceback's frame line
 
 
 class _Recorder(torch.fx.Interpreter):
@@ -73,15 +75,12 @@ def eager_differs(
 def source_line(node: torch.fx.Node) -> str:
     """The model's own line in the node's stack trace: its last frame outside torch (the last frame is often
     inside `nn.Linear`), else its last frame."""
-    trace = str(node.meta.get("stack_trace") or "")
-    frames = [line.strip() for line in trace.splitlines() if line.strip().startswith("File ")]
-    own = [frame for frame in frames if TORCH_FILES not in frame] or frames
+    frames = FRAME.findall(str(node.meta.get("stack_trace") or ""))
+    own = [frame for frame in frames if not frame[0].startswith(TORCH_FILES)] or frames
     if not own:
         return ""
-    parts = own[-1].split('"')
-    where = f"{Path(parts[1]).name}:{parts[2].split(',')[1].split()[-1]}" if len(parts) >= 3 else own[-1]
-    function = own[-1].rpartition(" in ")[2]
-    return f"{where} in {function}"
+    path, line, function = own[-1]
+    return f"{Path(path).name}:{line} in {function}"
 
 
 def first_divergence(
@@ -107,6 +106,3 @@ def first_divergence(
         delegate = (delegates or {}).get(node.name, "")
         return NodeDivergence(node.name, str(node.target), source_line(node), error, inputs, delegate), len(errors)
     return None, len(errors)
-
-
-__all__ = ["as_dtype", "eager_differs", "first_divergence", "node_values", "source_line"]
