@@ -1,6 +1,7 @@
 """Localization on failure (`parity.localize`): a wrong kernel planted in the middle of a deep program, only in its
-lowering, is named at its node and nothing before it; without the fault nothing is named; and the built-in
-`gelu_tanh` case's XNNPACK failure is named at its GELU."""
+lowering, is named at its node and nothing before it, and without the fault nothing is named; the built-in
+`gelu_tanh` case's XNNPACK failure is named at its GELU; a wrong pass under torch.compile is named by the
+bisector; a fault in the trace itself is blamed on torch.export; and a failing result carries it all."""
 
 from __future__ import annotations
 
@@ -31,15 +32,20 @@ pytestmark = pytest.mark.harness
 NO_EXECUTORCH = unavailable_reason("executorch-xnnpack", torch.device("cpu"))
 DEEP = Case("planted_deep", Deep, lambda g: (torch.randn(4, 16, generator=g),))
 SILU = torch.ops.aten.silu.default
-# 1% too steep: a kernel that is wrong by far more than float32's rounding, and only where the lowering runs it.
-WRONG_SILU = lambda x: x * torch.sigmoid(1.01 * x)  # noqa: E731
+
+
+def wrong_silu(x: torch.Tensor) -> torch.Tensor:
+    """1% too steep: wrong by far more than float32's rounding, and only where the lowering runs it."""
+    return x * torch.sigmoid(1.01 * x)
+
+
 BEFORE_SILU = ["linear", "relu", "linear_1", "tanh", "linear_2"]
 
 
 def localized(workdir: Path, case: str, backend: str, planted: bool) -> Localization:
     """Where `backend` diverges on `case` (DEEP's name or a built-in), with the wrong SiLU planted or not."""
     made = DEEP if case == DEEP.name else BY_NAME[case]
-    with wrong_decomposition(SILU, WRONG_SILU) if planted else contextlib.nullcontext():
+    with wrong_decomposition(SILU, wrong_silu) if planted else contextlib.nullcontext():
         return localize(made, backend, dtype=torch.float32, tolerances=TOLERANCES, workdir=workdir)
 
 
@@ -132,7 +138,7 @@ def evaluated(workdir: Path) -> tuple[str, dict[str, Any] | None]:
     settings = RunSettings("cpu", "fp32", workdir, TOLERANCES, (), True, ("parity",), ("inductor",), None, {})
     evaluations = Evaluations(settings, workdir)
     evaluations.cache = NO_CACHE  # the self-tests leave the entry's artifact cache alone
-    with wrong_decomposition(SILU, WRONG_SILU):
+    with wrong_decomposition(SILU, wrong_silu):
         result = evaluations.result(DEEP, "executorch-portable")
     return result.status, result.diverges
 
