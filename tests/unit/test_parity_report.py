@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from torchyard.inimage.load import machine_load, sample
-from torchyard.inimage.parity.report import write_reports
+from torchyard.inimage.parity.report import diverges_in_brief, write_reports
 
 
 def test_the_parity_reports_name_the_suites_that_ran(tmp_path: Path) -> None:
@@ -118,3 +118,48 @@ def test_a_loaded_machines_speedups_are_withheld(tmp_path: Path) -> None:
     quiet = {"accelerator": "cpu", "load": machine_load([0.2, 0.2, 0.2], [1.0, 0.5, 0.3], cpus=2, workers=1)}
     text = write_reports(tmp_path / "quiet", records, quiet, {})["markdown"].read_text()
     assert "588.24x" in text and "- speed:" not in text
+
+
+def _error(problem: str, scaled: float, rel_l2: float) -> dict[str, object]:
+    return {"problem": problem, "scaled_max_error": scaled, "rel_l2_error": rel_l2, "passed": not problem}
+
+
+def test_a_failure_says_where_it_diverges_under_its_line(tmp_path: Path) -> None:
+    """The localization a failing result carries (`parity.localize`) reads under its line of the summary: the
+    node, its operator, its source line, its delegate and error, then its inputs' errors; parity.json keeps it."""
+    node = {
+        "node": "gelu",
+        "operator": "aten.gelu.default",
+        "source": "builtin.py:61 in forward",
+        "delegate": "XnnpackBackend (delegated subgraph)",
+        "error": _error("relative L2 error 0.000163 > 1e-05", 7.9e-05, 0.000163),
+        "inputs": [{"node": "linear", **_error("", 8.7e-08, 6.7e-08)}],
+    }
+    diverges = {"backend": "executorch-xnnpack", "node": node, "compared": 2, "seconds": 1.25, "note": "", "pass": ""}
+    bisected = {"backend": "inductor", "node": None, "compared": 0, "seconds": 7.5, "note": "",
+                "pass": "inductor: post_grad_passes, post_grad_custom_post_pass (application 9)"}  # fmt: skip
+    records = [
+        _result("gelu_tanh", "executorch-xnnpack", "parity", "failed", "output : relative L2", diverges=diverges),
+        _result("mlp", "inductor", "parity", "failed", "output : relative L2", diverges=bisected),
+        _result("gelu_tanh", "executorch-xnnpack", "compile", "passed", diverges=diverges),
+    ]
+    paths = write_reports(tmp_path, records, {"accelerator": "cpu"}, {})
+    lines = paths["markdown"].read_text().splitlines()
+    at = lines.index("- FAIL: `gelu_tanh` on executorch-xnnpack (parity): output : relative L2")
+    assert lines[at + 1 : at + 3] == [
+        "  - where it diverges: node `gelu` (aten.gelu.default) at builtin.py:61 in forward, run by XnnpackBackend "
+        "(delegated subgraph): relative L2 error 0.000163 > 1e-05 (1.2 s, 2 nodes compared)",
+        "    - its inputs, within the bounds: `linear` (scaled max err 8.7e-08, rel L2 6.7e-08)",
+    ]
+    at = lines.index("- FAIL: `mlp` on inductor (parity): output : relative L2")
+    assert lines[at + 1] == (
+        "  - where it diverges: inductor: post_grad_passes, post_grad_custom_post_pass (application 9) "
+        "(torch's compiler bisector, 7.5 s)"
+    )
+    assert sum("where it diverges" in line for line in lines) == 2  # not under the passing compile row
+    results = json.loads(paths["json"].read_text())["results"]
+    assert results[0]["diverges"]["node"]["node"] == "gelu"
+    # The failing test's own line ends with it too.
+    assert diverges_in_brief(diverges) == "; diverges first at node gelu (aten.gelu.default, builtin.py:61 in forward)"
+    assert diverges_in_brief(bisected).startswith("; diverges at inductor: post_grad_passes")
+    assert diverges_in_brief({**diverges, "node": None, "note": "gave up after 61 s"}) == ""

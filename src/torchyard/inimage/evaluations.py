@@ -13,6 +13,7 @@ from torchyard.inimage.options import RunSettings
 from torchyard.inimage.parity.artifacts import ArtifactCache, entry_cache
 from torchyard.inimage.parity.errors import describe_error
 from torchyard.inimage.parity.harness import REFERENCE_FAILED, Reference, Result, Status, case_reference, evaluate
+from torchyard.inimage.parity.localize import localize, localizes
 from torchyard.inimage.parity.training import (
     TrainBackend,
     TrainReference,
@@ -59,7 +60,24 @@ class Evaluations:
                 reference=self._references[case.name],
                 cache=self.cache,
             )
+            self._localize(case, self._results[key])
         return self._results[key]
+
+    def _localize(self, case: Case, result: Result) -> None:
+        """Where a failing backend diverges, for a failure no known failure explains: a known wrong value says
+        already what the backend computes, and a random program's statistics have no node to blame."""
+        if result.status != "failed" or result.known_values or case.compare != "values":
+            return
+        if localizes(result.backend):
+            where = localize(
+                case,
+                result.backend,
+                dtype=self.dtype,
+                tolerances=self.settings.tolerances,
+                workdir=self.workdir / case.name / "localize",
+                device=self.device,
+            )
+            result.diverges = where.as_dict()
 
     def train_result(self, case: Case, backend: str) -> Result:
         """One optimizer step on `backend` against the float64 step (`parity.training`)."""

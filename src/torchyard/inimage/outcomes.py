@@ -10,6 +10,7 @@ import pytest
 from torchyard.inimage.cases import Case
 from torchyard.inimage.collection import param
 from torchyard.inimage.parity.harness import REFERENCE_FAILED, Result
+from torchyard.inimage.parity.report import diverges_in_brief
 from torchyard.inimage.parity.training import STEP_FAILS
 from torchyard.inimage.verdicts import pass_reason, passes
 from torchyard.inimage.workers import worker_id
@@ -89,7 +90,10 @@ def conclude(request: pytest.FixtureRequest, suite: SuiteName, case: Case, resul
         why_pass or pass_reason(suite, result) if passed else "",
     )
     if not passed:
-        pytest.fail(f"{case.name} on {result.backend} ({suite}): {result.status}: {result.reason}", pytrace=False)
+        where = diverges_in_brief(result.diverges) if result.diverges else ""
+        pytest.fail(
+            f"{case.name} on {result.backend} ({suite}): {result.status}: {result.reason}{where}", pytrace=False
+        )
 
 
 def reference_reporter(config: pytest.Config, case: str, reason: str, nodeid: str) -> str:

@@ -54,6 +54,9 @@ class Result:
     # The outputs meet what the case's known failure says this backend computes instead (they may meet the
     # case's reference too, where the precision's bounds cannot tell the two apart).
     known_values: bool = False
+    # Where a failing backend first leaves the reference (`parity.localize`'s `Localization.as_dict()`); None
+    # where nothing was localized (it passed, or its failure is known).
+    diverges: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -123,9 +123,44 @@ def summary(records: Sequence[Mapping[str, Any]]) -> str:
     if first:
         text += "\n" + "".join(
             f"- {VERDICTS[r['outcome']]}: `{r['case']}` on {r['backend']} ({r['suite']}): {r.get('reason', '')}\n"
+            + (where_it_diverges(r["diverges"]) if r.get("diverges") and r["outcome"] == "failed" else "")
             for r in first
         )
     return text
+
+
+def diverges_in_brief(diverges: Mapping[str, Any]) -> str:
+    """The failing test's line's tail: the node or compiler step where it diverges ("" where neither was found)."""
+    node = diverges.get("node")
+    if diverges.get("pass"):
+        return f"; diverges at {diverges['pass']}"
+    if not node:
+        return ""
+    where = f", {node['source']}" if node.get("source") else ""
+    return f"; diverges first at node {node['node']} ({node['operator']}{where})"
+
+
+OWN_INPUTS = "the program's own inputs and weights"  # a first node whose inputs are no other node's
+
+
+def where_it_diverges(diverges: Mapping[str, Any]) -> str:
+    """The block under a failure's line that says where it diverges (`parity.localize`'s record): the first node
+    out of bounds with its error and its inputs', or the compiler step the bisector named, or why neither."""
+    took = f"{float(diverges.get('seconds', 0.0)):.1f} s"
+    node = diverges.get("node")
+    if diverges.get("pass"):
+        return f"  - where it diverges: {diverges['pass']} (torch's compiler bisector, {took})\n"
+    if not node:
+        return f"  - where it diverges: not found, {diverges.get('note', '')} ({took})\n"
+    where = f" at {node['source']}" if node.get("source") else ""
+    ran = f", run by {node['delegate']}" if node.get("delegate") else ""
+    text = f"  - where it diverges: node `{node['node']}` ({node['operator']}){where}{ran}: {node['error']['problem']}"
+    text += f" ({took}, {diverges.get('compared', 0)} nodes compared)\n"
+    inputs = ", ".join(
+        f"`{item['node']}` (scaled max err {item['scaled_max_error']:.3g}, rel L2 {item['rel_l2_error']:.3g})"
+        for item in node.get("inputs", [])
+    )
+    return text + f"    - its inputs, within the bounds: {inputs or OWN_INPUTS}\n"
 
 
 def notes(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]) -> str:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch._decomp
+import torch.nn.functional as F
 
 from torchyard import contract
 from torchyard.inimage.cases import Call, Case
@@ -95,3 +98,60 @@ def computing(make: Callable[[], torch.nn.Module], scale: float = 1.0) -> Runner
         return BackendRun(outputs, 0.0, 0.0, artifact=program)
 
     return runner
+
+
+class Deep(torch.nn.Module):
+    """Six layers, each a Linear and then an activation of its own, so each activation is one node of the
+    exported program: `silu`, in the middle, is the one `wrong_decomposition` plants a fault in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(6))
+        self.activations: tuple[Callable[[torch.Tensor], torch.Tensor], ...] = (
+            torch.relu,
+            torch.tanh,
+            F.silu,
+            F.hardswish,
+            F.elu,
+            F.softplus,
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer, activation in zip(self.layers, self.activations, strict=True):
+            x = activation(layer(x))
+        return x
+
+
+@contextlib.contextmanager
+def wrong_decomposition(op: torch._ops.OpOverload, wrong: Callable[..., torch.Tensor]) -> Iterator[None]:
+    """`op` decomposed as `wrong` while this lasts: torch.export keeps `op` whole (so the exported program and
+    eager are right) and ExecuTorch's `to_edge` decomposes it through torch's table, patched here: a wrong
+    kernel in the lowered program only."""
+    table = torch._decomp.decomposition_table
+    assert op in table, f"torch {torch.__version__} has no decomposition for {op} to patch"
+    right, table[op] = table[op], wrong
+    try:
+        yield
+    finally:
+        table[op] = right
+
+
+def wrong_tanh_pass() -> Any:
+    """A post-grad pass of inductor's that scales every tanh's output by 1.01: a wrong pass under torch.compile,
+    set with `torch._inductor.config.patch(post_grad_custom_post_pass=wrong_tanh_pass())`."""
+    # Imported here: it imports inductor, a second or more that the self-tests that never compile must not pay.
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class WrongTanhPass(CustomGraphPass):
+        def __call__(self, graph: torch.fx.Graph) -> None:
+            for node in list(graph.nodes):
+                if node.op == "call_function" and node.target is torch.ops.aten.tanh.default:
+                    with graph.inserting_after(node):
+                        scaled = graph.call_function(torch.ops.aten.mul.Tensor, (node, 1.01))
+                    node.replace_all_uses_with(scaled)
+                    scaled.args = (node, 1.01)
+
+        def uuid(self) -> str:
+            return "torchyard-planted-wrong-tanh"
+
+    return WrongTanhPass()

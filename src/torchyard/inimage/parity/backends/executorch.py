@@ -44,6 +44,16 @@ class Delegate:
         """What the lowering's cache key holds of the delegate."""
         return {"partitioners": [self.partitioner[1]] if self.partitioner else []}
 
+    def partitioners(self) -> list[Any]:
+        """What `to_edge_transform_and_lower` takes to hand the program to it (imported only to lower)."""
+        if self.partitioner is None:
+            return []
+        where, name = self.partitioner
+        partitioner = getattr(importlib.import_module(where), name)
+        if self.prepare is not None:
+            self.prepare()
+        return [partitioner()]
+
 
 PORTABLE = Delegate("executorch-portable", None, frozenset(TORCH_DEVICES.values()))
 XNNPACK = Delegate(
@@ -141,15 +151,8 @@ class ExecuTorch:
             # for it (dynamo included).
             from executorch.exir import to_edge_transform_and_lower
 
-            partitioners: list[Any] = []
-            if delegate.partitioner is not None:
-                where, name = delegate.partitioner
-                partitioner = getattr(importlib.import_module(where), name)
-                if delegate.prepare is not None:
-                    delegate.prepare()
-                partitioners = [partitioner()]
             exported = export_program(case, module, cpu_calls[0])
-            program = to_edge_transform_and_lower(exported, partitioner=partitioners)
+            program = to_edge_transform_and_lower(exported, partitioner=delegate.partitioners())
             path.write_bytes(program.to_executorch().buffer)
             return {"keyword-order": keyword_order(exported, cpu_calls[0])}
 

@@ -1,0 +1,143 @@
+"""Localization on failure: where a failing backend's program first leaves the reference, node by node.
+
+The case's first call runs through its exported program twice with `torch.fx.Interpreter`, in float64 (the
+reference for every intermediate) and, for the export backend, in the run's dtype; an ExecuTorch backend's
+values come from its own runtime through taps (`localize.executorch`). The first node whose value leaves the
+harness's bounds, with its inputs within them, is named with its operator, source line and delegate. inductor
+fuses nodes into kernels and keeps no intermediate: there torch's compiler bisector names the step instead
+(`localize.inductor`).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from torchyard.inimage.cases import Call, Case, base_backend
+from torchyard.inimage.parity.backends import BACKENDS
+from torchyard.inimage.parity.backends.executorch import ExecuTorch, flat_inputs, keyword_order
+from torchyard.inimage.parity.backends.running import export_program
+from torchyard.inimage.parity.errors import describe_error
+from torchyard.inimage.parity.harness import FLOAT64
+from torchyard.inimage.parity.localize.deadline import Deadline, GaveUp
+from torchyard.inimage.parity.localize.executorch import lowered_values
+from torchyard.inimage.parity.localize.inductor import bisect_compile
+from torchyard.inimage.parity.localize.nodes import eager_differs, first_divergence, node_values
+from torchyard.inimage.parity.localize.result import Localization, NodeDivergence
+from torchyard.inimage.parity.tolerances import Bounds, Tolerances
+from torchyard.inimage.parity.trees import to_device
+
+CPU = torch.device("cpu")
+TIME_BOUND = 60.0  # seconds, the default
+NO_DIVERGENCE = "no node leaves the bounds on the case's first call"
+HIDDEN = " (its outputs included: where the parity run failed, the taps changed what was lowered)"
+
+
+class TracedOtherwise(Exception):
+    """The exported program itself computes other values than the model: torch.export is to blame."""
+
+
+def _executorch(backend: str) -> ExecuTorch | None:
+    found = BACKENDS.get(base_backend(backend))  # type: ignore[call-overload]
+    return found if isinstance(found, ExecuTorch) else None
+
+
+def localizes(backend: str) -> bool:
+    """Whether `localize` can say where `backend` diverges: a node for export and ExecuTorch, a compiler step for
+    inductor (in any mode)."""
+    return backend == "export" or _executorch(backend) is not None or backend.partition(":")[0] == "inductor"
+
+
+def localize(
+    case: Case,
+    backend: str,
+    *,
+    dtype: torch.dtype,
+    tolerances: Tolerances,
+    workdir: Path,
+    device: torch.device = CPU,
+    time_bound: float = TIME_BOUND,
+) -> Localization:
+    """Where `backend` first diverges from the float64 reference on the case's first call (ExecuTorch and export
+    on the CPU, inductor on `device`); never raises for the model's or the backend's failure: the note says
+    what happened."""
+    deadline = Deadline(time_bound)
+    if not localizes(backend):
+        return Localization(
+            backend, None, 0, 0.0, f"localization covers export, ExecuTorch and inductor, not {backend}"
+        )
+    bounds = tolerances.bounds(str(dtype).removeprefix("torch."), backend, case.tolerances)
+    node, compared, step, kind = None, 0, "", ""
+    try:
+        if backend.partition(":")[0] == "inductor":
+            step = bisect_compile(
+                case, backend.partition(":")[2], device=device, dtype=dtype, bounds=bounds, deadline=deadline
+            )
+        else:
+            node, compared, kind = _first_node(
+                case, backend, dtype=dtype, bounds=bounds, workdir=workdir, deadline=deadline
+            )
+    except GaveUp as stage:
+        note = f"gave up after {deadline.elapsed:.0f} s (time bound {time_bound:g} s), before {stage}"
+        return Localization(backend, None, compared, deadline.elapsed, note)
+    except TracedOtherwise as differs:
+        note = f"the exported program already differs from the model, before any lowering: {differs}"
+        return Localization(backend, None, compared, deadline.elapsed, note)
+    except Exception as error:
+        return Localization(backend, None, compared, deadline.elapsed, f"localization failed: {describe_error(error)}")
+    return Localization(backend, node, compared, deadline.elapsed, _nothing_found(backend, node, step), step, kind)
+
+
+def _nothing_found(backend: str, node: NodeDivergence | None, step: str) -> str:
+    if node is not None or step:
+        return ""
+    if backend.partition(":")[0] == "inductor":
+        return "the bisector found no compiler step that breaks the case's first call"
+    return NO_DIVERGENCE + (HIDDEN if _executorch(backend) is not None else "")
+
+
+def _first_node(
+    case: Case, backend: str, *, dtype: torch.dtype, bounds: Bounds, workdir: Path, deadline: Deadline
+) -> tuple[NodeDivergence | None, int, str]:
+    """The first node out of bounds, how many were compared, and the reference's kind."""
+    module = copy.deepcopy(case.module()).to(dtype).cpu().eval()
+    call = to_device(case.calls()[0], CPU, dtype)
+    program = export_program(case, module, call)
+    inputs = flat_inputs(keyword_order(program, call), call)
+    deadline.check("the reference")
+    reference, kind = _reference(program, module, call, inputs, bounds)
+    deadline.check(f"running {backend}")
+    delegates: dict[str, str] = {}
+    found = _executorch(backend)
+    if found is not None:
+        tapped = export_program(case, module, call)  # the taps change it in place
+        if [node.name for node in tapped.graph.nodes] != [node.name for node in program.graph.nodes]:
+            raise RuntimeError("exporting the case again named its nodes otherwise")
+        lowered = lowered_values(tapped, inputs, found.delegate, workdir)
+        candidate, delegates = lowered.values, lowered.delegates
+    else:
+        candidate = node_values(program, inputs, dtype)
+    deadline.check("comparing")
+    return (*first_divergence(program.graph, candidate, reference, bounds, delegates), kind)
+
+
+def _reference(
+    program: torch.export.ExportedProgram, module: torch.nn.Module, call: Call, inputs: list[Any], bounds: Bounds
+) -> tuple[dict[str, torch.Tensor], str]:
+    """Every node's value in float64, else (a model that casts inside, as the harness's reference falls back) in
+    float32; raises `TracedOtherwise` where the exported program's outputs are not the model's."""
+    try:
+        values, kind, dtype = node_values(program, inputs, torch.float64), FLOAT64, torch.float64
+    except Exception as error:
+        values, dtype = node_values(program, inputs, torch.float32), torch.float32
+        kind = f"float32 on cpu (float64 fails: {describe_error(error)})"
+    differs = eager_differs(program, module, call, bounds, dtype)
+    if differs:
+        raise TracedOtherwise(differs)
+    return values, kind
+
+
+__all__ = ["TIME_BOUND", "Localization", "NodeDivergence", "localize", "localizes"]

@@ -1,0 +1,61 @@
+"""Which part of torch.compile makes a failing inductor result, through torch's own
+`torch._inductor.compiler_bisector.CompilerBisector`: it compiles the case again under dynamo's backends in turn
+(eager, aot_eager, with decompositions, inductor), then with inductor's subsystems switched off or bisected
+(pre-grad, joint-graph and post-grad passes, config changes, lowerings), until the first that breaks the result.
+Every step is a fresh compile (the bisector bypasses inductor's graph cache), so this is the costly one."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+
+import torch
+
+from torchyard.inimage.cases import Case
+from torchyard.inimage.parity.harness import make_reference
+from torchyard.inimage.parity.localize.deadline import Deadline
+from torchyard.inimage.parity.metrics import compare_values
+from torchyard.inimage.parity.tolerances import Bounds
+from torchyard.inimage.parity.trees import leaves, to_device
+
+
+def bisect_compile(
+    case: Case, mode: str, *, device: torch.device, dtype: torch.dtype, bounds: Bounds, deadline: Deadline
+) -> str:
+    """The backend and pass (or the lowering of one node) the bisector names for the case's first call, in words;
+    "" where every step meets the reference (the failure does not show on that call)."""
+    from torch._inductor.compiler_bisector import CompilerBisector
+
+    call = case.calls()[0]
+    reference = make_reference(case, [call], device=device, dtype=dtype)
+    if reference.error:
+        raise RuntimeError(f"no reference: {reference.error}")
+    module = copy.deepcopy(case.module()).to(dtype=dtype).to(device).eval()
+    on_device = to_device(call, device, dtype)
+
+    def correct() -> bool:
+        deadline.check("the next compile of the bisection")
+        torch._dynamo.reset()
+        compiled = torch.compile(module, mode=mode or None)
+        with torch.no_grad():
+            outputs = leaves(compiled(*on_device.args, **on_device.kwargs))
+        return all(
+            compare_values(output, expected, output.dtype, bounds, "").passed
+            for output, expected in zip(outputs, reference.outputs[0], strict=True)
+            if isinstance(output, torch.Tensor) and isinstance(expected, torch.Tensor)
+        )
+
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints each step
+        found = CompilerBisector.do_bisect(correct)
+    torch._dynamo.reset()
+    if found is None:
+        return ""
+    if found.subsystem is None:
+        return f"{found.backend} (no subsystem of it named)"
+    if found.subsystem == "lowerings":
+        return f"{found.backend}: the generated kernel for node {found.debug_info}"
+    what = f"{found.backend}: {found.subsystem}"
+    if found.debug_info and found.debug_info != found.subsystem:
+        what += f", {found.debug_info} (application {found.bisect_number})"
+    return what

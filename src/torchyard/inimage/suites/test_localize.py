@@ -1,0 +1,150 @@
+"""Localization on failure (`parity.localize`): a wrong kernel planted in the middle of a deep program, only in its
+lowering, is named at its node and nothing before it, and without the fault nothing is named; the built-in
+`gelu_tanh` case's XNNPACK failure is named at its GELU; a wrong pass under torch.compile is named by the
+bisector; a fault in the trace itself is blamed on torch.export; and a failing result carries it all."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from torchyard.inimage.cases import Case
+from torchyard.inimage.evaluations import Evaluations
+from torchyard.inimage.options import RunSettings
+from torchyard.inimage.parity.backends import NO_CACHE, unavailable_reason
+from torchyard.inimage.parity.localize import Localization, localize
+from torchyard.inimage.suites.planted import (
+    BY_NAME,
+    CPU,
+    TOLERANCES,
+    Deep,
+    Switch,
+    wrong_decomposition,
+    wrong_tanh_pass,
+)
+
+pytestmark = pytest.mark.harness
+
+NO_EXECUTORCH = unavailable_reason("executorch-xnnpack", torch.device("cpu"))
+DEEP = Case("planted_deep", Deep, lambda g: (torch.randn(4, 16, generator=g),))
+SILU = torch.ops.aten.silu.default
+
+
+def wrong_silu(x: torch.Tensor) -> torch.Tensor:
+    """1% too steep: wrong by far more than float32's rounding, and only where the lowering runs it."""
+    return x * torch.sigmoid(1.01 * x)
+
+
+BEFORE_SILU = ["linear", "relu", "linear_1", "tanh", "linear_2"]
+
+
+def localized(workdir: Path, case: str, backend: str, planted: bool) -> Localization:
+    """Where `backend` diverges on `case` (DEEP's name or a built-in), with the wrong SiLU planted or not."""
+    made = DEEP if case == DEEP.name else BY_NAME[case]
+    with wrong_decomposition(SILU, wrong_silu) if planted else contextlib.nullcontext():
+        return localize(made, backend, dtype=torch.float32, tolerances=TOLERANCES, workdir=workdir)
+
+
+def lowered(*args: object) -> pytest.MarkDecorator:
+    """Lowered to ExecuTorch in the child beside the run (its compiler is imported there, once for all)."""
+    return pytest.mark.skip(reason=NO_EXECUTORCH) if NO_EXECUTORCH else pytest.mark.beside.with_args(localized, *args)
+
+
+@pytest.mark.parametrize(
+    "delegate",
+    [
+        pytest.param("XnnpackBackend (delegated subgraph)", marks=lowered(DEEP.name, "executorch-xnnpack", True)),
+        pytest.param("portable kernel", marks=lowered(DEEP.name, "executorch-portable", True)),
+    ],
+)
+def test_a_wrong_kernel_in_the_lowering_is_named_at_its_node_and_nothing_before_it(
+    beside: Localization, delegate: str
+) -> None:
+    found = beside.node
+    assert found is not None, beside.note
+    assert (found.node, found.operator, found.delegate) == ("silu", "aten.silu.default", delegate)
+    assert not found.error.passed and "relative L2 error" in found.error.problem
+    assert [(name, error.passed) for name, error in found.inputs] == [("linear_2", True)]
+    assert beside.compared == len(BEFORE_SILU) + 1  # each node before it compared, and within the bounds
+    assert found.source.startswith("planted.py:") and found.source.endswith(" in forward")
+
+
+@lowered(DEEP.name, "executorch-xnnpack", False)
+def test_without_the_planted_kernel_no_node_diverges(beside: Localization) -> None:
+    assert beside.node is None and beside.compared == 12
+    assert beside.note.startswith("no node leaves the bounds on the case's first call (its outputs included")
+
+
+def test_the_planted_kernel_is_in_the_lowering_only(tmp_path: Path) -> None:
+    exported = localized(tmp_path, DEEP.name, "export", True)
+    assert exported.node is None and exported.compared == 12, exported.note
+
+
+@lowered("gelu_tanh", "executorch-xnnpack", False)
+def test_gelu_tanh_on_xnnpack_is_named_at_its_gelu(beside: Localization) -> None:
+    found = beside.node
+    assert found is not None, beside.note
+    assert (found.node, found.operator) == ("gelu", "aten.gelu.default")
+    assert found.delegate == "XnnpackBackend (delegated subgraph)"
+    assert found.source.startswith("builtin.py:") and found.source.endswith(" in forward")
+    assert [(name, error.passed) for name, error in found.inputs] == [("linear", True)]
+    assert beside.as_dict()["node"]["error"]["passed"] is False
+
+
+def test_localization_gives_up_past_its_time_bound(tmp_path: Path) -> None:
+    gave_up = localize(DEEP, "export", dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path, time_bound=0)
+    assert gave_up.node is None
+    assert gave_up.note.startswith("gave up after 0 s (time bound 0 s), before the reference")
+
+
+def test_a_backend_it_cannot_localize_says_so(tmp_path: Path) -> None:
+    result = localize(DEEP, "tensorrt", dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+    assert result.node is None and result.note == "localization covers export, ExecuTorch and inductor, not tensorrt"
+
+
+def bisected(workdir: Path, planted: bool) -> Localization:
+    """Where inductor diverges on DEEP on the CPU, with a wrong post-grad pass planted or not."""
+    import torch._inductor.config  # inductor, imported only in the child that compiles
+
+    wrong = {"post_grad_custom_post_pass": wrong_tanh_pass()} if planted else {}
+    with torch._inductor.config.patch(wrong):
+        return localize(DEEP, "inductor", dtype=torch.float32, tolerances=TOLERANCES, workdir=workdir, device=CPU)
+
+
+@pytest.mark.beside.with_args(bisected, True)
+def test_a_wrong_pass_under_torch_compile_is_named_by_the_bisector(beside: Localization) -> None:
+    """Every step of the bisection is a fresh compile: in the child beside the run."""
+    assert beside.node is None and beside.note == "", beside.note
+    assert beside.pass_name.startswith("inductor: post_grad_passes, post_grad_custom_post_pass (application ")
+
+
+def test_a_fault_in_the_trace_itself_is_blamed_on_torch_export(tmp_path: Path) -> None:
+    """A model that computes otherwise when exported: every node meets its own float64 run, so the note says the
+    exported program differs from the model before any lowering."""
+    case = Case("export_scale", lambda: Switch("export", "scale"), lambda g: (torch.randn(4, 8, generator=g),))
+    result = localize(case, "export", dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+    assert result.node is None
+    assert result.note.startswith("the exported program already differs from the model, before any lowering: ")
+    assert "relative L2 error" in result.note
+
+
+def evaluated(workdir: Path) -> tuple[str, dict[str, Any] | None]:
+    """DEEP on ExecuTorch's portable kernels with the wrong SiLU planted, as the suites evaluate it: its status and
+    the `diverges` its result carries into parity.json."""
+    settings = RunSettings("cpu", "fp32", workdir, TOLERANCES, (), True, ("parity",), ("inductor",), None, {})
+    evaluations = Evaluations(settings, workdir)
+    evaluations.cache = NO_CACHE  # the self-tests leave the entry's artifact cache alone
+    with wrong_decomposition(SILU, wrong_silu):
+        result = evaluations.result(DEEP, "executorch-portable")
+    return result.status, result.diverges
+
+
+@(pytest.mark.skip(reason=NO_EXECUTORCH) if NO_EXECUTORCH else pytest.mark.beside.with_args(evaluated))
+def test_a_failing_parity_result_carries_where_it_diverges(beside: tuple[str, dict[str, Any] | None]) -> None:
+    status, diverges = beside
+    assert status == "failed" and diverges is not None
+    assert diverges["node"]["node"] == "silu" and diverges["node"]["delegate"] == "portable kernel"
