@@ -22,7 +22,7 @@ from pathlib import Path
 import docker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.integration.conftest import CPU_WHEELS, write_cpu_index
+from tests.cpu_index import CPU_WHEELS, write_cpu_index
 
 REPO = Path(__file__).resolve().parents[1]
 PYPI_ONLY = ('indexes = ["pytorch-cpu", "pypi"]', 'indexes = ["pypi"]')

@@ -4,7 +4,6 @@ missing: CI starts dockerd before running them (.ci/run)."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -23,6 +22,7 @@ import bcrypt
 import docker
 import pytest
 
+from tests.cpu_index import CPU_WHEELS, write_cpu_index
 from torchyard.commands.build import make_base
 from torchyard.host.engine import engine
 from torchyard.image.debootstrap import DEFAULT_TAG
@@ -88,41 +88,6 @@ def in_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     tree = copy_tree(tmp_path / "tree")
     monkeypatch.chdir(tree)
     yield tree
-
-
-# PyTorch's CPU index is not reachable here: its wheels that lie on this machine, checked against the sha256
-# the index publishes (as recorded in asanderson/llm-redact, scripts/cpu_torch.py at b4efc9e, from
-# https://download.pytorch.org/whl/cpu/torch/), never trusted for being on disk.
-CPU_WHEELS = "TORCHYARD_TEST_CPU_WHEELS"  # the folder holding them (.ci/run sets it where there is one)
-PUBLISHED_CPU_WHEELS = {
-    "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl": (
-        "6746dbcbeb526eb61330b76b41ff1b4eb848951103a892eeb080dfa2b264667b"
-    ),
-}
-# The index marks each file's upload time (`data-upload-time`, pytorch/pytorch#178980), which `exclude-newer`
-# needs; here torch 2.13.0's upload time on PyPI (its simple API), the CPU index's own not being reachable.
-UPLOADED = "2026-07-08T16:04:07Z"
-
-
-def write_cpu_index(folder: Path, root: Path) -> str:
-    """PyTorch's CPU index as a PEP 503 tree (file://) under `root`, of the published wheels found in `folder`:
-    an index, not a folder, so `first-index` takes torch from it alone, as it would from the real one."""
-    found = {name: folder / name for name in PUBLISHED_CPU_WHEELS if (folder / name).is_file()}
-    if not found:
-        raise FileNotFoundError(f"no CPU-only torch wheel in {folder}: one of {', '.join(PUBLISHED_CPU_WHEELS)}")
-    (root / "files").mkdir(parents=True)
-    (root / "simple" / "torch").mkdir(parents=True)
-    links = []
-    for name, path in found.items():
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        if digest != PUBLISHED_CPU_WHEELS[name]:
-            raise ValueError(f"{path}: not the wheel PyTorch's index publishes")
-        shutil.copy(path, root / "files" / name)
-        href = f"../../files/{name.replace('+', '%2B')}#sha256={digest}"
-        links.append(f'<a href="{href}" data-upload-time="{UPLOADED}">{name}</a>')
-    page = "<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n"
-    (root / "simple" / "torch" / "index.html").write_text(page)
-    return f"file://{root / 'simple'}"
 
 
 @pytest.fixture(scope="session")

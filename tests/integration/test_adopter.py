@@ -20,8 +20,8 @@ import docker
 import pytest
 from docker.models.images import Image
 
+from tests.cpu_index import CPU_WHEELS, PUBLISHED_CPU_WHEELS
 from tests.docblocks import block
-from tests.integration.conftest import CPU_WHEELS, PUBLISHED_CPU_WHEELS
 from torchyard.image.buildkit import layer_steps
 from torchyard.image.plan import image_repository
 from torchyard.trust import project_scope
