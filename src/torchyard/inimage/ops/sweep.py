@@ -21,11 +21,11 @@ from pathlib import Path
 
 import torch
 
-from torchyard.inimage.cases import Case, base_backend
+from torchyard.inimage.cases import Case
 from torchyard.inimage.ops.catalog import Operator, Sample, sample_case
 from torchyard.inimage.ops.outcomes import Outcome, first_line, metrics_of, phase_of_error
 from torchyard.inimage.parity.artifacts import ArtifactCache
-from torchyard.inimage.parity.backends import BACKENDS, NO_CACHE, Runner
+from torchyard.inimage.parity.backends import NO_CACHE, Runner, backend_of
 from torchyard.inimage.parity.backends.running import export_program
 from torchyard.inimage.parity.harness import REFERENCE_FAILED, Reference, Result, case_reference, evaluate
 from torchyard.inimage.parity.tolerances import Tolerances
@@ -49,14 +49,14 @@ class SweepSettings:
 
 
 def _exports_first(backend: str) -> bool:
-    found = BACKENDS.get(base_backend(backend))  # type: ignore[call-overload]
+    found = backend_of(backend)
     return found is not None and found.EXPORTS
 
 
 def prepare(backends: Sequence[str]) -> None:
     """Import what the backends import on first use, here, before any child is forked (those absent skip)."""
     for backend in backends:
-        found = BACKENDS.get(base_backend(backend))  # type: ignore[call-overload]
+        found = backend_of(backend)
         for module in found.FIRST_USE if found is not None else ():
             with contextlib.suppress(ImportError):  # the backend is unavailable: the run says so where it would run
                 importlib.import_module(module)
@@ -195,7 +195,7 @@ def _outcome(name: str, index: int, backend: str, result: Result) -> Outcome:
 
 def _failure(name: str, index: int, backend: str, result: Result, *, exported: bool | None, workdir: Path) -> Outcome:
     """A backend's error, by the step that failed (`phase_of_error`): a file in `workdir` is a lowered program."""
-    found = BACKENDS.get(base_backend(backend))  # type: ignore[call-overload]
+    found = backend_of(backend)
     phase = phase_of_error(
         result.error_types,
         exported=exported,

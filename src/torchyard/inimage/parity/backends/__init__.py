@@ -25,9 +25,16 @@ BACKENDS: dict[BackendName, Backend] = {
 }
 
 
+def backend_of(name: str) -> Backend | None:
+    """The backend a parameter name runs (`inductor:<mode>` is inductor's); None for a name that is none of them
+    (a train backend's)."""
+    found: Backend | None = BACKENDS.get(base_backend(name))  # type: ignore[call-overload]
+    return found
+
+
 def unavailable_reason(backend: str, device: torch.device) -> str | None:
     """Why `backend` cannot run here (None when it can, or when it is not one of `BACKENDS`)."""
-    found = BACKENDS.get(base_backend(backend))  # type: ignore[call-overload]
+    found = backend_of(backend)
     return found.unavailable(device) if found is not None else None
 
 
@@ -55,6 +62,7 @@ __all__ = [
     "BackendRun",
     "Job",
     "Runner",
+    "backend_of",
     "runner_for",
     "unavailable_reason",
 ]

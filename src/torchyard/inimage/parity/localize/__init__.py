@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from torchyard.inimage.cases import Call, Case, base_backend
-from torchyard.inimage.parity.backends import BACKENDS
+from torchyard.inimage.cases import Call, Case
+from torchyard.inimage.parity.backends import backend_of
 from torchyard.inimage.parity.backends.executorch import ExecuTorch, flat_inputs, keyword_order
 from torchyard.inimage.parity.backends.running import export_program
 from torchyard.inimage.parity.errors import describe_error
@@ -41,7 +41,7 @@ class TracedOtherwise(Exception):
 
 
 def _executorch(backend: str) -> ExecuTorch | None:
-    found = BACKENDS.get(base_backend(backend))  # type: ignore[call-overload]
+    found = backend_of(backend)
     return found if isinstance(found, ExecuTorch) else None
 
 
