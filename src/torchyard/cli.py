@@ -21,7 +21,7 @@ from torchyard.commands.refresh import refresh
 from torchyard.commands.report import report
 from torchyard.commands.sessions import run_nox
 from torchyard.commands.test import test_entries
-from torchyard.contract import OPS_SHARD_OPTION, REUSE_RESULTS, parse_shard
+from torchyard.contract import OPS_SHARD_OPTION, RERUN_SELF_TESTS_OPTION, REUSE_RESULTS, parse_shard
 from torchyard.errors import TorchyardError, UsageError
 from torchyard.image.debootstrap import DEBIAN_SUITES, base_tag
 from torchyard.image.plan import BuildOptions
@@ -94,7 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         choices=SUITE_NAMES,
-        help="run only this one of the entry's suites (repeatable; the harness's self-tests always run)",
+        help="run only this one of the entry's suites (repeatable; the harness's self-tests run too)",
+    )
+    test.add_argument(
+        "--rerun-self-tests",
+        action="store_true",
+        help="run every harness self-test, even those a run on this stack and device already passed",
     )
     test.add_argument("--keep", action="store_true", help="keep the container afterwards, for debugging")
     test.add_argument(
@@ -251,7 +256,11 @@ def _on_this_machine(args: argparse.Namespace, passthrough: list[str], machine: 
             mode="local" if args.local else "in-place" if args.in_place else "container",
             lockdir=args.lockdir,
             reports=args.reports,
-            pytest_args=[*passthrough, *([f"{OPS_SHARD_OPTION}={args.ops_shard}"] if args.ops_shard else [])],
+            pytest_args=[
+                *passthrough,
+                *([f"{OPS_SHARD_OPTION}={args.ops_shard}"] if args.ops_shard else []),
+                *([RERUN_SELF_TESTS_OPTION] if args.rerun_self_tests else []),
+            ],
             machine=machine,
             keep=args.keep,
             trust=trust,

@@ -32,6 +32,7 @@ UNLOCKED = "TORCHYARD_UNLOCKED"
 INDUCTOR_CACHE = "TORCHYARD_INDUCTOR_CACHE"
 ARTIFACT_CACHE = "TORCHYARD_ARTIFACT_CACHE"
 REUSE_RESULTS = "TORCHYARD_REUSE_RESULTS"
+SELF_TEST_PROOF = "TORCHYARD_SELF_TEST_PROOF"
 IMAGE_ID = "TORCHYARD_IMAGE_ID"
 TRUST = "TORCHYARD_TRUST"
 
@@ -105,6 +106,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(ARTIFACT_CACHE, None, None, "string", verdicts=False, means='"off": lower every program again'),
     Setting(REUSE_RESULTS, None, None, "bool", verdicts=False, default="0",
             means="replay the last verdicts when nothing deciding them changed"),
+    Setting(SELF_TEST_PROOF, None, None, "string", verdicts=False,
+            means="the file of the self-tests' proof (`proofs`): the in-image entry point sets it for its own run"),
     # In a venv the installed distributions take its place (`replay.fingerprint`).
     Setting(IMAGE_ID, None, None, "string", verdicts=True, means="the image a container runs"),
     Setting(TRUST, None, None, "string", verdicts=False, default="trusted",
@@ -164,6 +167,8 @@ PROBE_FAILED = 3  # the exit status of a run that cannot test what its entry cla
 
 
 OPS_SHARD_OPTION = "--torchyard-ops-shard"  # a run's option, not an entry's: `torchyard test --ops-shard K/N`
+# A run's option too (`torchyard test --rerun-self-tests`): every harness self-test runs, proven or not.
+RERUN_SELF_TESTS_OPTION = "--torchyard-rerun-self-tests"
 
 
 def parse_shard(text: str) -> tuple[int, int]:

@@ -39,24 +39,26 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 from torchyard import contract  # noqa: E402
-from torchyard.inimage import replay  # noqa: E402
+from torchyard.inimage import proofs, replay  # noqa: E402
 from torchyard.inimage.workers import device_count, xdist_args, xdist_plugin_args  # noqa: E402
 
 
 def _serve_beside(argv: list[str]) -> None:
     """The harness's fork server, started before pytest imports torch: the lane beside the run then starts
-    its work sooner, while the run does its own imports."""
+    its work sooner, while the run does its own imports. Not where the self-tests are likely proven on this
+    stack already (`proofs`): the lane then has nothing to do, and the server's imports would compete with
+    the run's."""
     from torchyard.inimage.suites import fork_server
 
-    if fork_server.serves_this_run(argv):
+    if fork_server.serves_this_run(argv) and not proofs.likely_proven(os.environ, argv):
         fork_server.start_server()
 
 
-def _fingerprint(argv: list[str], accelerator: str) -> str:
+def _device(accelerator: str) -> dict[str, object]:
     from torchyard.inimage.parity.keys import device_identity
     from torchyard.inimage.probe import torch_device
 
-    return replay.fingerprint(argv, os.environ, device_identity(torch_device(accelerator)))
+    return device_identity(torch_device(accelerator))
 
 
 def main(argv: list[str]) -> int:
@@ -67,17 +69,22 @@ def main(argv: list[str]) -> int:
     store = replay.store_for(os.environ, report_dir)
     key: str | None = None
     if replay.enabled():
-        key = _fingerprint(argv, accelerator)
+        key = replay.fingerprint(argv, os.environ, _device(accelerator))
         status = replay.replay(store, key, report_dir)
         if status is not None:
             return status
     started = dt.datetime.now(dt.UTC)
-    _serve_beside(argv)  # before the fingerprint of a plain run imports torch
+    _serve_beside(argv)  # before the device's identity imports torch
+    device = _device(accelerator)
     if key is None:  # every run keeps its verdicts: the first --reuse-results run after a plain one replays it
         try:
-            key = _fingerprint(argv, accelerator)
+            key = replay.fingerprint(argv, os.environ, device)
         except OSError as error:  # a file it reads: the run goes on, and is not kept
             print(f"torchyard: this run's verdicts will not be kept for replay: {error}", file=sys.stderr)
+    try:
+        os.environ[proofs.PROOF] = str(proofs.proof_path(os.environ, device, argv))
+    except OSError as error:  # as above: the self-tests all run, and no proof is kept
+        print(f"torchyard: the self-tests will run without a proof: {error}", file=sys.stderr)
     status = int(pytest.main(argv))
     if key is not None:
         replay.save(store, key, report_dir, status, started)

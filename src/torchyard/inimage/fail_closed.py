@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from torchyard.inimage import load
+from torchyard.inimage import load, proofs
 from torchyard.inimage.collection import suite_of
 from torchyard.inimage.options import RUN_SETTINGS
 from torchyard.inimage.outcomes import RECORD_KEY
@@ -82,10 +82,15 @@ def conclude_run(session: pytest.Session, exitstatus: int) -> None:
         cpus=os.cpu_count(),
         workers=load.worker_count(getattr(config.option, "numprocesses", None)),
     )
+    proof = config.stash.get(proofs.PROOFS, None)
+    if proof is not None:
+        extra["self-tests"] = proof.summary()
     paths = write_reports(settings.report_dir, collector.records, manifest, extra)
     print(f"\ntorchyard: reports in {paths['markdown'].parent} (parity.json, parity.md, env.json)")
     if any(item.get_closest_marker(PROJECT) for item in session.items):
         selected = (*selected, PROJECT)
+    if proof is not None:
+        proof.save(proofs.now())
     found = failures(selected, collector.passed, collector.skip_reasons)
     for failure in found:
         print(f"torchyard: FAILED: {failure}")

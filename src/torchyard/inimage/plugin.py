@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from torchyard import contract
+from torchyard.inimage import proofs
 from torchyard.inimage.cases import Case, CaseLoadError, load_cases
 from torchyard.inimage.collection import MARKERS, mark_items, parametrize
 from torchyard.inimage.evaluations import Evaluations
@@ -36,6 +37,7 @@ _FREEZER = Freezer()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
+    proofs.add_option(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -53,6 +55,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # inductor's FX graph and AOTAutograd caches live there too: a warm volume skips their compiles.
     os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
     os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "1")
+    proofs.register(config)  # every process: a worker leaves proven self-tests out, the controller keeps the proof
     if is_controller(config):
         config.stash[COLLECTOR] = collector = Collector()
         config.pluginmanager.register(collector, "torchyard-collector")

@@ -30,7 +30,7 @@ INIMAGE = Path(__file__).parent
 FORMAT = 1
 
 
-def _files(paths: Iterable[Path]) -> list[tuple[str, str]]:
+def file_digests(paths: Iterable[Path]) -> list[tuple[str, str]]:
     digests = []
     for root in paths:
         candidates = sorted(root.rglob("*")) if root.is_dir() else [root]
@@ -49,7 +49,8 @@ def _case_files(env: Mapping[str, str]) -> list[Path]:
     return files
 
 
-def _environment_identity(env: Mapping[str, str]) -> object:
+def environment_identity(env: Mapping[str, str]) -> object:
+    """The image's ID in a container; in a venv, every installed distribution and its version."""
     if env.get(contract.IMAGE_ID):
         return env[contract.IMAGE_ID]
     return sorted(
@@ -69,10 +70,10 @@ def fingerprint(argv: Sequence[str], env: Mapping[str, str], device: Mapping[str
     settings = {setting.variable: env.get(setting.variable, "") for setting in contract.SETTINGS if setting.verdicts}
     document = {
         "format": FORMAT,
-        "environment": _environment_identity(env),
-        "inimage": _files([INIMAGE]),
-        "cases": _files(_case_files(env)),
-        "tests": _files(test_paths),
+        "environment": environment_identity(env),
+        "inimage": file_digests([INIMAGE]),
+        "cases": file_digests(_case_files(env)),
+        "tests": file_digests(test_paths),
         "argv": list(argv),
         "settings": settings,
         "device": dict(device),

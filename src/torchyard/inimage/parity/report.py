@@ -188,9 +188,15 @@ def notes(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]) -> 
     return "".join(f"{line}\n" for line in lines)
 
 
-def markdown(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any], suites: Sequence[str] = ()) -> str:
-    """What a person reads, under a title that names the run's `suites`: the summary (counts, then the
-    failures and known failures), notes, one row per case x backend (per suite where they differ), speed."""
+def markdown(
+    records: Sequence[Mapping[str, Any]],
+    manifest: Mapping[str, Any],
+    suites: Sequence[str] = (),
+    self_tests: Mapping[str, Any] | None = None,
+) -> str:
+    """What a person reads, under a title that names the run's `suites`: what the harness's self-tests did,
+    the summary (counts, then the failures and known failures), notes, one row per case x backend (per suite
+    where they differ), speed."""
     device = manifest.get("device", "?")
     title = f"### torchyard parity: {manifest.get('accelerator', '?')} on {device}, torch {manifest.get('torch', '?')}"
     title += f", {manifest.get('trust', 'trusted')} run"
@@ -200,6 +206,7 @@ def markdown(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any], 
     timed = speed(records)
     text = (
         title
+        + self_test_line(self_tests)
         + summary(records)
         + (f"\n{noted}" if noted else "")
         + "\n#### Every result\n\n"
@@ -213,6 +220,21 @@ def markdown(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any], 
             "synchronized\n\n" + speed_markdown(timed, training=True, ratios=ratios)
         )
     return text
+
+
+def self_test_line(self_tests: Mapping[str, Any] | None) -> str:
+    """The harness's self-tests in a line: how many ran and failed, and how many a proof of this stack left out
+    (`proofs`)."""
+    if not self_tests:
+        return ""
+    ran, failed, left_out = self_tests["ran"], self_tests["failed"], self_tests["left-out"]
+    line = f"Harness self-tests: {ran} ran" + (f", {failed} failed" if failed else "")
+    if left_out:
+        line += (
+            f"; {left_out} left out, proven on this stack by the run of {self_tests['proven-by']} "
+            "(`torchyard test --rerun-self-tests` runs them)"
+        )
+    return line + ".\n\n"
 
 
 def write_reports(
@@ -232,7 +254,7 @@ def write_reports(
         )
         + "\n"
     )
-    table = markdown(ordered, manifest, extra.get("suites", ()))
+    table = markdown(ordered, manifest, extra.get("suites", ()), extra.get("self-tests"))
     paths["markdown"].write_text(table)
     paths["env"].write_text(json.dumps(manifest, indent=2, default=str) + "\n")
     return paths

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from torchyard import contract
+from torchyard.inimage import proofs
 from torchyard.inimage.suites import fork_server
 from torchyard.inimage.suites.fork_server import start_child, status_once_ended
 
@@ -84,7 +85,7 @@ class WholeRun:
 
 def whole_run_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The environment a whole run gets, taken from `environ` as pytester changes it for a subprocess run."""
-    dropped = {"PYTEST_ADDOPTS", "TOX_ENV_DIR"}
+    dropped = {"PYTEST_ADDOPTS", "TOX_ENV_DIR", proofs.PROOF}  # a whole run keeps no proof of the run's
     return {**{k: v for k, v in environ.items() if k not in dropped}, "PY_COLORS": "0", **ISOLATED}
 
 

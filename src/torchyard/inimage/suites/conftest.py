@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from torchyard.inimage.ops.options import add_options
+from torchyard.inimage.proofs import has_proof
 from torchyard.inimage.suites.beside import Beside, Job, WholeRun
 from torchyard.inimage.suites.fork_server import selects_harness, start_server
 
@@ -33,10 +34,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _may_run_harness(config: pytest.Config) -> bool:
     """Whether this process may run the harness's tests: it is not an xdist controller (its workers run
-    them), and its marker expression, if any, names them."""
+    them), its marker expression, if any, names them, and they are not proven on this stack already (where
+    some are not, the lane starts the server with its first fork)."""
     distributed = getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput")
     expression = config.getoption("markexpr", "")
-    return not distributed and (not expression or selects_harness(expression))
+    return not distributed and (not expression or selects_harness(expression)) and not has_proof(config)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from torchyard.inimage import proofs
+from torchyard.inimage.proofs import has_proof
 from torchyard.inimage.suites.beside import Beside, Job, WholeRun
 from torchyard.inimage.suites.conftest import _may_run_harness
 from torchyard.inimage.suites.fork_server import PRELOAD
@@ -33,19 +35,28 @@ def test_the_fork_server_ends_without_tearing_down(tmp_path: Path) -> None:
     assert torn_down.exists()  # the check can fail: without the module, the handler runs
 
 
-def test_the_fork_server_starts_at_configuration_where_the_harness_may_run(request: pytest.FixtureRequest) -> None:
-    def config(expression: str, workers: int | None = None, worker: bool = False) -> Any:
-        stub = SimpleNamespace(option=SimpleNamespace(numprocesses=workers), getoption=lambda name, default: expression)
+def test_the_fork_server_starts_at_configuration_where_the_harness_may_run(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def config(expression: str, workers: int | None = None, worker: bool = False, rerun: bool = False) -> Any:
+        options = {"markexpr": expression, proofs.RERUN_OPTION: rerun}
+        stub = SimpleNamespace(option=SimpleNamespace(numprocesses=workers), getoption=lambda name, *_: options[name])
         if worker:
             stub.workerinput = {"workerid": "gw0"}
         return stub
 
-    assert _may_run_harness(request.config)  # this very test is the harness's
+    # This very test is the harness's: the server started, unless a proof may leave the harness out.
+    assert _may_run_harness(request.config) == (not has_proof(request.config))
+    monkeypatch.delenv(proofs.PROOF, raising=False)
     assert _may_run_harness(config("")) and _may_run_harness(config("export or harness"))
     assert not _may_run_harness(config("export or compile"))
     assert not _may_run_harness(config("not harness")) and _may_run_harness(config("not export"))
     assert not _may_run_harness(config("harness", workers=2))  # an xdist controller: its workers run them
     assert _may_run_harness(config("harness", workers=2, worker=True))
+    monkeypatch.setenv(proofs.PROOF, str(tmp_path / "proof.json"))
+    assert _may_run_harness(config(""))  # named, but not there
+    (tmp_path / "proof.json").write_text("{}")
+    assert not _may_run_harness(config("")) and _may_run_harness(config("", rerun=True))
 
 
 def doubled(workdir: Path, value: int) -> tuple[int, bool]:

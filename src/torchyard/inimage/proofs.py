@@ -1,0 +1,195 @@
+"""The harness's self-tests, proven once per stack. A self-test shows that this harness, in this environment
+and on this device, catches what it must; run again with all of those the same, it shows it again, at the
+cost of lowering and compiling programs of its own and of whole pytest sessions beside the run. So a run
+keeps the self-tests that passed under that key (`<cache>/self-tests/`), and a later run with the same key
+leaves them out and says so in its reports; `torchyard test --rerun-self-tests` runs them all.
+
+The key: the environment (the image's ID, or in a venv every installed distribution and its version),
+torchyard's in-image side byte for byte (the self-tests and the built-in cases among it), the Python, the
+device and its driver, the number of xdist workers and every setting that decides verdicts but the
+project's case modules (no self-test reads them). A change to any of these runs them again. Only
+torchyard's own self-tests are kept: a project's test marked `harness` always runs. Caches are scoped by
+trust, so an untrusted run never writes a proof a trusted run reads.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torchyard import contract
+from torchyard.inimage import replay
+from torchyard.inimage.collection import SUITES_DIR
+from torchyard.names import HARNESS
+from torchyard.util.atomic import write_atomically
+
+FORMAT = 1
+STORE = "self-tests"
+KEPT = 16  # proofs kept per cache: one per stack and device a cache has seen lately
+RERUN_OPTION = contract.RERUN_SELF_TESTS_OPTION
+# Set by the entry point for its own run (and so its xdist workers): the proof file. Whole runs beside the run
+# are started without it (`beside.whole_run_environment`), and so is a plain `pytest` with the plugin.
+PROOF = contract.SELF_TEST_PROOF
+
+
+def add_option(parser: pytest.Parser) -> None:
+    parser.getgroup("torchyard").addoption(
+        RERUN_OPTION, action="store_true", help="run every harness self-test, proven on this stack or not"
+    )
+
+
+def store_for(env: Mapping[str, str]) -> Path:
+    report_dir = Path(contract.Values(env).text(contract.REPORT_DIR))
+    return contract.cache_root(env, report_dir) / STORE
+
+
+def _digest(document: object) -> str:
+    return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def stack_key(env: Mapping[str, str]) -> str:
+    """The part of the key that needs no torch: the environment, the in-image side, the Python."""
+    return _digest(
+        {
+            "format": FORMAT,
+            "environment": replay.environment_identity(env),
+            "torchyard": replay.file_digests([replay.INIMAGE.parent]),  # what the image ships of it
+            "python": sys.version,
+        }
+    )
+
+
+def proof_path(env: Mapping[str, str], device: Mapping[str, Any], argv: Sequence[str]) -> Path:
+    """Where the proof of this stack, device and run's settings is kept. The settings are those that decide
+    verdicts, the project's case modules left out, with the settings and worker counts the arguments give."""
+    settings = {
+        setting.variable: env.get(setting.variable, "")
+        for setting in contract.SETTINGS
+        if setting.verdicts and setting.variable != contract.CASES
+    }
+    given = [arg for arg in argv if arg.startswith(("--torchyard-", "-n", "--numprocesses", "--dist"))]
+    given = [arg for arg in given if arg != RERUN_OPTION]
+    situation = _digest({"device": dict(device), "settings": settings, "arguments": given})
+    return store_for(env) / f"{stack_key(env)}-{situation}.json"
+
+
+def likely_proven(env: Mapping[str, str], argv: Sequence[str]) -> bool:
+    """Whether this run will probably leave every self-test out (its stack has a proof, on some device), from
+    what needs no torch: the entry point then starts no fork server for them."""
+    if RERUN_OPTION in argv:
+        return False
+    try:
+        return any(store_for(env).glob(f"{stack_key(env)}-*.json"))
+    except OSError:
+        return False
+
+
+@dataclass
+class Proofs:
+    """One run's proof: what an earlier run proved under its key, what this run left out for it, and what this
+    run's self-tests did (the controller sees every report; xdist forwards the workers')."""
+
+    path: Path
+    root: Path  # the run's rootdir: a node ID's file is relative to it
+    proven: frozenset[str]
+    when: str | None
+    left_out: int = 0
+    passed: set[str] = field(default_factory=set)
+    failed: set[str] = field(default_factory=set)
+
+    @classmethod
+    def load(cls, path: Path, root: Path, *, rerun: bool) -> Proofs:
+        """The proof at `path`; none where it is missing or unreadable, or every self-test is to run again."""
+        try:
+            record = json.loads(path.read_text())
+            if not rerun and record.get("format") == FORMAT:
+                return cls(path, root, frozenset(str(nodeid) for nodeid in record["passed"]), str(record["when"]))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
+        return cls(path, root, frozenset(), None)
+
+    def leave_out(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """Deselect the self-tests this key has proven."""
+        out = [item for item in items if _is_self_test(item) and item.nodeid in self.proven]
+        if out:
+            config.hook.pytest_deselected(items=out)
+            items[:] = [item for item in items if not (_is_self_test(item) and item.nodeid in self.proven)]
+            self.left_out = len(out)
+
+    @pytest.hookimpl(trylast=True)  # after pytest's own `-m` and `-k` deselection
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        self.leave_out(config, items)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if HARNESS not in report.keywords or not _in_suites(self.root / report.nodeid.split("::")[0]):
+            return
+        if report.failed:
+            self.failed.add(report.nodeid)
+        elif report.passed and report.when == "call":
+            self.passed.add(report.nodeid)
+
+    def save(self, started: str) -> None:
+        """The proof with this run's passes added (and its failures taken out), renamed into place; the oldest
+        proofs past `KEPT` removed. Not kept is said in one line: the next run only runs its self-tests again."""
+        passed = (self.proven | self.passed) - self.failed
+        if not self.passed or passed == self.proven:
+            return
+        try:
+            record = {"format": FORMAT, "when": started, "passed": sorted(passed)}
+            write_atomically(self.path, json.dumps(record, indent=1))
+            older = sorted(self.path.parent.glob("*.json"), key=lambda path: path.stat().st_mtime, reverse=True)
+            for stale in older[KEPT:]:
+                stale.unlink(missing_ok=True)
+        except OSError as error:
+            print(f"torchyard: the self-tests' proof was not kept: {error}", file=sys.stderr)
+
+    def summary(self) -> dict[str, Any]:
+        """What parity.json says of the self-tests (parity.md says it in a line)."""
+        return {
+            "ran": len(self.passed | self.failed),
+            "failed": len(self.failed),
+            "left-out": self.left_out,
+            "proven-by": self.when if self.left_out else None,
+            "key": self.path.stem,
+        }
+
+
+_SUITES = SUITES_DIR.resolve()
+
+
+def _in_suites(path: Path) -> bool:
+    return _SUITES in path.resolve().parents
+
+
+def _is_self_test(item: pytest.Item) -> bool:
+    return item.get_closest_marker(HARNESS) is not None and _in_suites(Path(str(item.path)))
+
+
+PROOFS = pytest.StashKey[Proofs]()
+
+
+def register(config: pytest.Config) -> None:
+    """In the entry point's run (its `PROOF`), this run's proofs, as a plugin."""
+    path = os.environ.get(PROOF)
+    if path:
+        config.stash[PROOFS] = proofs = Proofs.load(Path(path), config.rootpath, rerun=config.getoption(RERUN_OPTION))
+        config.pluginmanager.register(proofs, "torchyard-proofs")
+
+
+def has_proof(config: pytest.Config) -> bool:
+    """Whether this run has a proof to leave self-tests out by (asked at configuration, before collection)."""
+    path = os.environ.get(PROOF)
+    return bool(path) and not config.getoption(RERUN_OPTION) and Path(str(path)).is_file()
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

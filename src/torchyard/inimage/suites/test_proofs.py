@@ -1,0 +1,143 @@
+"""The self-tests, proven once per stack (`proofs`): the entry point three times over the same inputs. A
+self-test that passed is left out of the next run, which says so; one that failed runs again until it passes;
+a project's test marked `harness` always runs; `--torchyard-rerun-self-tests` runs them all."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torchyard import contract
+from torchyard.inimage import proofs
+from torchyard.inimage.suites.beside import whole_run_environment
+from torchyard.inimage.suites.whole_runs import OWN_SETTINGS
+
+pytestmark = pytest.mark.harness
+
+SELF_TESTS = """
+import os
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.harness
+
+
+def ran(name):
+    with Path(os.environ["RUNS"]).open("a") as runs:
+        runs.write(name + "\\n")
+
+
+def test_steady():
+    ran("steady")
+
+
+def test_failing_once():
+    ran("failing_once")
+    assert os.environ["FAIL"] == "0"
+"""
+
+PROJECT = """
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.harness
+def test_projects_own():
+    with Path(os.environ["RUNS"]).open("a") as runs:
+        runs.write("project\\n")
+
+
+def test_plain():
+    pass
+"""
+
+# The entry point, with the folder these runs' self-tests stand in for torchyard's own.
+ENTRY = (
+    "import sys; from pathlib import Path; from torchyard.inimage import proofs; "
+    "proofs._SUITES = Path(sys.argv[1]).resolve(); "
+    "from torchyard.inimage.__main__ import main; sys.exit(main(sys.argv[2:]))"
+)
+
+
+def three_runs(workdir: Path) -> list[tuple[int, list[str], str, dict[str, object]]]:
+    """A run in which one self-test fails, one in which it passes, one with every self-test run again: each
+    run's status, the tests it ran, parity.md's self-test line and parity.json's `self-tests`."""
+    suites, project, runs = workdir / "suites", workdir / "project", workdir / "runs"
+    suites.mkdir()
+    project.mkdir()
+    (suites / "test_self.py").write_text(SELF_TESTS)
+    (project / "test_project.py").write_text(PROJECT)
+    # The run's own settings left out (its suites would each have to pass a test), as a whole run's are.
+    inherited = {name: value for name, value in whole_run_environment(os.environ).items() if name not in OWN_SETTINGS}
+    env = inherited | {
+        contract.ACCELERATOR: "cpu",
+        contract.REPORT_DIR: str(workdir / "reports"),
+        contract.INDUCTOR_CACHE: str(workdir / "cache"),  # the proofs are under it: these runs' own
+        "RUNS": str(runs),
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(contract.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    # -n 0: no fork server, which these runs' tests never use.
+    argv = [
+        str(suites),
+        str(project),
+        "-p",
+        contract.PLUGIN,
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        "0",
+        "-m",
+        "harness or project",
+    ]
+    argv.append(f"--junitxml={workdir / 'reports' / contract.JUNIT}")
+    seen = []
+    for fail, extra in (("1", []), ("0", []), ("0", [proofs.RERUN_OPTION])):
+        runs.write_text("")
+        command = [sys.executable, "-c", ENTRY, str(suites), *argv, *extra]
+        completed = subprocess.run(
+            command, env={**env, "FAIL": fail}, cwd=workdir, capture_output=True, text=True, check=False
+        )
+        markdown = (workdir / "reports" / contract.PARITY_MARKDOWN).read_text()
+        line = next((line for line in markdown.splitlines() if line.startswith("Harness self-tests")), "")
+        said = json.loads((workdir / "reports" / contract.PARITY_JSON).read_text()).get("self-tests", {})
+        seen.append((completed.returncode, sorted(runs.read_text().split()), line, said))
+    return seen
+
+
+@pytest.mark.beside.with_args(three_runs)
+def test_a_self_test_that_passed_is_left_out_until_asked_for(
+    beside: list[tuple[int, list[str], str, dict[str, object]]],
+) -> None:
+    failing, passing, rerun = beside
+    assert failing[:3] == (1, ["failing_once", "project", "steady"], "Harness self-tests: 2 ran, 1 failed.")
+    assert passing[:2] == (0, ["failing_once", "project"])  # the steady one proven, the project's never
+    assert passing[2].startswith("Harness self-tests: 1 ran; 1 left out, proven on this stack by the run of ")
+    assert passing[3]["left-out"] == 1 and passing[3]["failed"] == 0
+    assert rerun[:3] == (0, ["failing_once", "project", "steady"], "Harness self-tests: 2 ran.")
+
+
+def test_a_proof_is_kept_per_stack_device_and_settings(tmp_path: Path) -> None:
+    env = {contract.INDUCTOR_CACHE: str(tmp_path), contract.PRECISION: "fp32"}
+    cpu = {"type": "cpu", "processor": "one"}
+    first = proofs.proof_path(env, cpu, ["-m", "export or harness"])
+    assert first.parent == tmp_path / proofs.STORE
+    assert first == proofs.proof_path(env, cpu, ["-m", "harness", proofs.RERUN_OPTION])  # the selection is not in it
+    assert first == proofs.proof_path({**env, contract.CASES: "my_cases"}, cpu, [])  # nor the project's cases
+    assert first != proofs.proof_path({**env, contract.PRECISION: "bf16"}, cpu, [])
+    assert first != proofs.proof_path(env, {**cpu, "processor": "two"}, [])
+    assert first != proofs.proof_path(env, cpu, ["-n", "2"])
+    assert first != proofs.proof_path({**env, contract.IMAGE_ID: "sha256:other"}, cpu, [])
+    assert not proofs.likely_proven(env, [])
+    first.parent.mkdir()
+    first.write_text("{}")
+    assert proofs.likely_proven(env, []) and not proofs.likely_proven(env, [proofs.RERUN_OPTION])
