@@ -227,7 +227,7 @@ def _machine_free(args: argparse.Namespace, passthrough: list[str]) -> int:
 def _on_this_machine(args: argparse.Namespace, passthrough: list[str], machine: Machine) -> int:
     """The commands that read this machine's settings: `machine`, loaded once at the edge, is passed in."""
     if args.command == "plan":
-        sys.stdout.write(plan_table(_selected(args, machine)))
+        sys.stdout.write(plan_table(_selected(args, machine), machine.base_overrides))
     elif args.command == "matrix":
         entries = _selected(args, machine, trust=resolve_trust(None, os.environ).level)
         print(json.dumps(matrix_include(entries, runners=args.runners), separators=(",", ":")))

@@ -32,6 +32,16 @@ def test_plan_prints_a_markdown_table(matrix: Path, capsys: pytest.CaptureFixtur
     assert [line.split("|")[1].strip() for line in lines[2:]] == ["cpu", "cuda"]
 
 
+def test_plan_shows_this_machines_base_override(
+    matrix: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TORCHYARD_BASE_IMAGES", "cpu=torchyard/base:bookworm")
+    assert main(["plan", "--matrix", str(matrix)]) == 0
+    bases = {line.split("|")[1].strip(): line.split("|")[4].strip() for line in capsys.readouterr().out.splitlines()}
+    assert bases["cpu"].startswith("torchyard/base:bookworm (this machine's, not ")
+    assert "@sha256:" in bases["cuda"] and "this machine" not in bases["cuda"]
+
+
 def test_matrix_github_json(matrix: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["matrix", "--github", "--matrix", str(matrix), "--entry", "cuda"]) == 0
     document = json.loads(capsys.readouterr().out)

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from torchyard.matrix.schema import Entry
 from torchyard.util.markdown import markdown_table
 
 
-def _base(entry: Entry) -> str:
+def _base(entry: Entry, overrides: Mapping[str, str]) -> str:
+    """matrix.toml's base, or this machine's override of it (`TORCHYARD_BASE_IMAGES`, machine.toml), which a
+    build uses instead."""
     base = entry.accelerator.base_image
-    return "native (no image)" if base is None else f"{base.name}@{base.digest[:19]}"
+    if base is None:
+        return "native (no image)"
+    pinned = f"{base.name}@{base.digest[:19]}"
+    override = overrides.get(entry.name) or overrides.get(entry.accelerator.name)
+    return f"{override} (this machine's, not {pinned})" if override else pinned
 
 
 def _project(entry: Entry) -> str:
@@ -19,13 +25,13 @@ def _project(entry: Entry) -> str:
     return entry.project.name if entry.project.kind == "package" else f"{entry.project.name} (source folder)"
 
 
-def plan_table(entries: Sequence[Entry]) -> str:
+def plan_table(entries: Sequence[Entry], base_overrides: Mapping[str, str]) -> str:
     rows = [
         (
             entry.name,
             entry.accelerator.name,
             entry.python,
-            _base(entry),
+            _base(entry, base_overrides),
             ", ".join(index.name for index in entry.indexes),
             ", ".join(entry.suites),
             ", ".join(entry.accelerator.runs_on),

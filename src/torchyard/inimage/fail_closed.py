@@ -28,6 +28,13 @@ class Collector:
         self.records: list[dict[str, Any]] = []
         self.passed: dict[str, int] = defaultdict(int)
         self.skip_reasons: dict[str, list[str]] = defaultdict(list)
+        self.not_collected: list[str] = []
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """A file that could not be collected (an import that fails in a project's test file, say): the one
+        line that says why, for the run's end and parity.md."""
+        if report.failed:
+            self.not_collected.append(f"{report.nodeid or 'the arguments'}: {_last_line(report)}")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.count(report, suite_of(report))
@@ -46,14 +53,29 @@ class Collector:
             self.passed[suite] += 1
 
 
+def _last_line(report: pytest.CollectReport) -> str:
+    """The error's own last line (`ModuleNotFoundError: No module named 'x'`), not pytest's listing."""
+    lines = [line.strip() for line in str(report.longrepr).splitlines() if line.strip()]
+    errors = [line.removeprefix("E   ").strip() for line in lines if line.startswith("E ")]
+    return (errors or lines or ["no reason given"])[-1][:300]
+
+
 def empty_suites(selected: tuple[str, ...], passed: dict[str, int]) -> list[str]:
     """The selected suites in which no test passed (the harness self-tests never count)."""
     return [suite for suite in selected if suite != HARNESS and not passed.get(suite)]
 
 
-def failures(selected: tuple[str, ...], passed: dict[str, int], skip_reasons: dict[str, list[str]]) -> list[str]:
-    """Why the run fails closed: each selected suite in which no test passed, or, where none is empty, that no
-    test outside the harness passed at all. None when the run's own verdicts stand."""
+def failures(
+    selected: tuple[str, ...],
+    passed: dict[str, int],
+    skip_reasons: dict[str, list[str]],
+    not_collected: list[str] | tuple[str, ...] = (),
+) -> list[str]:
+    """Why the run fails closed: a file that could not be collected (then nothing ran, and each suite being
+    empty only follows from it), each selected suite in which no test passed, or, where none is empty, that
+    no test outside the harness passed at all. None when the run's own verdicts stand."""
+    if not_collected:
+        return [f"could not collect {where}" for where in not_collected]
     found = []
     for suite in empty_suites(selected, passed):
         reasons = sorted(set(skip_reasons.get(suite, []))) or ["no test collected"]
@@ -75,7 +97,12 @@ def conclude_run(session: pytest.Session, exitstatus: int) -> None:
     collector = config.stash[COLLECTOR]
     manifest: dict[str, Any] = config.stash[MANIFEST]
     selected = settings.suites or tuple(suite for suite in SUITE_NAMES if suite in str(config.option.markexpr))
-    extra = {"precision": settings.precision, "tolerances": settings.tolerances.as_dict(), "suites": list(selected)}
+    extra: dict[str, Any] = {
+        "precision": settings.precision,
+        "tolerances": settings.tolerances.as_dict(),
+        "suites": list(selected),
+        "not-collected": collector.not_collected,
+    }
     manifest["load"] = load.machine_load(
         config.stash.get(LOAD_AT_START, None),
         load.sample(),
@@ -91,7 +118,7 @@ def conclude_run(session: pytest.Session, exitstatus: int) -> None:
         selected = (*selected, PROJECT)
     if proof is not None:
         proof.save(proofs.now())
-    found = failures(selected, collector.passed, collector.skip_reasons)
+    found = failures(selected, collector.passed, collector.skip_reasons, collector.not_collected)
     for failure in found:
         print(f"torchyard: FAILED: {failure}")
     if found and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):

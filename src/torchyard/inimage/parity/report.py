@@ -193,6 +193,7 @@ def markdown(
     manifest: Mapping[str, Any],
     suites: Sequence[str] = (),
     self_tests: Mapping[str, Any] | None = None,
+    not_collected: Sequence[str] = (),
 ) -> str:
     """What a person reads, under a title that names the run's `suites`: what the harness's self-tests did,
     the summary (counts, then the failures and known failures), notes, one row per case x backend (per suite
@@ -207,6 +208,7 @@ def markdown(
     text = (
         title
         + self_test_line(self_tests)
+        + "".join(f"**Not collected**: {where}\n\n" for where in not_collected)
         + summary(records)
         + (f"\n{noted}" if noted else "")
         + "\n#### Every result\n\n"
@@ -254,7 +256,9 @@ def write_reports(
         )
         + "\n"
     )
-    table = markdown(ordered, manifest, extra.get("suites", ()), extra.get("self-tests"))
+    table = markdown(
+        ordered, manifest, extra.get("suites", ()), extra.get("self-tests"), extra.get("not-collected", ())
+    )
     paths["markdown"].write_text(table)
     paths["env"].write_text(json.dumps(manifest, indent=2, default=str) + "\n")
     return paths

@@ -148,7 +148,7 @@ def step(
     forward = torch.compile(module, fullgraph=True, mode=backend.mode) if backend.compiled else module
 
     def run(*args: Any, **kwargs: Any) -> torch.Tensor:
-        with _autocast(device, dtype):
+        with _autocast(device, dtype), _eager_random(backend):
             return loss_of(forward(*args, **kwargs), Call(args, kwargs))
 
     scaler = None
@@ -209,6 +209,18 @@ def step(
         for _ in range(TRAIN_TIMED_STEPS):
             timings.append(_timed_step(run, call, optimizer, scaler, device))
     return values, names, frozen
+
+
+def _eager_random(backend: TrainBackend) -> contextlib.AbstractContextManager[object]:
+    """Compiled, random operators (dropout) draw as eager does (inductor's `fallback_random`: its own
+    generator otherwise draws other numbers from the same seed, and the step differs by the draw, not the
+    compile); the compile happens in the first call, under it."""
+    if not backend.compiled:
+        return contextlib.nullcontext()
+    import torch._inductor.config  # inductor, only where a step is compiled
+
+    patched: contextlib.AbstractContextManager[object] = torch._inductor.config.patch(fallback_random=True)
+    return patched
 
 
 def _timed_step(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from torchyard.inimage.suites.whole_runs import REPORTS, whole_run
+from torchyard.inimage.suites.whole_runs import REPORTS, reports_of, whole_run
 
 pytestmark = pytest.mark.harness
 
@@ -61,3 +61,21 @@ def test_all_skipped_run_fails(beside: pytest.RunResult) -> None:
 @whole_run(REPORTS)
 def test_no_test_collected_fails(beside: pytest.RunResult) -> None:
     assert beside.ret == 1
+
+
+@whole_run(
+    REPORTS,
+    "--torchyard-suites=export,compile",
+    test_fine=mixed_suites("pass"),
+    test_broken="import no_such_module_of_the_projects\n",
+)
+def test_a_file_that_cannot_be_collected_is_named_with_its_error(beside: pytest.RunResult) -> None:
+    """Not "no test collected" for every suite: nothing ran because one file could not be imported."""
+    assert beside.ret == pytest.ExitCode.INTERRUPTED
+    said = "could not collect test_broken.py: ModuleNotFoundError: No module named 'no_such_module_of_the_projects'"
+    beside.stdout.fnmatch_lines([f"*torchyard: FAILED: {said}*"])
+    assert "no test passed" not in beside.stdout.str()
+    assert (
+        f"**Not collected**: {said.removeprefix('could not collect ')}"
+        in (reports_of(beside) / "parity.md").read_text()
+    )

@@ -4,6 +4,7 @@ device while a scaler that never skips an overflowing step is caught."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -160,3 +161,27 @@ def test_adamw_holds_still_what_its_gradient_leaves_undecided(
     stepped = train(case, "train-inductor-adamw", tmp_path / "stepped")
     assert stepped.status == "failed" and "output param[tiny]" in stepped.reason, stepped.reason
     assert "grad[" not in stepped.reason
+
+
+class Dropped(nn.Module):
+    """Dropout between two layers: the step depends on which elements the draw drops."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.drop, self.second = nn.Linear(8, 32), nn.Dropout(0.5), nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        output: torch.Tensor = self.second(self.drop(torch.tanh(self.first(x))))
+        return output
+
+
+def test_a_compiled_step_with_dropout_draws_as_eager_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seeded draw is eager's under torch.compile too (inductor's `fallback_random`); with inductor's own
+    generator the same seed drops other elements and the step fails by the draw alone."""
+    case = Case("planted_dropout", Dropped, _inputs)
+    assert train(case, "train-eager-sgd", tmp_path / "eager").status == "passed"
+    assert train(case, "train-inductor-sgd", tmp_path / "compiled").status == "passed"
+    monkeypatch.setattr(training, "_eager_random", lambda backend: contextlib.nullcontext())
+    torch._dynamo.reset()  # compiled again, without it
+    own = train(case, "train-inductor-sgd", tmp_path / "own-generator")
+    assert own.status == "failed", own.reason
