@@ -93,7 +93,7 @@ def likely_proven(env: Mapping[str, str], argv: Sequence[str]) -> bool:
         return False
 
 
-@dataclass
+@dataclass(eq=False)  # a plugin: pluggy keeps its plugins in sets, by identity
 class Proofs:
     """One run's proof: what an earlier run proved under its key, what this run left out for it, and what this
     run's self-tests did (the controller sees every report; xdist forwards the workers')."""
