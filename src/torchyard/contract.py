@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, assert_never
 
-from torchyard.names import HARNESS, PRECISIONS, PROJECT
+from torchyard.names import HARNESS, OPS_OPERATORS_DEFAULT, OPS_SAMPLES_DEFAULT, PRECISIONS, PROJECT
 
 # The variables that cross into the image, each described by its row of `SETTINGS`.
 ACCELERATOR = "TORCHYARD_ACCELERATOR"
@@ -92,10 +92,11 @@ SETTINGS: tuple[Setting, ...] = (
             means="comma-separated: the suites that must each pass a test"),
     Setting(COMPILE_MODES, "compile_modes", "--torchyard-compile-modes", "list", verdicts=True, default="default",
             means="comma-separated torch.compile modes, each a backend column"),
-    Setting(OPS, "ops_operators", "--torchyard-ops", "string", verdicts=True, default="quick",
+    Setting(OPS, "ops_operators", "--torchyard-ops", "string", verdicts=True, default=OPS_OPERATORS_DEFAULT,
             means="the ops suite's operators: quick (a few dozen across families), all (the running torch's "
             "op_db), or names, comma-separated"),
-    Setting(OPS_SAMPLES, "ops_samples", "--torchyard-ops-samples", "int", verdicts=True, default="2",
+    Setting(OPS_SAMPLES, "ops_samples", "--torchyard-ops-samples", "int", verdicts=True,
+            default=str(OPS_SAMPLES_DEFAULT),
             means="samples of each operator the ops suite runs"),
     Setting(VENDOR_RECORD, None, "--torchyard-vendor-record", "string", verdicts=False,
             means="the base image's vendor record, which the probe checks (the image sets it)"),

@@ -20,6 +20,11 @@ SUITE_NAMES: tuple[SuiteName, ...] = get_args(SuiteName)
 # Suites an entry runs only where its `suites` lists them (their backends join parity only then): each costs
 # a compile per case that no other suite shares (AOTInductor's C++ build), or per operator sample (ops).
 OPT_IN_SUITES: frozenset[SuiteName] = frozenset({"aot", "ops"})
+# The ops suite's operators: a few dozen across families ("quick"), every one the image's torch has ("all"),
+# or op_db names; and its samples per operator. Defaults an entry takes where it says nothing.
+OPS_QUICK, OPS_ALL = "quick", "all"
+OPS_OPERATORS_DEFAULT = OPS_QUICK
+OPS_SAMPLES_DEFAULT = 2
 # What an entry without `suites` runs.
 DEFAULT_SUITES: tuple[SuiteName, ...] = tuple(suite for suite in SUITE_NAMES if suite not in OPT_IN_SUITES)
 # The harness's own self-tests: always run, never count towards a suite having passed.

@@ -11,7 +11,17 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchyard.names import COMPILE_MODES, DEFAULT_SUITES, OPT_IN_SUITES, PRECISIONS, SUITE_NAMES
+from torchyard.names import (
+    COMPILE_MODES,
+    DEFAULT_SUITES,
+    OPS_ALL,
+    OPS_OPERATORS_DEFAULT,
+    OPS_QUICK,
+    OPS_SAMPLES_DEFAULT,
+    OPT_IN_SUITES,
+    PRECISIONS,
+    SUITE_NAMES,
+)
 
 REQUIRED = "required"
 
@@ -125,11 +135,11 @@ MATRIX_KEYS: tuple[Key, ...] = (
     Key("entry", "lock-on-runner", "boolean", "`false`",
         "no committed lock: the entry's own runner, which reaches its indexes, locks it before its image",
         True, 1),
-    Key("entry", "ops-operators", "string", '`"quick"`',
-        "the ops suite's operators: `quick` (a few dozen across families), `all` (the image's torch's `op_db`) or "
-        "op_db names, comma-separated (only with `ops` in `suites`)", "nn.functional.gelu,add", "gelu tanh",
+    Key("entry", "ops-operators", "string", f'`"{OPS_OPERATORS_DEFAULT}"`',
+        f"the ops suite's operators: `{OPS_QUICK}` (a few dozen across families), `{OPS_ALL}` (the image's torch's "
+        "`op_db`) or op_db names, comma-separated (only with `ops` in `suites`)", "nn.functional.gelu,add", "gelu tanh",
         alongside={"suites": ["ops"]}),
-    Key("entry", "ops-samples", "integer", "`2`",
+    Key("entry", "ops-samples", "integer", f"`{OPS_SAMPLES_DEFAULT}`",
         "samples of each operator the ops suite runs (only with `ops` in `suites`)", 4, 0,
         alongside={"suites": ["ops"]}),
     Key("entry.project", "path", "folder", '`"."`', "the project's folder, relative to matrix.toml", "sub",

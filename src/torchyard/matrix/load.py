@@ -32,6 +32,10 @@ from torchyard.names import (
     COMPILE_MODES,
     DEFAULT_SUITES,
     NATIVE_ACCELERATORS,
+    OPS_ALL,
+    OPS_OPERATORS_DEFAULT,
+    OPS_QUICK,
+    OPS_SAMPLES_DEFAULT,
     PRECISIONS,
     SUITE_NAMES,
     AcceleratorName,
@@ -340,14 +344,15 @@ def _ops(table: Table, suites: tuple[str, ...]) -> tuple[str, int]:
     for key, value in given.items():
         if value is not None and "ops" not in suites:
             raise table.error(key, 'only for an entry that runs the ops suite: add "ops" to its suites')
-    operators = table.string("ops-operators", default="quick")
-    if operators not in ("quick", "all") and not OPERATOR_NAMES.fullmatch(operators):
+    operators = table.string("ops-operators", default=OPS_OPERATORS_DEFAULT)
+    if operators not in (OPS_QUICK, OPS_ALL) and not OPERATOR_NAMES.fullmatch(operators):
         raise table.error(
-            "ops-operators", f'expected "quick", "all" or op_db names, comma-separated, got {describe(operators)}'
+            "ops-operators",
+            f'expected "{OPS_QUICK}", "{OPS_ALL}" or op_db names, comma-separated, got {describe(operators)}',
         )
     samples = given["ops-samples"]
     if samples is None:
-        return operators, 2
+        return operators, OPS_SAMPLES_DEFAULT
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise table.error("ops-samples", f"expected a number of samples (1 or more), got {describe(samples)}")
     return operators, samples

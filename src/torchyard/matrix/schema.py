@@ -6,7 +6,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
-from torchyard.names import NATIVE_ACCELERATORS, AcceleratorName, Precision, SuiteName
+from torchyard.names import (
+    NATIVE_ACCELERATORS,
+    OPS_OPERATORS_DEFAULT,
+    OPS_SAMPLES_DEFAULT,
+    AcceleratorName,
+    Precision,
+    SuiteName,
+)
 
 IndexStrategy = Literal["first-index", "unsafe-first-match", "unsafe-best-match"]
 INDEX_STRATEGIES: tuple[IndexStrategy, ...] = get_args(IndexStrategy)
@@ -112,8 +119,8 @@ class Entry:
     timeout: str = "2h"  # the longest a run of the entry may take (capped by the machine's [limits] timeout)
     # No lock is committed: the entry's own runner, which reaches its indexes, locks it before its image.
     lock_on_runner: bool = False
-    ops_operators: str = "quick"  # the ops suite's: "quick", "all" or op_db names, comma-separated
-    ops_samples: int = 2  # the ops suite's samples per operator
+    ops_operators: str = OPS_OPERATORS_DEFAULT  # the ops suite's: "quick", "all" or op_db names, comma-separated
+    ops_samples: int = OPS_SAMPLES_DEFAULT  # the ops suite's samples per operator
 
     @property
     def indexes(self) -> tuple[Index, ...]:

@@ -19,7 +19,7 @@ from torchyard.inimage.ops.sweep import TIMEOUT_S, Plant, SweepSettings, prepare
 from torchyard.inimage.parity.artifacts import entry_cache
 from torchyard.inimage.parity.backends import unavailable_reason
 from torchyard.inimage.parity.tolerances import Tolerances
-from torchyard.names import BACKEND_NAMES, BACKEND_SUITES, OPT_IN_SUITES
+from torchyard.names import BACKEND_NAMES, BACKEND_SUITES, OPS_ALL, OPS_QUICK, OPT_IN_SUITES
 
 
 def entry_backends(device: torch.device, suites: Sequence[str]) -> tuple[list[str], dict[str, str]]:
@@ -34,9 +34,9 @@ def entry_backends(device: torch.device, suites: Sequence[str]) -> tuple[list[st
 
 def selection(given: str) -> tuple[str, ...] | None:
     """The operator names an option gives: the quick subset, every one (None), or the names listed."""
-    if given == "quick":
+    if given == OPS_QUICK:
         return QUICK
-    if given == "all":
+    if given == OPS_ALL:
         return None
     return tuple(name.strip() for name in given.split(",") if name.strip())
 

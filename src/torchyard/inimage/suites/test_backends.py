@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from torchyard.inimage.parity.backends import BACKENDS, Backend, aotinductor, executorch, export, unavailable_reason
+from torchyard.inimage.parity.localize import localizes
 from torchyard.inimage.suites.planted import BY_NAME, CPU
 from torchyard.inimage.verdicts import FROM_MEMORY
 from torchyard.names import BACKEND_FACTS, BACKEND_NAMES, TORCH_DEVICES, module_name
@@ -52,6 +53,10 @@ def test_each_backend_says_whether_it_exports_and_what_it_imports_first(name: st
     assert all(isinstance(module, str) and module for module in backend.FIRST_USE), name
     if backend.FIRST_USE and backend.unavailable(torch.device("cpu")) is None:  # what it names is importable here
         assert all(importlib.util.find_spec(module) is not None for module in backend.FIRST_USE), name
+    # Localized node by node only through a program torch.export made; a lowered one needs its runtime's taps.
+    assert backend.LOCALIZES in (None, "compiler steps") or backend.EXPORTS, name
+    assert (backend.LOCALIZES == "lowered nodes") == isinstance(backend, executorch.ExecuTorch), name
+    assert localizes(name) == (backend.LOCALIZES is not None), name
 
 
 def _installed(distribution: str) -> bool:

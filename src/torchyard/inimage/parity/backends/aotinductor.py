@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import torch
 
-from torchyard.inimage.parity.backends.protocol import Artifact, BackendRun, Job
+from torchyard.inimage.parity.backends.protocol import Artifact, BackendRun, Job, Localizes
 from torchyard.inimage.parity.backends.running import called, export_program, lowering_key, run_all, timed
 
 NAME: Literal["aotinductor"] = "aotinductor"
@@ -16,6 +16,7 @@ NAME: Literal["aotinductor"] = "aotinductor"
 ARTIFACT = Artifact(".aoti.pt2")
 EXPORTS = True
 FIRST_USE = ("torch._dynamo", "torch.export._trace", "torch._inductor.compile_fx")
+LOCALIZES: Localizes | None = None
 # The device types AOTInductor generates code for (ROCm's torch calls its devices cuda).
 DEVICES = frozenset({"cpu", "cuda"})
 

@@ -6,13 +6,14 @@ from typing import Literal
 
 import torch
 
-from torchyard.inimage.parity.backends.protocol import Artifact, BackendRun, Job
+from torchyard.inimage.parity.backends.protocol import Artifact, BackendRun, Job, Localizes
 from torchyard.inimage.parity.backends.running import called, run_all
 
 NAME: Literal["eager"] = "eager"
 ARTIFACT: Artifact | None = None
 EXPORTS = False
 FIRST_USE: tuple[str, ...] = ()
+LOCALIZES: Localizes | None = None
 
 
 def unavailable(device: torch.device) -> str | None:

@@ -15,7 +15,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from torchyard.inimage.cases import Call
-from torchyard.inimage.parity.backends.protocol import Artifact, BackendRun, Job
+from torchyard.inimage.parity.backends.protocol import Artifact, BackendRun, Job, Localizes
 from torchyard.inimage.parity.backends.running import export_program, lowering_key, run_all, timed
 from torchyard.inimage.parity.trees import to_device
 from torchyard.inimage.parity.xnnpack_patterns import prime, store_for
@@ -117,6 +117,7 @@ class ExecuTorch:
     delegate: Delegate
     ARTIFACT = Artifact(".pte")
     EXPORTS = True
+    LOCALIZES: Localizes = "lowered nodes"  # its runtime's taps give each node's value (`localize.executorch`)
 
     @property
     def NAME(self) -> BackendName:

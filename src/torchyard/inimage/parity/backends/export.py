@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 import torch
 
-from torchyard.inimage.parity.backends.protocol import Artifact, BackendRun, Job
+from torchyard.inimage.parity.backends.protocol import Artifact, BackendRun, Job, Localizes
 from torchyard.inimage.parity.backends.running import called, export_program, lowering_key, run_all, timed
 
 NAME: Literal["export"] = "export"
@@ -15,6 +15,7 @@ ARTIFACT = Artifact(".pt2")
 EXPORTS = True
 # torch.export loads dynamo and AOTAutograd on its first call.
 FIRST_USE = ("torch._dynamo", "torch.export._trace", "torch._functorch.aot_autograd")
+LOCALIZES: Localizes = "nodes"
 
 
 def unavailable(device: torch.device) -> str | None:

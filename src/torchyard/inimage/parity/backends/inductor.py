@@ -6,13 +6,14 @@ from typing import Literal
 
 import torch
 
-from torchyard.inimage.parity.backends.protocol import Artifact, BackendRun, Job
+from torchyard.inimage.parity.backends.protocol import Artifact, BackendRun, Job, Localizes
 from torchyard.inimage.parity.backends.running import called, run_all, timed
 
 NAME: Literal["inductor"] = "inductor"
 ARTIFACT: Artifact | None = None  # inductor's own caches keep its kernels
 EXPORTS = False
 FIRST_USE = ("torch._dynamo", "torch._inductor.compile_fx")
+LOCALIZES: Localizes = "compiler steps"
 
 
 def unavailable(device: torch.device) -> str | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 
@@ -14,6 +14,11 @@ from torchyard.inimage.cases import Call, Case
 from torchyard.inimage.parity.artifacts import ArtifactCache
 from torchyard.inimage.parity.trees import Leaf
 from torchyard.names import BackendName
+
+# How `parity.localize` says where a failing backend diverges: node by node through its exported program
+# ("nodes"), node by node through its lowered program's own runtime ("lowered nodes"), or by bisecting its
+# compiler's steps ("compiler steps").
+Localizes = Literal["nodes", "lowered nodes", "compiler steps"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,11 @@ class Backend(Protocol):
     @property
     def FIRST_USE(self) -> tuple[str, ...]:
         """What it imports the first time it runs: a sweep imports these once, before it forks its children."""
+        ...
+
+    @property
+    def LOCALIZES(self) -> Localizes | None:
+        """How localization says where it diverges (`Localizes`); None where it cannot."""
         ...
 
     def unavailable(self, device: torch.device) -> str | None:

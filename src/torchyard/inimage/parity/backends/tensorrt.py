@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import torch
 
-from torchyard.inimage.parity.backends.protocol import Artifact, BackendRun, Job
+from torchyard.inimage.parity.backends.protocol import Artifact, BackendRun, Job, Localizes
 from torchyard.inimage.parity.backends.running import called, export_program, lowering_key, run_all, timed
 from torchyard.inimage.parity.errors import describe_error
 
@@ -17,6 +17,7 @@ NAME: Literal["tensorrt"] = "tensorrt"
 ARTIFACT = Artifact(".ep", loaded=False)
 EXPORTS = True
 FIRST_USE: tuple[str, ...] = ()
+LOCALIZES: Localizes | None = None
 
 # What decides a Torch-TensorRT program beyond the case: its key is made of these, and the compile and the
 # save are given these, so the two cannot drift apart.

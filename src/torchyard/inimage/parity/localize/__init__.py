@@ -19,6 +19,7 @@ import torch
 from torchyard.inimage.cases import Call, Case
 from torchyard.inimage.parity.backends import backend_of
 from torchyard.inimage.parity.backends.executorch import ExecuTorch, flat_inputs, keyword_order
+from torchyard.inimage.parity.backends.protocol import Localizes
 from torchyard.inimage.parity.backends.running import export_program
 from torchyard.inimage.parity.errors import describe_error
 from torchyard.inimage.parity.harness import FLOAT64
@@ -40,15 +41,16 @@ class TracedOtherwise(Exception):
     """The exported program itself computes other values than the model: torch.export is to blame."""
 
 
-def _executorch(backend: str) -> ExecuTorch | None:
+def _how(backend: str) -> Localizes | None:
+    """How `backend` is localized: its own module says (`Backend.LOCALIZES`)."""
     found = backend_of(backend)
-    return found if isinstance(found, ExecuTorch) else None
+    return found.LOCALIZES if found is not None else None
 
 
 def localizes(backend: str) -> bool:
-    """Whether `localize` can say where `backend` diverges: a node for export and ExecuTorch, a compiler step for
-    inductor (in any mode)."""
-    return backend == "export" or _executorch(backend) is not None or backend.partition(":")[0] == "inductor"
+    """Whether `localize` can say where `backend` diverges: a node (export, ExecuTorch), or a compiler step
+    (inductor, in any mode)."""
+    return _how(backend) is not None
 
 
 def localize(
@@ -65,14 +67,15 @@ def localize(
     on the CPU, inductor on `device`); never raises for the model's or the backend's failure: the note says
     what happened."""
     deadline = Deadline(time_bound)
-    if not localizes(backend):
+    how = _how(backend)
+    if how is None:
         return Localization(
             backend, None, 0, 0.0, f"localization covers export, ExecuTorch and inductor, not {backend}"
         )
     bounds = tolerances.bounds(str(dtype).removeprefix("torch."), backend, case.tolerances)
     node, compared, step, kind = None, 0, "", ""
     try:
-        if backend.partition(":")[0] == "inductor":
+        if how == "compiler steps":
             step = bisect_compile(
                 case, backend.partition(":")[2], device=device, dtype=dtype, bounds=bounds, deadline=deadline
             )
@@ -88,15 +91,15 @@ def localize(
         return Localization(backend, None, compared, deadline.elapsed, note)
     except Exception as error:
         return Localization(backend, None, compared, deadline.elapsed, f"localization failed: {describe_error(error)}")
-    return Localization(backend, node, compared, deadline.elapsed, _nothing_found(backend, node, step), step, kind)
+    return Localization(backend, node, compared, deadline.elapsed, _nothing_found(how, node, step), step, kind)
 
 
-def _nothing_found(backend: str, node: NodeDivergence | None, step: str) -> str:
+def _nothing_found(how: Localizes, node: NodeDivergence | None, step: str) -> str:
     if node is not None or step:
         return ""
-    if backend.partition(":")[0] == "inductor":
+    if how == "compiler steps":
         return "the bisector found no compiler step that breaks the case's first call"
-    return NO_DIVERGENCE + (HIDDEN if _executorch(backend) is not None else "")
+    return NO_DIVERGENCE + (HIDDEN if how == "lowered nodes" else "")
 
 
 def _first_node(
@@ -111,8 +114,8 @@ def _first_node(
     reference, kind = _reference(program, module, call, inputs, bounds)
     deadline.check(f"running {backend}")
     delegates: dict[str, str] = {}
-    found = _executorch(backend)
-    if found is not None:
+    found = backend_of(backend)
+    if isinstance(found, ExecuTorch):  # "lowered nodes": its runtime's taps
         tapped = export_program(case, module, call)  # the taps change it in place
         if [node.name for node in tapped.graph.nodes] != [node.name for node in program.graph.nodes]:
             raise RuntimeError("exporting the case again named its nodes otherwise")
