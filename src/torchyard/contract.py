@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, assert_never
 
-from torchyard.names import HARNESS, OPS_OPERATORS_DEFAULT, OPS_SAMPLES_DEFAULT, PRECISIONS, PROJECT
+from torchyard.names import (
+    HARNESS,
+    LOCALIZE_SECONDS_DEFAULT,
+    OPS_OPERATORS_DEFAULT,
+    OPS_SAMPLES_DEFAULT,
+    PRECISIONS,
+    PROJECT,
+)
 
 # The variables that cross into the image, each described by its row of `SETTINGS`.
 ACCELERATOR = "TORCHYARD_ACCELERATOR"
@@ -33,6 +40,8 @@ INDUCTOR_CACHE = "TORCHYARD_INDUCTOR_CACHE"
 ARTIFACT_CACHE = "TORCHYARD_ARTIFACT_CACHE"
 REUSE_RESULTS = "TORCHYARD_REUSE_RESULTS"
 SELF_TEST_PROOF = "TORCHYARD_SELF_TEST_PROOF"
+LOCALIZE_SECONDS = "TORCHYARD_LOCALIZE_SECONDS"
+STACK = "TORCHYARD_STACK"
 IMAGE_ID = "TORCHYARD_IMAGE_ID"
 TRUST = "TORCHYARD_TRUST"
 
@@ -98,6 +107,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(OPS_SAMPLES, "ops_samples", "--torchyard-ops-samples", "int", verdicts=True,
             default=str(OPS_SAMPLES_DEFAULT),
             means="samples of each operator the ops suite runs"),
+    Setting(LOCALIZE_SECONDS, "localize_seconds", "--torchyard-localize-seconds", "int", verdicts=False,
+            default=str(LOCALIZE_SECONDS_DEFAULT),
+            means="the longest localization may take for one failing result, in seconds (0: none)"),
     Setting(VENDOR_RECORD, None, "--torchyard-vendor-record", "string", verdicts=False,
             means="the base image's vendor record, which the probe checks (the image sets it)"),
     Setting(UNLOCKED, None, None, "string", verdicts=False,
@@ -107,6 +119,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(ARTIFACT_CACHE, None, None, "string", verdicts=False, means='"off": lower every program again'),
     Setting(REUSE_RESULTS, None, None, "bool", verdicts=False, default="0",
             means="replay the last verdicts when nothing deciding them changed"),
+    Setting(STACK, None, None, "string", verdicts=False,
+            means="the image's stack: its base's digest and its lock's layer keys (the image sets it)"),
     Setting(SELF_TEST_PROOF, None, None, "string", verdicts=False,
             means="the file of the self-tests' proof (`proofs`): the in-image entry point sets it for its own run"),
     # In a venv the installed distributions take its place (`replay.fingerprint`).

@@ -25,6 +25,8 @@ OPT_IN_SUITES: frozenset[SuiteName] = frozenset({"aot", "ops"})
 OPS_QUICK, OPS_ALL = "quick", "all"
 OPS_OPERATORS_DEFAULT = OPS_QUICK
 OPS_SAMPLES_DEFAULT = 2
+# The longest localization may take for one failing result (seconds; an entry's `localize-timeout`).
+LOCALIZE_SECONDS_DEFAULT = 60
 # What an entry without `suites` runs.
 DEFAULT_SUITES: tuple[SuiteName, ...] = tuple(suite for suite in SUITE_NAMES if suite not in OPT_IN_SUITES)
 # The harness's own self-tests: always run, never count towards a suite having passed.

@@ -69,6 +69,7 @@ def test_the_run_environment_carries_each_setting_an_entry_gives() -> None:
         contract.COMPILE_MODES: "default",
         contract.OPS: "quick",
         contract.OPS_SAMPLES: "2",
+        contract.LOCALIZE_SECONDS: "60",
     }
 
 
@@ -84,11 +85,13 @@ def test_the_image_reads_back_what_the_host_wrote() -> None:
             "compile_modes": ("default", "max-autotune"),
             "ops_operators": "nn.functional.gelu,add",
             "ops_samples": 4,
+            "localize_seconds": 300,
         },
         report_dir="/r",
     )
     read = Values(written)
     assert read.text(contract.OPS) == "nn.functional.gelu,add" and read.text(contract.OPS_SAMPLES) == "4"
+    assert read.text(contract.LOCALIZE_SECONDS) == "300"
     assert read.text(contract.PRECISION) == "bf16" and read.text(contract.REPORT_DIR) == "/r"
     assert read.items(contract.SUITES) == ("export", "parity")
     assert read.items(contract.CASES) == ("mypkg.cases", "other:CASES")

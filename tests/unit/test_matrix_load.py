@@ -50,6 +50,20 @@ def test_the_aot_suite_and_its_backends_bounds_are_opt_in() -> None:
     assert cuda.tolerances == (Tolerance("float32.aotinductor", 1e-4, None, 0.9999),)
 
 
+def test_the_localization_time_bound_is_a_duration_or_off() -> None:
+    def seconds(line: str) -> int:
+        text = VALID.replace('suites = ["export", "parity"]', f'suites = ["export", "parity"]\n{line}')
+        (cuda,) = [entry for entry in parse(text).entries if entry.name == "cuda"]
+        return int(cuda.localize_seconds)
+
+    assert [entry.localize_seconds for entry in parse(VALID).entries] == [60, 60]
+    assert (seconds('localize-timeout = "5m"'), seconds("localize-timeout = false")) == (300, 0)
+    bad = VALID.replace('suites = ["export", "parity"]', 'suites = ["export", "parity"]\nlocalize-timeout = true')
+    assert error_of(bad) == (
+        'matrix.toml: entry "cuda" > localize-timeout: expected a duration such as "60s" or "5m", or false, got true'
+    )
+
+
 def test_the_ops_suites_keys_are_read_only_where_it_runs() -> None:
     ops = VALID.replace(
         'suites = ["export", "parity"]',

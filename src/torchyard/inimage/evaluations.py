@@ -65,8 +65,11 @@ class Evaluations:
 
     def _localize(self, case: Case, result: Result) -> None:
         """Where a failing backend diverges, for a failure no known failure explains: a known wrong value says
-        already what the backend computes, and a random program's statistics have no node to blame."""
+        already what the backend computes, and a random program's statistics have no node to blame. Within the
+        entry's time bound (`localize-timeout`); none where it is 0."""
         if result.status != "failed" or result.known_values or case.compare != "values":
+            return
+        if not self.settings.localize_seconds:
             return
         if localizes(result.backend):
             where = localize(
@@ -76,6 +79,7 @@ class Evaluations:
                 tolerances=self.settings.tolerances,
                 workdir=self.workdir / case.name / "localize",
                 device=self.device,
+                time_bound=self.settings.localize_seconds,
             )
             result.diverges = where.as_dict()
 

@@ -14,7 +14,14 @@ import pytest
 from torchyard import contract
 from torchyard.inimage.parity.tolerances import Tolerances, load_tolerances
 from torchyard.inimage.precision import pin_precision
-from torchyard.names import BACKEND_NAMES, BACKEND_SUITES, OPT_IN_SUITES, TRAIN_BACKENDS, Precision
+from torchyard.names import (
+    BACKEND_NAMES,
+    BACKEND_SUITES,
+    LOCALIZE_SECONDS_DEFAULT,
+    OPT_IN_SUITES,
+    TRAIN_BACKENDS,
+    Precision,
+)
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -62,6 +69,7 @@ class RunSettings:
     compile_backends: tuple[str, ...]
     vendor_record: Path | None
     precision_settings: dict[str, object]
+    localize_seconds: int = LOCALIZE_SECONDS_DEFAULT  # 0: failures are not localized
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunSettings:
@@ -71,6 +79,9 @@ class RunSettings:
         except (ValueError, json.JSONDecodeError) as error:
             raise pytest.UsageError(f"torchyard tolerances: {error}") from None
         record = values.text(contract.VENDOR_RECORD)
+        seconds = values.text(contract.LOCALIZE_SECONDS)
+        if not seconds.isdigit():
+            raise pytest.UsageError(f"torchyard localization time bound: {seconds!r} is not a number of seconds")
         modes = values.items(contract.COMPILE_MODES) or ("default",)
         return cls(
             accelerator=values.text(contract.ACCELERATOR),
@@ -83,6 +94,7 @@ class RunSettings:
             compile_backends=tuple("inductor" if mode == "default" else f"inductor:{mode}" for mode in modes),
             vendor_record=Path(record) if record else None,
             precision_settings=pin_precision(),
+            localize_seconds=int(seconds),
         )
 
     @property

@@ -4,7 +4,7 @@ cost of lowering and compiling programs of its own and of whole pytest sessions 
 keeps the self-tests that passed under that key (`<cache>/self-tests/`), and a later run with the same key
 leaves them out and says so in its reports; `torchyard test --rerun-self-tests` runs them all.
 
-The key: the environment (the image's ID, or in a venv every installed distribution and its version),
+The key: the stack (an image's base and lock, or in a venv every installed distribution and its version),
 torchyard's in-image side byte for byte (the self-tests and the built-in cases among it), the Python, the
 device and its driver, the number of xdist workers and every setting that decides verdicts but the
 project's case modules (no self-test reads them). A change to any of these runs them again. Only
@@ -57,11 +57,13 @@ def _digest(document: object) -> str:
 
 
 def stack_key(env: Mapping[str, str]) -> str:
-    """The part of the key that needs no torch: the environment, the in-image side, the Python."""
+    """The part of the key that needs no torch: the stack (an image's base and lock, which its own layers name
+    in `contract.STACK`; else, in a venv, every installed distribution and its version: not the project's
+    code in either), torchyard's shipped files, the Python."""
     return _digest(
         {
             "format": FORMAT,
-            "environment": replay.environment_identity(env),
+            "environment": env.get(contract.STACK) or replay.environment_identity({}),
             "torchyard": replay.file_digests([replay.INIMAGE.parent]),  # what the image ships of it
             "python": sys.version,
         }
@@ -70,11 +72,12 @@ def stack_key(env: Mapping[str, str]) -> str:
 
 def proof_path(env: Mapping[str, str], device: Mapping[str, Any], argv: Sequence[str]) -> Path:
     """Where the proof of this stack, device and run's settings is kept. The settings are those that decide
-    verdicts, the project's case modules left out, with the settings and worker counts the arguments give."""
+    verdicts but the project's case modules and the image's ID (its project layers: the stack stands for the
+    rest), with the settings and worker counts the arguments give."""
     settings = {
         setting.variable: env.get(setting.variable, "")
         for setting in contract.SETTINGS
-        if setting.verdicts and setting.variable != contract.CASES
+        if setting.verdicts and setting.variable not in (contract.CASES, contract.IMAGE_ID)
     }
     given = [arg for arg in argv if arg.startswith(("--torchyard-", "-n", "--numprocesses", "--dist"))]
     given = [arg for arg in given if arg != RERUN_OPTION]

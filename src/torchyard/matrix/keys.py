@@ -14,6 +14,7 @@ from typing import Any
 from torchyard.names import (
     COMPILE_MODES,
     DEFAULT_SUITES,
+    LOCALIZE_SECONDS_DEFAULT,
     OPS_ALL,
     OPS_OPERATORS_DEFAULT,
     OPS_QUICK,
@@ -135,6 +136,9 @@ MATRIX_KEYS: tuple[Key, ...] = (
     Key("entry", "lock-on-runner", "boolean", "`false`",
         "no committed lock: the entry's own runner, which reaches its indexes, locks it before its image",
         True, 1),
+    Key("entry", "localize-timeout", "duration or `false`", f'`"{LOCALIZE_SECONDS_DEFAULT}s"`',
+        "the longest localization (where a failing backend first diverges) may take for one failing result; "
+        "`false`: none", "5m", "soon"),
     Key("entry", "ops-operators", "string", f'`"{OPS_OPERATORS_DEFAULT}"`',
         f"the ops suite's operators: `{OPS_QUICK}` (a few dozen across families), `{OPS_ALL}` (the image's torch's "
         "`op_db`) or op_db names, comma-separated (only with `ops` in `suites`)", "nn.functional.gelu,add", "gelu tanh",

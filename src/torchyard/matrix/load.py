@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from torchyard.errors import ConfigError, UsageError
 from torchyard.matrix import values
-from torchyard.matrix.machine import DURATION
+from torchyard.matrix.machine import DURATION, duration_seconds
 from torchyard.matrix.project import load_project, load_source, read_requirements
 from torchyard.matrix.reader import Table, describe
 from torchyard.matrix.schema import (
@@ -31,6 +31,7 @@ from torchyard.names import (
     ACCELERATOR_NAMES,
     COMPILE_MODES,
     DEFAULT_SUITES,
+    LOCALIZE_SECONDS_DEFAULT,
     NATIVE_ACCELERATORS,
     OPS_ALL,
     OPS_OPERATORS_DEFAULT,
@@ -303,6 +304,7 @@ def _entry(
     timeout = table.string("timeout", default=DEFAULT_TIMEOUT)
     if not DURATION.fullmatch(timeout):
         raise table.error("timeout", f'expected a duration such as "2h", "90m" or "600s", got {describe(timeout)}')
+    localize_seconds = _localize_seconds(table)
     tests = table.string_list("tests", required=False) or ()
     project = _project(table, folder, tests)
     builtin_cases = table.boolean("builtin-cases", default=True)
@@ -333,9 +335,24 @@ def _entry(
         lock_on_runner=lock_on_runner,
         ops_operators=ops_operators,
         ops_samples=ops_samples,
+        localize_seconds=localize_seconds,
     )
     table.finish()
     return entry
+
+
+def _localize_seconds(table: Table) -> int:
+    """`localize-timeout`: a duration, or false for no localization (0 seconds)."""
+    value = table.value("localize-timeout", required=False)
+    if value is None:
+        return LOCALIZE_SECONDS_DEFAULT
+    if value is False:
+        return 0
+    if not isinstance(value, str) or not DURATION.fullmatch(value):
+        raise table.error(
+            "localize-timeout", f'expected a duration such as "60s" or "5m", or false, got {describe(value)}'
+        )
+    return duration_seconds(value)
 
 
 def _ops(table: Table, suites: tuple[str, ...]) -> tuple[str, int]:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from torchyard.names import (
+    LOCALIZE_SECONDS_DEFAULT,
     NATIVE_ACCELERATORS,
     OPS_OPERATORS_DEFAULT,
     OPS_SAMPLES_DEFAULT,
@@ -121,6 +122,8 @@ class Entry:
     lock_on_runner: bool = False
     ops_operators: str = OPS_OPERATORS_DEFAULT  # the ops suite's: "quick", "all" or op_db names, comma-separated
     ops_samples: int = OPS_SAMPLES_DEFAULT  # the ops suite's samples per operator
+    # The longest localization may take for one failing result, in seconds; 0: no localization.
+    localize_seconds: int = LOCALIZE_SECONDS_DEFAULT
 
     @property
     def indexes(self) -> tuple[Index, ...]:

@@ -139,7 +139,12 @@ def test_a_proof_is_kept_per_stack_device_and_settings(tmp_path: Path) -> None:
     assert first != proofs.proof_path({**env, contract.PRECISION: "bf16"}, cpu, [])
     assert first != proofs.proof_path(env, {**cpu, "processor": "two"}, [])
     assert first != proofs.proof_path(env, cpu, ["-n", "2"])
-    assert first != proofs.proof_path({**env, contract.IMAGE_ID: "sha256:other"}, cpu, [])
+    assert first == proofs.proof_path({**env, contract.IMAGE_ID: "sha256:other"}, cpu, [])  # the project's layers
+    stacked = {**env, contract.STACK: "sha256:base torch=1 rest=2"}
+    assert first != proofs.proof_path(stacked, cpu, [])
+    assert proofs.proof_path(stacked, cpu, []) != proofs.proof_path(
+        {**stacked, contract.STACK: "sha256:base torch=1 rest=3"}, cpu, []
+    )
     assert not proofs.likely_proven(env, [])
     first.parent.mkdir()
     first.write_text("{}")
