@@ -75,6 +75,8 @@ def test_the_markdown_opens_with_counts_then_the_failures_and_known_failures(tmp
     rows = [line for line in lines if line.startswith("| ") and "(median" not in line]
     assert len(rows) == 1 + len(records)  # the header, and every result
     assert "cache" in rows[0].split("|")[11]
+    (guarded,) = [row for row in rows if row.startswith("| guarded ")]
+    assert "x" * 40 + "... (whole in parity.json)" in guarded and long_reason not in guarded
 
 
 def test_the_reference_and_the_cache_say_what_qualifies_a_row(tmp_path: Path) -> None:

@@ -88,6 +88,32 @@ def test_html_links_each_cell_to_its_details_and_escapes_what_a_run_wrote(tmp_pa
     assert '<a href="#r0">' in page and '<section class="detail" id="r0">' in page
 
 
+def test_a_failed_cells_details_say_where_it_diverges(tmp_path: Path) -> None:
+    error = {"problem": "relative L2 error 4.7e-04 > 1e-05", "scaled_max_error": 1.0, "rel_l2_error": 4.7e-4}
+    node = {
+        "node": "gelu", "operator": "aten.gelu.default", "source": "builtin.py:61 in forward",
+        "delegate": "XnnpackBackend (delegated subgraph)", "error": error,
+        "inputs": [{"node": "<linear>", "scaled_max_error": 0.0, "rel_l2_error": 0.0}],
+    }  # fmt: skip
+    run = write_run(
+        tmp_path / "cpu",
+        [
+            result("gelu_tanh", "executorch-xnnpack", "failed", "output [0]: relative L2 error",
+                   diverges={"node": node, "compared": 4, "seconds": 2.5, "note": "", "pass": ""}),
+            result("deep", "inductor", "failed", "wrong",
+                   diverges={"node": None, "compared": 0, "seconds": 9.0, "note": "", "pass": "inductor: post_grad"}),
+        ],
+    )  # fmt: skip
+    page = compatibility_html(merge([run]))
+    assert (
+        '<p class="diverges"><b>Where it diverges</b>: node <code>gelu</code> (aten.gelu.default) at builtin.py:61 in '
+        "forward, run by XnnpackBackend (delegated subgraph): relative L2 error 4.7e-04 &gt; 1e-05 (2.5 s, 4 nodes "
+        "compared); its inputs, within the bounds: <code>&lt;linear&gt;</code></p>"
+    ) in page
+    assert "<b>Where it diverges</b>: inductor: post_grad (torch's compiler bisector, 9.0 s)" in page
+    assert 'title="output [0]: relative L2 error; diverges first at node gelu (aten.gelu.default)"' in page
+
+
 def test_two_runs_of_one_name_are_numbered(tmp_path: Path) -> None:
     first = write_run(tmp_path / "a" / "cpu", [result("mlp", "eager", "passed")])
     second = write_run(tmp_path / "b" / "reports-cpu", [result("mlp", "eager", "failed")])

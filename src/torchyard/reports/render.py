@@ -86,6 +86,49 @@ document.querySelectorAll("th.sortable").forEach((header) => {
 """.replace("RANKS", json.dumps({outcome: position for position, outcome in enumerate(OUTCOMES)}))
 
 
+def _where_it_diverges(diverges: dict[str, Any]) -> str:
+    """Localization's record of a failing result (`diverges` in parity.json), as parity.md words it: the first
+    node out of bounds with its error and its inputs', the compiler step the bisector named, or why neither."""
+    node = diverges.get("node")
+    took = f"{_number(diverges.get('seconds'))} s"
+    if diverges.get("pass"):
+        said = f"{escape(str(diverges['pass']))} (torch's compiler bisector, {took})"
+    elif not isinstance(node, dict):
+        said = f"not found, {escape(str(diverges.get('note', '')))} ({took})"
+    else:
+        where = f" at {escape(str(node['source']))}" if node.get("source") else ""
+        ran = f", run by {escape(str(node['delegate']))}" if node.get("delegate") else ""
+        found = node.get("error")
+        error: dict[str, Any] = found if isinstance(found, dict) else {}
+        inputs = ", ".join(
+            f"<code>{escape(str(item.get('node', '')))}</code>"
+            for item in node.get("inputs") or []
+            if isinstance(item, dict)
+        )
+        said = (
+            f"node <code>{escape(str(node.get('node', '')))}</code> ({escape(str(node.get('operator', '')))})"
+            f"{where}{ran}: {escape(str(error.get('problem', '')))} ({took}, {_number(diverges.get('compared'))} "
+            f"nodes compared); its inputs, within the bounds: {inputs or 'the program&#x27;s own inputs and weights'}"
+        )
+    return f'<p class="diverges"><b>Where it diverges</b>: {said}</p>'
+
+
+def _diverges_brief(results: list[dict[str, Any]]) -> str:
+    """The cell's tooltip tail: the node or compiler step a failing result first diverges at."""
+    for result in results:
+        diverges = result.get("diverges")
+        if isinstance(diverges, dict) and diverges.get("pass"):
+            return f"; diverges at {diverges['pass']}"
+        node = diverges.get("node") if isinstance(diverges, dict) else None
+        if isinstance(node, dict):
+            return f"; diverges first at node {node.get('node')} ({node.get('operator')})"
+    return ""
+
+
+def _number(value: object) -> str:
+    return f"{value:.1f}" if isinstance(value, float) else escape(str(value if value is not None else "?"))
+
+
 def _detail(anchor: str, title: str, results: list[dict[str, Any]]) -> str:
     parts = [f'<section class="detail" id="{anchor}"><h3>{escape(title)}</h3>']
     for result in results:
@@ -94,6 +137,8 @@ def _detail(anchor: str, title: str, results: list[dict[str, Any]]) -> str:
             f"suite ({escape(str(result.get('dtype', '')))}; reference: {escape(str(result.get('reference', '')))})"
             f"{': ' + escape(str(result['reason'])) if result.get('reason') else ''}</p>"
         )
+        if isinstance(result.get("diverges"), dict):
+            parts.append(_where_it_diverges(result["diverges"]))
         comparisons = [item for item in result.get("comparisons") or [] if isinstance(item, dict)]
         if comparisons:
             rows = "".join(
@@ -133,7 +178,7 @@ def compatibility_html(table: CompatibilityTable) -> str:
             title = f"{case} on {backend}, {run}"
             details.append(_detail(anchor, title, cell.results))
             label = WORDS[cell.outcome]
-            tip = escape(cell.reason, quote=True)
+            tip = escape(cell.reason + _diverges_brief(cell.results), quote=True)
             cells.append(
                 f'<td class="{cell.outcome}" data-outcome="{cell.outcome}" title="{tip}">'
                 f'<a href="#{anchor}">{label}</a></td>'

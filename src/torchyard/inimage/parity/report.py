@@ -110,8 +110,13 @@ def _row(record: Mapping[str, Any]) -> tuple[str, ...]:
         f"{latency:.3f}" if latency is not None else "-",
         str(record.get("cache") or "-"),
         VERDICTS.get(record["outcome"], record["outcome"]),
-        str(record.get("reason", ""))[:REASON_CHARS],
+        _shortened(str(record.get("reason", ""))),
     )
+
+
+def _shortened(reason: str) -> str:
+    """A reason as the table shows it: whole, or cut where it says so (parity.json and the summary keep it)."""
+    return reason if len(reason) <= REASON_CHARS else f"{reason[:REASON_CHARS].rstrip()}... (whole in parity.json)"
 
 
 def summary(records: Sequence[Mapping[str, Any]]) -> str:
