@@ -19,6 +19,11 @@ from torchyard.inimage.parity.report import write_reports
 from torchyard.inimage.startup import LOAD_AT_START, MANIFEST
 from torchyard.names import HARNESS, PROJECT, SUITE_NAMES
 
+NOT_INSTALLED = (
+    "not installed in the run's environment: add it to the entry's `requirements` or the project's dependencies, "
+    "then `torchyard lock`"
+)
+
 
 class Collector:
     """Gathers every test's result record and each suite's outcomes on the controller (xdist forwards
@@ -34,7 +39,10 @@ class Collector:
         """A file that could not be collected (an import that fails in a project's test file, say): the one
         line that says why, for the run's end and parity.md."""
         if report.failed:
-            self.not_collected.append(f"{report.nodeid or 'the arguments'}: {_last_line(report)}")
+            line = _last_line(report)
+            if line.startswith("ModuleNotFoundError: "):
+                line += f" ({NOT_INSTALLED})"
+            self.not_collected.append(f"{report.nodeid or 'the arguments'}: {line}")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.count(report, suite_of(report))

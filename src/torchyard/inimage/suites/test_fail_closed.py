@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from torchyard.inimage.fail_closed import NOT_INSTALLED
 from torchyard.inimage.suites.whole_runs import REPORTS, reports_of, whole_run
 
 pytestmark = pytest.mark.harness
@@ -73,6 +74,7 @@ def test_a_file_that_cannot_be_collected_is_named_with_its_error(beside: pytest.
     """Not "no test collected" for every suite: nothing ran because one file could not be imported."""
     assert beside.ret == pytest.ExitCode.INTERRUPTED
     said = "could not collect test_broken.py: ModuleNotFoundError: No module named 'no_such_module_of_the_projects'"
+    said += f" ({NOT_INSTALLED})"
     beside.stdout.fnmatch_lines([f"*torchyard: FAILED: {said}*"])
     assert "no test passed" not in beside.stdout.str()
     assert (
