@@ -39,6 +39,7 @@ RERUN_OPTION = contract.RERUN_SELF_TESTS_OPTION
 # Set by the entry point for its own run (and so its xdist workers): the proof file. Whole runs beside the run
 # are started without it (`beside.whole_run_environment`), and so is a plain `pytest` with the plugin.
 PROOF = contract.SELF_TEST_PROOF
+SELF_TEST = "torchyard_self_test"  # the keyword a self-test's reports carry
 
 
 def add_option(parser: pytest.Parser) -> None:
@@ -102,7 +103,6 @@ class Proofs:
     run's self-tests did (the controller sees every report; xdist forwards the workers')."""
 
     path: Path
-    root: Path  # the run's rootdir: a node ID's file is relative to it
     proven: frozenset[str]
     when: str | None
     left_out: int = 0
@@ -110,15 +110,15 @@ class Proofs:
     failed: set[str] = field(default_factory=set)
 
     @classmethod
-    def load(cls, path: Path, root: Path, *, rerun: bool) -> Proofs:
+    def load(cls, path: Path, *, rerun: bool) -> Proofs:
         """The proof at `path`; none where it is missing or unreadable, or every self-test is to run again."""
         try:
             record = json.loads(path.read_text())
             if not rerun and record.get("format") == FORMAT:
-                return cls(path, root, frozenset(str(nodeid) for nodeid in record["passed"]), str(record["when"]))
+                return cls(path, frozenset(str(nodeid) for nodeid in record["passed"]), str(record["when"]))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
-        return cls(path, root, frozenset(), None)
+        return cls(path, frozenset(), None)
 
     def leave_out(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         """Deselect the self-tests this key has proven."""
@@ -130,10 +130,15 @@ class Proofs:
 
     @pytest.hookimpl(trylast=True)  # after pytest's own `-m` and `-k` deselection
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        for item in items:  # by keyword, which every report carries (an xdist worker's to the controller too)
+            if _is_self_test(item):
+                item.keywords[SELF_TEST] = 1
         self.leave_out(config, items)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if HARNESS not in report.keywords or not _in_suites(self.root / report.nodeid.split("::")[0]):
+        """A self-test's outcome. Node IDs do not say where a test's file is (pytest names a file outside its
+        rootdir relative to the argument that found it): the keyword set at collection does."""
+        if SELF_TEST not in report.keywords:
             return
         if report.failed:
             self.failed.add(report.nodeid)
@@ -184,7 +189,7 @@ def register(config: pytest.Config) -> None:
     """In the entry point's run (its `PROOF`), this run's proofs, as a plugin."""
     path = os.environ.get(PROOF)
     if path:
-        config.stash[PROOFS] = proofs = Proofs.load(Path(path), config.rootpath, rerun=config.getoption(RERUN_OPTION))
+        config.stash[PROOFS] = proofs = Proofs.load(Path(path), rerun=config.getoption(RERUN_OPTION))
         config.pluginmanager.register(proofs, "torchyard-proofs")
 
 

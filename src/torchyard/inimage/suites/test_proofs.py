@@ -77,6 +77,8 @@ def three_runs(workdir: Path) -> list[tuple[int, list[str], str, dict[str, objec
     (project / "test_project.py").write_text(PROJECT)
     # A project's conftest: pytest then calls hooks on a subset of its plugins (pluggy keeps them in sets).
     (project / "conftest.py").write_text("")
+    # Its configuration makes it the rootdir, as an adopter's is: the self-tests' files lie outside it.
+    (project / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
     # The run's own settings left out (its suites would each have to pass a test), as a whole run's are.
     dropped = {*OWN_SETTINGS, contract.REUSE_RESULTS}  # and never a replay: the runs differ only by FAIL
     inherited = {name: value for name, value in whole_run_environment(os.environ).items() if name not in dropped}
