@@ -302,6 +302,22 @@ def test_init_says_in_one_line_which_test_dependencies_it_took_or_what_to_add(
     assert line.startswith("matrix.toml: no test dependencies in pyproject.toml") and "requirements" in line
 
 
+def test_a_test_extra_that_pins_the_stack_is_left_out_and_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """vit-pytorch's `test` extra pins torch==2.4.0: beside the entry's own torch it cannot lock."""
+    tables = '[project.optional-dependencies]\ntest = ["pytest", "torch==2.4.0"]\n[dependency-groups]\ndev = ["ruff"]\n'
+    root = with_groups(project(tmp_path), tables)
+    init(root, today=TODAY, env={"PATH": ""}, spec="torchyard")
+    assert '\nproject = { path = ".", groups = ["dev"] }\n' in (root / "matrix.toml").read_text()
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "left out" in line]
+    assert line == (
+        "matrix.toml: the cpu entry locks your tests' dependencies too (dependency group 'dev'); left out: extra "
+        "'test' pins torch==2.4.0 (the entry's stack decides those; what else your tests need goes in the cpu "
+        "entry's requirements)"
+    )
+
+
 def test_without_a_tests_folder_no_test_dependencies_are_taken(tmp_path: Path) -> None:
     root = with_groups(project(tmp_path), '[project.optional-dependencies]\ntest = ["x-transformers"]\n')
     (root / "tests").rmdir()

@@ -32,6 +32,7 @@ from torchyard import __version__
 from torchyard.errors import ConfigError, UsageError
 from torchyard.matrix.project import read_pyproject, read_requirements
 from torchyard.matrix.schema import ProjectKind
+from torchyard.names import BACKEND_DISTRIBUTIONS
 from torchyard.util.atomic import write_atomically
 
 PYTHONS = ("3.11", "3.12", "3.13")
@@ -176,6 +177,7 @@ class Adopter:
     own_cases: bool  # a `torchyard.cases` entry point
     kind: ProjectKind = "package"
     requirements_file: str | None = None  # a source folder's, where it has one
+    left_out: tuple[str, ...] = ()  # test extras and groups not taken, each with why
 
     @property
     def project_value(self) -> str:
@@ -208,14 +210,39 @@ class Adopter:
         if self.kind == "source":
             beyond = self.requirements_file or "torch"
             return f"matrix.toml: what tests/ imports beyond {beyond} and pytest goes in the cpu entry's requirements"
+        left = (
+            f"; left out: {'; '.join(self.left_out)} (the entry's stack decides those; what else your tests need "
+            "goes in the cpu entry's requirements)"
+            if self.left_out
+            else ""
+        )
         if self.extras or self.groups:
             taken = [f"extra {name!r}" for name in self.extras] + [f"dependency group {name!r}" for name in self.groups]
-            return f"matrix.toml: the cpu entry locks your tests' dependencies too ({', '.join(taken)})"
+            return f"matrix.toml: the cpu entry locks your tests' dependencies too ({', '.join(taken)}){left}"
+        if self.left_out:
+            return f"matrix.toml: no test dependencies taken{left}"
         return (
             "matrix.toml: no test dependencies in pyproject.toml (an extra or dependency group named test, tests, "
             "testing or dev): what tests/ imports beyond your dependencies and pytest goes in the cpu entry's "
             "requirements"
         )
+
+
+# What an entry's stack decides: torch, its domain libraries and every backend's distributions.
+STACK = frozenset(canonicalize_name(name) for name in ("torch", "torchvision", "torchaudio", *BACKEND_DISTRIBUTIONS))
+
+
+def _stack_pin(requirements: object) -> str | None:
+    """The first requirement of a list that pins a distribution of the stack to one version."""
+    for text in requirements if isinstance(requirements, list) else []:
+        try:
+            requirement = Requirement(text) if isinstance(text, str) else None
+        except InvalidRequirement:
+            continue
+        pinned = requirement is not None and canonicalize_name(requirement.name) in STACK
+        if pinned and any(spec.operator in ("==", "===") and "*" not in spec.version for spec in requirement.specifier):
+            return text
+    return None
 
 
 def read_source(root: Path) -> Adopter:
@@ -245,15 +272,23 @@ def read_adopter(root: Path) -> Adopter:
     tests = (root / "tests").is_dir()
     extras: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
+    optional, grouped = project.get("optional-dependencies"), data.get("dependency-groups")
+    left_out: tuple[str, ...] = ()
     for wanted in TEST_GROUPS if tests else ():
-        extras = tuple(n for n in _names(project.get("optional-dependencies")) if canonicalize_name(n) in wanted)
-        groups = tuple(n for n in _names(data.get("dependency-groups")) if canonicalize_name(n) in wanted)
+        extras = tuple(n for n in _names(optional) if canonicalize_name(n) in wanted)
+        groups = tuple(n for n in _names(grouped) if canonicalize_name(n) in wanted)
+        # One that pins the stack (torch==2.4.0, say) cannot lock beside the entry's own: left out, and said.
+        pins = {("extra", n): _stack_pin(optional[n]) for n in extras}
+        pins |= {("dependency group", n): _stack_pin(grouped[n]) for n in groups}
+        left_out += tuple(f"{kind} {name!r} pins {pin}" for (kind, name), pin in pins.items() if pin)
+        extras = tuple(n for n in extras if not pins[("extra", n)])
+        groups = tuple(n for n in groups if not pins[("dependency group", n)])
         if extras or groups:
             break
     points: Any = project.get("entry-points")
     own_cases = isinstance(points, dict) and bool(points.get("torchyard.cases"))
     torch = _torch(project.get("dependencies", []) or [], f"{file}: project.dependencies")
-    return Adopter(project["name"], _python(project, file), torch, tests, extras, groups, own_cases)
+    return Adopter(project["name"], _python(project, file), torch, tests, extras, groups, own_cases, left_out=left_out)
 
 
 def render(root: Path, today: dt.date, spec: str) -> dict[str, str]:
