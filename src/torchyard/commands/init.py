@@ -235,12 +235,14 @@ STACK = frozenset(canonicalize_name(name) for name in ("torch", "torchvision", "
 def _stack_pin(requirements: object) -> str | None:
     """The first requirement of a list that pins a distribution of the stack to one version."""
     for text in requirements if isinstance(requirements, list) else []:
+        if not isinstance(text, str):
+            continue  # a dependency group's {include-group = ...}
         try:
-            requirement = Requirement(text) if isinstance(text, str) else None
+            requirement = Requirement(text)
         except InvalidRequirement:
             continue
-        pinned = requirement is not None and canonicalize_name(requirement.name) in STACK
-        if pinned and any(spec.operator in ("==", "===") and "*" not in spec.version for spec in requirement.specifier):
+        exact = any(spec.operator in ("==", "===") and "*" not in spec.version for spec in requirement.specifier)
+        if exact and canonicalize_name(requirement.name) in STACK:
             return text
     return None
 
@@ -272,7 +274,8 @@ def read_adopter(root: Path) -> Adopter:
     tests = (root / "tests").is_dir()
     extras: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
-    optional, grouped = project.get("optional-dependencies"), data.get("dependency-groups")
+    optional: dict[str, Any] = project.get("optional-dependencies") or {}
+    grouped: dict[str, Any] = data.get("dependency-groups") or {}
     left_out: tuple[str, ...] = ()
     for wanted in TEST_GROUPS if tests else ():
         extras = tuple(n for n in _names(optional) if canonicalize_name(n) in wanted)
