@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from torchyard.image.plan import resolve_base
 from torchyard.matrix.schema import Entry
 from torchyard.util.markdown import markdown_table
 
@@ -15,8 +16,8 @@ def _base(entry: Entry, overrides: Mapping[str, str]) -> str:
     if base is None:
         return "native (no image)"
     pinned = f"{base.name}@{base.digest[:19]}"
-    override = overrides.get(entry.name) or overrides.get(entry.accelerator.name)
-    return f"{override} (this machine's, not {pinned})" if override else pinned
+    used = resolve_base(entry, overrides)
+    return pinned if used == str(base) else f"{used} (this machine's, not {pinned})"
 
 
 def _project(entry: Entry) -> str:
