@@ -151,6 +151,14 @@ class Values:
         assert setting(variable).encoding == "list", variable
         return tuple(item for item in self.text(variable).split(",") if item)
 
+    def number(self, variable: str) -> int:
+        """An int's value; ValueError where its text is not a whole number (0 or more)."""
+        assert setting(variable).encoding == "int", variable
+        text = self.text(variable)
+        if not text.isdigit():
+            raise ValueError(f"{text!r} is not a whole number")
+        return int(text)
+
     def enabled(self, variable: str) -> bool:
         """A boolean's state: "1" or "0", the default for anything else."""
         assert setting(variable).encoding == "bool", variable

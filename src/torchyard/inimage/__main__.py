@@ -43,14 +43,15 @@ from torchyard.inimage import proofs, replay  # noqa: E402
 from torchyard.inimage.workers import device_count, xdist_args, xdist_plugin_args  # noqa: E402
 
 
-def _serve_beside(argv: list[str]) -> None:
+def _serve_beside(argv: list[str], stack: str | None) -> None:
     """The harness's fork server, started before pytest imports torch: the lane beside the run then starts
     its work sooner, while the run does its own imports. Not where the self-tests are likely proven on this
     stack already (`proofs`): the lane then has nothing to do, and the server's imports would compete with
     the run's."""
     from torchyard.inimage.suites import fork_server
 
-    if fork_server.serves_this_run(argv) and not proofs.likely_proven(os.environ, argv):
+    proven = stack is not None and proofs.likely_proven(os.environ, stack, argv)
+    if fork_server.serves_this_run(argv) and not proven:
         fork_server.start_server()
 
 
@@ -74,17 +75,20 @@ def main(argv: list[str]) -> int:
         if status is not None:
             return status
     started = dt.datetime.now(dt.UTC)
-    _serve_beside(argv)  # before the device's identity imports torch
+    try:  # once, without torch: what the proof's key and the fork server's start both need
+        stack: str | None = proofs.stack_key(os.environ)
+    except OSError as error:  # a file it reads: the self-tests all run, and no proof is kept
+        stack = None
+        print(f"torchyard: the self-tests will run without a proof: {error}", file=sys.stderr)
+    _serve_beside(argv, stack)  # before the device's identity imports torch
     device = _device(accelerator)
     if key is None:  # every run keeps its verdicts: the first --reuse-results run after a plain one replays it
         try:
             key = replay.fingerprint(argv, os.environ, device)
         except OSError as error:  # a file it reads: the run goes on, and is not kept
             print(f"torchyard: this run's verdicts will not be kept for replay: {error}", file=sys.stderr)
-    try:
-        os.environ[proofs.PROOF] = str(proofs.proof_path(os.environ, device, argv))
-    except OSError as error:  # as above: the self-tests all run, and no proof is kept
-        print(f"torchyard: the self-tests will run without a proof: {error}", file=sys.stderr)
+    if stack is not None:
+        os.environ[proofs.PROOF] = str(proofs.proof_path(os.environ, stack, device, argv))
     status = int(pytest.main(argv))
     if key is not None:
         replay.save(store, key, report_dir, status, started)

@@ -79,9 +79,13 @@ class RunSettings:
         except (ValueError, json.JSONDecodeError) as error:
             raise pytest.UsageError(f"torchyard tolerances: {error}") from None
         record = values.text(contract.VENDOR_RECORD)
-        seconds = values.text(contract.LOCALIZE_SECONDS)
-        if not seconds.isdigit():
-            raise pytest.UsageError(f"torchyard localization time bound: {seconds!r} is not a number of seconds")
+        try:
+            seconds = values.number(contract.LOCALIZE_SECONDS)
+        except ValueError:
+            given = values.text(contract.LOCALIZE_SECONDS)
+            raise pytest.UsageError(
+                f"torchyard localization time bound: {given!r} is not a number of seconds"
+            ) from None
         modes = values.items(contract.COMPILE_MODES) or ("default",)
         return cls(
             accelerator=values.text(contract.ACCELERATOR),
@@ -94,7 +98,7 @@ class RunSettings:
             compile_backends=tuple("inductor" if mode == "default" else f"inductor:{mode}" for mode in modes),
             vendor_record=Path(record) if record else None,
             precision_settings=pin_precision(),
-            localize_seconds=int(seconds),
+            localize_seconds=seconds,
         )
 
     @property

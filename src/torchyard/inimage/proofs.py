@@ -64,17 +64,17 @@ def stack_key(env: Mapping[str, str]) -> str:
     return _digest(
         {
             "format": FORMAT,
-            "environment": env.get(contract.STACK) or replay.environment_identity({}),
+            "environment": env.get(contract.STACK) or replay.installed_distributions(),
             "torchyard": replay.file_digests([replay.INIMAGE.parent]),  # what the image ships of it
             "python": sys.version,
         }
     )
 
 
-def proof_path(env: Mapping[str, str], device: Mapping[str, Any], argv: Sequence[str]) -> Path:
-    """Where the proof of this stack, device and run's settings is kept. The settings are those that decide
-    verdicts but the project's case modules and the image's ID (its project layers: the stack stands for the
-    rest), with the settings and worker counts the arguments give."""
+def proof_path(env: Mapping[str, str], stack: str, device: Mapping[str, Any], argv: Sequence[str]) -> Path:
+    """Where the proof of this stack (`stack_key`), device and run's settings is kept. The settings are those
+    that decide verdicts but the project's case modules and the image's ID (its project layers: the stack
+    stands for the rest), with the settings and worker counts the arguments give."""
     settings = {
         setting.variable: env.get(setting.variable, "")
         for setting in contract.SETTINGS
@@ -83,16 +83,16 @@ def proof_path(env: Mapping[str, str], device: Mapping[str, Any], argv: Sequence
     given = [arg for arg in argv if arg.startswith(("--torchyard-", "-n", "--numprocesses", "--dist"))]
     given = [arg for arg in given if arg != RERUN_OPTION]
     situation = _digest({"device": dict(device), "settings": settings, "arguments": given})
-    return store_for(env) / f"{stack_key(env)}-{situation}.json"
+    return store_for(env) / f"{stack}-{situation}.json"
 
 
-def likely_proven(env: Mapping[str, str], argv: Sequence[str]) -> bool:
+def likely_proven(env: Mapping[str, str], stack: str, argv: Sequence[str]) -> bool:
     """Whether this run will probably leave every self-test out (its stack has a proof, on some device), from
     what needs no torch: the entry point then starts no fork server for them."""
     if RERUN_OPTION in argv:
         return False
     try:
-        return any(store_for(env).glob(f"{stack_key(env)}-*.json"))
+        return any(store_for(env).glob(f"{stack}-*.json"))
     except OSError:
         return False
 
@@ -120,20 +120,22 @@ class Proofs:
             pass
         return cls(path, frozenset(), None)
 
-    def leave_out(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        """Deselect the self-tests this key has proven."""
-        out = [item for item in items if _is_self_test(item) and item.nodeid in self.proven]
-        if out:
-            config.hook.pytest_deselected(items=out)
-            items[:] = [item for item in items if not (_is_self_test(item) and item.nodeid in self.proven)]
-            self.left_out = len(out)
-
     @pytest.hookimpl(trylast=True)  # after pytest's own `-m` and `-k` deselection
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        for item in items:  # by keyword, which every report carries (an xdist worker's to the controller too)
+        """Mark each self-test by keyword, which every report carries (an xdist worker's to the controller
+        too), and deselect those this key has proven."""
+        kept, out = [], []
+        for item in items:
             if _is_self_test(item):
                 item.keywords[SELF_TEST] = 1
-        self.leave_out(config, items)
+                if item.nodeid in self.proven:
+                    out.append(item)
+                    continue
+            kept.append(item)
+        if out:
+            config.hook.pytest_deselected(items=out)
+            items[:] = kept
+            self.left_out = len(out)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """A self-test's outcome. Node IDs do not say where a test's file is (pytest names a file outside its

@@ -49,14 +49,17 @@ def _case_files(env: Mapping[str, str]) -> list[Path]:
     return files
 
 
-def environment_identity(env: Mapping[str, str]) -> object:
-    """The image's ID in a container; in a venv, every installed distribution and its version."""
-    if env.get(contract.IMAGE_ID):
-        return env[contract.IMAGE_ID]
+def installed_distributions() -> list[tuple[str, str]]:
+    """Every installed distribution and its version, sorted."""
     return sorted(
         (distribution.metadata["Name"] or "", distribution.version)
         for distribution in importlib.metadata.distributions()
     )
+
+
+def environment_identity(env: Mapping[str, str]) -> object:
+    """The image's ID in a container; in a venv, every installed distribution and its version."""
+    return env.get(contract.IMAGE_ID) or installed_distributions()
 
 
 def fingerprint(argv: Sequence[str], env: Mapping[str, str], device: Mapping[str, Any]) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from torchyard import contract
+from torchyard.inimage.options import option_values
 
 
 @dataclass(frozen=True)
@@ -47,9 +48,14 @@ def add_options(parser: pytest.Parser) -> None:
 
 
 def ops_options(config: pytest.Config) -> OpsOptions:
-    given_samples = str(config.getoption("--torchyard-ops-samples"))
-    if not given_samples.isdigit() or int(given_samples) < 1:
-        raise pytest.UsageError(f"--torchyard-ops-samples: {given_samples!r} is not a number of samples (1 or more)")
+    values = option_values(config)
+    try:
+        samples = values.number(contract.OPS_SAMPLES)
+    except ValueError:
+        samples = 0
+    if samples < 1:
+        given = values.text(contract.OPS_SAMPLES)
+        raise pytest.UsageError(f"--torchyard-ops-samples: {given!r} is not a number of samples (1 or more)")
     try:
         shard = contract.parse_shard(str(config.getoption(contract.OPS_SHARD_OPTION)))
     except ValueError as error:
@@ -60,7 +66,7 @@ def ops_options(config: pytest.Config) -> OpsOptions:
     given = str(config.getoption("--torchyard-ops-expectations"))
     return OpsOptions(
         operators=str(config.getoption("--torchyard-ops")),
-        samples=int(given_samples),
+        samples=samples,
         expectations=Path(given) if given else None,
         collect=collect,
         shard=shard,

@@ -131,23 +131,27 @@ def test_a_self_test_that_passed_is_left_out_until_asked_for(
     assert rerun[:3] == (0, ["failing_once", "project", "steady"], "Harness self-tests: 2 ran.")
 
 
+def path_of(env: dict[str, str], device: dict[str, str], argv: list[str]) -> Path:
+    return proofs.proof_path(env, proofs.stack_key(env), device, argv)
+
+
 def test_a_proof_is_kept_per_stack_device_and_settings(tmp_path: Path) -> None:
     env = {contract.INDUCTOR_CACHE: str(tmp_path), contract.PRECISION: "fp32"}
     cpu = {"type": "cpu", "processor": "one"}
-    first = proofs.proof_path(env, cpu, ["-m", "export or harness"])
+    first = path_of(env, cpu, ["-m", "export or harness"])
     assert first.parent == tmp_path / proofs.STORE
-    assert first == proofs.proof_path(env, cpu, ["-m", "harness", proofs.RERUN_OPTION])  # the selection is not in it
-    assert first == proofs.proof_path({**env, contract.CASES: "my_cases"}, cpu, [])  # nor the project's cases
-    assert first != proofs.proof_path({**env, contract.PRECISION: "bf16"}, cpu, [])
-    assert first != proofs.proof_path(env, {**cpu, "processor": "two"}, [])
-    assert first != proofs.proof_path(env, cpu, ["-n", "2"])
-    assert first == proofs.proof_path({**env, contract.IMAGE_ID: "sha256:other"}, cpu, [])  # the project's layers
+    assert first == path_of(env, cpu, ["-m", "harness", proofs.RERUN_OPTION])  # the selection is not in it
+    assert first == path_of({**env, contract.CASES: "my_cases"}, cpu, [])  # nor the project's cases
+    assert first != path_of({**env, contract.PRECISION: "bf16"}, cpu, [])
+    assert first != path_of(env, {**cpu, "processor": "two"}, [])
+    assert first != path_of(env, cpu, ["-n", "2"])
+    assert first == path_of({**env, contract.IMAGE_ID: "sha256:other"}, cpu, [])  # the project's layers
     stacked = {**env, contract.STACK: "sha256:base torch=1 rest=2"}
-    assert first != proofs.proof_path(stacked, cpu, [])
-    assert proofs.proof_path(stacked, cpu, []) != proofs.proof_path(
-        {**stacked, contract.STACK: "sha256:base torch=1 rest=3"}, cpu, []
-    )
-    assert not proofs.likely_proven(env, [])
+    assert first != path_of(stacked, cpu, [])
+    assert path_of(stacked, cpu, []) != path_of({**stacked, contract.STACK: "sha256:base torch=1 rest=3"}, cpu, [])
+    assert not proofs.likely_proven(env, proofs.stack_key(env), [])
     first.parent.mkdir()
     first.write_text("{}")
-    assert proofs.likely_proven(env, []) and not proofs.likely_proven(env, [proofs.RERUN_OPTION])
+    assert proofs.likely_proven(env, proofs.stack_key(env), []) and not proofs.likely_proven(
+        env, proofs.stack_key(env), [proofs.RERUN_OPTION]
+    )
