@@ -226,8 +226,10 @@ def test_ctrl_c_leaves_no_container(machine_env: dict[str, str], client: docker.
         cwd=REPO, env=machine_env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=log, text=True,
     )  # fmt: skip
     try:
-        # Until the container exists or the command has ended without one: no clock decides.
-        while not client.containers.list(filters={"name": "torchyard-cpu-"}, all=True):
+        # Until the run's container exists or the command has ended without one: no clock decides. The name filter is
+        # a regex (the source-only rebuild's helpers, `-fetch` and the like, come and go first); sparse lists once,
+        # with no inspect per container that one removed in between would fail with 404.
+        while not client.containers.list(filters={"name": "^/torchyard-cpu-[0-9a-f]{8}$"}, all=True, sparse=True):
             assert process.poll() is None, (tmp_path / "stderr.log").read_text()[-2000:]
             time.sleep(0.5)
         os.killpg(process.pid, signal.SIGINT)
@@ -237,4 +239,4 @@ def test_ctrl_c_leaves_no_container(machine_env: dict[str, str], client: docker.
             os.killpg(process.pid, signal.SIGKILL)
         log.close()
     assert process.returncode != 0
-    assert client.containers.list(filters={"name": "torchyard-cpu-"}, all=True) == []
+    assert client.containers.list(filters={"name": "torchyard-cpu-"}, all=True, sparse=True) == []
