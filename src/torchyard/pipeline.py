@@ -21,11 +21,11 @@ from torchyard.accelerators import HostFacts
 from torchyard.errors import CommandError, DockerUnavailableError, ImageBuildError, UsageError
 from torchyard.host.engine import DockerCli, build_client, engine
 from torchyard.host.facts import gather_host_facts
-from torchyard.image.build import build_image
+from torchyard.image.obtain import Inputs, obtain_image
 from torchyard.image.outcome import Built, images_markdown
-from torchyard.image.plan import BuildOptions, plan_build, resolve_base
+from torchyard.image.plan import BuildOptions
 from torchyard.image.policy import BuildPolicy, build_policy
-from torchyard.image.reuse import NO_OPTIONS, NO_REGISTRY, TRUSTED, base_identity, reuse_image, trusted_dependencies
+from torchyard.image.reuse import NO_OPTIONS, NO_REGISTRY, TRUSTED
 from torchyard.lock.check import require_fresh
 from torchyard.lock.resolve import uv_version
 from torchyard.matrix.machine import MEMORY_SHARE, Machine
@@ -183,43 +183,19 @@ def _git(args: Sequence[str], runner: proc.Runner, fallback: str) -> str:
 
 
 def build_or_reuse_images(request: Request, progress: Progress) -> None:
-    """Each entry's image, with this machine's registry, base overrides and mirrors: found on this runner,
-    pulled, or built. An untrusted run uses the image a trusted run built from the same inputs, else builds
-    one of its own (under its own tag: no trusted run ever reuses what an untrusted build made)."""
-    machine, policy, env = request.machine, progress.policy, request.env
-    registry = machine.registry
-    client = progress.client = progress.client or engine(env)
-    cli = progress.cli = progress.cli or build_client(env, request.runner)
-    revision = _git(["rev-parse", "HEAD"], request.runner, "unknown")
-    epoch = _git(["log", "-1", "--format=%ct"], request.runner, "0")
+    """Each entry's image (`image.obtain`), with this machine's registry, base overrides and mirrors."""
+    client = progress.client = progress.client or engine(request.env)
+    cli = progress.cli = progress.cli or build_client(request.env, request.runner)
+    inputs = Inputs(
+        request.lockdir, request.project, progress.uv, revision=_git(["rev-parse", "HEAD"], request.runner, "unknown"),
+        source_date_epoch=_git(["log", "-1", "--format=%ct"], request.runner, "0"),
+    )  # fmt: skip
     for position, entry in enumerate(progress.contained, start=1):
-        base = resolve_base(entry, machine.base_overrides)
-        base_id = base_identity(base, client) or entry.accelerator.require_base_image().digest
-        plan = plan_build(
-            entry, request.lockdir, project=request.project, base_image=base, base_id=base_id, uv_version=progress.uv,
-            revision=revision, source_date_epoch=epoch,
+        image = obtain_image(
+            entry, inputs, machine=request.machine, client=client, cli=cli, options=request.options,
+            policy=progress.policy, runner=request.runner, env=request.env,
+            position=f"[{position}/{len(progress.contained)}]",
         )  # fmt: skip
-        print(f"[{position}/{len(progress.contained)}] {entry.name}: {plan.tag}", file=sys.stderr, flush=True)
-        image = (
-            None
-            if policy.trusted
-            else reuse_image(entry, plan, client, registry=machine.registry, env=env, policy=policy)
-        )
-        if image is None and not policy.trusted:
-            # It stands on the dependency image a trusted build of the same pins left, when there is one:
-            # then it installs nothing of the lock (no sdist to refuse, no cache to scope).
-            stands_on = trusted_dependencies(client, plan)
-            plan = plan_build(
-                entry, request.lockdir, project=request.project, base_image=base, base_id=base_id,
-                uv_version=progress.uv, revision=revision, source_date_epoch=epoch, policy=policy, stands_on=stands_on,
-            )  # fmt: skip
-            if stands_on is not None:
-                print(f"{entry.name}: untrusted, on the trusted dependency image {stands_on[0]}", file=sys.stderr)
-        if image is None:
-            image = build_image(
-                entry, plan, client, cli, options=request.options, registry=registry, policy=policy,
-                sources=machine.install_sources(entry.indexes), runner=request.runner, env=env,
-            )  # fmt: skip
         progress.built.append(image)
 
 

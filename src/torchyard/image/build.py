@@ -37,7 +37,6 @@ from torchyard.image.reuse import (
     dependency_image,
     local_image,
     publish,
-    reuse_image,
 )
 from torchyard.image.serve import bridge_address, served
 from torchyard.image.source import write_files
@@ -149,14 +148,10 @@ def build_image(
     runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
 ) -> Built:
-    """Reuse `plan`'s image when this runner has it, else pull it from the registry by its
-    content-addressed tag, else build it (taking layers from the registry's cache, installing from `sources`:
-    the entry's indexes as this machine reaches them); `--push` publishes it. The base is checked before the
-    first layer (the caller has checked the lock)."""
+    """Build `plan`'s image (taking layers from the registry's cache, installing from `sources`: the entry's
+    indexes as this machine reaches them); `--push` publishes it. The base is checked before the first layer
+    (the caller has checked the lock and looked for the image: `image.obtain`)."""
     started = time.monotonic()
-    reused = reuse_image(entry, plan, client, options=options, registry=registry, env=env, policy=policy)
-    if reused is not None:
-        return reused
     check_untrusted_build(entry, policy)
     last = local_image(client, plan.alias)  # the entry's last image of this trust: what both checks read
     check_base(client, plan, last)

@@ -1,0 +1,90 @@
+"""An entry's image, wherever it comes from: this runner, the registry, or a build of its own.
+
+The one place that decides which: a trusted run reuses or builds its plan's image; an untrusted run uses the
+image a trusted run made from the same inputs as it is, else its own (under its own tag, standing on the
+trusted dependency image of the same pins when this runner has one): no trusted run reuses what it made.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+
+from torchyard.host.engine import DockerCli
+from torchyard.image.build import build_image
+from torchyard.image.outcome import Built
+from torchyard.image.plan import BuildOptions, BuildPlan, plan_build, resolve_base
+from torchyard.image.policy import BuildPolicy
+from torchyard.image.reuse import TRUSTED, base_identity, reuse_image, trusted_dependencies
+from torchyard.matrix.machine import Machine
+from torchyard.matrix.schema import Entry
+from torchyard.util import proc
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What every entry's plan in one run shares: the locks, the project, uv, the checkout's commit."""
+
+    lockdir: Path
+    project: str
+    uv_version: str
+    revision: str
+    source_date_epoch: str
+
+
+def plan_entry(
+    entry: Entry,
+    inputs: Inputs,
+    machine: Machine,
+    client: docker.DockerClient,
+    *,
+    policy: BuildPolicy = TRUSTED,
+    stands_on: tuple[str, str] | None = None,
+) -> BuildPlan:
+    """`entry`'s plan on this machine: its base override, and the base's identity here."""
+    base = resolve_base(entry, machine.base_overrides)
+    base_id = base_identity(base, client) or entry.accelerator.require_base_image().digest
+    return plan_build(
+        entry, inputs.lockdir, project=inputs.project, base_image=base, base_id=base_id, uv_version=inputs.uv_version,
+        revision=inputs.revision, source_date_epoch=inputs.source_date_epoch, policy=policy, stands_on=stands_on,
+    )  # fmt: skip
+
+
+def obtain_image(
+    entry: Entry,
+    inputs: Inputs,
+    *,
+    machine: Machine,
+    client: docker.DockerClient,
+    cli: DockerCli,
+    options: BuildOptions,
+    policy: BuildPolicy,
+    runner: proc.Runner,
+    env: Mapping[str, str],
+    position: str = "",
+) -> Built:
+    """`entry`'s image: found on this runner, pulled by its content-addressed tag, or built (`--push`
+    publishes what a trusted run found or built); `position` (`[1/3]`) leads its progress line."""
+    plan = plan_entry(entry, inputs, machine, client)
+    print(f"{position} {entry.name}: {plan.tag}".lstrip(), file=sys.stderr, flush=True)
+    if not policy.trusted:
+        trusted = reuse_image(entry, plan, client, registry=machine.registry, env=env, policy=policy)
+        if trusted is not None:
+            return trusted
+        # It stands on the dependency image a trusted build of the same pins left, when there is one:
+        # then it installs nothing of the lock (no sdist to refuse, no cache to scope).
+        stands_on = trusted_dependencies(client, plan)
+        plan = plan_entry(entry, inputs, machine, client, policy=policy, stands_on=stands_on)
+        if stands_on is not None:
+            print(f"{entry.name}: untrusted, on the trusted dependency image {stands_on[0]}", file=sys.stderr)
+    found = reuse_image(entry, plan, client, options=options, registry=machine.registry, env=env, policy=policy)
+    if found is not None:
+        return found
+    return build_image(
+        entry, plan, client, cli, options=options, registry=machine.registry, policy=policy,
+        sources=machine.install_sources(entry.indexes), runner=runner, env=env,
+    )  # fmt: skip
