@@ -17,6 +17,7 @@ from pathlib import Path
 from torchyard import __version__
 from torchyard.accelerators import ACCELERATORS
 from torchyard.errors import ImageBuildError, UsageError
+from torchyard.image.casemodules import check_case_modules
 from torchyard.image.context import files_digest, inimage_files, project_digest, project_files, select
 from torchyard.image.layers import Layer, keyed, keys_label, split_lock
 from torchyard.image.policy import BuildPolicy
@@ -184,6 +185,7 @@ def plan_build(
     packaged = entry.project is not None and entry.project.kind == "package"
     if entry.project is not None:
         sources = project_files(entry.project.root, git)
+        check_case_modules(entry.name, entry.cases, (item.path for item in sources))
     if packaged:
         workspace = select(sources, [*entry.tests, *PYTEST_CONFIG]) if entry.tests else ()
         build_requires = build_requirements(sources)  # checked here: before any build or container starts
