@@ -121,3 +121,56 @@ def zoo(session: nox.Session) -> None:
     reports = [f"reports/{entry}" for entry in entries]
     markdown, html = "reports/compatibility.md", "reports/compatibility.html"
     session.run("torchyard", "report", *reports, "--markdown", markdown, "--html", html)
+
+
+@nox.session
+def ops(session: nox.Session) -> None:
+    """The ops suite's sweep (every OpInfo of each stack's torch, through every backend) at the zoo's two stacks
+    (examples/zoo, entries ops and ops-torch211), each in its image; then one page of both, which lists the
+    operators whose outcome changed first: examples/zoo/reports/ops.{md,html}. `-- --quick`: the quick subset;
+    `-- --shard K/N`: one slice (a workflow spreads the sweep); `-- --collect`: write each stack's expectations
+    and keep them beside the ones torchyard ships; `-- --entry NAME`: one stack; `-- --reports DIR`: where."""
+    session.install("-e", ".")
+    arguments = list(session.posargs)
+    quick = _flag(arguments, "--quick")
+    collect = _flag(arguments, "--collect")
+    shard = _value(arguments, "--shard")
+    folder = _value(arguments, "--reports") or "reports"  # relative to examples/zoo
+    entries = []
+    while (entry := _value(arguments, "--entry")) is not None:
+        entries.append(entry)
+    entries = entries or ["ops", "ops-torch211"]
+    if arguments:
+        session.error(f"ops: unknown arguments {' '.join(arguments)} (--quick, --collect, --shard K/N, --entry NAME)")
+    pytest_args = [*(["--torchyard-ops=quick"] if quick else []), *(["--collect-expectations"] if collect else [])]
+    session.chdir("examples/zoo")
+    session.run(
+        "torchyard", "test", *(f"--entry={entry}" for entry in entries), *([f"--ops-shard={shard}"] if shard else []),
+        f"--reports={folder}", *(["--", *pytest_args] if pytest_args else []),
+    )  # fmt: skip
+    if collect:
+        shipped = Path("../../src/torchyard/inimage/ops/expectations")
+        for entry in entries:
+            for collected in Path(folder, entry).glob("*-torch*.toml"):  # expectations.file_name's
+                session.log(f"{collected} -> {shipped / collected.name}")
+                (shipped / collected.name).write_bytes(collected.read_bytes())
+    reports = [f"{folder}/{entry}" for entry in entries]
+    session.run("torchyard", "report", *reports, "--markdown", f"{folder}/ops.md", "--html", f"{folder}/ops.html")
+
+
+def _flag(arguments: list[str], name: str) -> bool:
+    if name in arguments:
+        arguments.remove(name)
+        return True
+    return False
+
+
+def _value(arguments: list[str], name: str) -> str | None:
+    """`name VALUE` or `name=VALUE`, taken out of `arguments`."""
+    for position, word in enumerate(arguments):
+        if word == name and position + 1 < len(arguments):
+            del arguments[position]
+            return arguments.pop(position)
+        if word.startswith(name + "="):
+            return arguments.pop(position).split("=", 1)[1]
+    return None

@@ -12,6 +12,7 @@ import pytest
 from torchyard import cli
 from torchyard.errors import UsageError
 from torchyard.reports.merge import merge
+from torchyard.reports.ops import ops_table
 from torchyard.reports.render import compatibility_html, compatibility_markdown
 
 
@@ -156,3 +157,109 @@ def test_the_command_writes_both_files_and_the_step_summary(
     assert capsys.readouterr().out == ""  # the Markdown went to its file
     assert cli.main(["report", str(tmp_path / "missing")]) == 2
     assert "torchyard: report:" in capsys.readouterr().err
+
+
+def outcome(operator: str, sample: int, backend: str, found: str, detail: str = "", **metrics: float) -> dict[str, Any]:
+    return {"operator": operator, "sample": sample, "backend": backend, "outcome": found, "detail": detail,
+            "metrics": metrics}  # fmt: skip
+
+
+def write_sweep(folder: Path, outcomes: list[dict[str, Any]], torch: str, **set_aside: str) -> Path:
+    """An ops entry's reports: a parity.json with no case, and its ops.json."""
+    folder.mkdir(parents=True)
+    data = {"environment": {"accelerator": "cpu", "torch": torch}, "precision": "fp32", "results": []}
+    (folder / "parity.json").write_text(json.dumps(data))
+    backends = sorted({item["backend"] for item in outcomes})
+    sweep = {"stack": {"torch": torch}, "backends": backends, "outcomes": outcomes, "set_aside": set_aside}
+    (folder / "ops.json").write_text(json.dumps(sweep))
+    return folder
+
+
+@pytest.fixture
+def two_sweeps(tmp_path: Path) -> list[Path]:
+    new = write_sweep(
+        tmp_path / "ops-new",
+        [
+            outcome("add", 0, "export", "passed"),
+            outcome("gelu", 0, "executorch-xnnpack", "passed"),
+            outcome("gelu", 1, "executorch-xnnpack", "wrong value", "<b>off</b>", scaled_max_error=1.7),
+            outcome("narrow", 0, "executorch-xnnpack", "crashed", "SIGABRT"),
+        ],
+        "2.14.1",
+        bernoulli="random: its values are drawn at random",
+    )
+    old = write_sweep(
+        tmp_path / "ops-old",
+        [
+            outcome("add", 0, "export", "passed"),
+            outcome("gelu", 0, "executorch-xnnpack", "passed"),
+            outcome("gelu", 1, "executorch-xnnpack", "passed"),
+            outcome("narrow", 0, "executorch-xnnpack", "crashed", "SIGABRT"),
+        ],
+        "2.11.0",
+    )
+    return [new, old]
+
+
+def test_two_sweeps_name_the_operators_whose_outcome_changed(two_sweeps: list[Path]) -> None:
+    table = merge(two_sweeps)
+    ops = ops_table([(run.name, run.source) for run in table.runs])
+    assert ops is not None
+    assert ops.operators == ("add", "bernoulli", "gelu", "narrow")
+    assert ops.outcome("ops-new", "gelu", "executorch-xnnpack") == "wrong value"  # the worst of its samples
+    assert ops.outcome("ops-new", "bernoulli", "export") == "set aside"
+    assert [name for name in ops.operators if ops.differs(name)] == ["gelu"]  # narrow crashes in both: unchanged
+    text = compatibility_markdown(table, ops)
+    assert "### Operators whose outcome differs between runs: 1" in text
+    assert "| `gelu` | wrong |  | pass |  |" in text  # blank: not swept on that backend
+    assert "| ops-new | executorch-xnnpack | 1 | 1 | 0 |" in text  # by operator: gelu wrong, narrow crashed
+    assert "## Compatibility" in text and "| case |" not in text  # no case in either run: no cases' table
+
+
+def test_the_op_table_lists_what_changed_first_and_escapes_what_a_run_wrote(two_sweeps: list[Path]) -> None:
+    table = merge(two_sweeps)
+    page = compatibility_html(table, ops_table([(run.name, run.source) for run in table.runs]))
+    rows = re.findall(r'<tr class="(differs|same)"><td class="case">([^<]+)</td>', page)
+    assert rows[0] == ("differs", "gelu") and {name for _, name in rows[1:]} == {"add", "bernoulli", "narrow"}
+    assert "<b>off</b>" not in page and "&lt;b&gt;off&lt;/b&gt;" in page
+    assert "sample 1: wrong value (scaled max error 1.7)" in page
+
+
+def test_one_sweep_lists_the_operators_that_did_not_pass(tmp_path: Path) -> None:
+    outcomes = [outcome("add", 0, "export", "passed"), outcome("sum", 1, "export", "failed to export", "guard")]
+    folder = write_sweep(tmp_path / "ops", outcomes, "2.14.1")
+    table = merge([folder])
+    text = compatibility_markdown(table, ops_table([(run.name, run.source) for run in table.runs]))
+    assert "### Operators that did not pass: 1" in text and "| `sum` | export |" in text
+
+
+@pytest.mark.parametrize(
+    "content",
+    ['{"outcomes": [{"operator": "add", "sample": 0, "backend": "export", "outcome": "exploded"}]}', "[]", "{"],
+)
+def test_an_ops_file_that_is_not_one_is_one_line(tmp_path: Path, content: str) -> None:
+    folder = write_sweep(tmp_path / "ops", [outcome("add", 0, "export", "passed")], "2.14.1")
+    (folder / "ops.json").write_text(content)
+    with pytest.raises(UsageError, match=r"ops\.json"):
+        ops_table([(run.name, run.source) for run in merge([folder]).runs])
+
+
+def test_a_run_with_neither_cases_nor_a_sweep_is_still_not_a_report(tmp_path: Path) -> None:
+    folder = write_run(tmp_path / "empty", [])
+    with pytest.raises(UsageError, match="no results with a case and a backend"):
+        merge([folder])
+
+
+def test_a_stacks_shards_are_one_run_on_the_op_table(tmp_path: Path) -> None:
+    shards = [
+        write_sweep(tmp_path / f"reports-ops-shard-{k}", [outcome(name, 0, "export", "passed")], "2.14.1")
+        for k, name in ((1, "add"), (2, "mul"))
+    ]
+    for k, folder in enumerate(shards, start=1):
+        data = json.loads((folder / "ops.json").read_text())
+        (folder / "ops.json").write_text(json.dumps({**data, "shard": [k, 2]}))
+    alone = write_sweep(tmp_path / "reports-ops-shard-9", [outcome("sum", 0, "export", "passed")], "2.14.1")
+    ops = ops_table([(run.name, run.source) for run in merge([*shards, alone]).runs])
+    assert ops is not None
+    assert [sweep.run for sweep in ops.sweeps] == ["ops", "ops-shard-9"]  # one unsharded run keeps its name
+    assert ops.outcome("ops", "add", "export") == ops.outcome("ops", "mul", "export") == "passed"

@@ -50,7 +50,7 @@ def nox_sessions() -> set[str]:
 
 
 def test_there_are_workflows() -> None:
-    assert [path.name for path in WORKFLOWS] == ["ci.yml", "refresh.yml"]
+    assert [path.name for path in WORKFLOWS] == ["ci.yml", "ops.yml", "refresh.yml"]
 
 
 def test_every_nox_session_called_exists(nox_sessions: set[str]) -> None:

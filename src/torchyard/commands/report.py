@@ -1,4 +1,5 @@
-"""`torchyard report`: merge runs' parity.json into one compatibility table, as Markdown and static HTML."""
+"""`torchyard report`: merge runs' parity.json (and ops.json, where a run swept operators) into one compatibility
+table, as Markdown and static HTML."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from torchyard.reports.merge import merge
+from torchyard.reports.ops import ops_table
 from torchyard.reports.render import compatibility_html, compatibility_markdown
 from torchyard.util.atomic import write_atomically
 from torchyard.util.markdown import append_step_summary
@@ -25,14 +27,16 @@ def report(
     """The table of `paths` (default: every run under ./reports): Markdown on stdout or into a file (and the
     step summary in GitHub Actions), HTML into a file; each file written whole or not at all."""
     table = merge(list(paths) or [DEFAULT_FOLDER])
-    text = compatibility_markdown(table)
+    ops = ops_table([(run.name, run.source) for run in table.runs])
+    text = compatibility_markdown(table, ops)
     if markdown_file is not None:
         write_atomically(markdown_file, text)
-        print(f"torchyard: {markdown_file}: {len(table.cases)} cases, {len(table.runs)} runs", file=sys.stderr)
+        swept = f", {len(ops.operators)} operators" if ops is not None else ""
+        print(f"torchyard: {markdown_file}: {len(table.cases)} cases{swept}, {len(table.runs)} runs", file=sys.stderr)
     else:
         sys.stdout.write(text)
     if html_file is not None:
-        write_atomically(html_file, compatibility_html(table))
+        write_atomically(html_file, compatibility_html(table, ops))
         print(f"torchyard: {html_file}: the same table as a page", file=sys.stderr)
     append_step_summary(text, env)
     return 0

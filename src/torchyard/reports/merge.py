@@ -1,14 +1,14 @@
 """Several runs' `parity.json` as one compatibility table: case by backend, one column group per run.
 
 A run is a reports folder (`reports/<entry>`), a CI artifact unpacked (`reports-<entry>/`), or a
-`parity.json` named directly; its name is its folder's, less the artifact's `reports-` prefix. A cell holds
+`parity.json` named directly; its name is its folder's, less the artifact's `reports-` prefix (an ops sweep's
+parity.json may hold no case: its ops.json beside it is the run's table, `reports/ops.py`). A cell holds
 every result of that case on that backend in that run (a backend can be tested by more than one suite), and
 shows the worst of their outcomes.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,10 +16,11 @@ from typing import Any
 
 from torchyard.errors import UsageError
 from torchyard.names import BACKEND_NAMES
+from torchyard.reports.files import read_json
+from torchyard.reports.ops import OPS_JSON
 
 # Worst first: a cell shows the first of these that any of its results has.
 OUTCOMES = ("failed", "error", "xfailed", "passed", "skipped")
-MAX_BYTES = 64 << 20  # a parity.json larger than this is not a report torchyard wrote
 
 
 @dataclass(frozen=True)
@@ -87,12 +88,7 @@ def _run_name(report: Path) -> str:
 
 def load_run(report: Path) -> Run:
     """One parity.json, checked enough that a broken or foreign file is one line, not a traceback."""
-    try:
-        if report.stat().st_size > MAX_BYTES:
-            raise UsageError(f"report: {report}: larger than {MAX_BYTES >> 20} MiB; not a torchyard parity.json")
-        data = json.loads(report.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
-        raise UsageError(f"report: {report}: not a readable parity.json ({error.__class__.__name__})") from None
+    data = read_json(report, "parity.json")
     results = data.get("results") if isinstance(data, dict) else None
     if not isinstance(results, list):
         results = None
@@ -100,7 +96,7 @@ def load_run(report: Path) -> Run:
         isinstance(item, dict) and isinstance(item.get("case"), str) and isinstance(item.get("backend"), str)
         for item in results
     )
-    if not valid or results is None:
+    if not valid or results is None or not (results or (report.parent / OPS_JSON).is_file()):
         raise UsageError(f"report: {report}: no results with a case and a backend; not a torchyard parity.json")
     environment = data.get("environment")
     return Run(

@@ -10,6 +10,8 @@ from typing import Any
 
 from torchyard.names import BACKEND_FACTS, module_name
 from torchyard.reports.merge import OUTCOMES, CompatibilityTable
+from torchyard.reports.ops import OUTCOMES as OPS_OUTCOMES
+from torchyard.reports.ops import OpsTable, ops_html, ops_markdown
 
 SYMBOLS = {"passed": "✅", "xfailed": "⚠️ known", "failed": "❌ failed", "error": "❌ error", "skipped": "·", "none": ""}
 LEGEND = "✅ passed · ⚠️ known failure (exact) · ❌ failed or error · `·` skipped (blank: not run)"
@@ -28,7 +30,8 @@ def _versions(environment: dict[str, Any]) -> str:
     return ", ".join(f"{name} {environment[name]}" for name in VERSIONS if environment.get(name))
 
 
-def compatibility_markdown(table: CompatibilityTable) -> str:
+def compatibility_markdown(table: CompatibilityTable, ops: OpsTable | None = None) -> str:
+    """The cases' table (where a run has cases), then the operators' (where a run swept them)."""
     columns = [(run.name, backend) for run in table.runs for backend in run.backends]
     header = ["case", *(f"{run} {backend}" for run, backend in columns)]
     lines = [
@@ -36,15 +39,13 @@ def compatibility_markdown(table: CompatibilityTable) -> str:
         "",
         *(f"- **{run.name}**: {run.precision}; {_versions(run.environment)}" for run in table.runs),
         "",
-        LEGEND,
-        "",
-        "| " + " | ".join(header) + " |",
-        "|" + "---|" * len(header),
     ]
+    if table.cases:
+        lines += [LEGEND, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for case in table.cases:
         cells = [SYMBOLS[table.cell(run, case, backend).outcome] for run, backend in columns]
         lines.append("| " + " | ".join([f"`{case}`", *cells]) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + ("\n" + ops_markdown(ops) if ops is not None else "")
 
 
 STYLE = """
@@ -55,19 +56,22 @@ th.sortable { cursor: pointer; }
 td.case { text-align: left; font-family: monospace; }
 td.passed { background: #e6f4ea; } td.xfailed { background: #fff4d6; }
 td.failed, td.error { background: #fce8e6; } td.skipped { color: #888; }
+tr.differs td.case { font-weight: bold; }
 td a { color: inherit; text-decoration: none; display: block; }
 section.detail { border-top: 1px solid #ddd; margin-top: 1em; padding-top: 0.5em; }
 section.detail:target { background: #f3f7ff; }
 pre { white-space: pre-wrap; }
 """
 
-# Sorts the table's rows by the clicked column: by case name, or by outcome (worst first), a second click
-# reversing. The page loads nothing from anywhere.
+# Sorts a table's rows by the clicked column: by name, or by outcome (worst first, each table its own ranks),
+# a second click reversing. The page loads nothing from anywhere.
 SCRIPT = """
-const rank = RANKS;
+const ranks = RANKS;
 document.querySelectorAll("th.sortable").forEach((header) => {
   header.addEventListener("click", () => {
-    const body = document.querySelector("#compat tbody");
+    const table = header.closest("table");
+    const body = table.tBodies[0];
+    const rank = ranks[table.id] ?? {};
     const column = Number(header.dataset.column);
     const descending = header.dataset.order !== "ascending";
     header.dataset.order = descending ? "ascending" : "descending";
@@ -83,7 +87,13 @@ document.querySelectorAll("th.sortable").forEach((header) => {
     rows.forEach((row) => body.appendChild(row));
   });
 });
-""".replace("RANKS", json.dumps({outcome: position for position, outcome in enumerate(OUTCOMES)}))
+""".replace(
+    "RANKS",
+    json.dumps({
+        "compat": {outcome: position for position, outcome in enumerate(OUTCOMES)},
+        "ops": {"differs": 0, "same": 1} | {outcome: position for position, outcome in enumerate(OPS_OUTCOMES)},
+    }),
+)  # fmt: skip
 
 
 def _where_it_diverges(diverges: dict[str, Any]) -> str:
@@ -158,7 +168,8 @@ def _detail(anchor: str, title: str, results: list[dict[str, Any]]) -> str:
     return "".join(parts)
 
 
-def compatibility_html(table: CompatibilityTable) -> str:
+def compatibility_html(table: CompatibilityTable, ops: OpsTable | None = None) -> str:
+    """One page: the cases' table (where a run has cases) and their details, then the operators' table."""
     columns = [(run.name, backend) for run in table.runs for backend in run.backends]
     groups = "".join(f'<th colspan="{len(run.backends)}">{escape(run.name)}</th>' for run in table.runs)
     heads = "".join(
@@ -188,11 +199,15 @@ def compatibility_html(table: CompatibilityTable) -> str:
         f"<li><b>{escape(run.name)}</b>: {escape(run.precision)}; {escape(_versions(run.environment))}</li>"
         for run in table.runs
     )
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>torchyard compatibility</title>'
-        f"<style>{STYLE}</style></head><body><h1>Compatibility</h1><ul>{runs}</ul>"
+    cases = (
         f"<p>{PAGE_LEGEND}. Click a column's header to sort by it, a cell for its metrics and errors.</p>"
         f'<table id="compat"><thead><tr><th rowspan="2" class="sortable" data-column="0">case</th>{groups}</tr>'
         f"<tr>{heads}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-        f"{''.join(details)}<script>{SCRIPT}</script></body></html>\n"
+        if table.cases
+        else ""
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>torchyard compatibility</title>'
+        f"<style>{STYLE}</style></head><body><h1>Compatibility</h1><ul>{runs}</ul>"
+        f"{cases}{''.join(details)}{ops_html(ops) if ops is not None else ''}<script>{SCRIPT}</script></body></html>\n"
     )

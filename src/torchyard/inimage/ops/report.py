@@ -35,10 +35,12 @@ def write_ops_reports(
     set_aside: Mapping[str, str],
     outcomes: Sequence[Outcome],
     differences: Sequence[str],
+    shard: tuple[int, int] = (1, 1),
 ) -> tuple[Path, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     data = {
         "stack": dict(stack),
+        "shard": list(shard),  # K of N: `torchyard report` puts a stack's shards back together
         "backends": list(backends),
         "counts": counts(outcomes, backends),
         "set_aside": dict(sorted(set_aside.items())),

@@ -63,6 +63,9 @@ class OpsSession:
         self.path = options.expectations or expectations.HERE / expectations.file_name(identity)
         self.expected = expectations.load(self.path)
         self.report_dir = report_dir
+        # Collected where it was named, else into the reports (handed back from a container, whose torchyard is
+        # read-only): torchyard's own are then copied beside the ones it ships (`nox -s ops -- --collect`).
+        self.collect_to = options.expectations or report_dir / expectations.file_name(self.identity)
         cache = entry_cache(env, contract.cache_root(env, report_dir))
         self.settings = SweepSettings(device, dtype, tolerances, workdir, cache, timeout_s)
         self._make_operators = operators or (lambda: op_db_operators(dtype, device))
@@ -120,10 +123,12 @@ class OpsSession:
                 set_aside=self.set_aside,
                 outcomes=self.outcomes,
                 differences=self.differences,
+                shard=self.options.shard,
             )
         )
         if self.options.collect:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text(expectations.render(self.identity, self.set_aside, self.outcomes), encoding="utf-8")
-            written.append(self.path)
+            self.collect_to.parent.mkdir(parents=True, exist_ok=True)
+            text = expectations.render(self.identity, self.set_aside, self.outcomes)
+            self.collect_to.write_text(text, encoding="utf-8")
+            written.append(self.collect_to)
         return written

@@ -1,0 +1,231 @@
+"""Several runs' ops sweeps (`ops.json`, beside a run's parity.json) as one table: operator by backend, one
+column group per run, and the operators whose outcome on a backend differs between runs (what an upgrade
+changed). Everything in an ops.json comes from a run of other people's code: it is checked, then escaped."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from torchyard.errors import UsageError
+from torchyard.reports.files import read_json
+
+OPS_JSON = "ops.json"  # the in-image ops suite's name for it (inimage/ops/report.py)
+SHARD_SUFFIX = re.compile(r"-shard-[0-9]+$")
+# Worst first: a cell shows the first of these that any of its samples has.
+OUTCOMES = (
+    "wrong value", "crashed", "failed to run", "failed to lower", "failed to export", "not supported", "passed",
+    "set aside",
+)  # fmt: skip
+WORDS = {
+    "wrong value": "wrong", "crashed": "crash", "failed to run": "run", "failed to lower": "lower",
+    "failed to export": "export", "not supported": "n/s", "passed": "pass", "set aside": "aside", "none": "",
+}  # fmt: skip
+CLASSES = {"wrong value": "failed", "crashed": "error", "passed": "passed", "set aside": "skipped", "none": ""}
+LEGEND = (
+    "pass; wrong: a wrong value; crash: the backend's runtime aborted; run, lower, export: failed to; n/s: not "
+    "supported by that backend; aside: set aside by rule (random, uninitialized); blank: not swept"
+)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One run's ops.json: its stack, its backends, each outcome, what a rule set aside."""
+
+    run: str
+    stack: dict[str, str]
+    backends: tuple[str, ...]
+    outcomes: tuple[dict[str, Any], ...]
+    set_aside: dict[str, str]
+    shard: tuple[int, int] = (1, 1)
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def load_sweep(run: str, path: Path) -> Sweep:
+    """One ops.json, checked enough that a broken or foreign file is one line, not a traceback."""
+    data = read_json(path, "ops.json")
+    outcomes = data.get("outcomes") if isinstance(data, dict) else None
+    valid = isinstance(outcomes, list) and all(
+        isinstance(item, dict)
+        and isinstance(item.get("operator"), str)
+        and isinstance(item.get("backend"), str)
+        and isinstance(item.get("sample"), int)
+        and item.get("outcome") in OUTCOMES
+        for item in outcomes
+    )
+    if not isinstance(data, dict) or not valid or not isinstance(outcomes, list):
+        raise UsageError(f"report: {path}: no outcomes with an operator, a sample and a backend; not an ops.json")
+    stack, backends, aside, shard = data.get("stack"), data.get("backends"), data.get("set_aside"), data.get("shard")
+    return Sweep(
+        run=run,
+        stack={str(key): str(value) for key, value in stack.items()} if isinstance(stack, dict) else {},
+        backends=tuple(str(name) for name in backends) if isinstance(backends, list) else (),
+        outcomes=tuple(outcomes),
+        set_aside={str(key): _text(value) for key, value in aside.items()} if isinstance(aside, dict) else {},
+        shard=_shard(shard),
+    )
+
+
+def _shard(value: object) -> tuple[int, int]:
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(number, int) for number in value):
+        return value[0], value[1]
+    return 1, 1
+
+
+def whole(sweeps: Sequence[Sweep]) -> list[Sweep]:
+    """The sweeps with a stack's shards put back together: runs named `<name>-shard-<K>` of one stack, each one
+    of N shards, become one run `<name>` (a workflow spreads a sweep over runners and uploads each shard)."""
+    joined: dict[tuple[str, str, int], list[Sweep]] = {}
+    for sweep in sweeps:
+        name = SHARD_SUFFIX.sub("", sweep.run) if sweep.shard[1] > 1 else sweep.run
+        joined.setdefault((name, json.dumps(sweep.stack, sort_keys=True), sweep.shard[1]), []).append(sweep)
+    return [
+        Sweep(
+            run=name,
+            stack=parts[0].stack,
+            backends=tuple(dict.fromkeys(backend for part in parts for backend in part.backends)),
+            outcomes=tuple(item for part in parts for item in part.outcomes),
+            set_aside={key: rule for part in parts for key, rule in part.set_aside.items()},
+        )
+        for (name, _, _), parts in joined.items()
+    ]
+
+
+@dataclass(frozen=True)
+class OpsTable:
+    sweeps: tuple[Sweep, ...]
+    operators: tuple[str, ...]
+    cells: dict[tuple[str, str, str], list[dict[str, Any]]]  # (run, operator, backend) -> its samples' outcomes
+
+    @property
+    def columns(self) -> list[tuple[str, str]]:
+        return [(sweep.run, backend) for sweep in self.sweeps for backend in sweep.backends]
+
+    def outcome(self, run: str, operator: str, backend: str) -> str:
+        found = {str(item["outcome"]) for item in self.cells.get((run, operator, backend), [])}
+        return next((outcome for outcome in OUTCOMES if outcome in found), "none")
+
+    def differs(self, operator: str) -> bool:
+        """Whether a backend swept by two or more runs has this operator with different outcomes in them."""
+        by_backend: dict[str, set[str]] = {}
+        for run, backend in self.columns:
+            outcome = self.outcome(run, operator, backend)
+            if outcome != "none":
+                by_backend.setdefault(backend, set()).add(outcome)
+        return any(len(outcomes) > 1 for outcomes in by_backend.values())
+
+    def failed(self, operator: str) -> bool:
+        """Whether any run has this operator with an outcome other than passed or set aside."""
+        outcomes = {self.outcome(run, operator, backend) for run, backend in self.columns}
+        return bool(outcomes - {"passed", "set aside", "none"})
+
+    def counts(self, sweep: Sweep, backend: str) -> dict[str, int]:
+        """How many operators have each (worst) outcome on `backend` in `sweep`."""
+        found: dict[str, int] = {}
+        for operator in self.operators:
+            outcome = self.outcome(sweep.run, operator, backend)
+            if outcome != "none":
+                found[outcome] = found.get(outcome, 0) + 1
+        return found
+
+
+def ops_table(runs: Sequence[tuple[str, Path]]) -> OpsTable | None:
+    """The sweeps beside the runs' parity.json (`(run name, parity.json)`), or None where no run has one."""
+    found = [(name, report.parent / OPS_JSON) for name, report in runs]
+    sweeps = whole([load_sweep(name, path) for name, path in found if path.is_file()])
+    if not sweeps:
+        return None
+    cells: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for sweep in sweeps:
+        for item in sweep.outcomes:
+            cells.setdefault((sweep.run, item["operator"], item["backend"]), []).append(item)
+        for key, rule in sweep.set_aside.items():
+            if "#" not in key:  # a whole operator set aside: every backend of the run says so
+                for backend in sweep.backends:
+                    cells[(sweep.run, key, backend)] = [{"outcome": "set aside", "detail": rule, "sample": -1}]
+    operators = sorted({operator for _, operator, _ in cells})
+    return OpsTable(tuple(sweeps), tuple(operators), cells)
+
+
+def _stack(sweep: Sweep) -> str:
+    return ", ".join(f"{name} {value}" for name, value in sweep.stack.items())
+
+
+def ops_markdown(table: OpsTable) -> str:
+    """Counts of operators by outcome per run and backend, then the operators that differ between runs (with
+    one run: those that did not pass)."""
+    lines = ["## Operators", "", *(f"- **{sweep.run}**: {_stack(sweep)}" for sweep in table.sweeps), ""]
+    heads = list(OUTCOMES)
+    lines += ["| run | backend | " + " | ".join(heads) + " |", "|---|---|" + "---|" * len(heads)]
+    for sweep in table.sweeps:
+        for backend in sweep.backends:
+            found = table.counts(sweep, backend)
+            lines.append(f"| {sweep.run} | {backend} | " + " | ".join(str(found.get(name, 0)) for name in heads) + " |")
+    several = len(table.sweeps) > 1
+    listed = [operator for operator in table.operators if (table.differs if several else table.failed)(operator)]
+    title = "Operators whose outcome differs between runs" if several else "Operators that did not pass"
+    lines += ["", f"### {title}: {len(listed)}", ""]
+    if listed:
+        header = ["operator", *(f"{run} {backend}" for run, backend in table.columns)]
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for operator in listed:
+            cells = [WORDS[table.outcome(run, operator, backend)] for run, backend in table.columns]
+            lines.append("| " + " | ".join([f"`{operator}`", *cells]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _tip(items: list[dict[str, Any]]) -> str:
+    """A cell's tooltip: each sample that did not pass, with its error's first line or its metrics."""
+    said = []
+    for item in sorted(items, key=lambda found: found.get("sample", 0)):
+        if item.get("outcome") == "passed":
+            continue
+        metrics = item.get("metrics")
+        scaled = metrics.get("scaled_max_error") if isinstance(metrics, dict) else None
+        worst = f" (scaled max error {scaled:.3g})" if isinstance(scaled, float) else ""
+        sample = f"sample {item['sample']}: " if item.get("sample", -1) >= 0 else ""
+        said.append(f"{sample}{item.get('outcome')}{worst}: {_text(item.get('detail'))}")
+    return "\n".join(said)
+
+
+def ops_html(table: OpsTable) -> str:
+    """The op table as a section of the compatibility page: operators that differ between runs first, marked."""
+    columns = table.columns
+    groups = "".join(f'<th colspan="{len(sweep.backends)}">{escape(sweep.run)}</th>' for sweep in table.sweeps)
+    heads = "".join(
+        f'<th class="sortable" data-column="{position}">{escape(backend)}</th>'
+        for position, (_, backend) in enumerate(columns, start=2)
+    )
+    ordered = sorted(table.operators, key=lambda operator: (not table.differs(operator), operator))
+    rows = []
+    for operator in ordered:
+        differs = table.differs(operator)
+        cells = [
+            f'<td class="case">{escape(operator)}</td>',
+            f'<td data-outcome="{"differs" if differs else "same"}">{"differs" if differs else ""}</td>',
+        ]
+        for run, backend in columns:
+            outcome = table.outcome(run, operator, backend)
+            tip = escape(_tip(table.cells.get((run, operator, backend), [])), quote=True)
+            cells.append(
+                f'<td class="{CLASSES.get(outcome, "error")}" data-outcome="{escape(outcome)}" title="{tip}">'
+                f"{WORDS[outcome]}</td>"
+            )
+        rows.append(f'<tr class="{"differs" if differs else "same"}">' + "".join(cells) + "</tr>")
+    runs = "".join(f"<li><b>{escape(sweep.run)}</b>: {escape(_stack(sweep))}</li>" for sweep in table.sweeps)
+    changed = sum(table.differs(operator) for operator in table.operators)
+    return (
+        f'<h2 id="operators">Operators</h2><ul>{runs}</ul><p>{LEGEND}. {len(table.operators)} operators; '
+        f"{changed} differ between runs on a backend both swept (listed first). Hover a cell for its samples.</p>"
+        f'<table id="ops"><thead><tr><th rowspan="2" class="sortable" data-column="0">operator</th>'
+        f'<th rowspan="2" class="sortable" data-column="1">between runs</th>{groups}</tr><tr>{heads}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
