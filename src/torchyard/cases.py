@@ -4,5 +4,6 @@ Importable where torch is (inside images and venvs); the implementation lives in
 """
 
 from torchyard.inimage.cases import Call, Case, KnownFailure
+from torchyard.inimage.cases.files import InputFiles
 
-__all__ = ["Call", "Case", "KnownFailure"]
+__all__ = ["Call", "Case", "InputFiles", "KnownFailure"]

@@ -102,6 +102,8 @@ def test_adopter_project_end_to_end(
     results = json.loads((reports / "parity.json").read_text())["results"]
     passed = {(r["case"], r["backend"]) for r in results if r["outcome"] == "passed"}
     assert {("robopolicy", "eager"), ("robopolicy", "export"), ("robopolicy", "inductor")} <= passed
+    # Its recorded batches (package data, InputFiles) load in the image and pass beside the random one.
+    assert {("robopolicy_recorded", "export"), ("robopolicy_recorded", "inductor")} <= passed
     references = {r["reference"] for r in results if r["case"] == "robopolicy" and r["outcome"] == "passed"}
     assert references and all(kind.startswith("float32 on cpu (float64 fails") for kind in references)
     junit = (reports / "junit.xml").read_text()

@@ -72,6 +72,9 @@ class Evaluations:
         if not self.settings.localize_seconds:
             return
         if localizes(result.backend):
+            # On the batch that failed first: a batch from a file can fail where the random one passes.
+            labels = case.batch_labels()
+            failing = next((c.batch for c in result.comparisons if not c.passed and c.batch), "")
             where = localize(
                 case,
                 result.backend,
@@ -80,6 +83,7 @@ class Evaluations:
                 workdir=self.workdir / case.name / "localize",
                 device=self.device,
                 time_bound=self.settings.localize_seconds,
+                batch=labels.index(failing) if failing in labels else 0,
             )
             result.diverges = where.as_dict()
 

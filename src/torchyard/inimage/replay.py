@@ -41,11 +41,15 @@ def file_digests(paths: Iterable[Path]) -> list[tuple[str, str]]:
 
 
 def _case_files(env: Mapping[str, str]) -> list[Path]:
+    """Each case module's package folder, whole (its code, and the input files its cases load beside it); a
+    top-level module's own file (its folder is site-packages, or the project's root)."""
     files = []
     for name in contract.Values(env).items(contract.CASES):
-        spec = importlib.util.find_spec(name.split(":", 1)[0])
+        module = name.split(":", 1)[0]
+        spec = importlib.util.find_spec(module)
         if spec is not None and spec.origin:
-            files.append(Path(spec.origin))
+            origin = Path(spec.origin)
+            files.append(origin.parent if "." in module or origin.name == "__init__.py" else origin)
     return files
 
 

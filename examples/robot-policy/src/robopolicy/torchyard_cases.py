@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from robopolicy.policy import Policy
-from torchyard.cases import Call, Case
+from torchyard.cases import Call, Case, InputFiles
+
+# Batches as the robot records them (package data): bright frames, joint states near their limits.
+RECORDED = InputFiles(
+    sorted((Path(__file__).parent / "recorded").glob("episode_*.pt")),
+    shapes={"observation.camera": (torch.uint8, (None, 32, 32, 3)), "observation.state": (torch.float32, (None, 6))},
+)
 
 
 def observation(generator: torch.Generator) -> Call:
@@ -33,6 +41,14 @@ CASES = [
         observation,
         loss=behaviour_cloning_loss,
         description="robopolicy.Policy: dict observation in, dict out; trains with its own loss",
+    ),
+    Case(
+        "robopolicy_recorded",
+        Policy,
+        observation,
+        input_files=RECORDED,
+        train=False,
+        description="the random batch, then the recorded ones: a failing result names its batch",
     ),
     Case(
         "robopolicy_chunk8",

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import torch
 
+from torchyard.inimage.cases.files import InputFiles
 from torchyard.names import BACKEND_NAMES, PRECISION_DTYPES, TRAIN_BACKENDS
 
 Inputs = tuple[Any, ...]
@@ -113,6 +114,8 @@ class Case:
     eager's.
     `tolerances` overrides the bounds for this case (`{"float32.inductor": {"max-rel-l2": 1e-4}}`, or
     `"float32.*"`); `backends` limits the backends it applies to (the others skip, saying so).
+    `input_files` (`InputFiles`) adds the batches the model really sees, from files in the project, after
+    the random ones (or alone, without `make_inputs`); a failing result names the batch.
     The train suite takes one optimizer step with it unless `train=False`; its loss is the mean square of
     the floating output leaves unless `loss(outputs, call)` says otherwise; `scaler` sets fp16's
     `torch.amp.GradScaler` (`init_scale`, `growth_interval`, `growth_factor`, `backoff_factor`).
@@ -120,7 +123,7 @@ class Case:
 
     name: str
     make_module: Callable[[], torch.nn.Module]
-    make_inputs: Callable[[torch.Generator], Inputs | Call]
+    make_inputs: Callable[[torch.Generator], Inputs | Call] | None = None
     dynamic_shapes: Callable[[], Any] | None = None
     extra_batch: Callable[[torch.Generator], Inputs | Call] | None = None
     compare: Literal["values", "statistics"] = "values"
@@ -131,8 +134,13 @@ class Case:
     train: bool = True
     loss: Callable[[Any, Call], torch.Tensor] | None = None
     scaler: Mapping[str, float] = field(default_factory=dict)
+    input_files: InputFiles | None = None
 
     def __post_init__(self) -> None:
+        if self.make_inputs is None and self.input_files is None:
+            raise ValueError(f"case {self.name!r}: needs make_inputs, input_files, or both")
+        if self.input_files is not None and not isinstance(self.input_files, InputFiles):
+            raise ValueError(f"case {self.name!r}: input_files must be a torchyard.cases.InputFiles")
         known_backends = (*BACKEND_NAMES, *TRAIN_BACKENDS)
         for backend in [*self.known_failures, *(self.backends or ())]:
             if base_backend(backend) not in known_backends:
@@ -166,10 +174,22 @@ class Case:
         return self.backends is None or backend in self.backends or base_backend(backend) in self.backends
 
     def calls(self, seed: int = 0) -> list[Call]:
+        """The random batches (`make_inputs`, then `extra_batch`), then each input file's."""
         generator = torch.Generator().manual_seed(seed)
-        makers = [self.make_inputs, *([self.extra_batch] if self.extra_batch is not None else [])]
-        made = [maker(generator) for maker in makers]
+        makers = [self.make_inputs] if self.make_inputs is not None else []
+        makers += [self.extra_batch] if self.extra_batch is not None else []
+        made: list[Any] = [maker(generator) for maker in makers]
+        if self.input_files is not None:
+            made += [Call(kwargs=batch) if isinstance(batch, dict) else batch for batch in self.input_files.batches()]
         return [value if isinstance(value, Call) else Call(tuple(value)) for value in made]
+
+    def batch_labels(self) -> list[str]:
+        """What names each of `calls()` where a result says which batch failed: "" for every batch of a case
+        without input files (its reasons stay as they were)."""
+        random = [*(["random inputs"] if self.make_inputs else []), *(["extra batch"] if self.extra_batch else [])]
+        if self.input_files is None:
+            return [""] * len(random)
+        return [*random, *self.input_files.labels]
 
     def module(self, seed: int = 0) -> torch.nn.Module:
         """The model with deterministic weights, in eval mode."""

@@ -138,29 +138,31 @@ def _float64_kind(eager: list[Leaf], reference: list[Leaf], dtype: torch.dtype) 
 
 
 def _compare(case: Case, run: BackendRun, reference: Reference, bounds: Any) -> tuple[list[Comparison], bool]:
+    labels = case.batch_labels()
     pairs = [
-        (position, output, expected)
-        for outputs, expected_leaves in zip(run.outputs, reference.outputs, strict=True)
+        (labels[batch] if batch < len(labels) else "", position, output, expected)
+        for batch, (outputs, expected_leaves) in enumerate(zip(run.outputs, reference.outputs, strict=True))
         for position, (output, expected) in enumerate(zip(outputs, expected_leaves, strict=True))
     ]
     shapes_match = all(
         output.shape == expected.shape
-        for _, output, expected in pairs
+        for _, _, output, expected in pairs
         if isinstance(output, torch.Tensor) and isinstance(expected, torch.Tensor)
     )
     comparisons: list[Comparison] = []
-    for position, output, expected in pairs:
+    for label, position, output, expected in pairs:
         name = reference.paths[position] if position < len(reference.paths) else str(position)
         if not isinstance(output, torch.Tensor) or not isinstance(expected, torch.Tensor):
-            comparisons.append(compare_objects(output, expected, name or "output"))
-            continue
-        want = reference.expected_dtypes[position] if position < len(reference.expected_dtypes) else None
-        want = want or expected.dtype
-        if case.compare == "statistics":
-            comparisons.append(compare_statistics(output, expected, want, name or "output"))
+            comparison = compare_objects(output, expected, name or "output")
         else:
-            floor = reference.floors[position] if position < len(reference.floors) else 0.0
-            comparisons.append(compare_values(output, expected, want, bounds, name or "output", floor=floor))
+            want = reference.expected_dtypes[position] if position < len(reference.expected_dtypes) else None
+            want = want or expected.dtype
+            if case.compare == "statistics":
+                comparison = compare_statistics(output, expected, want, name or "output")
+            else:
+                floor = reference.floors[position] if position < len(reference.floors) else 0.0
+                comparison = compare_values(output, expected, want, bounds, name or "output", floor=floor)
+        comparisons.append(dataclasses.replace(comparison, batch=label) if label else comparison)
     return comparisons, shapes_match
 
 
@@ -227,7 +229,11 @@ def evaluate(
         result.status = "passed"
     else:
         result.status = "failed"
-        result.reason = "; ".join(f"output {c.output}: {c.problem}" for c in result.comparisons if not c.passed)
+        result.reason = "; ".join(
+            f"{f'batch {c.batch}, ' if c.batch else ''}output {c.output}: {c.problem}"
+            for c in result.comparisons
+            if not c.passed
+        )
     known = case.known_failure(backend)
     if known is not None and known.computes is not None:
         result.known_values = _computes_instead(

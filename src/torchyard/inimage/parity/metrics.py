@@ -25,6 +25,7 @@ class Comparison:
     cosine: float
     problem: str
     rule: str = ""
+    batch: str = ""  # which batch, where a case has input files (`Case.batch_labels`)
 
     @property
     def passed(self) -> bool:

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from torchyard.inimage.cases import Case
+from torchyard.inimage.cases.files import InputFiles
 from torchyard.inimage.evaluations import Evaluations
 from torchyard.inimage.options import RunSettings
 from torchyard.inimage.parity.backends import NO_CACHE, unavailable_reason
@@ -161,3 +162,42 @@ def test_the_entrys_time_bound_turns_localization_off_at_zero(tmp_path: Path, se
     result = evaluations.result(case, "export")
     assert result.status == "failed"
     assert (result.diverges is None) == (seconds == 0)
+
+
+class Gate(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.into, self.out = torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gated: torch.Tensor = self.out(torch.nn.functional.silu(self.into(x)))
+        return gated
+
+
+def wrong_silu_on_large(x: torch.Tensor) -> torch.Tensor:
+    """1% off where |x| > 20 only: right on small random inputs, wrong on a file's large ones."""
+    return torch.where(x.abs() > 20, 1.01 * x * torch.sigmoid(x), x * torch.sigmoid(x))
+
+
+def evaluated_batches(workdir: Path) -> tuple[str, str, dict[str, Any] | None]:
+    """A case with a random batch (which passes) and one from a file (which does not) on ExecuTorch's portable
+    kernels with the SiLU wrong on large values: its status, its reason, and where it diverges."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    torch.save((100 * torch.randn(4, 16, generator=torch.Generator().manual_seed(1)),), workdir / "bright.pt")
+    files = InputFiles([workdir / "bright.pt"], {"0": (torch.float32, (None, 16))})
+    case = Case("planted_gate", Gate, lambda g: (torch.randn(4, 16, generator=g),), input_files=files)
+    settings = RunSettings("cpu", "fp32", workdir, TOLERANCES, (), True, ("parity",), ("inductor",), None, {})
+    evaluations = Evaluations(settings, workdir)
+    evaluations.cache = NO_CACHE
+    with wrong_decomposition(SILU, wrong_silu_on_large):
+        result = evaluations.result(case, "executorch-portable")
+    return result.status, result.reason, result.diverges
+
+
+@(pytest.mark.skip(reason=NO_EXECUTORCH) if NO_EXECUTORCH else pytest.mark.beside.with_args(evaluated_batches))
+def test_a_failing_batch_from_a_file_is_named_and_localized_on(beside: tuple[str, str, dict[str, Any] | None]) -> None:
+    """Localized on the first call, this case would name no node: the random batch is right."""
+    status, reason, diverges = beside
+    assert status == "failed" and reason.startswith("batch bright.pt, output output: "), reason
+    assert diverges is not None and diverges["node"] is not None, diverges
+    assert diverges["node"]["node"] == "silu" and diverges["node"]["delegate"] == "portable kernel"

@@ -63,10 +63,11 @@ def localize(
     workdir: Path,
     device: torch.device = CPU,
     time_bound: float = TIME_BOUND,
+    batch: int = 0,
 ) -> Localization:
-    """Where `backend` first diverges from the float64 reference on the case's first call (ExecuTorch and export
-    on the CPU, inductor on `device`); never raises for the model's or the backend's failure: the note says
-    what happened."""
+    """Where `backend` first diverges from the float64 reference on the case's call `batch` (its first; the
+    failing batch from a file) (ExecuTorch and export on the CPU, inductor on `device`); never raises for the
+    model's or the backend's failure: the note says what happened."""
     deadline = Deadline(time_bound)
     how = _how(backend)
     if how is None:
@@ -78,11 +79,12 @@ def localize(
     try:
         if how == "compiler steps":
             step = bisect_compile(
-                case, backend.partition(":")[2], device=device, dtype=dtype, bounds=bounds, deadline=deadline
-            )
+                case, backend.partition(":")[2], device=device, dtype=dtype, bounds=bounds, deadline=deadline,
+                batch=batch,
+            )  # fmt: skip
         else:
             node, compared, kind = _first_node(
-                case, backend, dtype=dtype, bounds=bounds, workdir=workdir, deadline=deadline
+                case, backend, dtype=dtype, bounds=bounds, workdir=workdir, deadline=deadline, batch=batch
             )
     except GaveUp as stage:
         note = f"gave up after {deadline.elapsed:.0f} s (time bound {time_bound:g} s), before {stage}"
@@ -92,7 +94,10 @@ def localize(
         return Localization(backend, None, compared, deadline.elapsed, note)
     except Exception as error:
         return Localization(backend, None, compared, deadline.elapsed, f"localization failed: {describe_error(error)}")
-    return Localization(backend, node, compared, deadline.elapsed, _nothing_found(how, node, step), step, kind)
+    note = _nothing_found(how, node, step)
+    if batch and note:
+        note = note.replace("the case's first call", f"its batch {case.batch_labels()[batch]}")
+    return Localization(backend, node, compared, deadline.elapsed, note, step, kind)
 
 
 def _nothing_found(how: Localizes, node: NodeDivergence | None, step: str) -> str:
@@ -104,11 +109,11 @@ def _nothing_found(how: Localizes, node: NodeDivergence | None, step: str) -> st
 
 
 def _first_node(
-    case: Case, backend: str, *, dtype: torch.dtype, bounds: Bounds, workdir: Path, deadline: Deadline
+    case: Case, backend: str, *, dtype: torch.dtype, bounds: Bounds, workdir: Path, deadline: Deadline, batch: int
 ) -> tuple[NodeDivergence | None, int, str]:
-    """The first node out of bounds, how many were compared, and the reference's kind."""
+    """The first node out of bounds on call `batch`, how many were compared, and the reference's kind."""
     module = copy.deepcopy(case.module()).to(dtype).cpu().eval()
-    call = to_device(case.calls()[0], CPU, dtype)
+    call = to_device(case.calls()[batch], CPU, dtype)
     program = export_program(case, module, call)
     inputs = flat_inputs(keyword_order(program, call), call)
     deadline.check("the reference")

@@ -21,13 +21,20 @@ from torchyard.inimage.parity.trees import leaves, to_device
 
 
 def bisect_compile(
-    case: Case, mode: str, *, device: torch.device, dtype: torch.dtype, bounds: Bounds, deadline: Deadline
+    case: Case,
+    mode: str,
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    bounds: Bounds,
+    deadline: Deadline,
+    batch: int = 0,
 ) -> str:
-    """The backend and pass (or the lowering of one node) the bisector names for the case's first call, in words;
+    """The backend and pass (or the lowering of one node) the bisector names for the case's call `batch`, in words;
     "" where every step meets the reference (the failure does not show on that call)."""
     from torch._inductor.compiler_bisector import CompilerBisector
 
-    call = case.calls()[0]
+    call = case.calls()[batch]
     reference = make_reference(case, [call], device=device, dtype=dtype)
     if reference.error:
         raise RuntimeError(f"no reference: {reference.error}")
