@@ -67,7 +67,9 @@ class Evaluations:
         """Where a failing backend diverges, for a failure no known failure explains: a known wrong value says
         already what the backend computes, and a random program's statistics have no node to blame. Within the
         entry's time bound (`localize-timeout`); none where it is 0."""
-        if result.status != "failed" or result.known_values or case.compare != "values":
+        known = case.known_failure(result.backend)
+        named = known is not None and bool(known.node)  # a known wrong value that names its node: it is checked
+        if result.status != "failed" or (result.known_values and not named) or case.compare != "values":
             return
         if not self.settings.localize_seconds:
             return

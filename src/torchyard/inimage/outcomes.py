@@ -4,6 +4,8 @@ cannot be made failing one test; recorded on the test's report for the controlle
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
@@ -73,11 +75,21 @@ def conclude(request: pytest.FixtureRequest, suite: SuiteName, case: Case, resul
                 f"{case.name} on {result.backend} now works: remove its known failure ({known.reason})", pytrace=False
             )
         if (result.status == "error" and known.matches(result.error_types, result.error_message)) or (
-            result.status == "failed" and known.computes is not None and result.known_values
+            result.status == "failed"
+            and known.computes is not None
+            and result.known_values
+            and diverges_at(result.diverges) == known.node
         ):
             record(request, suite, result, "xfailed", f"{known.reason} [observed: {result.reason}]")
             pytest.xfail(known.reason)
         mismatch = known.mismatch(result.error_types, result.error_message) if result.status == "error" else ""
+        if result.known_values and known.node:
+            found = diverges_at(result.diverges)
+            mismatch = (
+                f"it diverges first at node {found}" if found
+                else "localization named no node" if result.diverges
+                else "not localized (the entry's localize-timeout is off)"
+            )  # fmt: skip
         got = f"expected {known.expectation()}, got {result.status}: {result.reason}"
         got += f" ({mismatch})" if mismatch else ""
         record(request, suite, result, "failed", got)
@@ -94,6 +106,12 @@ def conclude(request: pytest.FixtureRequest, suite: SuiteName, case: Case, resul
         pytest.fail(
             f"{case.name} on {result.backend} ({suite}): {result.status}: {result.reason}{where}", pytrace=False
         )
+
+
+def diverges_at(diverges: Mapping[str, Any] | None) -> str:
+    """The node localization names where a result first diverges ("" where it named none, or did not run)."""
+    node = diverges.get("node") if diverges else None
+    return str(node.get("node", "")) if isinstance(node, dict) else ""
 
 
 def reference_reporter(config: pytest.Config, case: str, reason: str, nodeid: str) -> str:

@@ -43,15 +43,19 @@ class KnownFailure:
     whose eager outputs the backend gives instead of the case's; the parity suite then expects the backend
     to miss the case's reference and to meet that model's, within the same bounds. Suites that do not
     compare values see no failure there. Any other outcome on that backend is a real failure, and a backend
-    that starts working fails until this is removed.
+    that starts working fails until this is removed. A known wrong value may name the `node` where the
+    backend first diverges (as localization names it, `gelu`): then the failure is known only there.
     """
 
     reason: str
     raises: str = ""
     match: str = ""
     computes: Callable[[], torch.nn.Module] | None = None
+    node: str = ""
 
     def __post_init__(self) -> None:
+        if self.node and self.computes is None:
+            raise ValueError(f"known failure {self.reason!r}: node names where a wrong value diverges (with computes)")
         if (self.computes is not None) == bool(self.raises or self.match):
             raise ValueError(
                 f"known failure {self.reason!r}: give the error (raises and match) or what the backend "
@@ -91,7 +95,8 @@ class KnownFailure:
 
     def expectation(self) -> str:
         if self.computes is not None:
-            return f"the known wrong values (what {getattr(self.computes, '__qualname__', 'computes')} computes)"
+            at = f", diverging first at node {self.node}" if self.node else ""
+            return f"the known wrong values (what {getattr(self.computes, '__qualname__', 'computes')} computes{at})"
         return f"the known failure {self.raises} matching {self.match!r}"
 
 

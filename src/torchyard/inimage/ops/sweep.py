@@ -32,7 +32,7 @@ from torchyard.inimage.parity.tolerances import Tolerances
 from torchyard.inimage.parity.trees import to_device
 
 MARK = "=== torchyard ops: "  # the line a child prints before each item: a crash's own lines follow the last
-TIMEOUT_S = 600.0
+TIMEOUT_S = 300.0  # one sample on one backend: a stall is that item's crash
 
 # A backend's runner replaced for one case (the self-tests plant faults so): (case name, backend) -> runner.
 Plant = Callable[[str, str], Runner | None]
@@ -101,26 +101,34 @@ class _Sweep:
         child = context.Process(target=self._child, args=(pending, send))
         child.start()
         send.close()
-        with receive:
-            for position in pending:
-                index, _, backend = self.items[position]
-                if receive.poll(self.settings.timeout_s):
-                    with contextlib.suppress(EOFError):  # the child died: the item it was on crashed
-                        outcomes[position] = receive.recv()
-                        continue
-                    detail = ""
-                else:
-                    detail = f"did not end within {self.settings.timeout_s:.0f} s"
-                    child.kill()
+        try:
+            with receive:
+                for position in pending:
+                    index, _, backend = self.items[position]
+                    if receive.poll(self.settings.timeout_s):
+                        with contextlib.suppress(EOFError):  # the child died: the item it was on crashed
+                            outcomes[position] = receive.recv()
+                            continue
+                        detail = ""
+                    else:
+                        detail = f"did not end within {self.settings.timeout_s:.0f} s"
+                        child.kill()
+                    child.join()
+                    detail = detail or _death(child.exitcode, self.log)
+                    outcomes[position] = Outcome(self.operator.name, index, backend, "crashed", detail)
+                    return
+            child.join()
+        finally:  # interrupted: the child goes too (multiprocessing would wait for it at the run's exit)
+            if child.is_alive():
+                child.kill()
                 child.join()
-                detail = detail or _death(child.exitcode, self.log)
-                outcomes[position] = Outcome(self.operator.name, index, backend, "crashed", detail)
-                return
-        child.join()
 
     def _child(self, pending: list[int], send: Connection) -> None:
         """In the forked child: output to the operator's log, then each pending item, its outcome sent as known."""
         _output_to(self.log)
+        # The parent's OpenMP threads (any suite before this one started them) are not in a forked child, and
+        # libgomp waits for them forever in the first parallel region: one thread, no parallel region.
+        torch.set_num_threads(1)
         made: dict[int, tuple[Case, Reference]] = {}
         exported: dict[int, bool] = {}
         settings = self.settings

@@ -83,22 +83,47 @@ def test_known_wrong_values_are_exact(tmp_path: Path) -> None:
 
 
 KNOWN_VALUES_SUITE = """
+import dataclasses
 import pytest
 import torch
 from torchyard.inimage.cases.builtin import CASES, erf_gelu_block
 from torchyard.inimage.parity.harness import evaluate
 from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.outcomes import conclude
+from torchyard.inimage.parity.localize.result import Localization, NodeDivergence
+from torchyard.inimage.parity.metrics import Comparison
 from torchyard.inimage.suites.planted import computing
 
 CASE = next(case for case in CASES if case.name == "gelu_tanh")
+KNOWN = CASE.known_failure("executorch-xnnpack")
+NAMED = dataclasses.replace(CASE, known_failures={"executorch-xnnpack": dataclasses.replace(KNOWN, node="gelu")})
 
 
-def result(runner, tmp_path, dtype=torch.float32):
+def result(runner, tmp_path, dtype=torch.float32, case=CASE):
     return evaluate(
-        CASE, "executorch-xnnpack", device=torch.device("cpu"), dtype=dtype,
+        case, "executorch-xnnpack", device=torch.device("cpu"), dtype=dtype,
         tolerances=load_tolerances(), workdir=tmp_path, runner=runner,
     )
+
+
+def localized_at(node, operator):  # what localization records for a result that first diverges at `node`
+    error = Comparison("", [4, 8], "torch.float32", 1e-3, 1e-3, 1e-3, 1.0, "relative L2 error 0.001 > 1e-05")
+    found = NodeDivergence(node, operator, "builtin.py:1 in forward", error, ())
+    return Localization("executorch-xnnpack", found, 2, 1.0).as_dict()
+
+
+@pytest.mark.parity
+def test_as_known_at_its_node(request, tmp_path):
+    r = result(computing(erf_gelu_block), tmp_path, case=NAMED)
+    r.diverges = localized_at("gelu", "aten.gelu.default")
+    conclude(request, "parity", NAMED, r)
+
+
+@pytest.mark.parity
+def test_as_known_at_another_node(request, tmp_path):
+    r = result(computing(erf_gelu_block), tmp_path, case=NAMED)
+    r.diverges = localized_at("linear", "aten.linear.default")
+    conclude(request, "parity", NAMED, r)
 
 
 @pytest.mark.parity
@@ -138,6 +163,8 @@ def test_known_wrong_values_xfail_only_as_known_and_only_where_values_are_compar
     assert result.ret == 1
     result.stdout.fnmatch_lines(
         [
+            "*::test_as_known_at_its_node XFAIL*",
+            "*::test_as_known_at_another_node FAILED*",
             "*::test_as_known XFAIL*",
             "*::test_other_wrong_values FAILED*",
             "*::test_fixed FAILED*",
@@ -149,6 +176,10 @@ def test_known_wrong_values_xfail_only_as_known_and_only_where_values_are_compar
     output = result.stdout.str()
     assert "expected the known wrong values (what erf_gelu_block computes), got failed" in output
     assert "now works: remove its known failure" in output
+    assert (
+        "computes, diverging first at node gelu), got failed: " in output
+        and "(it diverges first at node linear)" in output
+    )
     assert not [line for line in result.stdout.lines if line.startswith(("E  ", ">  "))]  # one line each
     recorded = json.loads((reports_of(result) / "parity.json").read_text())["results"]
     (coarse,) = [item["reason"] for item in recorded if item["dtype"] == "bfloat16"]

@@ -6,6 +6,7 @@ bisector; a fault in the trace itself is blamed on torch.export; and a failing r
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -201,3 +202,23 @@ def test_a_failing_batch_from_a_file_is_named_and_localized_on(beside: tuple[str
     assert status == "failed" and reason.startswith("batch bright.pt, output output: "), reason
     assert diverges is not None and diverges["node"] is not None, diverges
     assert diverges["node"]["node"] == "silu" and diverges["node"]["delegate"] == "portable kernel"
+
+
+def evaluated_known(workdir: Path) -> tuple[bool, dict[str, Any] | None]:
+    """gelu_tanh on XNNPACK with its known wrong value naming its node: localized although it is known."""
+    case = BY_NAME["gelu_tanh"]
+    known = case.known_failure("executorch-xnnpack")
+    assert known is not None
+    named = {**case.known_failures, "executorch-xnnpack": dataclasses.replace(known, node="gelu")}
+    settings = RunSettings("cpu", "fp32", workdir, TOLERANCES, (), True, ("parity",), ("inductor",), None, {})
+    evaluations = Evaluations(settings, workdir)
+    evaluations.cache = NO_CACHE
+    result = evaluations.result(dataclasses.replace(case, known_failures=named), "executorch-xnnpack")
+    return result.known_values, result.diverges
+
+
+@(pytest.mark.skip(reason=NO_EXECUTORCH) if NO_EXECUTORCH else pytest.mark.beside.with_args(evaluated_known))
+def test_a_known_wrong_value_that_names_its_node_is_localized(beside: tuple[bool, dict[str, Any] | None]) -> None:
+    known_values, diverges = beside
+    assert known_values and diverges is not None and diverges["node"] is not None, diverges
+    assert diverges["node"]["node"] == "gelu"

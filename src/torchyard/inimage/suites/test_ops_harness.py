@@ -190,3 +190,24 @@ def test_the_shards_of_a_sweep_run_each_operator_once(count: int) -> None:
     shards = [OpsOptions("all", 2, None, False, (index, count)).sharded(names) for index in range(1, count + 1)]
     assert sorted(name for shard in shards for name in shard) == sorted(names)
     assert all(shards) and max(map(len, shards)) - min(map(len, shards)) <= 1  # even slices
+
+
+def test_a_sweep_after_parallel_work_in_the_run_still_ends(tmp_path: Path) -> None:
+    """A suite before the ops suite leaves OpenMP's threads in the run's process; a forked child has none of them,
+    and its first parallel region (an add of 160,000 elements) waited for them forever."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        big = torch.randn(512, 512)
+        (big @ big + big).sum()  # OpenMP's team of this process, started
+        session = OpsSession(
+            OpsOptions("planted.big", 1, tmp_path / "expected.toml", collect=False),
+            device=CPU, dtype=torch.float32, identity=IDENTITY, tolerances=load_tolerances(), backends=("eager",),
+            report_dir=tmp_path / "reports", workdir=tmp_path / "work",
+            operators=lambda: [Operator("planted.big", torch.add, _two_samples((400, 400)), base="planted.big")],
+            env={contract.ARTIFACT_CACHE: "off"}, timeout_s=30,
+        )  # fmt: skip
+        assert session.run("planted.big") == ([], "")
+        assert [(o.sample, o.outcome) for o in session.outcomes] == [(0, "passed")]
+    finally:
+        torch.set_num_threads(threads)
