@@ -20,6 +20,7 @@ from torchyard.inimage.evaluations import Evaluations
 from torchyard.inimage.options import RunSettings
 from torchyard.inimage.parity.backends import NO_CACHE, unavailable_reason
 from torchyard.inimage.parity.localize import Localization, localize
+from torchyard.inimage.parity.localize.executorch import no_taps
 from torchyard.inimage.suites.planted import (
     BY_NAME,
     CPU,
@@ -32,7 +33,8 @@ from torchyard.inimage.suites.planted import (
 
 pytestmark = pytest.mark.harness
 
-NO_EXECUTORCH = unavailable_reason("executorch-xnnpack", torch.device("cpu"))
+# Where ExecuTorch or its intermediate-output taps are absent (ExecuTorch 1.2), its nodes cannot be localized.
+NO_EXECUTORCH = unavailable_reason("executorch-xnnpack", torch.device("cpu")) or no_taps()
 DEEP = Case("planted_deep", Deep, lambda g: (torch.randn(4, 16, generator=g),))
 SILU = torch.ops.aten.silu.default
 
@@ -222,3 +224,11 @@ def test_a_known_wrong_value_that_names_its_node_is_localized(beside: tuple[bool
     known_values, diverges = beside
     assert known_values and diverges is not None and diverges["node"] is not None, diverges
     assert diverges["node"]["node"] == "gelu"
+
+
+def test_an_executorch_without_taps_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ExecuTorch 1.2 has no intermediate-output taps: its nodes are not localized, and the note says why."""
+    monkeypatch.setattr("torchyard.inimage.parity.localize.no_taps", lambda: "ExecuTorch 1.2.0 has no taps")
+    result = localize(DEEP, "executorch-xnnpack", dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+    assert result.node is None and result.note == "not localized: ExecuTorch 1.2.0 has no taps"
+    assert no_taps() == "" or no_taps().startswith("ExecuTorch ")

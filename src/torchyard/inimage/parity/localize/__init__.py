@@ -24,7 +24,7 @@ from torchyard.inimage.parity.backends.running import export_program
 from torchyard.inimage.parity.errors import describe_error
 from torchyard.inimage.parity.harness import FLOAT64
 from torchyard.inimage.parity.localize.deadline import Deadline, GaveUp
-from torchyard.inimage.parity.localize.executorch import lowered_values
+from torchyard.inimage.parity.localize.executorch import lowered_values, no_taps
 from torchyard.inimage.parity.localize.inductor import bisect_compile
 from torchyard.inimage.parity.localize.nodes import eager_differs, first_divergence, node_values
 from torchyard.inimage.parity.localize.result import Localization, NodeDivergence
@@ -74,6 +74,8 @@ def localize(
         return Localization(
             backend, None, 0, 0.0, f"localization covers export, ExecuTorch and inductor, not {backend}"
         )
+    if how == "lowered nodes" and no_taps():
+        return Localization(backend, None, 0, 0.0, f"not localized: {no_taps()}")
     bounds = tolerances.bounds(str(dtype).removeprefix("torch."), backend, case.tolerances)
     node, compared, step, kind = None, 0, "", ""
     try:

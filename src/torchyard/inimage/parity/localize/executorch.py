@@ -10,6 +10,8 @@ failure, and the note says so."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +21,20 @@ from typing import Any
 import torch
 
 from torchyard.inimage.parity.backends.executorch import Delegate, load_pte
+
+TAPS = "executorch.devtools.intermediate_output_tap"
+
+
+def no_taps() -> str:
+    """Why this ExecuTorch cannot say what its program computes at each node ("" where it can): its taps are
+    looked for as a file, without importing ExecuTorch's devtools."""
+    found = importlib.util.find_spec("executorch")
+    if found is None or not found.submodule_search_locations:
+        return "ExecuTorch is not installed"
+    folder = Path(next(iter(found.submodule_search_locations))) / "devtools"
+    if (folder / "intermediate_output_tap").is_dir() or (folder / "intermediate_output_tap.py").is_file():
+        return ""
+    return f"ExecuTorch {importlib.metadata.version('executorch')} has no intermediate-output taps ({TAPS})"
 
 
 @dataclass(frozen=True)
