@@ -120,9 +120,29 @@ def test_as_known_at_its_node(request, tmp_path):
 
 
 @pytest.mark.parity
-def test_as_known_at_another_node(request, tmp_path):
+def test_as_known_at_an_earlier_node(request, tmp_path):
+    r = result(computing(erf_gelu_block), tmp_path, case=NAMED)
+    r.diverges = localized_at("addmm", "aten.addmm.default")
+    conclude(request, "parity", NAMED, r)
+
+
+@pytest.mark.parity
+def test_as_known_at_a_later_node(request, tmp_path):
     r = result(computing(erf_gelu_block), tmp_path, case=NAMED)
     r.diverges = localized_at("linear", "aten.linear.default")
+    conclude(request, "parity", NAMED, r)
+
+
+@pytest.mark.parity
+def test_as_known_where_no_node_was_named(request, tmp_path):
+    r = result(computing(erf_gelu_block), tmp_path, case=NAMED)
+    r.diverges = Localization("executorch-xnnpack", None, 3, 1.0, "no node leaves the bounds").as_dict()
+    conclude(request, "parity", NAMED, r)
+
+
+@pytest.mark.parity
+def test_other_wrong_values_where_a_node_is_known(request, tmp_path):
+    r = result(computing(erf_gelu_block, scale=1.001), tmp_path, case=NAMED)
     conclude(request, "parity", NAMED, r)
 
 
@@ -164,7 +184,10 @@ def test_known_wrong_values_xfail_only_as_known_and_only_where_values_are_compar
     result.stdout.fnmatch_lines(
         [
             "*::test_as_known_at_its_node XFAIL*",
-            "*::test_as_known_at_another_node FAILED*",
+            "*::test_as_known_at_an_earlier_node FAILED*",
+            "*::test_as_known_at_a_later_node FAILED*",
+            "*::test_as_known_where_no_node_was_named FAILED*",
+            "*::test_other_wrong_values_where_a_node_is_known FAILED*",
             "*::test_as_known XFAIL*",
             "*::test_other_wrong_values FAILED*",
             "*::test_fixed FAILED*",
@@ -176,10 +199,13 @@ def test_known_wrong_values_xfail_only_as_known_and_only_where_values_are_compar
     output = result.stdout.str()
     assert "expected the known wrong values (what erf_gelu_block computes), got failed" in output
     assert "now works: remove its known failure" in output
-    assert (
-        "computes, diverging first at node gelu), got failed: " in output
-        and "(it diverges first at node linear)" in output
-    )
+    assert "computes, diverging first at node gelu), got failed: " in output
+    assert "(it diverges first at node linear)" in output and "(it diverges first at node addmm)" in output
+    assert "(localization named no node)" in output
+    lines = result.stdout.lines  # the failure's own section: its whole line (the summary's is cut to the width)
+    start = next(n for n, line in enumerate(lines) if line.startswith("_") and "other_wrong_values_where" in line)
+    other = " ".join(lines[start + 1 : start + 4])
+    assert "got failed" in other and "diverges first" not in other and "localiz" not in other, other
     assert not [line for line in result.stdout.lines if line.startswith(("E  ", ">  "))]  # one line each
     recorded = json.loads((reports_of(result) / "parity.json").read_text())["results"]
     (coarse,) = [item["reason"] for item in recorded if item["dtype"] == "bfloat16"]
