@@ -157,5 +157,5 @@ def test_a_venv_never_activated_with_another_uv_first_on_path(
     run_in(adopter, [torchyard, "test", "--entry", "cpu", "--suite", "parity"], env)
     assert_robopolicy_passed(adopter)
     results = json.loads((adopter / "reports" / "cpu" / "parity.json").read_text())["results"]
-    assert {r["case"] for r in results} == {"robopolicy", "robopolicy_chunk8"}
+    assert {r["case"] for r in results} == {"robopolicy", "robopolicy_recorded", "robopolicy_chunk8"}
     assert not called.exists(), f"the uv on PATH ran: {called.read_text()}"
