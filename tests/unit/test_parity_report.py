@@ -144,7 +144,8 @@ def test_a_failure_says_where_it_diverges_under_its_line(tmp_path: Path) -> None
         _result("gelu_tanh", "executorch-xnnpack", "parity", "failed", "output : relative L2", diverges=diverges),
         _result("mlp", "inductor", "parity", "failed", "output : relative L2", diverges=bisected),
         _result("gelu_tanh", "executorch-xnnpack", "compile", "passed", diverges=diverges),
-    ]
+        _result("gelu_tanh", "executorch-xnnpack", "parity", "xfailed", "known at its node", diverges=diverges),
+    ]  # fmt: skip
     paths = write_reports(tmp_path, records, {"accelerator": "cpu"}, {})
     lines = paths["markdown"].read_text().splitlines()
     at = lines.index("- FAIL: `gelu_tanh` on executorch-xnnpack (parity): output : relative L2")
@@ -158,7 +159,9 @@ def test_a_failure_says_where_it_diverges_under_its_line(tmp_path: Path) -> None
         "  - where it diverges: inductor: post_grad_passes, post_grad_custom_post_pass (application 9) "
         "(torch's compiler bisector, 7.5 s)"
     )
-    assert sum("where it diverges" in line for line in lines) == 2  # not under the passing compile row
+    at = lines.index("- known failure: `gelu_tanh` on executorch-xnnpack (parity): known at its node")
+    assert lines[at + 1].startswith("  - where it diverges: node `gelu` (aten.gelu.default) at builtin.py:61")
+    assert sum("where it diverges" in line for line in lines) == 3  # not under the passing compile row
     results = json.loads(paths["json"].read_text())["results"]
     assert results[0]["diverges"]["node"]["node"] == "gelu"
     # The failing test's own line ends with it too.

@@ -247,6 +247,7 @@ XNNPACK_TANH_GELU = KnownFailure(
     "ExecuTorch's XNNPACK delegate computes exact (erf) GELU for gelu(approximate='tanh'): its outputs are "
     "eager's with erf GELU, off tanh GELU's by up to 4.7e-4 an element (executorch 1.5.1; portable is right)",
     computes=erf_gelu_block,
+    node="gelu",
 )
 
 

@@ -20,6 +20,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 import torch
+import torch._inductor.config as inductor_config
 
 from torchyard.inimage.cases import Case
 from torchyard.inimage.ops.catalog import Operator, Sample, sample_case
@@ -126,9 +127,7 @@ class _Sweep:
     def _child(self, pending: list[int], send: Connection) -> None:
         """In the forked child: output to the operator's log, then each pending item, its outcome sent as known."""
         _output_to(self.log)
-        # The parent's OpenMP threads (any suite before this one started them) are not in a forked child, and
-        # libgomp waits for them forever in the first parallel region: one thread, no parallel region.
-        torch.set_num_threads(1)
+        _single_threaded()
         made: dict[int, tuple[Case, Reference]] = {}
         exported: dict[int, bool] = {}
         settings = self.settings
@@ -164,6 +163,14 @@ class _Sweep:
                 send.send(_outcome(self.operator.name, index, backend, result))
         send.close()
         os._exit(0)  # no exit handlers of the run's process (pytest's, torch's) run twice
+
+
+def _single_threaded() -> None:
+    """In a forked child: no pool of the parent's threads is used, for none of their threads came along.
+    libgomp waits forever in the first parallel region for the parent's OpenMP threads (any suite before this
+    one started them), and inductor's compile thread pool, made once per process, takes work no thread does."""
+    torch.set_num_threads(1)
+    inductor_config.compile_threads = 1  # compiles in this thread, no pool
 
 
 def _output_to(log: Path) -> None:

@@ -128,7 +128,7 @@ def summary(records: Sequence[Mapping[str, Any]]) -> str:
     if first:
         text += "\n" + "".join(
             f"- {VERDICTS[r['outcome']]}: `{r['case']}` on {r['backend']} ({r['suite']}): {r.get('reason', '')}\n"
-            + (where_it_diverges(r["diverges"]) if r.get("diverges") and r["outcome"] == "failed" else "")
+            + (where_it_diverges(r["diverges"]) if r.get("diverges") and r["outcome"] in ("failed", "xfailed") else "")
             for r in first
         )
     return text

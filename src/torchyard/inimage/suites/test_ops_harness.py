@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch._inductor.config as inductor_config
 import torch.nn.functional as F
 
 from torchyard import contract
@@ -211,3 +212,18 @@ def test_a_sweep_after_parallel_work_in_the_run_still_ends(tmp_path: Path) -> No
         assert [(o.sample, o.outcome) for o in session.outcomes] == [(0, "passed")]
     finally:
         torch.set_num_threads(threads)
+
+
+def test_a_sweep_after_inductor_compiled_in_the_run_still_compiles(tmp_path: Path) -> None:
+    """The compile suite leaves inductor's compile thread pool in the run's process; a forked child has none of
+    its threads, and its first compile waited on that pool forever (every inductor sample of the sweep, stalled)."""
+    with inductor_config.patch(compile_threads=2):  # a pool even where the machine has one core
+        torch.compile(lambda x: x.sin() * 2, backend="inductor", fullgraph=True)(torch.randn(8, 8))  # pool, started
+        session = OpsSession(
+            OpsOptions("planted.add", 1, tmp_path / "expected.toml", collect=False),
+            device=CPU, dtype=torch.float32, identity=IDENTITY, tolerances=load_tolerances(),
+            backends=("inductor",), report_dir=tmp_path / "reports", workdir=tmp_path / "work",
+            operators=lambda: OPERATORS[:1], env={contract.ARTIFACT_CACHE: "off"}, timeout_s=60,
+        )  # fmt: skip
+        assert session.run("planted.add") == ([], "")
+    assert [(o.sample, o.outcome) for o in session.outcomes] == [(0, "passed")]

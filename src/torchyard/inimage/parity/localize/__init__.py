@@ -27,7 +27,7 @@ from torchyard.inimage.parity.localize.deadline import Deadline, GaveUp
 from torchyard.inimage.parity.localize.executorch import lowered_values, no_taps
 from torchyard.inimage.parity.localize.inductor import bisect_compile
 from torchyard.inimage.parity.localize.nodes import eager_differs, first_divergence, node_values
-from torchyard.inimage.parity.localize.result import Localization, NodeDivergence
+from torchyard.inimage.parity.localize.result import NOT_LOCALIZED, Localization, NodeDivergence
 from torchyard.inimage.parity.tolerances import Bounds, Tolerances
 from torchyard.inimage.parity.trees import to_device
 from torchyard.names import LOCALIZE_SECONDS_DEFAULT
@@ -75,7 +75,7 @@ def localize(
             backend, None, 0, 0.0, f"localization covers export, ExecuTorch and inductor, not {backend}"
         )
     if how == "lowered nodes" and no_taps():
-        return Localization(backend, None, 0, 0.0, f"not localized: {no_taps()}")
+        return Localization(backend, None, 0, 0.0, NOT_LOCALIZED + no_taps())
     bounds = tolerances.bounds(str(dtype).removeprefix("torch."), backend, case.tolerances)
     node, compared, step, kind = None, 0, "", ""
     try:

@@ -31,6 +31,10 @@ class NodeDivergence:
         }
 
 
+# A note's start where the backend's stack cannot be localized (ExecuTorch without taps): nothing was looked at.
+NOT_LOCALIZED = "not localized: "
+
+
 @dataclass(frozen=True)
 class Localization:
     """Where `backend` first diverges on a case's first call. `node` is None when no node was named: `note` says
