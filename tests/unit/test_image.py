@@ -13,7 +13,7 @@ from torchyard.errors import CommandError, ImageBuildError
 from torchyard.host.engine import DockerCli
 from torchyard.image import plan as image_plan
 from torchyard.image.build import docker_build_args
-from torchyard.image.buildkit import explain_build_failure, layer_steps
+from torchyard.image.buildkit import StepLines, explain_build_failure, failed_step_output, layer_steps
 from torchyard.image.check import check_image
 from torchyard.image.layers import Layer, layer_sizes
 from torchyard.image.outcome import Built, how_built, layer_outcomes, layers_summary
@@ -281,6 +281,56 @@ def test_an_unreachable_registry_is_one_line_with_the_fix(tree: Path) -> None:
     assert explain_build_failure(entry, plan, CommandError("docker failed", 1, check)).endswith(
         ": image check: missing g++"
     )
+
+
+STEPS_LOG = """\
+#1 [internal] load build definition from Dockerfile
+#1 transferring dockerfile: 2.31kB done
+#1 DONE 0.0s
+#7 [dependencies 3/9] RUN /opt/torchyard/install-layer.sh torch
+#7 0.412 Using CPython 3.11.2 interpreter at: /usr/bin/python3.11
+#7 3.118 Downloading torch (190.1MiB)
+#7 41.20 Prepared 2 packages in 40.72s
+#7 41.53 Installed 2 packages in 311ms
+#7 41.53  + torch==2.13.0+cpu
+#7 DONE 44.1s
+#8 [dependencies 4/9] RUN /opt/torchyard/install-layer.sh rest
+#8 CACHED
+#9 [image 7/9] RUN useradd --uid 1000 torchyard
+#9 0.085 useradd: UID 1000 is not unique
+#9 ERROR: executor failed running [/bin/sh -c useradd --uid 1000 torchyard]: exit code: 4
+------
+ > [image 7/9] RUN useradd --uid 1000 torchyard:
+------
+"""
+
+
+def test_a_build_shows_each_steps_start_and_end_and_uvs_summaries() -> None:
+    """A 7 GB install prints thousands of lines: a build shows each step's first line, its end and uv's
+    summaries; a failing step's every line comes back for the error (`failed_step_output`)."""
+    shown = StepLines()
+    lines = STEPS_LOG.splitlines(keepends=True)
+    assert [line.rstrip() for line in lines if shown(line)] == [
+        "#1 [internal] load build definition from Dockerfile",
+        "#1 DONE 0.0s",
+        "#7 [dependencies 3/9] RUN /opt/torchyard/install-layer.sh torch",
+        "#7 41.20 Prepared 2 packages in 40.72s",
+        "#7 41.53 Installed 2 packages in 311ms",
+        "#7 DONE 44.1s",
+        "#8 [dependencies 4/9] RUN /opt/torchyard/install-layer.sh rest",
+        "#8 CACHED",
+        "#9 [image 7/9] RUN useradd --uid 1000 torchyard",
+        "#9 ERROR: executor failed running [/bin/sh -c useradd --uid 1000 torchyard]: exit code: 4",
+        "------",
+        " > [image 7/9] RUN useradd --uid 1000 torchyard:",
+        "------",
+    ]
+    assert failed_step_output(STEPS_LOG).splitlines() == [
+        "#9 [image 7/9] RUN useradd --uid 1000 torchyard",
+        "#9 0.085 useradd: UID 1000 is not unique",
+        "#9 ERROR: executor failed running [/bin/sh -c useradd --uid 1000 torchyard]: exit code: 4",
+    ]
+    assert failed_step_output(STEPS_LOG.replace("#9 ERROR", "#9 DONE")) == ""
 
 
 def test_the_plan_names_the_accelerators_system_packages_and_image_checks(tree: Path) -> None:

@@ -136,3 +136,13 @@ def test_the_unit_guard_refuses_every_way_to_start_a_process() -> None:
     for start in starts:
         with pytest.raises(AssertionError, match="unit test started a real subprocess"):
             start()
+
+
+@pytest.mark.real_subprocess
+def test_a_tee_filter_shows_its_lines_and_the_error_reads_them_all(capsys: pytest.CaptureFixture[str]) -> None:
+    script = "print('#1 [step] RUN x'); print('#1 0.1 noise'); print('#1 ERROR: it broke'); raise SystemExit(3)"
+    with pytest.raises(CommandError) as raised:
+        run([sys.executable, "-c", script], tee=lambda line: "noise" not in line)
+    shown = capsys.readouterr().err.splitlines()[1:]  # after the command's own line
+    assert shown == ["#1 [step] RUN x", "#1 ERROR: it broke"]
+    assert "#1 0.1 noise" in raised.value.output

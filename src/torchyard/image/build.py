@@ -22,7 +22,7 @@ import docker.errors
 from torchyard.accelerators import ACCELERATORS
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.host.engine import DockerCli
-from torchyard.image.buildkit import explain_build_failure
+from torchyard.image.buildkit import StepLines, explain_build_failure, failed_step_output
 from torchyard.image.check import check_image
 from torchyard.image.layers import layer_sizes
 from torchyard.image.outcome import Built, Origin, how_built, layer_outcomes, local_layer_keys
@@ -130,8 +130,9 @@ def run_build(
     """One builder run; a failure is one line, cause first."""
     try:
         with client_environment(registry, cli.build_env(env)) as build_env:
-            return runner(args, env=build_env, tee=True)
+            return runner(args, env=build_env, tee=StepLines())
     except CommandError as error:
+        sys.stderr.write(proc.redact(failed_step_output(error.output)))  # its lines were not shown as it ran
         raise ImageBuildError(explain_build_failure(entry, plan, error)) from None
 
 

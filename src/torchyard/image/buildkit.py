@@ -21,6 +21,37 @@ LAYER_STEP = re.compile(r"^(#\d+) \[[^\]]*\] RUN .*install-layer\.sh (\w+)\s*$",
 PULLING = re.compile(r"^#\d+ pulling sha256:", re.MULTILINE)
 
 
+# uv's summaries inside a step (`#9 41.2 Installed 85 packages in 2.31s`): a long install's progress.
+UV_SUMMARY = re.compile(r"^#\d+ \d+\.\d+ (?:Resolved|Prepared|Installed|Uninstalled|Audited) \d+ packages? ")
+STEP = re.compile(r"^#(\d+) ")
+
+
+class StepLines:
+    """What a build shows as it runs (a `proc.Tee` filter): each step's first line, its end (DONE, CACHED,
+    ERROR), uv's summaries and whatever BuildKit prints outside a step. The rest (each command's output, each
+    blob's progress) stays in the tail a failure reads; a failing step's own lines are shown when it fails."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def __call__(self, line: str) -> bool:
+        step = STEP.match(line)
+        if step is None:
+            return bool(line.strip())
+        first = step[1] not in self.seen
+        self.seen.add(step[1])
+        end = line[step.end() :].startswith(("DONE", "CACHED", "ERROR"))
+        return first or end or UV_SUMMARY.match(line) is not None
+
+
+def failed_step_output(output: str) -> str:
+    """Every line the failing step printed, as BuildKit printed them ("" where no step failed)."""
+    failed = re.findall(r"^#(\d+) ERROR:", output, re.MULTILINE)
+    if not failed:
+        return ""
+    return "".join(line for line in output.splitlines(keepends=True) if line.startswith(f"#{failed[-1]} "))
+
+
 def failed_step_line(output: str) -> str:
     """The last line the failing step printed (`#12 0.085 useradd: UID 1000 is not unique`), which says more
     than BuildKit's own `executor failed running [<the whole command>]`."""

@@ -17,13 +17,17 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
 from uv import find_uv_bin
 
 from torchyard.errors import CommandError, CommandNotFoundError
+
+# Whether a command's merged output is shown as it comes: every line (True), none (False), or the lines a
+# filter picks (its other lines are still kept in the tail a failure reads).
+Tee = bool | Callable[[str], bool]
 
 
 class Runner(Protocol):
@@ -36,7 +40,7 @@ class Runner(Protocol):
         capture: bool = False,
         check: bool = True,
         hint: str = "",
-        tee: bool = False,
+        tee: Tee = False,
     ) -> subprocess.CompletedProcess[str]: ...
 
 
@@ -107,10 +111,11 @@ def run(
     capture: bool = False,
     check: bool = True,
     hint: str = "",
-    tee: bool = False,
+    tee: Tee = False,
 ) -> subprocess.CompletedProcess[str]:
     """Run `args`; with `capture`, stdout and stderr come back as text; with `tee`, the merged output is
-    shown as it comes (on stderr) and its last lines kept in `.stdout` for the error's cause.
+    shown as it comes (on stderr; a filter shows only the lines it picks) and its last lines kept in `.stdout`
+    for the error's cause.
 
     `env` replaces the environment when given (callers merge `os.environ` themselves, on purpose).
     `hint` is appended to the error message when the executable is missing.
@@ -123,7 +128,7 @@ def run(
     print(f"+ {format_command(args)}", file=sys.stderr, flush=True)
     command = [found, *args[1:]]
     if tee:
-        completed = _tee(command, env, cwd)
+        completed = _tee(command, env, cwd, (lambda _: True) if tee is True else tee)
     else:
         completed = subprocess.run(
             command, env=None if env is None else dict(env), cwd=cwd, text=True, capture_output=capture, check=False
@@ -156,7 +161,9 @@ def data(args: Sequence[str], *, cwd: Path | None = None, stdin: bytes = b"") ->
     return completed.stdout
 
 
-def _tee(command: list[str], env: Mapping[str, str] | None, cwd: Path | None) -> subprocess.CompletedProcess[str]:
+def _tee(
+    command: list[str], env: Mapping[str, str] | None, cwd: Path | None, shown: Callable[[str], bool]
+) -> subprocess.CompletedProcess[str]:
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     with subprocess.Popen(
         command,
@@ -169,7 +176,8 @@ def _tee(command: list[str], env: Mapping[str, str] | None, cwd: Path | None) ->
     ) as process:
         assert process.stdout is not None
         for line in process.stdout:
-            sys.stderr.write(redact(line))
+            if shown(line):
+                sys.stderr.write(redact(line))
             tail.append(line)
         returncode = process.wait()
     return subprocess.CompletedProcess(command, returncode, "".join(tail), "")

@@ -20,7 +20,6 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 import torch
-import torch._inductor.config as inductor_config
 
 from torchyard.inimage.cases import Case
 from torchyard.inimage.ops.catalog import Operator, Sample, sample_case
@@ -170,6 +169,9 @@ def _single_threaded() -> None:
     libgomp waits forever in the first parallel region for the parent's OpenMP threads (any suite before this
     one started them), and inductor's compile thread pool, made once per process, takes work no thread does."""
     torch.set_num_threads(1)
+    # Imported here, not at the module's import: importing it makes inductor's cache folder.
+    import torch._inductor.config as inductor_config
+
     inductor_config.compile_threads = 1  # compiles in this thread, no pool
 
 

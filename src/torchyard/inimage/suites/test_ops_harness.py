@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 import torch
-import torch._inductor.config as inductor_config
 import torch.nn.functional as F
 
 from torchyard import contract
@@ -217,6 +216,8 @@ def test_a_sweep_after_parallel_work_in_the_run_still_ends(tmp_path: Path) -> No
 def test_a_sweep_after_inductor_compiled_in_the_run_still_compiles(tmp_path: Path) -> None:
     """The compile suite leaves inductor's compile thread pool in the run's process; a forked child has none of
     its threads, and its first compile waited on that pool forever (every inductor sample of the sweep, stalled)."""
+    import torch._inductor.config as inductor_config  # here: importing it makes inductor's cache folder
+
     with inductor_config.patch(compile_threads=2):  # a pool even where the machine has one core
         torch.compile(lambda x: x.sin() * 2, backend="inductor", fullgraph=True)(torch.randn(8, 8))  # pool, started
         session = OpsSession(
