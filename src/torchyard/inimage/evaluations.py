@@ -13,7 +13,7 @@ from torchyard.inimage.options import RunSettings
 from torchyard.inimage.parity.artifacts import ArtifactCache, entry_cache
 from torchyard.inimage.parity.errors import describe_error
 from torchyard.inimage.parity.harness import REFERENCE_FAILED, Reference, Result, Status, case_reference, evaluate
-from torchyard.inimage.parity.localize import localize, localizes
+from torchyard.inimage.parity.localize import localize, localize_train, localizes
 from torchyard.inimage.parity.training import (
     TrainBackend,
     TrainReference,
@@ -128,4 +128,25 @@ class Evaluations:
                 reference=made.reference,
                 runner=train_runner(backend, self.dtype, made.frozen),
             )
+            self._localize_train(case, self._results[key], made)
         return self._results[key]
+
+    def _localize_train(self, case: Case, result: Result, made: TrainReference) -> None:
+        """Where a failing compiled training step diverges (the bisector's step), within the entry's time bound.
+        An eager step has no compiler to blame."""
+        if result.status != "failed" or not TrainBackend.parse(result.backend).compiled:
+            return
+        if not self.settings.localize_seconds:
+            return
+        runner = train_runner(result.backend, self.dtype, made.frozen, timed=False)
+
+        def correct() -> bool:
+            again = evaluate(
+                case, result.backend, device=self.device, dtype=self.dtype, weights=torch.float32,
+                tolerances=self.settings.tolerances, workdir=self.workdir / case.name / "localize",
+                reference=made.reference, runner=runner,
+            )  # fmt: skip
+            return again.status == "passed"
+
+        where = localize_train(result.backend, correct, time_bound=self.settings.localize_seconds)
+        result.diverges = where.as_dict()

@@ -299,9 +299,11 @@ def train_runner(
     autocast: torch.dtype,
     frozen: dict[str, torch.Tensor],
     scale_gradients: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    *,
+    timed: bool = True,
 ) -> Callable[..., BackendRun]:
     """A runner (as the harness calls it, with float32 master weights) that takes one step on the device
-    under `autocast` (float32: none) and times it; `scale_gradients` plants a broken step."""
+    under `autocast` (float32: none) and, `timed`, times more; `scale_gradients` plants a broken step."""
     backend = TrainBackend.parse(backend_name)
 
     def run(case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Any) -> BackendRun:
@@ -310,11 +312,12 @@ def train_runner(
         timings: list[float] = []
         outputs, _, _ = step(
             case, backend, device=device, dtype=autocast, master=master, scale_gradients=scale_gradients,
-            frozen=frozen, timings=timings,
+            frozen=frozen, timings=timings if timed else None,
         )  # fmt: skip
         # The compared step's seconds include compiling; the step time is the median of the warm ones.
         first = time.perf_counter() - started - sum(timings)
-        return BackendRun([outputs], first, first, latency_ms=statistics.median(timings) * 1e3)
+        latency = statistics.median(timings) * 1e3 if timings else None
+        return BackendRun([outputs], first, first, latency_ms=latency)
 
     return run
 

@@ -127,6 +127,28 @@ def test_a_wrong_pass_under_torch_compile_is_named_by_the_bisector(beside: Local
     assert beside.pass_name.startswith("inductor: post_grad_passes, post_grad_custom_post_pass (application ")
 
 
+def bisected_train(workdir: Path) -> tuple[str, dict[str, Any] | None]:
+    """DEEP's SGD step under torch.compile with the wrong post-grad pass planted, as the train suite evaluates
+    it: its status and the `diverges` its result carries."""
+    import torch._inductor.config  # inductor, imported only in the child that compiles
+
+    settings = RunSettings("cpu", "fp32", workdir, TOLERANCES, (), True, ("train",), ("inductor",), None, {}, 600)
+    with torch._inductor.config.patch({"post_grad_custom_post_pass": wrong_tanh_pass()}):
+        result = Evaluations(settings, workdir).train_result(DEEP, "train-inductor-sgd")
+    return result.status, result.diverges
+
+
+@pytest.mark.beside.with_args(bisected_train)
+def test_a_wrong_pass_in_a_compiled_training_step_is_named_by_the_bisector(
+    beside: tuple[str, dict[str, Any] | None],
+) -> None:
+    """The train suite's compiled step (forward and backward through AOTAutograd) with a pass that scales tanh:
+    the failing step carries the bisector's answer."""
+    status, diverges = beside
+    assert status == "failed" and diverges is not None, diverges
+    assert diverges["pass"].startswith("inductor: post_grad_passes, post_grad_custom_post_pass (application ")
+
+
 def test_a_fault_in_the_trace_itself_is_blamed_on_torch_export(tmp_path: Path) -> None:
     """A model that computes otherwise when exported: every node meets its own float64 run, so the note says the
     exported program differs from the model before any lowering."""

@@ -11,6 +11,7 @@ fuses nodes into kernels and keeps no intermediate: there torch's compiler bisec
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from torchyard.inimage.parity.errors import describe_error
 from torchyard.inimage.parity.harness import FLOAT64
 from torchyard.inimage.parity.localize.deadline import Deadline, GaveUp
 from torchyard.inimage.parity.localize.executorch import lowered_values, no_taps
-from torchyard.inimage.parity.localize.inductor import bisect_compile
+from torchyard.inimage.parity.localize.inductor import bisect_compile, bisect_train
 from torchyard.inimage.parity.localize.nodes import eager_differs, first_divergence, node_values
 from torchyard.inimage.parity.localize.result import NOT_LOCALIZED, Localization, NodeDivergence
 from torchyard.inimage.parity.tolerances import Bounds, Tolerances
@@ -100,6 +101,22 @@ def localize(
     if batch and note:
         note = note.replace("the case's first call", f"its batch {case.batch_labels()[batch]}")
     return Localization(backend, node, compared, deadline.elapsed, note, step, kind)
+
+
+def localize_train(backend: str, correct: Callable[[], bool], *, time_bound: float = TIME_BOUND) -> Localization:
+    """Where a compiled training step (`train-inductor-*`) diverges: the compiler step torch's bisector names,
+    `correct` taking the step afresh and saying whether it meets the float64 step. A training step's forward and
+    backward graphs are AOTAutograd's, with no exported program to walk node by node: the bisector answers alone."""
+    deadline = Deadline(time_bound)
+    try:
+        step = bisect_train(correct, deadline)
+    except GaveUp as stage:
+        note = f"gave up after {deadline.elapsed:.0f} s (time bound {time_bound:g} s), before {stage}"
+        return Localization(backend, None, 0, deadline.elapsed, note)
+    except Exception as error:
+        return Localization(backend, None, 0, deadline.elapsed, f"localization failed: {describe_error(error)}")
+    note = "" if step else "the bisector found no compiler step that breaks the training step"
+    return Localization(backend, None, 0, deadline.elapsed, note, step)
 
 
 def _nothing_found(how: Localizes, node: NodeDivergence | None, step: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+from collections.abc import Callable
 
 import torch
 
@@ -18,6 +19,18 @@ from torchyard.inimage.parity.localize.deadline import Deadline
 from torchyard.inimage.parity.metrics import compare_values
 from torchyard.inimage.parity.tolerances import Bounds
 from torchyard.inimage.parity.trees import leaves, to_device
+
+
+def bisect_train(correct: Callable[[], bool], deadline: Deadline) -> str:
+    """The step the bisector names for a training step (forward and backward through AOTAutograd): `correct`
+    compiles and takes the step afresh and says whether it meets the float64 step."""
+
+    def checked() -> bool:
+        deadline.check("the next compile of the bisection")
+        torch._dynamo.reset()
+        return correct()
+
+    return _bisect(checked)
 
 
 def bisect_compile(
@@ -32,8 +45,6 @@ def bisect_compile(
 ) -> str:
     """The backend and pass (or the lowering of one node) the bisector names for the case's call `batch`, in words;
     "" where every step meets the reference (the failure does not show on that call)."""
-    from torch._inductor.compiler_bisector import CompilerBisector
-
     call = case.calls()[batch]
     reference = make_reference(case, [call], device=device, dtype=dtype)
     if reference.error:
@@ -52,6 +63,13 @@ def bisect_compile(
             for output, expected in zip(outputs, reference.outputs[0], strict=True)
             if isinstance(output, torch.Tensor) and isinstance(expected, torch.Tensor)
         )
+
+    return _bisect(correct)
+
+
+def _bisect(correct: Callable[[], bool]) -> str:
+    """torch's bisector over `correct`, its answer in words ("" where every step is correct)."""
+    from torch._inductor.compiler_bisector import CompilerBisector
 
     with contextlib.redirect_stdout(io.StringIO()):  # it prints each step
         found = CompilerBisector.do_bisect(correct)
