@@ -156,6 +156,13 @@ def chosen_samples(
     return chosen
 
 
+class _Input:
+    """A tensor's place among an `OpModule`'s constants (None is a constant of its own: `dim=None`)."""
+
+    def __repr__(self) -> str:  # the artifact cache's key holds it: the same every run
+        return "<input>"
+
+
 class OpModule(torch.nn.Module):
     """One operator applied to one sample: the sample's tensors are the module's inputs, everything else in
     it (sizes, dims, flags) is a constant of the module, as a model's code holds its own."""
@@ -164,13 +171,13 @@ class OpModule(torch.nn.Module):
         super().__init__()
         flat, self.spec = pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
         self.function = function
-        # Per leaf: None where it is an input, else the constant itself.
-        self.constants = [None if isinstance(leaf, torch.Tensor) else leaf for leaf in flat]
+        # Per leaf: an input's place where it is a tensor, else the constant itself.
+        self.constants = [_Input() if isinstance(leaf, torch.Tensor) else leaf for leaf in flat]
         self.described = repr(self.constants)  # what the artifact cache's key holds of the constants
 
     def forward(self, *tensors: torch.Tensor) -> Any:
         given = iter(tensors)
-        flat = [next(given) if constant is None else constant for constant in self.constants]
+        flat = [next(given) if isinstance(constant, _Input) else constant for constant in self.constants]
         first, args, kwargs = pytree.tree_unflatten(flat, self.spec)
         result = self.function(first, *args, **kwargs)
         return tuple(result) if isinstance(result, tuple) else result  # a return type's fields as a plain tuple

@@ -228,3 +228,27 @@ def test_a_sweep_after_inductor_compiled_in_the_run_still_compiles(tmp_path: Pat
         )  # fmt: skip
         assert session.run("planted.add") == ([], "")
     assert [(o.sample, o.outcome) for o in session.outcomes] == [(0, "passed")]
+
+
+def _none_between(x: torch.Tensor, nothing: None, y: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    assert nothing is None and dim is None
+    return x + y
+
+
+def test_a_none_argument_is_a_constant_not_an_input(tmp_path: Path) -> None:
+    """`dim=None` (masked ops, interpolate, diff) is a constant of the sample's module: it took a tensor's
+    place, so the module ran out of inputs (StopIteration) and 60 samples of the full sweep did not run."""
+
+    def samples(device: torch.device, dtype: torch.dtype) -> list[Sample]:
+        x, y = torch.randn(3, 4, device=device, dtype=dtype), torch.randn(3, 4, device=device, dtype=dtype)
+        return [Sample(x, (None, y), {"dim": None})]
+
+    session = OpsSession(
+        OpsOptions("planted.none", 1, tmp_path / "expected.toml", collect=False),
+        device=CPU, dtype=torch.float32, identity=IDENTITY, tolerances=load_tolerances(), backends=BACKENDS,
+        report_dir=tmp_path / "reports", workdir=tmp_path / "work",
+        operators=lambda: [Operator("planted.none", _none_between, samples, base="planted.none")],
+        env={contract.ARTIFACT_CACHE: "off"}, timeout_s=60,
+    )  # fmt: skip
+    assert session.run("planted.none") == ([], "")
+    assert [(o.backend, o.outcome) for o in session.outcomes] == [("eager", "passed"), ("export", "passed")]

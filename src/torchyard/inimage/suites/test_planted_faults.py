@@ -12,7 +12,7 @@ from torchyard.inimage.cases import Call, Case
 from torchyard.inimage.cases.builtin import Attention
 from torchyard.inimage.parity.backends import BackendRun
 from torchyard.inimage.parity.harness import evaluate, make_reference
-from torchyard.inimage.parity.metrics import beyond_bounds
+from torchyard.inimage.parity.metrics import beyond_bounds, compare_values
 from torchyard.inimage.parity.tolerances import Bounds, load_tolerances
 from torchyard.inimage.parity.trees import leaves
 from torchyard.inimage.suites.planted import BY_NAME, CPU, RUN_DEVICE, TOLERANCES, Switch, on_cpu, run_planted
@@ -49,6 +49,36 @@ def test_nan_fails(tmp_path: Path) -> None:
     result = run_planted("mlp", poison, tmp_path)
     assert result.status == "failed"
     assert "non-finite" in result.reason
+
+
+def test_non_finite_values_are_right_only_where_the_reference_has_them() -> None:
+    """log(0) is -inf in float64 too: an infinity of the reference's sign, or NaN where it has NaN, is right,
+    and the finite rest is measured as ever; a non-finite value anywhere else, or a finite one where the
+    reference is not, fails."""
+    inf, nan = math.inf, math.nan
+    reference = torch.tensor([-inf, 1.0, nan, 2.0], dtype=torch.float64)
+    bounds = TOLERANCES.bounds("float32", "export", {})
+
+    def compared(*values: float) -> str:
+        return compare_values(torch.tensor(values), reference, torch.float32, bounds, "").problem
+
+    assert compared(-inf, 1.0, nan, 2.0) == ""
+    assert compared(-inf, 1.1, nan, 2.0).startswith("scaled max error")  # the finite rest, measured
+    assert compared(inf, 1.0, nan, 2.0) == "1 non-finite values (NaN or Inf)"  # the other sign
+    assert compared(-inf, nan, nan, 2.0) == "1 non-finite values (NaN or Inf)"
+    assert compared(-1e30, 1.0, 0.0, 2.0) == "2 finite values where the reference is NaN or Inf"
+
+
+def test_a_conjugated_or_sparse_output_is_compared_by_its_values() -> None:
+    """fft.ifft's output carries a lazy conjugation and to_sparse's a sparse layout: both are compared as the
+    values they hold (each once killed the ops sweep's child)."""
+    bounds = TOLERANCES.bounds("float32", "export", {})
+    z = torch.randn(6, dtype=torch.complex64)
+    assert compare_values(z.conj(), z.conj().resolve_conj().to(torch.complex128), torch.complex64, bounds, "").passed
+    assert not compare_values(z.conj(), z.to(torch.complex128), torch.complex64, bounds, "").passed
+    dense = torch.randn(3, 4)
+    assert compare_values(dense.to_sparse(), dense.to(torch.float64), torch.float32, bounds, "").passed
+    assert not compare_values((2 * dense).to_sparse(), dense.to(torch.float64), torch.float32, bounds, "").passed
 
 
 def test_integer_division_that_truncates_fails(tmp_path: Path) -> None:
