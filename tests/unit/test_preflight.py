@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from torchyard.image.preflight import needs_more_than_free, rebuilt_bytes
+from torchyard.image.layers import Layer
+from torchyard.image.preflight import kept_groups, needs_more_than_free, rebuilt_bytes
 
 
 def test_a_build_needs_its_last_image_size_and_a_margin() -> None:
@@ -29,3 +30,15 @@ def test_a_rebuild_that_keeps_the_dependency_layers_needs_only_what_lies_above_t
     assert rebuilt_bytes(HISTORY, size, ["torch"]) == 42_310
     assert rebuilt_bytes(HISTORY, size, []) == size  # a new torch group: the whole image again
     assert rebuilt_bytes(HISTORY, size, ["pytorch"]) == size  # a group the history lacks: assume nothing
+
+
+GROUPS = [Layer("torch", ("torch==2.14.1",), "", "a" * 16), Layer("rest", ("numpy==2.3.0",), "", "b" * 16)]
+
+
+def test_a_build_takes_the_groups_up_to_the_first_whose_key_differs() -> None:
+    assert kept_groups(GROUPS, f"torch={'a' * 16} rest={'b' * 16}") == ["torch", "rest"]
+    assert kept_groups(GROUPS, f"torch={'a' * 16} rest={'c' * 16}") == ["torch"]
+    # Keys chain: a matching key above a new one is another layer.
+    assert kept_groups(GROUPS, f"torch={'c' * 16} rest={'b' * 16}") == []
+    assert kept_groups(GROUPS, "") == []
+    assert kept_groups(GROUPS, "torch=not-a-key") == []  # a label is not trusted input
