@@ -129,7 +129,8 @@ def ops(session: nox.Session) -> None:
     (examples/zoo, entries ops and ops-torch211), each in its image; then one page of both, which lists the
     operators whose outcome changed first: examples/zoo/reports/ops.{md,html}. `-- --quick`: the quick subset;
     `-- --shard K/N`: one slice (a workflow spreads the sweep); `-- --collect`: write each stack's expectations
-    and keep them beside the ones torchyard ships; `-- --entry NAME`: one stack; `-- --reports DIR`: where."""
+    and keep them beside the ones torchyard ships; `-- --entry NAME`: one stack; `-- --reports DIR`: where. A stack
+    whose sweep nothing changed since its last run replays its verdicts (`--reuse-results`), except to collect."""
     session.install("-e", ".")
     arguments = list(session.posargs)
     quick = _flag(arguments, "--quick")
@@ -146,6 +147,7 @@ def ops(session: nox.Session) -> None:
     session.chdir("examples/zoo")
     session.run(
         "torchyard", "test", *(f"--entry={entry}" for entry in entries), *([f"--ops-shard={shard}"] if shard else []),
+        *([] if collect else ["--reuse-results"]),
         f"--reports={folder}", *(["--", *pytest_args] if pytest_args else []),
     )  # fmt: skip
     if collect:

@@ -184,7 +184,9 @@ JUNIT = "junit.xml"
 PARITY_JSON = "parity.json"
 PARITY_MARKDOWN = "parity.md"
 ENVIRONMENT_JSON = "env.json"
-REPORT_FILES = (JUNIT, PARITY_JSON, PARITY_MARKDOWN, ENVIRONMENT_JSON)
+OPS_JSON = "ops.json"  # where a run swept operators (the ops suite)
+OPS_MARKDOWN = "ops.md"
+REPORT_FILES = (JUNIT, PARITY_JSON, PARITY_MARKDOWN, ENVIRONMENT_JSON, OPS_JSON, OPS_MARKDOWN)
 
 PROBE_FAILED = 3  # the exit status of a run that cannot test what its entry claims
 

@@ -101,15 +101,15 @@ def replay(store: Path, key: str, report_dir: Path) -> int | None:
         if (entry / name).is_file():
             shutil.copyfile(entry / name, report_dir / name)
     note = {"replayed": True, "original-run": when, "fingerprint": key}
-    parity_json = report_dir / contract.PARITY_JSON
-    if parity_json.is_file():
-        data = json.loads(parity_json.read_text())
-        if isinstance(data, dict):
-            parity_json.write_text(json.dumps({**data, "replay": note}, indent=2, sort_keys=True))
+    for name in (contract.PARITY_JSON, contract.OPS_JSON):
+        if (report_dir / name).is_file():
+            data = json.loads((report_dir / name).read_text())
+            if isinstance(data, dict):
+                (report_dir / name).write_text(json.dumps({**data, "replay": note}, indent=2, sort_keys=True))
     line = f"**Replayed**: nothing ran; these are the verdicts of the run of {when} (same fingerprint {key[:16]})."
-    parity_md = report_dir / contract.PARITY_MARKDOWN
-    if parity_md.is_file():
-        parity_md.write_text(f"{line}\n\n{parity_md.read_text()}")
+    for name in (contract.PARITY_MARKDOWN, contract.OPS_MARKDOWN):
+        if (report_dir / name).is_file():
+            (report_dir / name).write_text(f"{line}\n\n{(report_dir / name).read_text()}")
     print(f"torchyard: replayed the verdicts of the run of {when}: nothing that decides them changed")
     return int(record["status"])
 

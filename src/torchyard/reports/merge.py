@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torchyard.contract import OPS_JSON
 from torchyard.errors import UsageError
 from torchyard.names import BACKEND_NAMES
 from torchyard.reports.files import read_json
-from torchyard.reports.ops import OPS_JSON
 
 # Worst first: a cell shows the first of these that any of its results has.
 OUTCOMES = ("failed", "error", "xfailed", "passed", "skipped")

@@ -12,10 +12,10 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from torchyard.contract import OPS_JSON
 from torchyard.errors import UsageError
 from torchyard.reports.files import read_json
 
-OPS_JSON = "ops.json"  # the in-image ops suite's name for it (inimage/ops/report.py)
 SHARD_SUFFIX = re.compile(r"-shard-[0-9]+$")
 # Worst first: a cell shows the first of these that any of its samples has.
 OUTCOMES = (

@@ -9,10 +9,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from torchyard.contract import OPS_JSON, OPS_MARKDOWN
 from torchyard.inimage.ops.outcomes import Outcome, OutcomeName
 
-OPS_JSON = "ops.json"
-OPS_MARKDOWN = "ops.md"
 ORDER: tuple[OutcomeName, ...] = (
     "passed", "wrong value", "failed to export", "failed to lower", "failed to run", "crashed", "not supported",
     "set aside",

@@ -65,6 +65,21 @@ def test_a_replay_hands_back_the_reports_marked_with_their_time(tmp_path: Path) 
     assert (again / "junit.xml").read_text() == "<testsuites/>"
 
 
+def test_an_ops_sweeps_reports_are_handed_back_marked_too(tmp_path: Path) -> None:
+    """A sweep that changed nothing replays in seconds: its table comes back with it, saying so."""
+    reports, store = tmp_path / "reports", tmp_path / "store"
+    reports.mkdir()
+    (reports / "parity.json").write_text(json.dumps({"results": []}))
+    (reports / "ops.json").write_text(json.dumps({"outcomes": [{"operator": "abs"}]}))
+    (reports / "ops.md").write_text("### ops\n")
+    replay.save(store, "k" * 64, reports, 0, dt.datetime(2026, 12, 4, tzinfo=dt.UTC))
+    again = tmp_path / "again"
+    assert replay.replay(store, "k" * 64, again) == 0
+    ops = json.loads((again / "ops.json").read_text())
+    assert ops["outcomes"] == [{"operator": "abs"}] and ops["replay"]["replayed"] is True
+    assert (again / "ops.md").read_text().startswith("**Replayed**: nothing ran")
+
+
 def test_a_run_that_could_not_start_is_never_kept(tmp_path: Path) -> None:
     reports = tmp_path / "reports"
     reports.mkdir()
