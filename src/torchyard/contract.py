@@ -192,6 +192,8 @@ PROBE_FAILED = 3  # the exit status of a run that cannot test what its entry cla
 
 
 OPS_SHARD_OPTION = "--torchyard-ops-shard"  # a run's option, not an entry's: `torchyard test --ops-shard K/N`
+# The ops suite's expectations file, where a run names one: its bytes decide verdicts (the replay key reads it).
+OPS_EXPECTATIONS_OPTION = "--torchyard-ops-expectations"
 # A run's option too (`torchyard test --rerun-self-tests`): every harness self-test runs, proven or not.
 RERUN_SELF_TESTS_OPTION = "--torchyard-rerun-self-tests"
 

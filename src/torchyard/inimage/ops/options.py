@@ -33,7 +33,7 @@ def add_options(parser: pytest.Parser) -> None:
     (`contract.SETTINGS`: `ops-operators`, `ops-samples`), added with the others."""
     group = parser.getgroup("torchyard ops")
     group.addoption(
-        "--torchyard-ops-expectations", default="",
+        contract.OPS_EXPECTATIONS_OPTION, default="",
         help="the ops suite's expectations file (default: the one torchyard ships for the running stack)",
     )  # fmt: skip
     group.addoption(
@@ -63,7 +63,7 @@ def ops_options(config: pytest.Config) -> OpsOptions:
     collect = bool(config.getoption("--collect-expectations"))
     if collect and shard != (1, 1):
         raise pytest.UsageError("--collect-expectations writes the whole expectations file: run it unsharded")
-    given = str(config.getoption("--torchyard-ops-expectations"))
+    given = str(config.getoption(contract.OPS_EXPECTATIONS_OPTION))
     return OpsOptions(
         operators=str(config.getoption("--torchyard-ops")),
         samples=samples,

@@ -45,6 +45,16 @@ def test_the_fingerprint_changes_with_everything_that_decides_verdicts(tmp_path:
     assert base not in changed and len(set(changed)) == len(changed)
 
 
+def test_a_file_an_option_names_decides_the_fingerprint(tmp_path: Path) -> None:
+    """An ops run compared with a project's expectations file reruns once that file changes, however named."""
+    expected = tmp_path / "expectations.toml"
+    expected.write_text("[outcomes]\n")
+    for argv in ([f"--torchyard-ops-expectations={expected}"], ["--torchyard-ops-expectations", str(expected)]):
+        before = replay.fingerprint(argv, ENV, DEVICE)
+        expected.write_text(expected.read_text() + "# edited\n")
+        assert replay.fingerprint(argv, ENV, DEVICE) != before
+
+
 def test_a_replay_hands_back_the_reports_marked_with_their_time(tmp_path: Path) -> None:
     reports, store = tmp_path / "reports", tmp_path / "store"
     reports.mkdir()
