@@ -26,7 +26,7 @@ from tests.cpu_index import CPU_WHEELS, write_cpu_index
 from torchyard.commands.build import make_base
 from torchyard.host.engine import engine
 from torchyard.image.debootstrap import DEFAULT_TAG
-from torchyard.image.layers import LAYERS_LABEL, read_keys_label
+from torchyard.image.layers import image_keys
 from torchyard.image.plan import DEPENDENCY_REPOSITORY
 from torchyard.trust import project_scope
 from torchyard.util import proc
@@ -141,7 +141,7 @@ def remove_images(client: docker.DockerClient, *needles: str) -> None:
     for image in client.images.list():
         for tag in image.tags:
             if any(needle in tag for needle in needles):
-                keys.update(read_keys_label((image.labels or {}).get(LAYERS_LABEL, "")).values())
+                keys.update(image_keys(image.labels).values())
                 client.images.remove(tag, force=True)
     for image in client.images.list(name=DEPENDENCY_REPOSITORY):
         for tag in image.tags:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from torchyard.image.layers import Layer
+from collections.abc import Mapping
+
+from torchyard.image.layers import LAYERS_LABEL, Layer, image_keys
 from torchyard.image.preflight import kept_groups, needs_more_than_free, rebuilt_bytes
 
 
@@ -36,9 +38,13 @@ GROUPS = [Layer("torch", ("torch==2.14.1",), "", "a" * 16), Layer("rest", ("nump
 
 
 def test_a_build_takes_the_groups_up_to_the_first_whose_key_differs() -> None:
-    assert kept_groups(GROUPS, f"torch={'a' * 16} rest={'b' * 16}") == ["torch", "rest"]
-    assert kept_groups(GROUPS, f"torch={'a' * 16} rest={'c' * 16}") == ["torch"]
+    def labelled(value: str) -> Mapping[str, str]:
+        return image_keys({LAYERS_LABEL: value})
+
+    assert kept_groups(GROUPS, labelled(f"torch={'a' * 16} rest={'b' * 16}")) == ["torch", "rest"]
+    assert kept_groups(GROUPS, labelled(f"torch={'a' * 16} rest={'c' * 16}")) == ["torch"]
     # Keys chain: a matching key above a new one is another layer.
-    assert kept_groups(GROUPS, f"torch={'c' * 16} rest={'b' * 16}") == []
-    assert kept_groups(GROUPS, "") == []
-    assert kept_groups(GROUPS, "torch=not-a-key") == []  # a label is not trusted input
+    assert kept_groups(GROUPS, labelled(f"torch={'c' * 16} rest={'b' * 16}")) == []
+    assert kept_groups(GROUPS, labelled("")) == []
+    assert kept_groups(GROUPS, image_keys(None)) == []  # an image without labels
+    assert kept_groups(GROUPS, labelled("torch=not-a-key")) == []  # a label is not trusted input

@@ -33,7 +33,7 @@ import docker
 import docker.errors
 
 from torchyard.host.engine import engine
-from torchyard.image.layers import LAYERS_LABEL, read_keys_label
+from torchyard.image.layers import image_keys
 from torchyard.image.plan import DEPENDENCY_REPOSITORY
 from torchyard.run.scopes import SCOPE_LABEL, TRUST_LABEL
 from torchyard.util.markdown import markdown_table
@@ -128,7 +128,7 @@ def _facts(
             size=int(image.attrs.get("Size", 0)),
             tags=tuple(image.tags),
             own=own.get(str(image.id), -1),
-            keys=frozenset(read_keys_label(image.labels.get(LAYERS_LABEL, "")).values()),
+            keys=frozenset(image_keys(image.labels).values()),
         )
         for image in client.images.list(all=True, filters={"label": LABEL})
     ]

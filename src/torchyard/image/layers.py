@@ -154,6 +154,11 @@ def read_keys_label(value: str) -> Mapping[str, str]:
     return {name: key for name, sep, key in pairs if sep and name in GROUP_NAMES and re.fullmatch(r"[0-9a-f]{16}", key)}
 
 
+def image_keys(labels: Mapping[str, str] | None) -> Mapping[str, str]:
+    """An image's dependency layers by group and key, read from its labels (none where it has no such label)."""
+    return read_keys_label((labels or {}).get(LAYERS_LABEL, ""))
+
+
 def history_layers(history: Sequence[Mapping[str, object]]) -> list[tuple[str | None, int]]:
     """Each layer of an image's history (the engine's, newest first): its dependency group (None for any
     other layer) and its size."""

@@ -10,7 +10,7 @@ from typing import Literal
 import docker
 
 from torchyard.image.buildkit import layer_steps, pulled_layers
-from torchyard.image.layers import LAYERS_LABEL, Layer, read_keys_label
+from torchyard.image.layers import LAYERS_LABEL, Layer, image_keys
 from torchyard.image.registry import Transfer
 from torchyard.util.markdown import markdown_table
 
@@ -87,7 +87,7 @@ def local_layer_keys(client: docker.DockerClient) -> frozenset[str]:
     """The dependency layers this runner's torchyard images hold, by key (their label)."""
     keys: set[str] = set()
     for image in client.images.list(filters={"label": LAYERS_LABEL}):
-        keys.update(read_keys_label((image.labels or {}).get(LAYERS_LABEL, "")).values())
+        keys.update(image_keys(image.labels).values())
     return frozenset(keys)
 
 

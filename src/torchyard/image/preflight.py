@@ -12,7 +12,7 @@ import docker.errors
 from docker.models.images import Image
 
 from torchyard.errors import ImageBuildError
-from torchyard.image.layers import LAYERS_LABEL, Layer, history_layers, read_keys_label
+from torchyard.image.layers import LAYERS_LABEL, Layer, history_layers, image_keys
 from torchyard.image.plan import BuildPlan
 from torchyard.image.reuse import local_image
 
@@ -56,10 +56,9 @@ def rebuilt_bytes(history: Sequence[Mapping[str, object]], size: int, kept: Sequ
     return size  # the group's layer is not in the history: reuse cannot be assumed
 
 
-def kept_groups(groups: Sequence[Layer], label: str) -> list[str]:
-    """The dependency groups (in install order) a build of `groups` takes from an image whose layers label
-    is `label`: those up to the first whose key differs (keys chain, so a layer above it is new too)."""
-    had = read_keys_label(label)
+def kept_groups(groups: Sequence[Layer], had: Mapping[str, str]) -> list[str]:
+    """The dependency groups (in install order) a build of `groups` takes from an image whose layers are `had`
+    (`image_keys`): those up to the first whose key differs (keys chain, so a layer above it is new too)."""
     return [layer.name for layer in itertools.takewhile(lambda layer: had.get(layer.name) == layer.key, groups)]
 
 
@@ -71,9 +70,9 @@ def check_free_disk(client: docker.DockerClient, plan: BuildPlan, last: Image | 
     if last is None or not root.is_dir():
         return  # nothing to estimate from, or a remote engine whose disk this host cannot see
     groups = [layer for layer in plan.layers if layer.pins]
-    need = rebuilt_bytes(last.history(), _size(last), kept_groups(groups, _label(last)))
+    need = rebuilt_bytes(last.history(), _size(last), kept_groups(groups, image_keys(last.labels)))
     for image in client.images.list(filters={"label": LAYERS_LABEL}):
-        kept = kept_groups(groups, _label(image))
+        kept = kept_groups(groups, image_keys(image.labels))
         if kept and image.id != last.id:
             need = min(need, rebuilt_bytes(image.history(), _size(image), kept))
     free = shutil.disk_usage(root).free
@@ -82,10 +81,6 @@ def check_free_disk(client: docker.DockerClient, plan: BuildPlan, last: Image | 
             f"entry {plan.entry!r}: the build needs about {need / 1e9:.1f} GB and {root} has "
             f"{free / 1e9:.1f} GB free: run `torchyard prune` (`nox -s prune`), then build again"
         )
-
-
-def _label(image: Image) -> str:
-    return str((image.labels or {}).get(LAYERS_LABEL, ""))
 
 
 def _size(image: Image) -> int:

@@ -68,10 +68,10 @@ def environment_identity(env: Mapping[str, str]) -> object:
 
 def fingerprint(argv: Sequence[str], env: Mapping[str, str], device: Mapping[str, Any]) -> str:
     """What decides this run's verdicts, as one sha256."""
-    # The suites' own folder is part of the in-image side, hashed once with it.
     # The ops suite's expectations file decides verdicts however it is named (`OPTION=PATH` too).
     option = f"{contract.OPS_EXPECTATIONS_OPTION}="
     named = [arg.removeprefix(option) for arg in argv]
+    # The suites' own folder is part of the in-image side, hashed once with it.
     test_paths = [
         Path(arg)
         for arg in named
