@@ -53,6 +53,9 @@ def timed(entry: str, *args: str) -> float:
     # an untrusted run keeps the trusted matrix.toml's policy: here the committed one is that
     env = {**os.environ, "TORCHYARD_TRUSTED_MATRIX": str(REPO / "matrix.toml")}
     completed = subprocess.run(command, cwd=REPO, env=env, check=False)
+    # Each run's time as it ends: a run cut off by its caller's time limit keeps what it measured.
+    print(f"- torchyard test {' '.join(args)}: exit {completed.returncode} after {time.monotonic() - started:.1f} s",
+          flush=True)  # fmt: skip
     if completed.returncode != 0:
         failure = f"torchyard test --entry {entry} {' '.join(args)} exited {completed.returncode}"
         if not KEEP_GOING:

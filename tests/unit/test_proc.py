@@ -34,7 +34,14 @@ def test_uv_missing_from_torchyards_environment_is_one_line(monkeypatch: pytest.
     def missing() -> str:
         raise FileNotFoundError("Could not find the uv binary in any of the following locations:\n - /x\n")
 
-    monkeypatch.setattr("torchyard.util.proc.find_uv_bin", missing)
+    monkeypatch.setattr("uv.find_uv_bin", missing)
+    with pytest.raises(CommandNotFoundError, match=r"^uv: the `uv` package torchyard depends on has no binary"):
+        run(["uv", "--version"])
+
+
+def test_uv_not_installed_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An in-place run's interpreter may lack the uv package: only what runs uv needs it, and says so."""
+    monkeypatch.setitem(sys.modules, "uv", None)  # import uv raises ImportError
     with pytest.raises(CommandNotFoundError, match=r"^uv: the `uv` package torchyard depends on has no binary"):
         run(["uv", "--version"])
 

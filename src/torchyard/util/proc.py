@@ -21,8 +21,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from uv import find_uv_bin
-
 from torchyard.errors import CommandError, CommandNotFoundError
 
 # Whether a command's merged output is shown as it comes: every line (True), none (False), or the lines a
@@ -84,10 +82,13 @@ def cause(output: str) -> str:
 
 def own_uv() -> str:
     """The uv installed with torchyard (the pinned `uv` package's binary), whatever uv PATH holds: uv's
-    version is an input of every lock, so a system uv of another version must not make or check one."""
+    version is an input of every lock, so a system uv of another version must not make or check one. Imported
+    here: an in-place run, which locks nothing, runs where the uv package is not installed."""
     try:
+        from uv import find_uv_bin  # noqa: PLC0415 (see the docstring)
+
         return find_uv_bin()
-    except FileNotFoundError:
+    except (ImportError, FileNotFoundError):
         raise CommandNotFoundError(
             "uv: the `uv` package torchyard depends on has no binary in this environment; reinstall torchyard"
         ) from None

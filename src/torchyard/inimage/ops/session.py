@@ -11,11 +11,12 @@ import torch
 
 from torchyard import contract
 from torchyard.inimage.ops import expectations
-from torchyard.inimage.ops.catalog import QUICK, Operator, chosen_samples, op_db_operators, select
+from torchyard.inimage.ops.catalog import QUICK, Operator, op_db_operators
+from torchyard.inimage.ops.host import SweepHost, sweep_name
 from torchyard.inimage.ops.options import OpsOptions
 from torchyard.inimage.ops.outcomes import Outcome
 from torchyard.inimage.ops.report import write_ops_reports
-from torchyard.inimage.ops.sweep import TIMEOUT_S, Plant, SweepSettings, prepare, sweep_operator
+from torchyard.inimage.ops.sweep import TIMEOUT_S, Plant, SweepSettings, prepare
 from torchyard.inimage.parity.artifacts import entry_cache
 from torchyard.inimage.parity.backends import unavailable_reason
 from torchyard.inimage.parity.tolerances import Tolerances
@@ -57,7 +58,10 @@ class OpsSession:
         plant: Plant | None = None,
         env: Mapping[str, str] = os.environ,
         timeout_s: float = TIMEOUT_S,
+        host: bool | None = None,
     ) -> None:
+        """`host`: sweep through a `SweepHost` (None: on a machine with a GPU, or a run that targets one);
+        `operators` and `plant` must then be picklable, module-level (the host builds op_db's itself)."""
         self.options, self.device, self.dtype, self.backends = options, device, dtype, list(backends)
         self.identity = {**identity, "samples": str(options.samples)}
         self.path = options.expectations or expectations.HERE / expectations.file_name(identity)
@@ -71,6 +75,9 @@ class OpsSession:
         self._make_operators = operators or (lambda: op_db_operators(dtype, device))
         self._operators: list[Operator] | None = None
         self.plant = plant
+        if host is None:  # torch may have initialised CUDA below Python's notice: a GPU on the machine decides
+            host = device.type != "cpu" or torch.cuda.is_available()
+        self.host = SweepHost(self.backends, self.settings, options.samples, operators, plant) if host else None
         self.outcomes: list[Outcome] = []
         self.set_aside: dict[str, str] = {}
         self.differences: list[str] = []
@@ -93,28 +100,31 @@ class OpsSession:
         """Sweep the operators of `name`; the ways they differ from the expectations, and, where a rule set
         every one of them aside, that rule."""
         found, rules = [], []
-        operators = select(self.operators, [name])
-        for operator in operators:
-            outcomes: list[Outcome] = []
-            if operator.set_aside:
-                self.set_aside[operator.name] = operator.set_aside
-                rules.append(operator.set_aside)
-            else:
-                samples = chosen_samples(operator, self.device, self.dtype, self.options.samples)
-                outcomes = sweep_operator(operator, samples, self.backends, self.settings, self.plant)
-                for index, sample in samples:
-                    if isinstance(sample, str):
-                        self.set_aside[expectations.sample_key(operator.name, index)] = sample
-            self.outcomes += outcomes
+        if self.host is not None:
+            swept = self.host.sweep(name)
+        else:
+            swept = sweep_name(
+                self.operators, name, self.backends, self.settings, self.options.samples, samples_on=self.device,
+                plant=self.plant,
+            )  # fmt: skip
+        for one in swept:
+            if one.set_aside:
+                self.set_aside[one.operator] = one.set_aside
+                rules.append(one.set_aside)
+            for index, rule in (one.samples_aside or {}).items():
+                self.set_aside[expectations.sample_key(one.operator, index)] = rule
+            self.outcomes += one.outcomes
             if not self.options.collect:  # collecting: the outcomes are the expectations
-                found += expectations.differences(self.expected, operator.name, operator.set_aside, outcomes)
+                found += expectations.differences(self.expected, one.operator, one.set_aside, one.outcomes)
         found = list(dict.fromkeys(found))
         self.differences += found
-        every_one_aside = len(rules) == len(operators)
+        every_one_aside = len(rules) == len(swept)
         return found, "; ".join(dict.fromkeys(rules)) if every_one_aside else ""
 
     def finish(self) -> list[Path]:
         """Write the reports, and the expectations file where the run collects it."""
+        if self.host is not None:
+            self.host.close()
         written = list(
             write_ops_reports(
                 self.report_dir,

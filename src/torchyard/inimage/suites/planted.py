@@ -24,7 +24,8 @@ from torchyard.inimage.probe import torch_device
 
 CPU = torch.device("cpu")
 # The run's own device (the probe checked it is there), for the self-tests that must hold on it.
-RUN_DEVICE = torch_device(os.environ.get(contract.ACCELERATOR, "cpu"))
+RUN_ACCELERATOR = os.environ.get(contract.ACCELERATOR, "cpu")
+RUN_DEVICE = torch_device(RUN_ACCELERATOR)
 TOLERANCES = load_tolerances()
 BY_NAME = {case.name: case for case in CASES}
 

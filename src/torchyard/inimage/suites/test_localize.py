@@ -23,7 +23,8 @@ from torchyard.inimage.parity.localize import Localization, localize
 from torchyard.inimage.parity.localize.executorch import no_taps
 from torchyard.inimage.suites.planted import (
     BY_NAME,
-    CPU,
+    RUN_ACCELERATOR,
+    RUN_DEVICE,
     TOLERANCES,
     Deep,
     Switch,
@@ -112,12 +113,15 @@ def test_a_backend_it_cannot_localize_says_so(tmp_path: Path) -> None:
 
 
 def bisected(workdir: Path, planted: bool) -> Localization:
-    """Where inductor diverges on DEEP on the CPU, with a wrong post-grad pass planted or not."""
+    """Where inductor diverges on DEEP on the run's device (on a GPU, through Triton's kernels), with a wrong
+    post-grad pass planted or not."""
     import torch._inductor.config  # inductor, imported only in the child that compiles
 
     wrong = {"post_grad_custom_post_pass": wrong_tanh_pass()} if planted else {}
     with torch._inductor.config.patch(wrong):
-        return localize(DEEP, "inductor", dtype=torch.float32, tolerances=TOLERANCES, workdir=workdir, device=CPU)
+        return localize(
+            DEEP, "inductor", dtype=torch.float32, tolerances=TOLERANCES, workdir=workdir, device=RUN_DEVICE
+        )
 
 
 @pytest.mark.beside.with_args(bisected, True)
@@ -132,7 +136,9 @@ def bisected_train(workdir: Path) -> tuple[str, dict[str, Any] | None]:
     it: its status and the `diverges` its result carries."""
     import torch._inductor.config  # inductor, imported only in the child that compiles
 
-    settings = RunSettings("cpu", "fp32", workdir, TOLERANCES, (), True, ("train",), ("inductor",), None, {}, 600)
+    settings = RunSettings(
+        RUN_ACCELERATOR, "fp32", workdir, TOLERANCES, (), True, ("train",), ("inductor",), None, {}, 600
+    )
     with torch._inductor.config.patch({"post_grad_custom_post_pass": wrong_tanh_pass()}):
         result = Evaluations(settings, workdir).train_result(DEEP, "train-inductor-sgd")
     return result.status, result.diverges
@@ -162,7 +168,7 @@ def test_a_fault_in_the_trace_itself_is_blamed_on_torch_export(tmp_path: Path) -
 def evaluated(workdir: Path) -> tuple[str, dict[str, Any] | None]:
     """DEEP on ExecuTorch's portable kernels with the wrong SiLU planted, as the suites evaluate it: its status and
     the `diverges` its result carries into parity.json."""
-    settings = RunSettings("cpu", "fp32", workdir, TOLERANCES, (), True, ("parity",), ("inductor",), None, {})
+    settings = RunSettings(RUN_ACCELERATOR, "fp32", workdir, TOLERANCES, (), True, ("parity",), ("inductor",), None, {})
     evaluations = Evaluations(settings, workdir)
     evaluations.cache = NO_CACHE  # the self-tests leave the entry's artifact cache alone
     with wrong_decomposition(SILU, wrong_silu):
@@ -211,7 +217,7 @@ def evaluated_batches(workdir: Path) -> tuple[str, str, dict[str, Any] | None]:
     torch.save((100 * torch.randn(4, 16, generator=torch.Generator().manual_seed(1)),), workdir / "bright.pt")
     files = InputFiles([workdir / "bright.pt"], {"0": (torch.float32, (None, 16))})
     case = Case("planted_gate", Gate, lambda g: (torch.randn(4, 16, generator=g),), input_files=files)
-    settings = RunSettings("cpu", "fp32", workdir, TOLERANCES, (), True, ("parity",), ("inductor",), None, {})
+    settings = RunSettings(RUN_ACCELERATOR, "fp32", workdir, TOLERANCES, (), True, ("parity",), ("inductor",), None, {})
     evaluations = Evaluations(settings, workdir)
     evaluations.cache = NO_CACHE
     with wrong_decomposition(SILU, wrong_silu_on_large):
@@ -234,7 +240,7 @@ def evaluated_known(workdir: Path) -> tuple[bool, dict[str, Any] | None]:
     known = case.known_failure("executorch-xnnpack")
     assert known is not None
     named = {**case.known_failures, "executorch-xnnpack": dataclasses.replace(known, node="gelu")}
-    settings = RunSettings("cpu", "fp32", workdir, TOLERANCES, (), True, ("parity",), ("inductor",), None, {})
+    settings = RunSettings(RUN_ACCELERATOR, "fp32", workdir, TOLERANCES, (), True, ("parity",), ("inductor",), None, {})
     evaluations = Evaluations(settings, workdir)
     evaluations.cache = NO_CACHE
     result = evaluations.result(dataclasses.replace(case, known_failures=named), "executorch-xnnpack")

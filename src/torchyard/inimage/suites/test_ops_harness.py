@@ -4,8 +4,11 @@ the run. Operators of their own (`torch.add`, `torch.mul`) on eager and export: 
 
 from __future__ import annotations
 
+import functools
 import os
+import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,7 @@ from torchyard.inimage.ops.options import OpsOptions
 from torchyard.inimage.ops.outcomes import Outcome
 from torchyard.inimage.ops.session import OpsSession
 from torchyard.inimage.ops.sweep import Plant
-from torchyard.inimage.parity.backends import BackendRun, runner_for
+from torchyard.inimage.parity.backends import BackendRun, Runner, runner_for
 from torchyard.inimage.parity.tolerances import load_tolerances
 
 pytestmark = pytest.mark.harness
@@ -30,12 +33,25 @@ BACKENDS = ("eager", "export")
 IDENTITY = {"accelerator": "cpu", "precision": "fp32", "torch": "planted"}
 
 
-def _two_samples(shape: tuple[int, ...], **kwargs: Any) -> Any:
-    def samples(device: torch.device, dtype: torch.dtype) -> list[Sample]:
-        made = [torch.randn(*shape, device=device, dtype=dtype) for _ in range(4)]
-        return [Sample(made[0], (made[1],)), Sample(made[2], (made[3],), kwargs)]
+# Module-level and bound with functools.partial, never closures: on a machine whose run has used a GPU the
+# sweep goes through its host process (`ops.host`), which takes the operators and plants pickled.
+def _samples_of(
+    shape: tuple[int, ...], kwargs: dict[str, Any], device: torch.device, dtype: torch.dtype
+) -> list[Sample]:
+    made = [torch.randn(*shape, device=device, dtype=dtype) for _ in range(4)]
+    return [Sample(made[0], (made[1],)), Sample(made[2], (made[3],), kwargs)]
 
-    return samples
+
+def _two_samples(shape: tuple[int, ...], **kwargs: Any) -> Any:
+    return functools.partial(_samples_of, shape, kwargs)
+
+
+def _planted_at(where: tuple[str, str], runner: Runner, case: str, backend: str) -> Runner | None:
+    return runner if (case, backend) == where else None
+
+
+def _these(operators: list[Operator]) -> Callable[[], list[Operator]]:
+    return functools.partial(list, operators)
 
 
 OPERATORS = [
@@ -45,7 +61,7 @@ OPERATORS = [
 ]
 
 
-def _session(tmp_path: Path, *, collect: bool, plant: Plant | None = None) -> OpsSession:
+def _session(tmp_path: Path, *, collect: bool, plant: Plant | None = None, host: bool | None = None) -> OpsSession:
     return OpsSession(
         OpsOptions("planted.add,planted.mul,planted.random", 2, tmp_path / "expected.toml", collect),
         device=CPU,
@@ -55,10 +71,11 @@ def _session(tmp_path: Path, *, collect: bool, plant: Plant | None = None) -> Op
         backends=BACKENDS,
         report_dir=tmp_path / "reports",
         workdir=tmp_path / "work",
-        operators=lambda: OPERATORS,
+        operators=_these(OPERATORS),
         plant=plant,
         env={contract.ARTIFACT_CACHE: "off"},
         timeout_s=120,
+        host=host,
     )
 
 
@@ -99,7 +116,7 @@ def test_a_planted_wrong_value_fails_and_names_the_operator(tmp_path: Path) -> N
     planted = _session(
         tmp_path,
         collect=False,
-        plant=lambda case, backend: _planted_wrong if (case, backend) == ("op-planted.add-0", "export") else None,
+        plant=functools.partial(_planted_at, ("op-planted.add-0", "export"), _planted_wrong),
     )
     differences, _ = planted.run("planted.add")
     assert len(differences) == 1, differences
@@ -128,12 +145,14 @@ def test_a_stale_expectation_fails(tmp_path: Path) -> None:
     assert stale.run("planted.random") == ([], "random: its values are drawn at random")
 
 
-def test_a_crashing_operator_is_its_outcome_not_the_end(tmp_path: Path) -> None:
+@pytest.mark.parametrize("host", [False, True], ids=["forked from the run", "through the host"])
+def test_a_crashing_operator_is_its_outcome_not_the_end(tmp_path: Path, host: bool) -> None:
+    """Either way a sweep's children are made: forked from the run's process (a CPU run), or from the host
+    process that never touched a GPU (`ops.host`: where the run has used one)."""
     aborting = _session(
-        tmp_path,
-        collect=False,
-        plant=lambda case, backend: _planted_abort if (case, backend) == ("op-planted.add-0", "export") else None,
-    )
+        tmp_path, collect=False, plant=functools.partial(_planted_at, ("op-planted.add-0", "export"), _planted_abort),
+        host=host,
+    )  # fmt: skip
     differences, _ = aborting.run("planted.add")
     assert differences == [
         "planted.add sample 0 on export: crashed: SIGABRT: planted: tensor_impl.h:136 Dimension out of range; "
@@ -204,7 +223,7 @@ def test_a_sweep_after_parallel_work_in_the_run_still_ends(tmp_path: Path) -> No
             OpsOptions("planted.big", 1, tmp_path / "expected.toml", collect=False),
             device=CPU, dtype=torch.float32, identity=IDENTITY, tolerances=load_tolerances(), backends=("eager",),
             report_dir=tmp_path / "reports", workdir=tmp_path / "work",
-            operators=lambda: [Operator("planted.big", torch.add, _two_samples((400, 400)), base="planted.big")],
+            operators=_these([Operator("planted.big", torch.add, _two_samples((400, 400)), base="planted.big")]),
             env={contract.ARTIFACT_CACHE: "off"}, timeout_s=30,
         )  # fmt: skip
         assert session.run("planted.big") == ([], "")
@@ -224,7 +243,7 @@ def test_a_sweep_after_inductor_compiled_in_the_run_still_compiles(tmp_path: Pat
             OpsOptions("planted.add", 1, tmp_path / "expected.toml", collect=False),
             device=CPU, dtype=torch.float32, identity=IDENTITY, tolerances=load_tolerances(),
             backends=("inductor",), report_dir=tmp_path / "reports", workdir=tmp_path / "work",
-            operators=lambda: OPERATORS[:1], env={contract.ARTIFACT_CACHE: "off"}, timeout_s=60,
+            operators=_these(OPERATORS[:1]), env={contract.ARTIFACT_CACHE: "off"}, timeout_s=60,
         )  # fmt: skip
         assert session.run("planted.add") == ([], "")
     assert [(o.sample, o.outcome) for o in session.outcomes] == [(0, "passed")]
@@ -235,20 +254,36 @@ def _none_between(x: torch.Tensor, nothing: None, y: torch.Tensor, dim: int | No
     return x + y
 
 
+def _none_samples(device: torch.device, dtype: torch.dtype) -> list[Sample]:
+    x, y = torch.randn(3, 4, device=device, dtype=dtype), torch.randn(3, 4, device=device, dtype=dtype)
+    return [Sample(x, (None, y), {"dim": None})]
+
+
 def test_a_none_argument_is_a_constant_not_an_input(tmp_path: Path) -> None:
     """`dim=None` (masked ops, interpolate, diff) is a constant of the sample's module: it took a tensor's
     place, so the module ran out of inputs (StopIteration) and 60 samples of the full sweep did not run."""
-
-    def samples(device: torch.device, dtype: torch.dtype) -> list[Sample]:
-        x, y = torch.randn(3, 4, device=device, dtype=dtype), torch.randn(3, 4, device=device, dtype=dtype)
-        return [Sample(x, (None, y), {"dim": None})]
 
     session = OpsSession(
         OpsOptions("planted.none", 1, tmp_path / "expected.toml", collect=False),
         device=CPU, dtype=torch.float32, identity=IDENTITY, tolerances=load_tolerances(), backends=BACKENDS,
         report_dir=tmp_path / "reports", workdir=tmp_path / "work",
-        operators=lambda: [Operator("planted.none", _none_between, samples, base="planted.none")],
+        operators=_these([Operator("planted.none", _none_between, _none_samples, base="planted.none")]),
         env={contract.ARTIFACT_CACHE: "off"}, timeout_s=60,
     )  # fmt: skip
     assert session.run("planted.none") == ([], "")
     assert [(o.backend, o.outcome) for o in session.outcomes] == [("eager", "passed"), ("export", "passed")]
+
+
+def test_a_session_left_unfinished_does_not_hold_the_run_at_its_exit(tmp_path: Path) -> None:
+    """A test that fails before its session's `finish` leaves the host running; the interpreter still exits
+    (multiprocessing waits for every child that is not a daemon, and a host cannot be one)."""
+    code = (
+        "import pathlib, sys; from torchyard.inimage.suites.test_ops_harness import _session; "
+        f"session = _session(pathlib.Path({str(tmp_path)!r}), collect=False, host=True); "
+        "print(session.run('planted.mul'), flush=True)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    ended = subprocess.run(
+        [sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert ended.returncode == 0 and "([], '')" in ended.stdout, ended.stdout + ended.stderr[-2000:]

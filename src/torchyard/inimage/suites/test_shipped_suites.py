@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from torchyard.inimage.suites.planted import RUN_DEVICE
 from torchyard.inimage.suites.whole_runs import REPORTS, reports_of, whole_run
 
 pytestmark = pytest.mark.harness
@@ -176,10 +177,14 @@ def test_a_failing_reference_fails_once_and_every_failure_is_one_line(beside: py
         if item["case"] == "broken"
     }
     assert recorded.pop(("parity", "eager"))[0] == "failed"
-    because = "no reference: eager on cpu fails: ValueError: the policy is broken"
+    # The inference reference runs on the run's device; the train suite's float64 step, on the CPU.
+    because = {
+        suite: f"no reference: eager on {device} fails: ValueError: the policy is broken"
+        for suite, device in [("export", RUN_DEVICE), ("parity", RUN_DEVICE), ("train", "cpu")]
+    }
     assert {key: (outcome, reason.split(" (at ")[0]) for key, (outcome, reason) in recorded.items()} == {
-        key: ("skipped", because) for key in [("export", "export"), ("parity", "export"),
-                                              ("train", "train-eager-sgd"), ("train", "train-eager-adamw")]
+        key: ("skipped", because[key[0]]) for key in [("export", "export"), ("parity", "export"),
+                                                      ("train", "train-eager-sgd"), ("train", "train-eager-adamw")]
     }  # fmt: skip
     assert all(reason.endswith("(failed once, in test_parity[broken-eager])") for _, reason in recorded.values())
     trained = {
@@ -197,5 +202,6 @@ def test_a_failing_reference_fails_once_and_every_failure_is_one_line(beside: py
     markdown = (reports / "parity.md").read_text().splitlines()
     assert markdown[2].startswith("**") and "FAIL" in markdown[2]  # the summary opens the report
     assert any(
-        line.startswith("- FAIL: `broken` on eager (parity): reference: eager on cpu fails") for line in markdown
+        line.startswith(f"- FAIL: `broken` on eager (parity): reference: eager on {RUN_DEVICE} fails")
+        for line in markdown
     )
