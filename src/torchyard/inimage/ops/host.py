@@ -1,27 +1,31 @@
-"""The sweep on a machine with a GPU: the run's process has used the device (the probe, the self-tests), and
-CUDA cannot be used again in a child forked from a process that has, so the sweep's children are forked from
-a host that has not. The host is started from the harness's fork server (torch imported, nothing
-initialised), builds the operators itself, draws their samples on the CPU and forks each operator's child
-as the CPU sweep does; the child moves the sample to the device. Outcomes come back over a pipe.
-
-Not yet enough for op_db's own operators on a GPU: importing torch's OpInfo database evaluates CUDA device
-capabilities (torch.testing._internal.common_cuda), which initialises CUDA in the host (docs/runs.md)."""
+"""The sweep on a machine with a GPU. CUDA cannot be used in a child forked from a process that initialised
+it, and both the run's process (the probe, the self-tests) and any process that imports torch's OpInfo
+database (`torch.testing._internal.common_cuda` reads the device's capabilities) have. So the sweep's
+children are forked from a host that does neither: started from the harness's fork server (torch imported,
+nothing initialised), it imports what the backends import, and for each operator name forks one child that
+says which operators and samples the name has, then a child per operator, as the CPU sweep does, each of
+which draws its operator and samples again (on the CPU, the same every time: `chosen_samples` seeds them)
+and moves them to the device. Outcomes come back over a pipe. Each child pays for importing op_db."""
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
+import multiprocessing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import Any
 
 import torch
 
-from torchyard.inimage.ops.catalog import Operator, chosen_samples, op_db_operators, select
+from torchyard.inimage.ops.catalog import Operator, Sample, chosen_samples, op_db_operators, select
 from torchyard.inimage.ops.outcomes import Outcome
 from torchyard.inimage.ops.sweep import Plant, SweepSettings, prepare, sweep_operator
 
 CPU = torch.device("cpu")
+Operators = Callable[[], list[Operator]]
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,76 @@ def sweep_name(
     return swept
 
 
-Operators = Callable[[], list[Operator]]
+# What a name's first child says of it: each operator's name, the rule that set it aside, and its samples'
+# numbers with the rule that set each aside (None: it runs).
+Described = list[tuple[str, str, list[tuple[int, str | None]]]]
+
+
+def _operators(make_operators: Operators | None, dtype: torch.dtype) -> list[Operator]:
+    return make_operators() if make_operators is not None else op_db_operators(dtype, CPU)
+
+
+def _describe(name: str, make_operators: Operators | None, dtype: torch.dtype, count: int, send: Connection) -> None:
+    """In a child of the host: the operators `name` selects and their samples, or why there are none."""
+    try:
+        described: Described = []
+        for operator in select(_operators(make_operators, dtype), [name]):
+            samples = [] if operator.set_aside else chosen_samples(operator, CPU, dtype, count)
+            numbered = [(index, sample if isinstance(sample, str) else None) for index, sample in samples]
+            described.append((operator.name, operator.set_aside, numbered))
+        send.send(described)
+    except Exception as error:  # a name that selects nothing, a sample that cannot be drawn
+        send.send(RuntimeError(f"{type(error).__name__}: {error}"))
+
+
+def _redraw(
+    operator: str, name: str, make_operators: Operators | None, dtype: torch.dtype, count: int
+) -> tuple[Operator, dict[int, Sample]]:
+    """In an operator's child: the operator and its samples, drawn as `_describe` drew them."""
+    found = next(one for one in select(_operators(make_operators, dtype), [name]) if one.name == operator)
+    samples = chosen_samples(found, CPU, dtype, count)
+    return found, {index: sample for index, sample in samples if isinstance(sample, Sample)}
+
+
+def _unused(*_: Any) -> Any:
+    raise AssertionError("the host's operators are drawn in its children")
+
+
+def _swept(  # noqa: PLR0917 (the host's one call, its arguments as `_serve` has them)
+    name: str,
+    backends: list[str],
+    settings: SweepSettings,
+    count: int,
+    make_operators: Operators | None,
+    plant: Plant | None,
+) -> list[Swept]:
+    """In the host: `name` described by one child, then each operator swept by children that draw it again."""
+    fork = multiprocessing.get_context("fork")
+    receive, send = fork.Pipe(duplex=False)
+    child = fork.Process(target=_describe, args=(name, make_operators, settings.dtype, count, send))
+    child.start()
+    send.close()
+    with receive:
+        try:
+            described: Described | Exception = receive.recv()
+        except EOFError:
+            described = RuntimeError(f"drawing the samples of {name} ended the process that drew them")
+    child.join()
+    if isinstance(described, Exception):
+        raise described
+    swept = []
+    for operator, set_aside, numbered in described:
+        if set_aside:
+            swept.append(Swept(operator, [], set_aside))
+            continue
+        redraw = functools.partial(_redraw, operator, name, make_operators, settings.dtype, count)
+        stub = Operator(operator, _unused, _unused)
+        outcomes = sweep_operator(
+            stub, [(index, rule) for index, rule in numbered], backends, settings, plant, redraw=redraw
+        )
+        aside = {index: rule for index, rule in numbered if rule is not None}
+        swept.append(Swept(operator, outcomes, "", aside))
+    return swept
 
 
 def _serve(  # noqa: PLR0917 (multiprocessing passes a target its arguments by position)
@@ -69,8 +142,7 @@ def _serve(  # noqa: PLR0917 (multiprocessing passes a target its arguments by p
     make_operators: Operators | None,
     plant: Plant | None,
 ) -> None:
-    """In the host: the operators once, then each name asked for, swept, until the pipe closes."""
-    operators = make_operators() if make_operators is not None else op_db_operators(settings.dtype, CPU)
+    """In the host: what the backends import, once, then each name asked for, swept, until the pipe closes."""
     prepare(backends)
     with requests:
         while True:
@@ -79,8 +151,8 @@ def _serve(  # noqa: PLR0917 (multiprocessing passes a target its arguments by p
             except EOFError:
                 return
             try:
-                requests.send(sweep_name(operators, name, backends, settings, count, samples_on=CPU, plant=plant))
-            except Exception as error:  # a name that selects nothing, or a sample that cannot be drawn
+                requests.send(_swept(name, backends, settings, count, make_operators, plant))
+            except Exception as error:
                 requests.send(error)
 
 

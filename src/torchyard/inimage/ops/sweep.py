@@ -36,6 +36,8 @@ TIMEOUT_S = 300.0  # one sample on one backend: a stall is that item's crash
 
 # A backend's runner replaced for one case (the self-tests plant faults so): (case name, backend) -> runner.
 Plant = Callable[[str, str], Runner | None]
+# In a child: the operator and its samples by number, drawn there (`ops.host`: its process cannot draw them).
+Redraw = Callable[[], tuple[Operator, dict[int, Sample]]]
 
 
 @dataclass(frozen=True)
@@ -64,16 +66,20 @@ def prepare(backends: Sequence[str]) -> None:
 
 def sweep_operator(
     operator: Operator,
-    samples: Sequence[tuple[int, Sample | str]],
+    samples: Sequence[tuple[int, Sample | str | None]],
     backends: Sequence[str],
     settings: SweepSettings,
     plant: Plant | None = None,
+    *,
+    redraw: Redraw | None = None,
 ) -> list[Outcome]:
-    """Each sample on each backend, in order; a sample a rule set aside is that outcome on every backend."""
+    """Each sample on each backend, in order; a sample a rule set aside is that outcome on every backend. With
+    `redraw`, each child draws the operator and its samples again, in place of those given (`Sample | None`
+    there: only the numbers and the rules that set samples aside are known where the children are forked)."""
     folder = settings.workdir / operator.name
     folder.mkdir(parents=True, exist_ok=True)
     items = [(index, sample, backend) for index, sample in samples for backend in backends]
-    sweep = _Sweep(operator, items, settings, plant, folder / "output.log")
+    sweep = _Sweep(operator, items, settings, plant, folder / "output.log", redraw)
     outcomes: dict[int, Outcome] = {}
     for position, (index, sample, backend) in enumerate(items):
         if isinstance(sample, str):
@@ -88,10 +94,11 @@ class _Sweep:
     """One operator's items (sample number, sample or the rule that set it aside, backend), and where they run."""
 
     operator: Operator
-    items: list[tuple[int, Sample | str, str]]
+    items: list[tuple[int, Sample | str | None, str]]
     settings: SweepSettings
     plant: Plant | None
     log: Path  # what the children print, each item after a line of its own (`MARK`)
+    redraw: Redraw | None = None
 
     def run_child(self, pending: list[int], outcomes: dict[int, Outcome]) -> None:
         """The pending items in one forked child, each outcome as it comes; where the child dies or stalls, the
@@ -127,15 +134,17 @@ class _Sweep:
         """In the forked child: output to the operator's log, then each pending item, its outcome sent as known."""
         _output_to(self.log)
         _single_threaded()
+        operator, drawn = self.redraw() if self.redraw is not None else (self.operator, {})
         made: dict[int, tuple[Case, Reference]] = {}
         exported: dict[int, bool] = {}
         settings = self.settings
         for position in pending:
             index, sample, backend = self.items[position]
-            assert not isinstance(sample, str)
-            print(f"{MARK}{self.operator.name} sample {index} on {backend}", flush=True)
+            sample = drawn.get(index, sample)
+            assert isinstance(sample, Sample)
+            print(f"{MARK}{operator.name} sample {index} on {backend}", flush=True)
             if index not in made:
-                case = sample_case(self.operator, index, sample)
+                case = sample_case(operator, index, sample)
                 made[index] = case, case_reference(case, device=settings.device, dtype=settings.dtype)
             case, reference = made[index]
             workdir = settings.workdir / self.operator.name / f"{index}-{backend}"

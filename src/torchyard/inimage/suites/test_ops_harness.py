@@ -287,3 +287,24 @@ def test_a_session_left_unfinished_does_not_hold_the_run_at_its_exit(tmp_path: P
         [sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True, timeout=300
     )
     assert ended.returncode == 0 and "([], '')" in ended.stdout, ended.stdout + ended.stderr[-2000:]
+
+
+def _swept_in_a_host(workdir: Path) -> tuple[list[tuple[str, int, str, str]], bool]:
+    """`abs` from op_db swept as the host sweeps it, in a process as clean as the host (beside the run): its
+    outcomes, and whether the process imported torch's OpInfo database (which initialises CUDA on a GPU)."""
+    from torchyard.inimage.ops.host import _swept
+    from torchyard.inimage.ops.sweep import SweepSettings
+
+    settings = SweepSettings(CPU, torch.float32, load_tolerances(), workdir, timeout_s=120)
+    swept = _swept("abs", ["eager", "export"], settings, 2, None, None)
+    outcomes = [(o.operator, o.sample, o.backend, o.outcome) for one in swept for o in one.outcomes]
+    return outcomes, "torch.testing._internal.common_cuda" in sys.modules
+
+
+@pytest.mark.beside.with_args(_swept_in_a_host)
+def test_the_host_draws_op_db_samples_only_in_its_children(beside: tuple[list[Any], bool]) -> None:
+    """On a machine with a GPU, the process that forks the sweep's children must never have initialised CUDA:
+    op_db's import would (`ops.host`), so the children import it, and draw the samples the run would."""
+    outcomes, imported = beside
+    assert not imported
+    assert outcomes == [("abs", 0, "eager", "passed"), ("abs", 0, "export", "passed")]
