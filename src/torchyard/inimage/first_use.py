@@ -5,16 +5,17 @@ have imported anyway."""
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import pytest
 
 from torchyard.inimage.cases import base_backend
 from torchyard.inimage.collection import param
+from torchyard.inimage.parity.backends import inductor
+from torchyard.inimage.parity.backends.running import first_use
 from torchyard.inimage.parity.inductor_keys import remember as remember_inductor_keys
 
-FIRST_USE = {"inductor": ("torch._dynamo", "torch._inductor.compile_fx")}
+FIRST_USE = {"inductor": inductor.FIRST_USE}
 
 # The parameters that name a test's backend: the plugin's own, and the runtime suite's and self-tests'.
 BACKEND_PARAMS = ("compile_backend", "parity_backend", "train_backend", "backend")
@@ -36,7 +37,6 @@ def import_first_use(items: list[pytest.Item], cache: Path) -> None:
     (`inductor_keys`), which it would otherwise compute in every process."""
     backends = selected_backends(items)
     for backend in sorted(backends & FIRST_USE.keys()):
-        for module in FIRST_USE[backend]:
-            importlib.import_module(module)
+        first_use(FIRST_USE[backend])
     if "inductor" in backends:
         remember_inductor_keys(cache)

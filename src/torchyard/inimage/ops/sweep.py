@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
-import importlib
 import multiprocessing
 import os
 import signal
@@ -26,7 +25,7 @@ from torchyard.inimage.ops.catalog import Operator, Sample, sample_case
 from torchyard.inimage.ops.outcomes import Outcome, first_line, metrics_of, phase_of_error
 from torchyard.inimage.parity.artifacts import ArtifactCache
 from torchyard.inimage.parity.backends import NO_CACHE, Runner, backend_of
-from torchyard.inimage.parity.backends.running import export_program
+from torchyard.inimage.parity.backends.running import export_program, first_use
 from torchyard.inimage.parity.harness import REFERENCE_FAILED, Reference, Result, case_reference, evaluate
 from torchyard.inimage.parity.tolerances import Tolerances
 from torchyard.inimage.parity.trees import to_device
@@ -56,12 +55,11 @@ def _exports_first(backend: str) -> bool:
 
 
 def prepare(backends: Sequence[str]) -> None:
-    """Import what the backends import on first use, here, before any child is forked (those absent skip)."""
+    """What the backends do on first use, here, before any child is forked (those absent skip)."""
     for backend in backends:
         found = backend_of(backend)
-        for module in found.FIRST_USE if found is not None else ():
-            with contextlib.suppress(ImportError):  # the backend is unavailable: the run says so where it would run
-                importlib.import_module(module)
+        with contextlib.suppress(ImportError):  # the backend is unavailable: the run says so where it would run
+            first_use(found.FIRST_USE if found is not None else ())
 
 
 def sweep_operator(

@@ -297,7 +297,7 @@ def _swept_in_a_host(workdir: Path) -> tuple[list[tuple[str, int, str, str]], bo
 
     settings = SweepSettings(CPU, torch.float32, load_tolerances(), workdir, timeout_s=120)
     swept = _swept("abs", ["eager", "export"], settings, 2, None, None)
-    outcomes = [(o.operator, o.sample, o.backend, o.outcome) for one in swept for o in one.outcomes]
+    outcomes = [(o.operator, o.sample, o.backend, str(o.outcome)) for one in swept for o in one.outcomes]
     return outcomes, "torch.testing._internal.common_cuda" in sys.modules
 
 

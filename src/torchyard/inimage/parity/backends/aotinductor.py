@@ -15,7 +15,12 @@ NAME: Literal["aotinductor"] = "aotinductor"
 # Not export's `.pt2`: both packages of a case sit side by side in the cache and in the run's folder.
 ARTIFACT = Artifact(".aoti.pt2")
 EXPORTS = True
-FIRST_USE = ("torch._dynamo", "torch.export._trace", "torch._inductor.compile_fx")
+FIRST_USE = (
+    "torch._dynamo",
+    "torch.export._trace",
+    "torch._inductor.compile_fx",
+    "torch._inductor.cpu_vec_isa:pick_vec_isa",  # see inductor's
+)
 LOCALIZES: Localizes | None = None
 # The device types AOTInductor generates code for (ROCm's torch calls its devices cuda).
 DEVICES = frozenset({"cpu", "cuda"})

@@ -12,7 +12,9 @@ from torchyard.inimage.parity.backends.running import called, run_all, timed
 NAME: Literal["inductor"] = "inductor"
 ARTIFACT: Artifact | None = None  # inductor's own caches keep its kernels
 EXPORTS = False
-FIRST_USE = ("torch._dynamo", "torch._inductor.compile_fx")
+# The CPU's vector instructions, probed once per process and cached: torch 2.11 probes by compiling and
+# running ten programs (tens of seconds), which each child a sweep forks would pay again.
+FIRST_USE = ("torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.cpu_vec_isa:pick_vec_isa")
 LOCALIZES: Localizes = "compiler steps"
 
 

@@ -74,7 +74,8 @@ class Backend(Protocol):
 
     @property
     def FIRST_USE(self) -> tuple[str, ...]:
-        """What it imports the first time it runs: a sweep imports these once, before it forks its children."""
+        """What it imports the first time it runs, a module each, or `module:function` where a call is part of it
+        (computed once per process, then cached): a sweep does these once, before it forks its children."""
         ...
 
     @property

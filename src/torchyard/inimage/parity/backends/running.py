@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import statistics
 import sys
@@ -19,6 +20,15 @@ from torchyard.inimage.parity.trees import Leaf, leaves
 T = TypeVar("T")
 WARMUP = 2
 REPEATS = 7
+
+
+def first_use(steps: tuple[str, ...]) -> None:
+    """A backend's `FIRST_USE`: each module imported, each `module:function` called."""
+    for step in steps:
+        module, _, function = step.partition(":")
+        imported = importlib.import_module(module)
+        if function:
+            getattr(imported, function)()
 
 
 def synchronize(device: torch.device) -> None:
