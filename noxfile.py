@@ -128,9 +128,10 @@ def ops(session: nox.Session) -> None:
     """The ops suite's sweep (every OpInfo of each stack's torch, through every backend) at the zoo's two stacks
     (examples/zoo, entries ops and ops-torch211), each in its image; then one page of both, which lists the
     operators whose outcome changed first: examples/zoo/reports/ops.{md,html}. `-- --quick`: the quick subset;
-    `-- --shard K/N`: one slice (a workflow spreads the sweep); `-- --collect`: write each stack's expectations
-    and keep them beside the ones torchyard ships; `-- --entry NAME`: one stack; `-- --reports DIR`: where. A stack
-    whose sweep nothing changed since its last run replays its verdicts (`--reuse-results`), except to collect."""
+    `-- --shard K/N`: one slice (a workflow spreads the sweep); `-- --collect` (unsharded): write each stack's
+    expectations from its outcomes beside the ones torchyard ships; `-- --entry NAME`: one stack; `-- --reports
+    DIR`: where. A stack whose sweep nothing changed since its last run replays its verdicts (`--reuse-results`),
+    except to collect."""
     session.install("-e", ".")
     arguments = list(session.posargs)
     quick = _flag(arguments, "--quick")
@@ -143,6 +144,11 @@ def ops(session: nox.Session) -> None:
     entries = entries or ["ops", "ops-torch211"]
     if arguments:
         session.error(f"ops: unknown arguments {' '.join(arguments)} (--quick, --collect, --shard K/N, --entry NAME)")
+    if collect and shard:
+        session.error(
+            "ops: --collect needs every shard: collect a sharded sweep's expectations from all of its reports "
+            "(torchyard report DIR... --ops-expectations DIR, as .github/workflows/ops.yml does)"
+        )
     pytest_args = [*(["--torchyard-ops=quick"] if quick else []), *(["--collect-expectations"] if collect else [])]
     session.chdir("examples/zoo")
     session.run(
@@ -150,14 +156,13 @@ def ops(session: nox.Session) -> None:
         *([] if collect else ["--reuse-results"]),
         f"--reports={folder}", *(["--", *pytest_args] if pytest_args else []),
     )  # fmt: skip
-    if collect:
-        shipped = Path("../../src/torchyard/inimage/ops/expectations")
-        for entry in entries:
-            for collected in Path(folder, entry).glob("*-torch*.toml"):  # expectations.file_name's
-                session.log(f"{collected} -> {shipped / collected.name}")
-                (shipped / collected.name).write_bytes(collected.read_bytes())
     reports = [f"{folder}/{entry}" for entry in entries]
-    session.run("torchyard", "report", *reports, "--markdown", f"{folder}/ops.md", "--html", f"{folder}/ops.html")
+    # Collected from the run's ops.json, as from a sharded sweep's (`report --ops-expectations`), beside the
+    # files torchyard ships.
+    shipped = ["--ops-expectations", "../../src/torchyard/inimage/ops/expectations"] if collect else []
+    session.run(
+        "torchyard", "report", *reports, "--markdown", f"{folder}/ops.md", "--html", f"{folder}/ops.html", *shipped
+    )  # fmt: skip
 
 
 def _flag(arguments: list[str], name: str) -> bool:

@@ -48,6 +48,22 @@ def _selection_parser() -> argparse.ArgumentParser:
     return common
 
 
+def _add_report(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    report_command = commands.add_parser(
+        "report", help="merge runs' parity.json into one compatibility table (Markdown, and a static HTML page)"
+    )
+    report_command.add_argument(
+        "paths", nargs="*", type=Path, metavar="PATH",
+        help="reports folders, CI artifacts or parity.json files (default: every run under ./reports)",
+    )  # fmt: skip
+    report_command.add_argument("--markdown", type=Path, metavar="FILE", help="write the Markdown here, not stdout")
+    report_command.add_argument("--html", type=Path, metavar="FILE", help="write the table as a static HTML page")
+    report_command.add_argument(
+        "--ops-expectations", type=Path, metavar="DIR",
+        help="write each swept stack's ops expectations file here, its shards put back together",
+    )  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="torchyard",
@@ -153,15 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run this project's nox sessions with the nox installed with torchyard (for tool installs)",
     )
 
-    report_command = commands.add_parser(
-        "report", help="merge runs' parity.json into one compatibility table (Markdown, and a static HTML page)"
-    )
-    report_command.add_argument(
-        "paths", nargs="*", type=Path, metavar="PATH",
-        help="reports folders, CI artifacts or parity.json files (default: every run under ./reports)",
-    )  # fmt: skip
-    report_command.add_argument("--markdown", type=Path, metavar="FILE", help="write the Markdown here, not stdout")
-    report_command.add_argument("--html", type=Path, metavar="FILE", help="write the table as a static HTML page")
+    _add_report(commands)
 
     base = commands.add_parser("base", help="bootstrap a local Debian base image (debootstrap + docker import)")
     base.add_argument(
@@ -218,7 +226,9 @@ def _machine_free(args: argparse.Namespace, passthrough: list[str]) -> int:
     elif args.command == "nox":
         return run_nox(passthrough)
     elif args.command == "report":
-        return report(args.paths, markdown_file=args.markdown, html_file=args.html)
+        return report(
+            args.paths, markdown_file=args.markdown, html_file=args.html, ops_expectations=args.ops_expectations
+        )
     elif args.command == "base":
         make_base(args.tag or base_tag(args.suite), suite=args.suite)
     return 0

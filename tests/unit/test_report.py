@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from torchyard import cli
+from torchyard import cli, opsfile
+from torchyard.commands.report import report
 from torchyard.errors import UsageError
 from torchyard.reports.merge import merge
 from torchyard.reports.ops import ops_table
@@ -263,3 +264,29 @@ def test_a_stacks_shards_are_one_run_on_the_op_table(tmp_path: Path) -> None:
     assert ops is not None
     assert [sweep.run for sweep in ops.sweeps] == ["ops", "ops-shard-9"]  # one unsharded run keeps its name
     assert ops.outcome("ops", "add", "export") == ops.outcome("ops", "mul", "export") == "passed"
+
+
+def test_a_sharded_sweeps_expectations_are_the_unsharded_ones(tmp_path: Path) -> None:
+    """`report --ops-expectations` writes what `--collect-expectations` writes from one unsharded run (the same
+    renderer), from the shards put back together; a missing shard writes nothing and says which."""
+    stack = {"accelerator": "cpu", "precision": "fp32", "torch": "2.14.1", "executorch": "1.5.1", "samples": "2"}
+    slices = {
+        1: ([outcome("add", 0, "export", "passed"), outcome("sum", 1, "executorch-portable", "crashed", "SIGABRT")],
+            {"bernoulli": "random"}),
+        2: ([outcome("gelu", 0, "executorch-xnnpack", "wrong value", "scaled max error 0.00017 > 0.0001")],
+            {"gelu#2": "random: dropout"}),
+    }  # fmt: skip
+    for k, (outcomes, aside) in slices.items():
+        folder = write_sweep(tmp_path / f"ops-shard-{k}", outcomes, "2.14.1", **aside)
+        data = json.loads((folder / "ops.json").read_text())
+        (folder / "ops.json").write_text(json.dumps({**data, "stack": stack, "shard": [k, 2]}))
+    written = tmp_path / "expectations"
+    report([tmp_path / "ops-shard-1", tmp_path / "ops-shard-2"], ops_expectations=written, env={})
+    every = [row for outcomes, _ in slices.values() for row in outcomes]
+    rows = [(item["operator"], item["sample"], item["backend"], item["outcome"], item["detail"]) for item in every]
+    aside = {"bernoulli": "random", "gelu#2": "random: dropout"}
+    assert (written / "cpu-fp32-torch2.14.1-executorch1.5.1.toml").read_text() == opsfile.render(stack, aside, rows)
+    assert '"executorch-portable" = { outcome = "crashed", detail = "SIGABRT" }' in opsfile.render(stack, aside, rows)
+    with pytest.raises(UsageError, match=r"^report: ops: shard 2 of 2 missing; an expectations file needs every"):
+        report([tmp_path / "ops-shard-1"], ops_expectations=tmp_path / "none", env={})
+    assert not (tmp_path / "none").exists()

@@ -22,6 +22,7 @@ INIMAGE_MODULES = (
     "__init__.py",
     "names.py",
     "contract.py",
+    "opsfile.py",
     "cases.py",
     "util/__init__.py",
     "util/atomic.py",

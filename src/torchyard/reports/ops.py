@@ -12,6 +12,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from torchyard import opsfile
 from torchyard.contract import OPS_JSON
 from torchyard.errors import UsageError
 from torchyard.reports.files import read_json
@@ -42,7 +43,9 @@ class Sweep:
     backends: tuple[str, ...]
     outcomes: tuple[dict[str, Any], ...]
     set_aside: dict[str, str]
-    shard: tuple[int, int] = (1, 1)
+    shard: tuple[int, int] = (1, 1)  # K of N, as its ops.json says
+    shards: tuple[int, ...] = (1,)  # put back together (`whole`): the shards it has, of `of`
+    of: int = 1
 
 
 def _text(value: object) -> str:
@@ -94,9 +97,33 @@ def whole(sweeps: Sequence[Sweep]) -> list[Sweep]:
             backends=tuple(dict.fromkeys(backend for part in parts for backend in part.backends)),
             outcomes=tuple(item for part in parts for item in part.outcomes),
             set_aside={key: rule for part in parts for key, rule in part.set_aside.items()},
+            shards=tuple(sorted({part.shard[0] for part in parts})),
+            of=count,
         )
-        for (name, _, _), parts in joined.items()
+        for (name, _, count), parts in joined.items()
     ]
+
+
+def expectations_text(sweep: Sweep) -> str:
+    """A whole sweep's expectations file (`opsfile`), as `--collect-expectations` writes one from an unsharded
+    run; a sweep that lacks a shard has no file (its operators' outcomes are unknown), and says which."""
+    missing = sorted(set(range(1, sweep.of + 1)) - set(sweep.shards))
+    if missing:
+        raise UsageError(
+            f"report: {sweep.run}: shard{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of "
+            f"{sweep.of} missing; an expectations file needs every shard of the sweep"
+        )
+    rows = [
+        (
+            str(item["operator"]),
+            int(item["sample"]),
+            str(item["backend"]),
+            str(item["outcome"]),
+            _text(item.get("detail")),
+        )
+        for item in sweep.outcomes
+    ]
+    return opsfile.render(sweep.stack, sweep.set_aside, rows)
 
 
 @dataclass(frozen=True)

@@ -9,18 +9,17 @@ difference: a new wrong value or failure, an outcome of another kind, a known fa
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchyard.inimage.ops.outcomes import Outcome
+from torchyard.opsfile import PASSED, STACK_DISTRIBUTIONS, file_name, render, sample_key
+
+__all__ = ["PASSED", "Expectations", "differences", "file_name", "load", "render", "rows", "sample_key"]
 
 HERE = Path(__file__).parent / "expectations"
-PASSED = "passed"
-# The distributions whose versions name a stack's file, where installed (torch always is).
-STACK_DISTRIBUTIONS = ("torch", "executorch")
 
 
 @dataclass(frozen=True)
@@ -28,10 +27,6 @@ class Expectations:
     stack: Mapping[str, str | int] = field(default_factory=dict)
     set_aside: Mapping[str, str] = field(default_factory=dict)  # operator, or "operator#sample" -> the rule
     outcomes: Mapping[tuple[str, str], tuple[str, str]] = field(default_factory=dict)  # (op#sample, backend)
-
-
-def sample_key(operator: str, sample: int) -> str:
-    return f"{operator}#{sample}"
 
 
 def installed_version(distribution: str) -> str | None:
@@ -52,12 +47,6 @@ def stack_identity(accelerator: str, precision: str) -> dict[str, str]:
     return identity
 
 
-def file_name(identity: Mapping[str, str]) -> str:
-    """`cpu-fp32-torch2.14.1-executorch1.5.1.toml`."""
-    versions = "-".join(f"{name}{identity[name]}" for name in STACK_DISTRIBUTIONS if name in identity)
-    return f"{identity['accelerator']}-{identity['precision']}-{versions}.toml"
-
-
 def load(path: Path) -> Expectations:
     """The file's expectations; none where there is no file (every outcome is then expected to pass)."""
     if not path.is_file():
@@ -71,28 +60,11 @@ def load(path: Path) -> Expectations:
     return Expectations(data.get("stack", {}), data.get("set-aside", {}), outcomes)
 
 
-def render(stack: Mapping[str, str | int], set_aside: Mapping[str, str], outcomes: Iterable[Outcome]) -> str:
-    """The file's text: the stack, what was set aside, and every outcome but a pass, sorted."""
-    lines = [
-        "# Known outcomes of torchyard's ops suite on this stack, written by a run with --collect-expectations.",
-        "# Anything not listed here is expected to pass; a run fails on any outcome that differs.",
-        "",
-        "[stack]",
-        *(f"{name} = {json.dumps(value)}" for name, value in stack.items()),
-        "",
-        "[set-aside]",
-        *(f"{json.dumps(key)} = {json.dumps(rule)}" for key, rule in sorted(set_aside.items())),
+def rows(outcomes: Iterable[Outcome]) -> list[tuple[str, int, str, str, str]]:
+    """The outcomes as the file's rows (`opsfile.render`)."""
+    return [
+        (outcome.operator, outcome.sample, outcome.backend, outcome.outcome, outcome.detail) for outcome in outcomes
     ]
-    table: dict[str, list[Outcome]] = {}
-    for outcome in outcomes:
-        if outcome.outcome not in (PASSED, "set aside"):
-            table.setdefault(sample_key(outcome.operator, outcome.sample), []).append(outcome)
-    for key in sorted(table):
-        lines += ["", f"[outcomes.{json.dumps(key)}]"]
-        for outcome in sorted(table[key], key=lambda outcome: outcome.backend):
-            value = f"{{ outcome = {json.dumps(outcome.outcome)}, detail = {json.dumps(outcome.detail)} }}"
-            lines.append(f"{json.dumps(outcome.backend)} = {value}")
-    return "\n".join(lines) + "\n"
 
 
 def differences(expected: Expectations, operator: str, set_aside: str, outcomes: Sequence[Outcome]) -> list[str]:

@@ -136,9 +136,14 @@ class OpsSession:
                 shard=self.options.shard,
             )
         )
-        if self.options.collect:
+        if self.options.collect and self.options.shard != (1, 1):
+            print(
+                "\ntorchyard ops: a shard's outcomes are in its ops.json; `torchyard report --ops-expectations DIR` "
+                "writes the stack's expectations from all its shards"
+            )
+        elif self.options.collect:
             self.collect_to.parent.mkdir(parents=True, exist_ok=True)
-            text = expectations.render(self.identity, self.set_aside, self.outcomes)
+            text = expectations.render(self.identity, self.set_aside, expectations.rows(self.outcomes))
             self.collect_to.write_text(text, encoding="utf-8")
             written.append(self.collect_to)
         return written

@@ -5,6 +5,7 @@ the run. Operators of their own (`torch.add`, `torch.mul`) on eager and export: 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import subprocess
 import sys
@@ -173,7 +174,8 @@ def test_collected_expectations_read_back_as_written(tmp_path: Path) -> None:
         Outcome("gelu", 0, "executorch-xnnpack", "wrong value", "scaled max error 1.7e-4 > 1e-4"),
     ]
     path = tmp_path / "x.toml"
-    path.write_text(expectations.render(IDENTITY, {"bernoulli": "random", "gelu#2": "random: dropout"}, outcomes))
+    aside = {"bernoulli": "random", "gelu#2": "random: dropout"}
+    path.write_text(expectations.render(IDENTITY, aside, expectations.rows(outcomes)))
     loaded = expectations.load(path)
     assert loaded.stack == IDENTITY
     assert loaded.set_aside == {"bernoulli": "random", "gelu#2": "random: dropout"}
@@ -308,3 +310,20 @@ def test_the_host_draws_op_db_samples_only_in_its_children(beside: tuple[list[An
     outcomes, imported = beside
     assert not imported
     assert outcomes == [("abs", 0, "eager", "passed"), ("abs", 0, "export", "passed")]
+
+
+def test_a_shard_that_collects_writes_its_outcomes_and_no_file(tmp_path: Path) -> None:
+    """A shard has a slice of the operators: its outcomes go to its ops.json, which `torchyard report
+    --ops-expectations` puts together with the other shards'; it writes no expectations file of its own."""
+    options = OpsOptions("planted.add,planted.mul", 2, tmp_path / "expected.toml", collect=True, shard=(2, 2))
+    session = OpsSession(
+        options, device=CPU, dtype=torch.float32, identity=IDENTITY, tolerances=load_tolerances(), backends=BACKENDS,
+        report_dir=tmp_path / "reports", workdir=tmp_path / "work", operators=_these(OPERATORS),
+        env={contract.ARTIFACT_CACHE: "off"}, timeout_s=120,
+    )  # fmt: skip
+    for name in options.sharded(session.names()):
+        session.run(name)
+    written = session.finish()
+    assert not (tmp_path / "expected.toml").exists() and len(written) == 2
+    data = json.loads((tmp_path / "reports" / "ops.json").read_text())
+    assert data["shard"] == [2, 2] and {item["operator"] for item in data["outcomes"]} == {"planted.mul"}
