@@ -142,7 +142,10 @@ def test_a_sidecar_that_is_not_json_is_a_corrupt_entry(tmp_path: Path) -> None:
 
 
 READS_PER_READER = 25  # hits each reader must see while the writers are writing
-MOST_TRIES = 100_000  # a bounded count, not a deadline: a reader that cannot get its hits fails the test
+# A bounded count, not a deadline: a reader that cannot get its hits fails the test. A reader that meets a
+# replaced entry deletes it, so with many cores racing, hits come rarer (135 of 200 in 100,000 tries on the
+# 16-core GPU machine, docs/runs.md).
+MOST_TRIES = 1_000_000
 
 
 def test_concurrent_writers_leave_one_whole_entry(tmp_path: Path) -> None:
