@@ -187,6 +187,9 @@ ENVIRONMENT_JSON = "env.json"
 OPS_JSON = "ops.json"  # where a run swept operators (the ops suite)
 OPS_MARKDOWN = "ops.md"
 REPORT_FILES = (JUNIT, PARITY_JSON, PARITY_MARKDOWN, ENVIRONMENT_JSON, OPS_JSON, OPS_MARKDOWN)
+# The test a run is in, while it runs (gone when it ends): where a native crash ends the process before any
+# report is written, the host names that test.
+RUNNING = "running.txt"
 
 PROBE_FAILED = 3  # the exit status of a run that cannot test what its entry claims
 

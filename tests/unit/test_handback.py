@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from torchyard import contract
 from torchyard.errors import UsageError
 from torchyard.run.handback import (
     HandBackError,
+    crash_note,
     empty_folder,
     exclusive_run,
     folder_bytes,
@@ -197,3 +199,38 @@ def test_a_chain_deeper_than_the_stack_is_counted_while_it_is_written(tmp_path: 
         assert folder_bytes(tmp_path) >= 10
     finally:
         empty_folder(tmp_path)  # pytest's own clean-up of old temporary folders recurses: leave no chain to it
+
+
+@pytest.mark.parametrize(
+    ("status", "in_container", "said"),
+    [(-11, False, "SIGSEGV"), (-6, False, "SIGABRT"), (139, True, "SIGSEGV"), (134, True, "SIGABRT")],
+)
+def test_a_run_that_died_of_a_crash_names_the_signal_and_its_test(
+    tmp_path: Path, status: int, in_container: bool, said: str
+) -> None:
+    (tmp_path / contract.RUNNING).write_text("suites/test_aot.py::test_aot_package_loads_and_runs[mlp]\n")
+    note = crash_note(tmp_path, status, in_container=in_container)
+    assert note is not None and note.startswith(
+        f"the tests' process died of {said} in suites/test_aot.py::test_aot_package_loads_and_runs[mlp]: "
+    )
+
+
+@pytest.mark.parametrize(("status", "in_container"), [(0, False), (1, False), (2, True), (137, True), (139, False)])
+def test_other_statuses_are_no_crash(tmp_path: Path, status: int, in_container: bool) -> None:
+    """A failing run, the kernel's kill (said apart by the caller), and 139 from a process that is no shell."""
+    (tmp_path / contract.RUNNING).write_text("t.py::test\n")
+    assert crash_note(tmp_path, status, in_container=in_container) is None
+
+
+def test_the_test_a_crash_names_is_read_as_hostile_text(tmp_path: Path) -> None:
+    """The run writes the file: no escape sequence reaches the terminal, no link is followed, its length is bounded."""
+    (tmp_path / contract.RUNNING).write_text("t.py::x\x1b[2J\x1b]0;owned\x07" + "y" * 1000)
+    note = crash_note(tmp_path, -11, in_container=False)
+    assert note is not None and "\x1b" not in note and "\x07" not in note and "y" * 301 not in note
+    (tmp_path / contract.RUNNING).unlink()
+    (tmp_path / "secret").write_text("host file")
+    (tmp_path / contract.RUNNING).symlink_to(tmp_path / "secret")
+    assert crash_note(tmp_path, -11, in_container=False) == (
+        "the tests' process died of SIGSEGV: a native crash (a backend's runtime or a compiled library it loads), "
+        "so the run wrote no report"
+    )

@@ -27,6 +27,7 @@ from torchyard.inimage.first_use import import_first_use
 from torchyard.inimage.freezer import Freezer
 from torchyard.inimage.options import RUN_SETTINGS, RunSettings, add_options
 from torchyard.inimage.outcomes import PARITY_EAGER, parity_eager_tests
+from torchyard.inimage.running import Running
 from torchyard.inimage.startup import probe_run
 from torchyard.inimage.torch_trace import detach_pytest_from_torch_trace
 from torchyard.inimage.workers import is_controller, pin_worker_device, worker_id
@@ -59,6 +60,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if is_controller(config):
         config.stash[COLLECTOR] = collector = Collector()
         config.pluginmanager.register(collector, "torchyard-collector")
+        config.pluginmanager.register(Running(settings.report_dir), "torchyard-running")
         probe_run(config, settings)
 
 

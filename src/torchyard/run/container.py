@@ -29,7 +29,15 @@ from torchyard.errors import ConfigError, DeviceUnavailableError, TorchyardError
 from torchyard.matrix.machine import Limits, Machine, duration_seconds, size_bytes
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
-from torchyard.run.handback import HandBackError, exclusive_run, folder_bytes, fresh_folder, hand_back, read_report
+from torchyard.run.handback import (
+    HandBackError,
+    crash_note,
+    exclusive_run,
+    folder_bytes,
+    fresh_folder,
+    hand_back,
+    read_report,
+)
 from torchyard.run.scopes import CacheScope, cache_scope, seed_args
 from torchyard.run.stamp import stamp_reports
 from torchyard.seal import IMAGE_USER, Seal, check_matrix_flags, check_untrusted_seal, run_user, sealing_args
@@ -354,4 +362,7 @@ def run_entry(
         return OOM_STATUS
     if status is None:
         raise TorchyardError(f"entry {entry.name!r}: the container did not run")
+    crashed = crash_note(plan.reports, status, in_container=True)
+    if crashed is not None:
+        print(f"torchyard: entry {entry.name!r}: {crashed}", file=sys.stderr)
     return status

@@ -14,12 +14,14 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import signal
 import stat
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from torchyard import contract
 from torchyard.errors import TorchyardError, UsageError
 from torchyard.util.checkout import linked_component
 
@@ -237,3 +239,23 @@ def folder_bytes(path: Path) -> int:
         except OSError:
             continue
     return total
+
+
+# The signals a native crash ends a process with (a runtime's assert aborts; a bad access faults); SIGKILL is
+# the kernel's out-of-memory kill or a stop from outside, which the callers say apart.
+CRASHES = (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGTRAP)
+
+
+def crash_note(path: Path, status: int, *, in_container: bool) -> str | None:
+    """Where the tests' process died of a crash signal (a status of -N from Python's subprocess, 128+N from a
+    container's shell), the signal and the test it was in (`contract.RUNNING`, written by the run: read as
+    hostile text); None for any other status."""
+    number = -status if status < 0 else status - 128 if in_container and status > 128 else 0
+    crash = next((candidate for candidate in CRASHES if candidate == number), None)
+    if crash is None:
+        return None
+    text = read_report(path / contract.RUNNING) or ""
+    test = "".join(character for character in text.strip() if character.isprintable())[:300]
+    said = f"the tests' process died of {crash.name}{f' in {test}' if test else ''}: a native crash (a backend's "
+    said += "runtime or a compiled library it loads), so the run wrote no report"
+    return said + ("; run that test alone to see its output" if test else "")

@@ -3,12 +3,13 @@ pytest command line as a container, one run at a time per reports folder, from a
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from torchyard import contract
 from torchyard.matrix.schema import Entry
-from torchyard.run.handback import exclusive_run, fresh_folder
+from torchyard.run.handback import crash_note, exclusive_run, fresh_folder
 from torchyard.util import proc
 
 
@@ -34,4 +35,8 @@ def run_suites(
     with exclusive_run(report_dir):
         fresh_folder(report_dir)
         run_env = {**env, **contract.plugin_environment(project_tests=entry.tests, extra=extra)}
-        return runner([python, "-m", "torchyard.inimage", *args], env=run_env, cwd=workdir, check=False).returncode
+        status = runner([python, "-m", "torchyard.inimage", *args], env=run_env, cwd=workdir, check=False).returncode
+    crashed = crash_note(report_dir, status, in_container=False)
+    if crashed is not None:
+        print(f"torchyard: entry {entry.name!r}: {crashed}", file=sys.stderr)
+    return status

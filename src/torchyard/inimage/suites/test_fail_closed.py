@@ -81,3 +81,28 @@ def test_a_file_that_cannot_be_collected_is_named_with_its_error(beside: pytest.
         f"**Not collected**: {said.removeprefix('could not collect ')}"
         in (reports_of(beside) / "parity.md").read_text()
     )
+
+
+CRASHING = """
+import os
+import signal
+from pathlib import Path
+
+
+def test_before():
+    pass
+
+
+def test_crashes(request):
+    running = Path(request.config.getoption("--torchyard-report-dir")) / "running.txt"
+    print("RUNNING:", running.read_text().strip(), flush=True)
+    os.kill(os.getpid(), signal.SIGSEGV)  # as a backend's runtime that faults ends the process
+"""
+
+
+@whole_run(REPORTS, "-s", "-p", "no:faulthandler", test_crashing=CRASHING)
+def test_the_test_a_run_dies_in_is_named_for_the_host(beside: pytest.RunResult) -> None:
+    """A native crash ends the process before any report: the reports folder holds the test it was in
+    (`contract.RUNNING`), which the host names with the signal (`run.handback.crash_note`)."""
+    assert beside.ret == -11, beside.stdout.lines[-20:]
+    beside.stdout.fnmatch_lines(["*RUNNING: test_crashing.py::test_crashes"])
