@@ -61,7 +61,7 @@ class OpsSession:
         host: bool | None = None,
     ) -> None:
         """`host`: sweep through a `SweepHost` (None: on a machine with a GPU, or a run that targets one);
-        `operators` and `plant` must then be picklable, module-level (the host builds op_db's itself)."""
+        `operators` and `plant` must then be picklable, module-level (the host's children draw op_db's themselves)."""
         self.options, self.device, self.dtype, self.backends = options, device, dtype, list(backends)
         self.identity = {**identity, "samples": str(options.samples)}
         self.path = options.expectations or expectations.HERE / expectations.file_name(identity)
