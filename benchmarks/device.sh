@@ -1,6 +1,7 @@
 #!/bin/bash
 # torchyard's suites on a GPU machine that has its own stack and no Docker (the project's lent machines):
-# what the machine is; then, side by side on separate halves of the cores, `benchmarks/suites.py --in-place
+# what the machine is; then, side by side, AOTInductor's own round trip on the device (benchmarks/aoti_load.py)
+# and, on separate halves of the cores, `benchmarks/suites.py --in-place
 # ENTRY` (cold, warm, untrusted after warm, one case changed, replayed) and the ops suite's sweep in place
 # (examples/zoo's OPS_ENTRY, its expectations collected: a machine's stack has no file); then one run with two
 # xdist workers, each pinned to a visible GPU (both to the one GPU where there is one). Run from anywhere;
@@ -15,8 +16,8 @@
 #   WHEELS     a folder of wheels for what torchyard's host side imports and the machine lacks (the docker
 #              SDK, pathspec), installed into a folder of their own with no index (default .whl; skipped if
 #              absent)
-#   BENCH_S, OPS_S, WORKERS_S  each stage's time limit in seconds (default 300, 300 and 150; 0 skips the
-#              stage): a cut-off stage says so
+#   BENCH_S, OPS_S, WORKERS_S, AOTI_S  each stage's time limit in seconds (default 300, 300, 150 and 300;
+#              0 skips the stage): a cut-off stage says so
 #
 # Exit status: the first stage that failed.
 set -o pipefail
@@ -96,7 +97,8 @@ ops() {  # in the zoo, whose matrix has the ops entries; the reports and cache a
     echo "ops stage: exit $code after $((SECONDS - begun)) s of its own" >> "$OUT/ops.log"
     return "$code"
 }
-BENCH_S=${BENCH_S:-300} OPS_S=${OPS_S:-300}
+BENCH_S=${BENCH_S:-300} OPS_S=${OPS_S:-300} AOTI_S=${AOTI_S:-300}
+((AOTI_S)) && { timeout "$AOTI_S" "$PYTHON" benchmarks/aoti_load.py > "$OUT/aoti.log" 2>&1 & aoti_pid=$!; }
 ((BENCH_S)) && { bench & bench_pid=$!; }
 ((OPS_S)) && { ops & ops_pid=$!; }
 if ((BENCH_S)); then
@@ -113,6 +115,14 @@ if ((OPS_S)); then
     tail -5 "$OUT/ops.log"
 else
     skipped "ops suite"
+fi
+
+if ((AOTI_S)); then
+    wait "$aoti_pid"
+    stage "AOTInductor's own compile and load on the device (benchmarks/aoti_load.py)" $?
+    grep '^==' "$OUT/aoti.log"
+else
+    skipped "benchmarks/aoti_load.py"
 fi
 
 visible=${CUDA_VISIBLE_DEVICES:-0}
