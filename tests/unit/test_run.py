@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -214,11 +215,16 @@ def test_in_place_runs_this_interpreter_with_the_lock_to_compare(tmp_path: Path)
     stale = tmp_path / "reports" / "cpu-in-place" / "parity.md"
     stale.parent.mkdir(parents=True)
     stale.write_text("the last run's table\n")
-    status = run_in_place(PLAN.entry("cpu"), lockdir, tmp_path / "reports", ["-q"], runner=record, env={}, python="/py")
+    python = str(tmp_path / "venv" / "bin" / "python")
+    status = run_in_place(
+        PLAN.entry("cpu"), lockdir, tmp_path / "reports", ["-q"], runner=record, env={"PATH": "/usr/bin"}, python=python
+    )
     assert not stale.exists()  # a run starts from an empty reports folder
     args, env = seen["args"], seen["env"]
     assert status == 0 and isinstance(args, list) and isinstance(env, dict)
-    assert args[:3] == ["/py", "-m", "torchyard.inimage"] and args[3].endswith("torchyard/inimage/suites")
+    assert args[:3] == [python, "-m", "torchyard.inimage"] and args[3].endswith("torchyard/inimage/suites")
+    # the interpreter's own tools first, as an activated venv has them (ExecuTorch 1.2 runs `flatc` from PATH)
+    assert env["PATH"] == f"{tmp_path / 'venv' / 'bin'}{os.pathsep}/usr/bin"
     assert env["TORCHYARD_UNLOCKED"] == str((lockdir / "cpu.txt").resolve())
     assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD" not in env  # the caller passed -q: plugins may be theirs
     assert env["TORCHYARD_REPORT_DIR"] == str((tmp_path / "reports" / "cpu-in-place").resolve())
