@@ -290,3 +290,15 @@ def test_a_sharded_sweeps_expectations_are_the_unsharded_ones(tmp_path: Path) ->
     with pytest.raises(UsageError, match=r"^report: ops: shard 2 of 2 missing; an expectations file needs every"):
         report([tmp_path / "ops-shard-1"], ops_expectations=tmp_path / "none", env={})
     assert not (tmp_path / "none").exists()
+
+
+@pytest.mark.parametrize("accelerator", ["../../outside", "/etc/cron.d/x", ".hidden", ""])
+def test_a_stack_that_would_name_a_path_writes_no_expectations(tmp_path: Path, accelerator: str) -> None:
+    """The stack in an ops.json is the run's writing: a name outside the folder is refused, nothing written."""
+    folder = write_sweep(tmp_path / "ops", [outcome("add", 0, "export", "passed")], "2.14.1")
+    data = json.loads((folder / "ops.json").read_text())
+    stack = {"accelerator": accelerator, "precision": "fp32", "torch": "2.14.1"}
+    (folder / "ops.json").write_text(json.dumps({**data, "stack": stack}))
+    with pytest.raises(UsageError, match=r"^report: ops: its ops.json's stack names no expectations file"):
+        report([folder], ops_expectations=tmp_path / "out", env={})
+    assert not (tmp_path / "out").exists() and not (tmp_path / "outside-fp32-torch2.14.1.toml").exists()

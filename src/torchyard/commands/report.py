@@ -8,10 +8,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from torchyard import opsfile
 from torchyard.errors import UsageError
 from torchyard.reports.merge import merge
-from torchyard.reports.ops import expectations_text, ops_table
+from torchyard.reports.ops import expectations_file, expectations_text, ops_table
 from torchyard.reports.render import compatibility_html, compatibility_markdown
 from torchyard.util.atomic import write_atomically
 from torchyard.util.markdown import append_step_summary
@@ -35,7 +34,7 @@ def report(
     if ops_expectations is not None:
         if ops is None:
             raise UsageError("report: --ops-expectations: no run among these swept operators (no ops.json)")
-        files = {ops_expectations / opsfile.file_name(sweep.stack): expectations_text(sweep) for sweep in ops.sweeps}
+        files = {ops_expectations / expectations_file(sweep): expectations_text(sweep) for sweep in ops.sweeps}
         for path, text in files.items():  # every file checked before the first is written
             write_atomically(path, text)
             print(f"torchyard: {path}: the expectations of its stack's sweep", file=sys.stderr)

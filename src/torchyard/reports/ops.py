@@ -104,6 +104,19 @@ def whole(sweeps: Sequence[Sweep]) -> list[Sweep]:
     ]
 
 
+# A stack's file name as `opsfile.file_name` makes it from versions and names; anything else in an ops.json's
+# stack (written by the run: "../" in a version) would name a file outside the folder.
+FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\.toml")
+
+
+def expectations_file(sweep: Sweep) -> str:
+    """The name of a whole sweep's expectations file, refused in one line where its stack would make it a path."""
+    name = opsfile.file_name(sweep.stack) if {"accelerator", "precision"} <= sweep.stack.keys() else ""
+    if not FILE_NAME.fullmatch(name):
+        raise UsageError(f"report: {sweep.run}: its ops.json's stack names no expectations file: {name[:80]!r}")
+    return name
+
+
 def expectations_text(sweep: Sweep) -> str:
     """A whole sweep's expectations file (`opsfile`), as `--collect-expectations` writes one from an unsharded
     run; a sweep that lacks a shard has no file (its operators' outcomes are unknown), and says which."""
