@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -23,9 +23,9 @@ from torchyard.host.engine import DockerCli, build_client, engine
 from torchyard.host.facts import gather_host_facts
 from torchyard.image.obtain import Inputs, obtain_image
 from torchyard.image.outcome import Built, images_markdown
-from torchyard.image.plan import BuildOptions
-from torchyard.image.policy import BuildPolicy, build_policy
-from torchyard.image.reuse import NO_OPTIONS, NO_REGISTRY, TRUSTED
+from torchyard.image.plan import NO_OPTIONS, BuildOptions
+from torchyard.image.policy import TRUSTED, BuildPolicy, build_policy
+from torchyard.image.registry import NO_REGISTRY, publish
 from torchyard.lock.check import require_fresh
 from torchyard.lock.resolve import uv_version
 from torchyard.matrix.machine import MEMORY_SHARE, Machine
@@ -184,12 +184,12 @@ def _git(args: Sequence[str], runner: proc.Runner, fallback: str) -> str:
 
 def build_or_reuse_images(request: Request, progress: Progress) -> None:
     """Each entry's image (`image.obtain`), with this machine's registry, base overrides and mirrors."""
-    client = progress.client = progress.client or engine(request.env)
-    cli = progress.cli = progress.cli or build_client(request.env, request.runner)
     inputs = Inputs(
         request.lockdir, request.project, progress.uv, revision=_git(["rev-parse", "HEAD"], request.runner, "unknown"),
         source_date_epoch=_git(["log", "-1", "--format=%ct"], request.runner, "0"),
     )  # fmt: skip
+    client = progress.client = progress.client or engine(request.env)
+    cli = progress.cli = progress.cli or build_client(request.env, request.runner)
     for position, entry in enumerate(progress.contained, start=1):
         image = obtain_image(
             entry, inputs, machine=request.machine, client=client, cli=cli, options=request.options,
@@ -197,6 +197,18 @@ def build_or_reuse_images(request: Request, progress: Progress) -> None:
             position=f"[{position}/{len(progress.contained)}]",
         )  # fmt: skip
         progress.built.append(image)
+
+
+def publish_images(request: Request, progress: Progress) -> None:
+    """`--push`: every entry's image, found or built, to the machine's registry (a trusted run's only:
+    `check_build_policy`), once every image of the run exists."""
+    if not request.options.push or progress.client is None:
+        return
+    client = progress.client
+    progress.built = [
+        replace(image, pushed=publish(client, request.machine.registry, (image.tag, image.alias), request.env))
+        for image in progress.built
+    ]
 
 
 def summarize_images(request: Request, progress: Progress) -> None:
@@ -256,6 +268,7 @@ STEPS: tuple[Step, ...] = (
     check_build_policy,
     check_locks,
     build_or_reuse_images,
+    publish_images,
     summarize_images,
     run_containers,
     summarize_runs,

@@ -50,11 +50,17 @@ def helper_args(user: str, *, network: bool = False) -> tuple[str, ...]:
     return ("--user", user, *sealing_args(Seal(HELPER_SEAL.limits, HELPER_SEAL.memory, network)))
 
 
-def bounded(image: str, command: Sequence[str], seconds: int = HELPER_SECONDS) -> tuple[str, ...]:
-    """`image` running `command` killed after `seconds`: a hung backend or copy never holds the runner. The
-    base's `timeout` by its path: the image's PATH starts with the venv, where a project can install a
-    script of that name."""
-    return ("--entrypoint", "/usr/bin/timeout", image, "--signal=KILL", str(seconds), *command)
+def helper_run(
+    name: str, user: str, image: str, command: Sequence[str], *, options: Sequence[str] = (), network: bool = False
+) -> tuple[str, ...]:
+    """`docker run` of a helper container (`name`), sealed (`helper_args`), with `options` (its mounts and
+    variables), running `command` in `image`, killed after HELPER_SECONDS: a hung backend or copy never holds
+    the runner. The base's `timeout` by its path: the image's PATH starts with the venv, where a project can
+    install a script of that name."""
+    return (
+        "run", "--rm", "--name", name, *helper_args(user, network=network), *options,
+        "--entrypoint", "/usr/bin/timeout", image, "--signal=KILL", str(HELPER_SECONDS), *command,
+    )  # fmt: skip
 
 
 def sealing_args(seal: Seal) -> tuple[str, ...]:

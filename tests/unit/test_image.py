@@ -12,14 +12,14 @@ import pytest
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.host.engine import DockerCli
 from torchyard.image import plan as image_plan
-from torchyard.image.build import docker_build_args
+from torchyard.image.build import cache_sources, docker_build_args
 from torchyard.image.buildkit import StepLines, explain_build_failure, failed_step_output, layer_steps
 from torchyard.image.check import check_image
+from torchyard.image.held import find_image
 from torchyard.image.layers import Layer, layer_sizes
 from torchyard.image.outcome import Built, how_built, layer_outcomes, layers_summary
 from torchyard.image.plan import BuildOptions, BuildPlan, plan_build, resolve_base
 from torchyard.image.policy import BuildPolicy
-from torchyard.image.reuse import cache_sources, reuse_image
 from torchyard.matrix import load_plan
 from torchyard.matrix.machine import Registry
 
@@ -215,23 +215,23 @@ def _layers() -> tuple[Layer, ...]:
 
 def test_each_layer_is_reused_pulled_or_built_with_its_size() -> None:
     run = "|3 VENDOR_PACKAGES= /bin/bash -e -c bash /opt/torchyard/install-layer.sh"
-    sizes = layer_sizes([
+    history = [
         {"CreatedBy": f"{run} torch # buildkit", "Size": 7},
         {"CreatedBy": "COPY layers/torch.txt /opt/torchyard/layers/torch.txt # buildkit", "Size": 276},
         {"CreatedBy": f"{run} pytorch # buildkit", "Size": 5},
         {"CreatedBy": f"{run} rest # buildkit", "Size": 3},
-    ])  # fmt: skip
-    assert sizes == {"torch": 7, "pytorch": 5, "rest": 3}
+    ]  # fmt: skip
+    assert layer_sizes(history) == {"torch": 7, "pytorch": 5, "rest": 3}
     cached = BUILD_LOG.replace("{pytorch}", "CACHED")
     # This runner held torch's layer (an image of its carries that key); pytorch's came from the registry.
-    outcomes = layer_outcomes(_layers(), cached + PULLED, sizes, frozenset({f"{0:016x}"}))
+    outcomes = layer_outcomes(_layers(), cached + PULLED, history, frozenset({f"{0:016x}"}))
     assert [(o.group, o.packages, o.size_bytes, o.how) for o in outcomes] == [
         ("torch", 1, 7, "reused"),
         ("pytorch", 1, 5, "pulled"),
         ("rest", 1, 3, "built"),
     ]  # the empty numeric group has no layer to speak of
     # Nothing pulled: a cached layer came from this runner's build cache, whatever its images hold.
-    assert [o.how for o in layer_outcomes(_layers(), cached, sizes, frozenset())] == ["reused", "reused", "built"]
+    assert [o.how for o in layer_outcomes(_layers(), cached, history, frozenset())] == ["reused", "reused", "built"]
     built = Built("cpu", "torchyard/cpu:1", 10, 1.0, "cache", layers=outcomes)
     assert layers_summary([built])[1] == ("cpu", "pytorch", "1", "0.0 MB", "pulled")
     assert layers_summary([Built("cpu", "torchyard/cpu:1", 10, 1.0, "local")]) == []
@@ -420,9 +420,9 @@ class FakeClient:
 def test_an_untrusted_run_reuses_a_trusted_image_without_moving_its_alias(tree: Path) -> None:
     plan, image = make_plan(tree), FakeImage()
     client: Any = FakeClient(image)
-    assert reuse_image(PLAN.entry("cpu"), plan, client, env={}, policy=BuildPolicy(trusted=False)) is not None
+    assert find_image(PLAN.entry("cpu"), plan, client, env={}, policy=BuildPolicy(trusted=False)) is not None
     assert image.tags == []
-    reuse_image(PLAN.entry("cpu"), plan, client, env={})
+    find_image(PLAN.entry("cpu"), plan, client, env={})
     assert image.tags == [f"torchyard/{PROJECT}/cpu:latest"]
 
 

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
-from torchyard.image.layers import GROUP_NAMES, group_of, keyed, keys_label, read_keys_label, split_lock
+from torchyard.image.layers import (
+    GROUP_NAMES,
+    LAYERS_LABEL,
+    Layer,
+    group_of,
+    image_keys,
+    kept_groups,
+    keyed,
+    keys_label,
+    read_keys_label,
+    rebuilt_bytes,
+    split_lock,
+)
 from torchyard.names import BACKEND_DISTRIBUTIONS
 
 LOCKS = Path(__file__).parents[2] / "lockfiles"
@@ -104,3 +117,39 @@ def test_the_keys_label_reads_back_and_ignores_what_is_malformed() -> None:
 def test_a_line_that_is_not_a_pin_is_refused() -> None:
     with pytest.raises(ValueError, match=r"not a pinned requirement: 'git\+https://example\.org/x'"):
         split_lock("git+https://example.org/x\n")
+
+
+# The engine's history, newest first, of an image whose four groups came from install-layer.sh.
+HISTORY = [
+    {"CreatedBy": "LABEL org.opencontainers.image.title=...", "Size": 0},
+    {"CreatedBy": "RUN /bin/sh -c pip install project", "Size": 300},
+    {"CreatedBy": "COPY lock.txt", "Size": 10},
+    {"CreatedBy": "RUN |3 ... bash /opt/torchyard/install-layer.sh rest", "Size": 2_000},
+    {"CreatedBy": "RUN |3 ... bash /opt/torchyard/install-layer.sh numeric", "Size": 40_000},
+    {"CreatedBy": "RUN |3 ... bash /opt/torchyard/install-layer.sh torch", "Size": 5_000_000},
+    {"CreatedBy": "base", "Size": 100_000},
+]
+
+
+def test_a_rebuild_that_keeps_the_dependency_layers_needs_only_what_lies_above_them() -> None:
+    size = sum(int(str(layer["Size"])) for layer in HISTORY)
+    assert rebuilt_bytes(HISTORY, size, ["torch", "numeric", "rest"]) == 310
+    assert rebuilt_bytes(HISTORY, size, ["torch"]) == 42_310
+    assert rebuilt_bytes(HISTORY, size, []) == size  # a new torch group: the whole image again
+    assert rebuilt_bytes(HISTORY, size, ["pytorch"]) == size  # a group the history lacks: assume nothing
+
+
+GROUPS = [Layer("torch", ("torch==2.14.1",), "", "a" * 16), Layer("rest", ("numpy==2.3.0",), "", "b" * 16)]
+
+
+def test_a_build_takes_the_groups_up_to_the_first_whose_key_differs() -> None:
+    def labelled(value: str) -> Mapping[str, str]:
+        return image_keys({LAYERS_LABEL: value})
+
+    assert kept_groups(GROUPS, labelled(f"torch={'a' * 16} rest={'b' * 16}")) == ["torch", "rest"]
+    assert kept_groups(GROUPS, labelled(f"torch={'a' * 16} rest={'c' * 16}")) == ["torch"]
+    # Keys chain: a matching key above a new one is another layer.
+    assert kept_groups(GROUPS, labelled(f"torch={'c' * 16} rest={'b' * 16}")) == []
+    assert kept_groups(GROUPS, labelled("")) == []
+    assert kept_groups(GROUPS, image_keys(None)) == []  # an image without labels
+    assert kept_groups(GROUPS, labelled("torch=not-a-key")) == []  # a label is not trusted input

@@ -24,20 +24,12 @@ from torchyard.errors import CommandError, ImageBuildError
 from torchyard.host.engine import DockerCli
 from torchyard.image.buildkit import StepLines, explain_build_failure, failed_step_output
 from torchyard.image.check import check_image
-from torchyard.image.layers import layer_sizes
-from torchyard.image.outcome import Built, Origin, how_built, layer_outcomes, local_layer_keys
-from torchyard.image.plan import BuildOptions, BuildPlan, trusted_alias_of
-from torchyard.image.policy import BuildPolicy, check_untrusted_build, without_credentials
+from torchyard.image.held import Held
+from torchyard.image.outcome import Built, Origin, how_built, layer_outcomes
+from torchyard.image.plan import NO_OPTIONS, BuildOptions, BuildPlan, trusted_alias_of
+from torchyard.image.policy import TRUSTED, BuildPolicy, build_sources
 from torchyard.image.preflight import check_base, check_free_disk
 from torchyard.image.registry import client_environment
-from torchyard.image.reuse import (
-    NO_OPTIONS,
-    TRUSTED,
-    cache_sources,
-    dependency_image,
-    local_image,
-    publish,
-)
 from torchyard.image.serve import bridge_address, served
 from torchyard.image.source import write_files
 from torchyard.image.wheel import build_wheel_sealed
@@ -117,6 +109,19 @@ def build_secrets(
     return secrets, ca_bundle
 
 
+def cache_sources(plan: BuildPlan, options: BuildOptions, registry: Registry | None, local_alias: bool) -> BuildOptions:
+    """Where the build may take layers from: what the caller named, else this runner's last trusted image of
+    the entry and the registry's (its layer cache travels inline with it). Never an untrusted alias: one pull
+    request's layers would feed the next one's build."""
+    if options.cache_from:
+        return options
+    trusted_alias = trusted_alias_of(plan)
+    sources = [trusted_alias] if local_alias else []
+    if registry is not None:
+        sources.append(registry.ref(trusted_alias))
+    return BuildOptions(options.push, tuple(sources), options.cache_to)
+
+
 def run_build(
     entry: Entry,
     plan: BuildPlan,
@@ -142,6 +147,7 @@ def build_image(
     client: docker.DockerClient,
     cli: DockerCli,
     *,
+    held: Held,
     options: BuildOptions = NO_OPTIONS,
     registry: Registry | None = None,
     policy: BuildPolicy = TRUSTED,
@@ -150,17 +156,13 @@ def build_image(
     env: Mapping[str, str] = os.environ,
 ) -> Built:
     """Build `plan`'s image (taking layers from the registry's cache, installing from `sources`: the entry's
-    indexes as this machine reaches them); `--push` publishes it. The base is checked before the first layer
-    (the caller has checked the lock and looked for the image: `image.obtain`)."""
+    indexes as this machine reaches them) on an engine that holds `held`. The base is checked before the
+    first layer (the caller has checked the lock and looked for the image: `image.obtain`)."""
     started = time.monotonic()
-    check_untrusted_build(entry, policy)
-    last = local_image(client, plan.alias)  # the entry's last image of this trust: what both checks read
-    check_base(client, plan, last)
-    check_free_disk(client, plan, last)
-    options = cache_sources(plan, options, registry, local_image(client, trusted_alias_of(plan)) is not None)
-    local_keys = local_layer_keys(client)
-    if not policy.trusted:
-        sources = without_credentials(sources)
+    options = cache_sources(plan, options, registry, held.trusted_alias)
+    sources = build_sources(entry, policy, sources)
+    check_base(client, plan, held)
+    check_free_disk(plan, held)
     with (
         tempfile.TemporaryDirectory(prefix="torchyard-build-") as scratch,
         served(sources, bridge_address(client.networks)) as (reachable, host_network),
@@ -201,7 +203,7 @@ def build_image(
         if plan.project_root is not None:  # the toolchain stage's untagged image: its layers stay in the image
             with contextlib.suppress(docker.errors.APIError):
                 client.images.remove(toolchain.read_text().strip())
-        if policy.trusted and plan.dependency_tag and dependency_image(client, plan) is None:
+        if policy.trusted and plan.dependency_tag and not held.dependency:
             # The dependencies stage again, every layer cached: tagged, an untrusted build stands on it.
             dependencies = Path(scratch) / "dependencies-iid"
             tagging = builder(dependencies, "dependencies")
@@ -211,9 +213,7 @@ def build_image(
     image.tag(plan.tag)
     image.tag(plan.alias)
     output = completed.stdout or ""
-    sizes = layer_sizes(image.history())
-    layers = layer_outcomes(plan.layers, output, sizes, local_keys, stood_on=bool(plan.stands_on))
+    layers = layer_outcomes(plan.layers, output, image.history(), held.layer_keys, stood_on=bool(plan.stands_on))
     origin: Origin = "dependencies" if plan.stands_on else how_built(output)
-    pushed = publish(client, registry, image, plan, env) if options.push else ()
     seconds = time.monotonic() - started
-    return Built(entry.name, plan.tag, image.attrs["Size"], seconds, origin, pushed, layers=layers)
+    return Built(entry.name, plan.tag, image.attrs["Size"], seconds, origin, layers=layers, alias=plan.alias)

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from torchyard.errors import CommandError, ImageBuildError
-from torchyard.seal import bounded, helper_args
+from torchyard.seal import helper_run
 from torchyard.util import proc
 
 PYTHON = "/opt/torchyard/venv/bin/python"
@@ -29,10 +29,7 @@ CHECK_LINE = re.compile(r"^((?:vendor guard|image check): .*)$", re.MULTILINE)
 
 def image_check_args(image: str, *, name: str, user: str, checks: Sequence[str]) -> tuple[str, ...]:
     """`docker run` of the vendor guard and the accelerator's image checks in the built `image`, sealed."""
-    return (
-        "run", "--rm", "--name", f"{name}-check", *helper_args(user),
-        *bounded(image, ("/bin/bash", "-e", "-c", CHECK_SCRIPT, "check", *checks)),
-    )  # fmt: skip
+    return helper_run(f"{name}-check", user, image, ("/bin/bash", "-e", "-c", CHECK_SCRIPT, "check", *checks))
 
 
 def check_image(

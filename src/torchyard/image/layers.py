@@ -11,9 +11,12 @@ and history say which layers a runner holds, and their sizes.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+
+from docker.models.images import Image
 
 from torchyard.lock.lockfile import read_header
 from torchyard.names import BACKEND_DISTRIBUTIONS
@@ -172,3 +175,40 @@ def history_layers(history: Sequence[Mapping[str, object]]) -> list[tuple[str | 
 def layer_sizes(history: Sequence[Mapping[str, object]]) -> dict[str, int]:
     """Each dependency layer's size, from the image's history."""
     return {group: size for group, size in history_layers(history) if group is not None}
+
+
+def rebuilt_bytes(history: Sequence[Mapping[str, object]], size: int, kept: Sequence[str]) -> int:
+    """What a new build of an entry writes, estimated from an image it shares layers with: the bytes of that
+    image's layers above the last dependency group the new build keeps (`kept`: the groups, in install order,
+    whose keys match; their layers are reused), or the whole image when it keeps none."""
+    if not kept:
+        return size
+    above = 0
+    for group, layer_size in history_layers(history):
+        if group == kept[-1]:
+            return above
+        above += layer_size
+    return size  # the group's layer is not in the history: reuse cannot be assumed
+
+
+def kept_groups(groups: Sequence[Layer], had: Mapping[str, str]) -> list[str]:
+    """The dependency groups (in install order) a build of `groups` takes from an image whose layers are `had`
+    (`image_keys`): those up to the first whose key differs (keys chain, so a layer above it is new too)."""
+    return [layer.name for layer in itertools.takewhile(lambda layer: had.get(layer.name) == layer.key, groups)]
+
+
+def added_bytes(layers: Sequence[Layer], last: Image, others: Sequence[Image]) -> int:
+    """What a build of `layers` adds to the image on the engine it shares the most layers with: the entry's
+    `last` image, or any of `others` built on the same dependency layers (a second entry on the first one's
+    lock adds only its source layers)."""
+    groups = [layer for layer in layers if layer.pins]
+    need = rebuilt_bytes(last.history(), _size(last), kept_groups(groups, image_keys(last.labels)))
+    for image in others:
+        kept = kept_groups(groups, image_keys(image.labels))
+        if kept and image.id != last.id:
+            need = min(need, rebuilt_bytes(image.history(), _size(image), kept))
+    return need
+
+
+def _size(image: Image) -> int:
+    return int(image.attrs.get("Size", 0))

@@ -7,6 +7,7 @@ trusted dependency image of the same pins when this runner has one): no trusted 
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,10 +17,10 @@ import docker
 
 from torchyard.host.engine import DockerCli
 from torchyard.image.build import build_image
+from torchyard.image.held import base_identity, find_image, look, trusted_dependencies
 from torchyard.image.outcome import Built
-from torchyard.image.plan import BuildOptions, BuildPlan, plan_build, resolve_base
+from torchyard.image.plan import BuildOptions, plan_build, resolve_base
 from torchyard.image.policy import BuildPolicy
-from torchyard.image.reuse import TRUSTED, base_identity, reuse_image, trusted_dependencies
 from torchyard.matrix.machine import Machine
 from torchyard.matrix.schema import Entry
 from torchyard.util import proc
@@ -36,24 +37,6 @@ class Inputs:
     source_date_epoch: str
 
 
-def plan_entry(
-    entry: Entry,
-    inputs: Inputs,
-    machine: Machine,
-    client: docker.DockerClient,
-    *,
-    policy: BuildPolicy = TRUSTED,
-    stands_on: tuple[str, str] | None = None,
-) -> BuildPlan:
-    """`entry`'s plan on this machine: its base override, and the base's identity here."""
-    base = resolve_base(entry, machine.base_overrides)
-    base_id = base_identity(base, client) or entry.accelerator.require_base_image().digest
-    return plan_build(
-        entry, inputs.lockdir, project=inputs.project, base_image=base, base_id=base_id, uv_version=inputs.uv_version,
-        revision=inputs.revision, source_date_epoch=inputs.source_date_epoch, policy=policy, stands_on=stands_on,
-    )  # fmt: skip
-
-
 def obtain_image(
     entry: Entry,
     inputs: Inputs,
@@ -67,24 +50,32 @@ def obtain_image(
     env: Mapping[str, str],
     position: str = "",
 ) -> Built:
-    """`entry`'s image: found on this runner, pulled by its content-addressed tag, or built (`--push`
-    publishes what a trusted run found or built); `position` (`[1/3]`) leads its progress line."""
-    plan = plan_entry(entry, inputs, machine, client)
+    """`entry`'s image: found on this runner, pulled by its content-addressed tag, or built; `position`
+    (`[1/3]`) leads its progress line. Publishing (`--push`) is the pipeline's next step."""
+    base = resolve_base(entry, machine.base_overrides)
+    planned = functools.partial(
+        plan_build, entry, inputs.lockdir, project=inputs.project, base_image=base,
+        base_id=base_identity(base, client) or entry.accelerator.require_base_image().digest,
+        uv_version=inputs.uv_version, revision=inputs.revision, source_date_epoch=inputs.source_date_epoch,
+    )  # fmt: skip
+    plan = planned()
     print(f"{position} {entry.name}: {plan.tag}".lstrip(), file=sys.stderr, flush=True)
     if not policy.trusted:
-        trusted = reuse_image(entry, plan, client, registry=machine.registry, env=env, policy=policy)
+        trusted = find_image(entry, plan, client, registry=machine.registry, env=env, policy=policy)
         if trusted is not None:
             return trusted
         # It stands on the dependency image a trusted build of the same pins left, when there is one:
         # then it installs nothing of the lock (no sdist to refuse, no cache to scope).
         stands_on = trusted_dependencies(client, plan)
-        plan = plan_entry(entry, inputs, machine, client, policy=policy, stands_on=stands_on)
+        plan = planned(policy=policy, stands_on=stands_on)
         if stands_on is not None:
             print(f"{entry.name}: untrusted, on the trusted dependency image {stands_on[0]}", file=sys.stderr)
-    found = reuse_image(entry, plan, client, options=options, registry=machine.registry, env=env, policy=policy)
+    found = find_image(entry, plan, client, registry=machine.registry, env=env, policy=policy)
     if found is not None:
         return found
+    held = look(client, plan)
+    sources = machine.install_sources(entry.indexes)
     return build_image(
-        entry, plan, client, cli, options=options, registry=machine.registry, policy=policy,
-        sources=machine.install_sources(entry.indexes), runner=runner, env=env,
+        entry, plan, client, cli, held=held, options=options, registry=machine.registry, policy=policy,
+        sources=sources, runner=runner, env=env,
     )  # fmt: skip

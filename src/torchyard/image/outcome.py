@@ -7,10 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import docker
-
 from torchyard.image.buildkit import layer_steps, pulled_layers
-from torchyard.image.layers import LAYERS_LABEL, Layer, image_keys
+from torchyard.image.layers import Layer, layer_sizes
 from torchyard.image.registry import Transfer
 from torchyard.util.markdown import markdown_table
 
@@ -47,6 +45,7 @@ class Built:
     pushed: tuple[Transfer, ...] = ()
     pulled: Transfer | None = None
     layers: tuple[LayerOutcome, ...] = ()
+    alias: str = ""  # the entry's alias this image also carries (published with its tag)
 
     @property
     def reused(self) -> bool:
@@ -62,7 +61,7 @@ def how_built(output: str) -> Origin:
 def layer_outcomes(
     layers: Sequence[Layer],
     output: str,
-    sizes: Mapping[str, int],
+    history: Sequence[Mapping[str, object]],
     local_keys: frozenset[str],
     *,
     stood_on: bool = False,
@@ -71,6 +70,7 @@ def layer_outcomes(
     carries its key, or nothing came from the registry; or the build stood on a dependency image) or
     pulled (cached from the registry's layers)."""
     steps = layer_steps(output)
+    sizes = layer_sizes(history)
     from_registry = pulled_layers(output)
     outcomes = []
     for layer in layers:
@@ -81,14 +81,6 @@ def layer_outcomes(
             how = "reused" if layer.key in local_keys or not from_registry else "pulled"
         outcomes.append(LayerOutcome(layer.name, len(layer.pins), sizes.get(layer.name, 0), how))
     return tuple(outcomes)
-
-
-def local_layer_keys(client: docker.DockerClient) -> frozenset[str]:
-    """The dependency layers this runner's torchyard images hold, by key (their label)."""
-    keys: set[str] = set()
-    for image in client.images.list(filters={"label": LAYERS_LABEL}):
-        keys.update(image_keys(image.labels).values())
-    return frozenset(keys)
 
 
 def build_summary(rows: Sequence[Built]) -> list[tuple[str, str, str, str, str]]:

@@ -20,7 +20,7 @@ from torchyard.errors import ImageBuildError, UsageError
 from torchyard.image.casemodules import check_case_modules
 from torchyard.image.context import files_digest, inimage_files, project_digest, project_files, select
 from torchyard.image.layers import Layer, keyed, keys_label, split_lock
-from torchyard.image.policy import BuildPolicy
+from torchyard.image.policy import TRUSTED, BuildPolicy
 from torchyard.image.source import ProjectFile
 from torchyard.image.wheel import build_requirements
 from torchyard.lock.lockfile import lock_path, read_header
@@ -44,7 +44,6 @@ def trusted_alias_of(plan: BuildPlan) -> str:
 # covers every group and what lies below them): an untrusted build of the same pins stands on it. Shared by
 # every project: the key is the pins' (with their hashes) and what lies below them, nothing of a project's.
 DEPENDENCY_REPOSITORY = f"{REPOSITORY}/dependencies"
-TRUSTED_BUILD = BuildPolicy()
 # The build arguments in scope for the dependency layers (the rest label the image).
 LAYER_ARGS = frozenset(
     {"BASE_IMAGE", "BASE_DIGEST", "PYTHON", "VENDOR_PACKAGES", "SYSTEM_PACKAGES", "UV_VERSION", "WHEELS_ONLY"}
@@ -93,6 +92,9 @@ class BuildOptions:
     push: bool = False
     cache_from: tuple[str, ...] = ()
     cache_to: tuple[str, ...] = ()
+
+
+NO_OPTIONS = BuildOptions()
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,7 @@ def plan_build(
     uv_version: str,
     revision: str,
     source_date_epoch: str,
-    policy: BuildPolicy = TRUSTED_BUILD,
+    policy: BuildPolicy = TRUSTED,
     stands_on: tuple[str, str] | None = None,
     git: proc.DataRunner = proc.data,
 ) -> BuildPlan:

@@ -35,6 +35,9 @@ class BuildPolicy:
         return () if self.trusted else (("WHEELS_ONLY", "1"),)
 
 
+TRUSTED = BuildPolicy()
+
+
 def build_policy(env: Mapping[str, str], *, allowed_docker_run: Collection[str] = ()) -> BuildPolicy:
     """The policy of this run's builds; an untrusted one reads the trusted matrix.toml (its relative paths
     beside this checkout's matrix.toml, where the project is) with this machine's `allowed_docker_run`."""
@@ -69,3 +72,11 @@ def without_credentials(sources: Sequence[Source]) -> list[Source]:
         netloc = f"{host}:{parts.port}" if parts.port else host
         stripped.append(Source(source.name, source.kind, urlunsplit(parts._replace(netloc=netloc))))
     return stripped
+
+
+def build_sources(entry: Entry, policy: BuildPolicy, sources: Sequence[Source]) -> Sequence[Source]:
+    """What a build of `entry` installs from: an untrusted build is checked against the trusted configuration
+    first, and gets its sources without credentials."""
+    allowed = sources if policy.trusted else without_credentials(sources)
+    check_untrusted_build(entry, policy)
+    return allowed

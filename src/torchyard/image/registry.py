@@ -16,7 +16,7 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +31,7 @@ from torchyard.util.proc import redact
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 MISSING = re.compile(r"manifest unknown|not found|does not exist|name unknown", re.IGNORECASE)
+NO_REGISTRY = "--push needs a registry: set TORCHYARD_REGISTRY (host[:port]/path) or [registry] name in machine.toml"
 
 
 def registry_host(reference: str) -> str:
@@ -115,6 +116,20 @@ def push(client: docker.DockerClient, registry: Registry, reference: str, env: M
         return _follow(events, reference, "push", env)
     except (LookupError, docker.errors.APIError) as error:
         raise ImageBuildError(f"cannot push {reference} to {registry.host}: {redact(str(error), env)}") from None
+
+
+def publish(
+    client: docker.DockerClient, registry: Registry | None, tags: Sequence[str], env: Mapping[str, str]
+) -> tuple[Transfer, ...]:
+    """Push local `tags` (an image's content-addressed tag and its entry's alias) to the machine's registry."""
+    if registry is None:
+        raise ImageBuildError(NO_REGISTRY)
+    transfers = []
+    for local in tags:
+        repository, _, tag = registry.ref(local).rpartition(":")
+        client.images.get(local).tag(repository, tag)
+        transfers.append(push(client, registry, registry.ref(local), env))
+    return tuple(transfers)
 
 
 def remote_digest(client: docker.DockerClient, reference: str, auth: dict[str, str] | None = None) -> str:

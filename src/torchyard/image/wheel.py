@@ -30,7 +30,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.image.source import ProjectFile, write_files
 from torchyard.matrix.machine import Source, index_args
-from torchyard.seal import bounded, helper_args, run_user
+from torchyard.seal import helper_run, run_user
 from torchyard.util import proc
 
 # PEP 517: a project without [build-system] is built by setuptools' legacy backend.
@@ -94,27 +94,26 @@ def fetch_args(
         "--mount", f"type=bind,source={ca_bundle},target={CA_TARGET},readonly",
         "--env", f"SSL_CERT_FILE={CA_TARGET}", "--env", "UV_NATIVE_TLS=1",
     )  # fmt: skip
-    return (
-        "run", "--rm", "--name", f"{name}-fetch", *helper_args(user, network=True),
+    options = (
         *(("--network", "host") if host_network else ()),
         "--env", "HOME=/tmp", "--env", "UV_CACHE_DIR=/tmp/uv",
         "--mount", f"type=bind,source={buildenv},target={BUILDENV}",
         "--mount", f"type=bind,source={index_file},target={INDEX_ARGS_TARGET},readonly",
         *ca,
-        *bounded(image, ("/bin/bash", "-e", "-c", FETCH_SCRIPT, "fetch", *requires)),
     )  # fmt: skip
+    fetch = ("/bin/bash", "-e", "-c", FETCH_SCRIPT, "fetch", *requires)
+    return helper_run(f"{name}-fetch", user, image, fetch, options=options, network=True)
 
 
 def build_args(image: str, *, name: str, user: str, source: Path, buildenv: Path, out: Path) -> tuple[str, ...]:
     """`docker run` that builds the wheel: no network, no secret, the source read-only, one output folder."""
-    return (
-        "run", "--rm", "--name", f"{name}-build", *helper_args(user),
+    options = (
         "--env", "HOME=/tmp", "--env", "UV_CACHE_DIR=/tmp/uv",
         "--mount", f"type=bind,source={source},target=/src,readonly",
         "--mount", f"type=bind,source={buildenv},target={BUILDENV},readonly",
         "--mount", f"type=bind,source={out},target=/out",
-        *bounded(image, ("/bin/bash", "-e", "-c", BUILD_SCRIPT)),
     )  # fmt: skip
+    return helper_run(f"{name}-build", user, image, ("/bin/bash", "-e", "-c", BUILD_SCRIPT), options=options)
 
 
 def _writable_by(folder: Path, user: str) -> Path:

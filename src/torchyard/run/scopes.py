@@ -16,7 +16,7 @@ from pathlib import Path
 
 from torchyard import contract
 from torchyard.matrix.schema import Entry
-from torchyard.seal import bounded, helper_args
+from torchyard.seal import helper_run
 from torchyard.trust import Trust
 
 CACHES = Path(".torchyard") / "cache"
@@ -54,12 +54,12 @@ def seed_args(scope: CacheScope, *, image: str, user: str, name: str) -> tuple[s
     """`docker run` that copies the trusted scope into the untrusted run's own volume, sealed as every helper
     container is (the copy runs the image's `cp`, no code of the project's)."""
     assert scope.seed is not None
-    return (
-        "run", "--rm", "--name", f"{name}-seed", *helper_args(user),
+    mounts = (
         "--mount", f"type=volume,source={scope.seed},target={SEED_TARGET},readonly",
         "--mount", f"type=volume,source={scope.volume},target={contract.IMAGE_CACHE}",
-        *bounded(image, ("/bin/cp", "-R", f"{SEED_TARGET}/.", f"{contract.IMAGE_CACHE}/")),
     )  # fmt: skip
+    copy = ("/bin/cp", "-R", f"{SEED_TARGET}/.", f"{contract.IMAGE_CACHE}/")
+    return helper_run(f"{name}-seed", user, image, copy, options=mounts)
 
 
 def local_cache(entry: Entry, trust: Trust) -> str:
