@@ -1,15 +1,8 @@
-"""torchyard's standard nox sessions, for any project: in its noxfile,
-
-    import torchyard.nox
-
-    torchyard.nox.register()
-
-gives `lock`, `matrix`, `doctor`, `base-image`, `refresh`, `prune`, `report` and, per accelerator, `build-<acc>-image`
-and `test-<acc>`. Each session calls the `torchyard` command of the environment nox runs in (install
-torchyard and nox together); `register(install=[...])` instead gives each session its own venv with those
-pip arguments installed (torchyard's own repository uses `install=["-e", "."]`).
-
-Imports only nox and the stdlib, so a noxfile can import it before anything else is installed.
+"""torchyard's standard nox sessions, for any project: `import torchyard.nox; torchyard.nox.register()` in its
+noxfile gives `lock`, `matrix`, `doctor`, `base-image`, `refresh`, `prune`, `report` and, per accelerator,
+`build-<acc>-image` and `test-<acc>`. Each session calls the `torchyard` command of the environment nox runs
+in; `register(install=[...])` gives each session its own venv with those pip arguments installed (torchyard's
+own repository uses `install=["-e", "."]`). Imports only nox and the stdlib, so a noxfile can import it first.
 """
 
 from __future__ import annotations

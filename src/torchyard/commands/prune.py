@@ -1,23 +1,9 @@
-"""`torchyard prune`: give a runner's disk back. Every lock change leaves a multi-GB image, and build cache
-and volumes only grow; containers and images torchyard made carry the `dev.torchyard.entry` label, so
-this removes exactly torchyard's own leftovers:
-
-- stopped containers it started (running ones are left alone);
-- its images beyond the newest `keep` per project and entry (`torchyard/<project>/<entry>`: the project is the
-  image's `dev.torchyard.scope` label, as `torchyard.trust.project_scope` names it), except any image a
-  container uses;
-- its untagged images (an interrupted build's, or ones whose tag moved to a newer build), and its images from
-  before per-project names (`torchyard/<entry>`, no scope label: no build or run reads them any more);
-- dependency images (`torchyard/dependencies:<key>`, which untrusted builds stand on) that no image kept
-  holds the layers of;
-- cache volumes of a project's entry that has no image of that project left, every untrusted run's volume
-  (each is removed when its run ends; one left behind, by a killed run, is never read by another: it is named
-  by that run), and cache volumes from before scopes (`torchyard-inductor-<entry>`, no scope label: nothing
-  mounts them);
-- BuildKit's build cache beyond `--keep-storage`.
-
-Images share layers (the base, and the lock's groups: torchyard.image.layers), so each image removed is
-shown with the bytes of the layers only it holds, as the engine counts them; the disk given back is measured.
+"""`torchyard prune`: give a runner's disk back, removing exactly torchyard's own leftovers (what carries its
+`dev.torchyard.entry` label): stopped containers it started; images beyond the newest `keep` per project and
+entry (never one a container uses), untagged ones and ones named before per-project names; dependency images no
+kept image holds the layers of; cache volumes of an entry with no image left, untrusted runs' volumes and
+volumes from before scopes; BuildKit's build cache beyond `--keep-storage`. docs/concepts/flow.md says why
+each. Each image removed is shown with the bytes only it holds; the disk given back is measured.
 
 The decision (`plan_prune`) is pure; `--dry-run` prints it without removing anything.
 """

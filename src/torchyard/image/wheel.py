@@ -1,18 +1,10 @@
 """The project's wheel, built in sealed containers: the host never runs the project's build backend.
 
-A pull request controls its project's build backend (`backend-path = ["."]` is enough to run its own
-code), so the build happens in two containers of the entry's toolchain stage (the base, its Python and uv):
-
-1. `fetch`: the build requirements `[build-system]` names (read from pyproject.toml with tomllib, which
-   runs nothing, each a PEP 508 name: no option, no URL, handed to uv after `--`) are installed from the
-   entry's indexes, by the same route the dependency layer takes,
-   as wheels only (`--only-binary :all:`: installing a wheel runs none of its code). No project file is
-   in this container; it has the index arguments and the network.
-2. `build`: the backend builds the wheel with no network, no secret, no capability, a read-only root,
-   the source mounted read-only (copied to a private /tmp first: backends write beside the source) and
-   one output folder, as an unprivileged user.
-
-Only regular `*.whl` files directly in the output folder are taken; nothing there is followed.
+A pull request controls its project's build backend (`backend-path = ["."]` is enough to run its own code),
+so it runs in two containers of the entry's toolchain stage: `fetch` installs the `[build-system]` requirements
+(read with tomllib, each a PEP 508 name handed to uv after `--`) as wheels only, with the network and no project
+file; `build` runs the backend with no network, secret or capability, a read-only root, the source read-only
+and one output folder, as an unprivileged user. Only regular `*.whl` files directly in that folder are taken.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
-"""The harness's self-tests, proven once per stack. A self-test shows that this harness, in this environment
-and on this device, catches what it must; run again with all of those the same, it shows it again, at the
-cost of lowering and compiling programs of its own and of whole pytest sessions beside the run. So a run
-keeps the self-tests that passed under that key (`<cache>/self-tests/`), and a later run with the same key
-leaves them out and says so in its reports; `torchyard test --rerun-self-tests` runs them all.
-
-The key: the stack (an image's base and lock, or in a venv every installed distribution and its version),
-torchyard's in-image side byte for byte (the self-tests and the built-in cases among it), the Python, the
-device and its driver, the number of xdist workers and every setting that decides verdicts but the
-project's case modules (no self-test reads them). A change to any of these runs them again. Only
-torchyard's own self-tests are kept: a project's test marked `harness` always runs. Caches are scoped by
-trust, so an untrusted run never writes a proof a trusted run reads.
+"""The harness's self-tests, proven once per stack: a run keeps the self-tests that passed under their key
+(`<cache>/self-tests/`), and a later run with the same key leaves them out and says so in its reports;
+`torchyard test --rerun-self-tests` runs them all. The key: the stack (an image's base and lock, or a venv's
+installed distributions), torchyard's in-image side byte for byte, the Python, the device and its driver, the
+xdist workers and every setting that decides verdicts but the project's case modules (no self-test reads
+them). Only torchyard's own self-tests are kept; caches are scoped by trust, so an untrusted run never writes
+a proof a trusted run reads.
 """
 
 from __future__ import annotations

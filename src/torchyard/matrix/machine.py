@@ -3,16 +3,9 @@ installs, base-image overrides, the shared registry, the limits of a test contai
 allows. `load_machine` reads them all once, at the CLI's edge, into a frozen `Machine` that is passed in
 (a bad value is one line before any command does work); nothing downstream reads them again.
 
-Two sources, the environment winning over the file:
-- `TORCHYARD_MIRRORS="pypi=file:///srv/pypi/simple nvidia=/srv/wheels"` (whitespace-separated), and
-  `TORCHYARD_BASE_IMAGES="cpu=torchyard/base:bookworm"` (by entry name or accelerator);
-- `$TORCHYARD_MACHINE_FILE`, else `$XDG_CONFIG_HOME/torchyard/machine.toml` (`~/.config/...`), with
-  `[mirrors]` and `[base-images]` tables of the same `name = "value"` pairs;
-- `TORCHYARD_REGISTRY` or `[registry] name`: the registry the runners share images and layers through,
-  with credentials from `TORCHYARD_REGISTRY_USERNAME` and `TORCHYARD_REGISTRY_PASSWORD` (else Docker's own).
-A target with a scheme (`https://`, `http://`, `file://`) is a PEP 503 index; a plain path is a flat
-folder of wheels (uv's `--find-links`). Mirrors change where files come from, never which files:
-the lock's hashes still have to match.
+The environment (`TORCHYARD_MIRRORS`, `TORCHYARD_BASE_IMAGES`, `TORCHYARD_REGISTRY`, ...) wins over the file
+(`$TORCHYARD_MACHINE_FILE`, else `$XDG_CONFIG_HOME/torchyard/machine.toml`); docs/reference/machine.md lists
+every key. Mirrors change where files come from, never which files: the lock's hashes still have to match.
 """
 
 from __future__ import annotations

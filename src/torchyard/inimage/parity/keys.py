@@ -1,27 +1,11 @@
-"""The artifact cache's key: a sha256 over everything that decides a lowered program (`artifacts`).
+"""The artifact cache's key: a sha256 over everything that decides a lowered program (`artifacts`): the
+backend and its options, the versions of every backend's distributions and numpy's, the device and dtype, the
+case's name, dynamic shapes and first input tree, the module's weights and buffers byte for byte, its code
+(project code by source, released distributions' by version, named tuples by fields, dataclasses by source),
+and what each submodule holds beyond its weights. docs/concepts/running.md lists what counts and how.
 
-The key is a sha256 over:
-- the backend and its options;
-- the installed versions of every backend's distributions (`names.BACKEND_FACTS`: torch, executorch,
-  torchao, torch-tensorrt, tensorrt) and numpy's;
-- the device (type, name, compute capability, driver) and the dtype;
-- the case's name, its dynamic shapes, and the first call's input tree (structure, shapes, dtypes, and
-  the values of leaves that are not tensors);
-- the module's weights and buffers (non-persistent ones too), byte for byte;
-- the module's code: each class's source, and the module-level functions, classes and constants its
-  methods name, followed transitively. Code from packages whose version is in the key (torch and the
-  others above, the standard library) counts by that version, and so does code from any distribution
-  installed from an index (`released`: einx's, say, whose functions are made by exec and have no source);
-  code from a path (the project itself) counts by its source. A named tuple made by
-  `collections.namedtuple` counts by its name, fields and defaults; a dataclass by its source (its
-  generated methods have none);
-- what each submodule holds beyond its weights: its attributes (numbers, strings, containers, a dataclass
-  config by its class and field values, a `functools.partial` by its function and arguments, a bound
-  method, a class, an enum) and its hooks. An object of the stack's own classes (a logger, a lock) counts
-  by its class.
-
-Code whose source cannot be read (made at run time by exec, or in a notebook, outside any released
-distribution) gives no key: that case is never cached, and the report says why (`why_unkeyable`).
+Code whose source cannot be read (made at run time outside any released distribution) gives no key: that
+case is never cached, and the report says why (`why_unkeyable`).
 """
 
 from __future__ import annotations
