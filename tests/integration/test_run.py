@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 from tests.integration.conftest import PROJECT
 from torchyard.cli import main
 from torchyard.host.facts import gather_host_facts
+from torchyard.image.layers import stack_of
 from torchyard.image.plan import BuildOptions
 from torchyard.matrix import parse_plan
 from torchyard.matrix.machine import load_machine
@@ -49,7 +51,8 @@ def _run_with_mounted_test(
 ) -> tuple[int, RunPlan]:
     """Run the cpu entry's image with one planted test file (bind-mounted: this machine's allow-list
     permits `--mount` for the test), selecting only that test. `run` sets the plan's trust (`trust`), its
-    project (`project`, else one of this test's own), `seal` and `timeout_s`."""
+    project (`project`, else one of this test's own), `seal`, `timeout_s` and the entry's name (`name`: another
+    entry on the cpu entry's image, and so its stack)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     planted = tmp_path / f"test_planted_{uuid.uuid4().hex[:6]}.py"
     planted.write_text(test_text)
@@ -70,14 +73,16 @@ def _run_with_mounted_test(
             machine=load_machine(machine_env),
             env=machine_env,
         )
+    entry = dataclasses.replace(entry, name=run.get("name", "cpu"))  # its image is the cpu entry's
     name = container_name(entry)
     project = run.get("project") or f"test{uuid.uuid4().hex[:8]}"
+    stack = stack_of(client.images.get(image.tag).labels)
     plan = RunPlan(
-        entry="cpu",
+        entry=entry.name,
         image=image.tag,
         name=name,
         reports=tmp_path / "reports",
-        scope=cache_scope(entry, project, run.get("trust", "trusted"), name.rsplit("-", 1)[-1]),
+        scope=cache_scope(entry, project, run.get("trust", "trusted"), name.rsplit("-", 1)[-1], stack),
         user=run_user(os.getuid(), os.getgid()),
         seal=run.get("seal") or Seal(load_machine(machine_env).limits, "4g"),
         timeout_s=run.get("timeout_s", 0),

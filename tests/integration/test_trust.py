@@ -3,6 +3,7 @@ the host or the reports; and every run is bounded (time, scratch space, what it 
 
 from __future__ import annotations
 
+import re
 import uuid
 from pathlib import Path
 
@@ -75,13 +76,68 @@ def test_an_untrusted_run_starts_warm_and_reaches_no_later_trusted_run(
                 "dev.torchyard.entry": "cpu",
                 "dev.torchyard.scope": project,
                 "dev.torchyard.trust": "trusted",
+                "dev.torchyard.stack": plan.scope.stack,
             }
         }
+        assert re.fullmatch(r"[0-9a-f]{16}", plan.scope.stack)
         assert plan.scope.volume != trusted_volume
         status, _ = _run_with_mounted_test(tmp_path / "3", machine_env, client, TRUSTED_AFTER, project=project)
         assert status == 0, capsys.readouterr()
     finally:
         for name in _volumes(client, project):
+            client.volumes.get(name).remove(force=True)
+
+
+SIBLING_FIRST = """
+from pathlib import Path
+
+def test_warm_from_the_cpu_entry():
+    cache = Path("/cache/inductor")
+    assert (cache / "trusted-marker").read_text() == "from a trusted run"
+    (cache / "trusted-marker").write_text("from the sibling")
+"""
+SIBLING_AGAIN = """
+from pathlib import Path
+
+def test_its_own_cache():
+    assert (Path("/cache/inductor") / "trusted-marker").read_text() == "from the sibling"
+"""
+CPU_AGAIN = """
+from pathlib import Path
+
+def test_the_cpu_entrys_own_cache():
+    assert (Path("/cache/inductor") / "trusted-marker").read_text() == "from a trusted run"
+"""
+COLD = "def test_cold():\n    import os\n    assert os.listdir('/cache/inductor') == []\n"
+
+
+def test_an_entrys_first_run_starts_from_a_trusted_cache_of_the_same_stack_and_project(
+    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project, other = (f"test{uuid.uuid4().hex[:8]}" for _ in range(2))
+
+    def run(step: str, text: str, **options: str) -> str:
+        status, _ = _run_with_mounted_test(tmp_path / step, machine_env, client, text, **options)
+        err = capsys.readouterr().err
+        assert status == 0, err
+        return err
+
+    try:
+        _, plan = _run_with_mounted_test(tmp_path / "1", machine_env, client, TRUSTED_FIRST, project=project)
+        # A volume a killed untrusted run left, on the same stack, sorting first: never a trusted run's start.
+        labels = {"dev.torchyard.scope": project, "dev.torchyard.stack": plan.scope.stack}
+        client.volumes.create(f"torchyard-cache-{project}-a-untrusted-1", labels=labels)
+        client.volumes.create(f"torchyard-cache-{project}-b", labels={**labels, "dev.torchyard.trust": "untrusted"})
+        # Another entry on the same image: its new cache starts as a copy of the cpu entry's.
+        err = run("2", SIBLING_FIRST, project=project, name="cpu-bf16")
+        assert f"a new cache starts as a copy of the same stack's torchyard-cache-{project}-cpu" in err
+        # Each cache is its own from then on: what one writes the other never reads, and nothing is copied again.
+        run("3", CPU_AGAIN, project=project)
+        assert "a new cache starts" not in run("4", SIBLING_AGAIN, project=project, name="cpu-bf16")
+        # Another project's entry on the same stack starts cold.
+        run("5", COLD, project=other, name="cpu-bf16")
+    finally:
+        for name in {**_volumes(client, project), **_volumes(client, other)}:
             client.volumes.get(name).remove(force=True)
 
 

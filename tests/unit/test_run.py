@@ -186,7 +186,7 @@ def test_an_untrusted_run_mounts_its_own_cache_seeded_from_the_trusted_scope() -
     assert "dev.torchyard.trust=untrusted" in args and "TORCHYARD_TRUST=untrusted" in args
     assert not any("source=torchyard-cache-0123abcd4567-cpu," in arg for arg in args)  # never the trusted scope
     assert plan.scope.ephemeral and plan.scope.seed == "torchyard-cache-0123abcd4567-cpu"
-    assert seed_args(plan.scope, image="img", user="1000:1000", name="n") == (
+    assert seed_args(plan.scope, plan.scope.seed, image="img", user="1000:1000", name="n") == (
         "run", "--rm", "--name", "n-seed", *helper_args("1000:1000"),
         "--mount", "type=volume,source=torchyard-cache-0123abcd4567-cpu,target=/seed,readonly",
         "--mount", f"type=volume,source={own},target=/cache/inductor",

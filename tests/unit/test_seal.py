@@ -27,7 +27,7 @@ HELPERS = {
         host_network=False, requires=("hatchling",),
     ),
     "build": build_args("img", name="n", user=USER, source=SCRATCH / "s", buildenv=SCRATCH / "e", out=SCRATCH / "o"),
-    "seed": seed_args(CacheScope("own", "trusted", "p", "untrusted"), image="img", user=USER, name="n"),
+    "seed": seed_args(CacheScope("own", "trusted", "p", "untrusted"), "trusted", image="img", user=USER, name="n"),
     "image check": image_check_args("img", name="n", user=USER, checks=("gcc",)),
 }  # fmt: skip
 

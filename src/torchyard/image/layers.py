@@ -162,6 +162,13 @@ def image_keys(labels: Mapping[str, str] | None) -> Mapping[str, str]:
     return read_keys_label((labels or {}).get(LAYERS_LABEL, ""))
 
 
+def stack_of(labels: Mapping[str, str] | None) -> str:
+    """The key of an image's last dependency group, which covers every group and what lies below them (base,
+    build arguments, installer): entries whose images share it run on one stack. Empty without the label."""
+    keys = list(image_keys(labels).values())
+    return keys[-1] if keys else ""
+
+
 def history_layers(history: Sequence[Mapping[str, object]]) -> list[tuple[str | None, int]]:
     """Each layer of an image's history (the engine's, newest first): its dependency group (None for any
     other layer) and its size."""

@@ -26,6 +26,7 @@ from torchyard import contract
 from torchyard.accelerators import ACCELERATORS
 from torchyard.accelerators.protocol import HostFacts
 from torchyard.errors import ConfigError, DeviceUnavailableError, TorchyardError
+from torchyard.image.layers import stack_of
 from torchyard.matrix.machine import Limits, Machine, duration_seconds, size_bytes
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
@@ -38,7 +39,7 @@ from torchyard.run.handback import (
     hand_back,
     read_report,
 )
-from torchyard.run.scopes import CacheScope, cache_scope, seed_args
+from torchyard.run.scopes import CacheScope, cache_scope, seed_args, sibling_filters
 from torchyard.run.stamp import stamp_reports
 from torchyard.seal import IMAGE_USER, Seal, check_matrix_flags, check_untrusted_seal, run_user, sealing_args
 from torchyard.trust import TRUST_ENV, RunTrust
@@ -101,15 +102,16 @@ def plan_run(
     """One entry's container run: a fresh name, the cache scope of its project and trust, this user, the seal
     (a network only where the machine and the run's trust both allow one) and the deadline."""
     name = container_name(entry)
+    found = client.images.get(image)
     return RunPlan(
         entry=entry.name,
         image=image,
         name=name,
         reports=reports,
-        scope=cache_scope(entry, project, trust.level, name.rsplit("-", 1)[-1]),
+        scope=cache_scope(entry, project, trust.level, name.rsplit("-", 1)[-1], stack_of(found.labels)),
         user=run_user(os.getuid(), os.getgid()),
         seal=Seal(machine.limits, memory, network=_network(entry, trust, machine)),
-        image_id=str(client.images.get(image).id),
+        image_id=str(found.id),
         timeout_s=_timeout(entry, machine.limits),
     )
 
@@ -219,15 +221,24 @@ def prepare_cache(
     runner: proc.Runner,
     env: Mapping[str, str],
 ) -> None:
-    """The run's cache volume, labelled with its scope; an untrusted run's is a fresh copy of the trusted
-    scope (when there is one: an untrusted run never creates it)."""
+    """The run's cache volume, labelled with its scope. An untrusted run's is a fresh copy of the trusted scope
+    (when there is one: an untrusted run never creates it); a new one (an entry's first run, or an untrusted run
+    with no trusted scope) starts as a copy of a trusted cache of the project's on the same stack, if any."""
     scope = plan.scope
+    new = not _volume_exists(client, scope.volume)
     client.volumes.create(scope.volume, labels=scope.labels(entry))
     if scope.seed is not None and _volume_exists(client, scope.seed):
-        runner((docker_path, *seed_args(scope, image=plan.image, user=plan.user, name=plan.name)), env=env)
-        print(
-            f"torchyard: untrusted run: the cache starts as a copy of the trusted scope {scope.seed}", file=sys.stderr
-        )
+        source, why = scope.seed, "untrusted run: the cache starts as a copy of the trusted scope"
+    elif new and scope.stack:
+        siblings = sorted(str(volume.name) for volume in client.volumes.list(filters=sibling_filters(scope)))
+        siblings = [name for name in siblings if name != scope.volume]
+        if not siblings:
+            return
+        source, why = siblings[0], f"{scope.trust} run: a new cache starts as a copy of the same stack's"
+    else:
+        return
+    runner((docker_path, *seed_args(scope, source, image=plan.image, user=plan.user, name=plan.name)), env=env)
+    print(f"torchyard: {why} {source}", file=sys.stderr)
 
 
 @dataclass(frozen=True)

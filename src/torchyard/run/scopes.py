@@ -24,6 +24,7 @@ UNTRUSTED_CACHES = Path(".torchyard") / "cache-untrusted"
 ENTRY_LABEL = "dev.torchyard.entry"
 SCOPE_LABEL = "dev.torchyard.scope"
 TRUST_LABEL = "dev.torchyard.trust"
+STACK_LABEL = "dev.torchyard.stack"
 SEED_TARGET = "/seed"
 
 
@@ -33,6 +34,7 @@ class CacheScope:
     seed: str | None  # the trusted volume an untrusted run starts from, copied (read-only) into its own
     project: str
     trust: Trust
+    stack: str = ""  # the image's stack (`layers.stack_of`): a new scope may start from a sibling entry's cache
 
     @property
     def ephemeral(self) -> bool:
@@ -40,22 +42,28 @@ class CacheScope:
         return self.trust == "untrusted"
 
     def labels(self, entry: Entry) -> dict[str, str]:
-        return {ENTRY_LABEL: entry.name, SCOPE_LABEL: self.project, TRUST_LABEL: self.trust}
+        stack = {STACK_LABEL: self.stack} if self.stack else {}
+        return {ENTRY_LABEL: entry.name, SCOPE_LABEL: self.project, TRUST_LABEL: self.trust, **stack}
 
 
-def cache_scope(entry: Entry, project: str, trust: Trust, run_id: str) -> CacheScope:
+def cache_scope(entry: Entry, project: str, trust: Trust, run_id: str, stack: str = "") -> CacheScope:
     trusted = f"torchyard-cache-{project}-{entry.name}"
     if trust == "trusted":
-        return CacheScope(trusted, None, project, trust)
-    return CacheScope(f"{trusted}-untrusted-{run_id}", trusted, project, trust)
+        return CacheScope(trusted, None, project, trust, stack)
+    return CacheScope(f"{trusted}-untrusted-{run_id}", trusted, project, trust, stack)
 
 
-def seed_args(scope: CacheScope, *, image: str, user: str, name: str) -> tuple[str, ...]:
-    """`docker run` that copies the trusted scope into the untrusted run's own volume, sealed as every helper
+def sibling_filters(scope: CacheScope) -> dict[str, list[str]]:
+    """The engine's filter for the trusted caches of `scope`'s project on the same stack: every key in them names
+    what it was made with (versions, settings, device), so another entry's warm cache is a sound start."""
+    return {"label": [f"{SCOPE_LABEL}={scope.project}", f"{TRUST_LABEL}=trusted", f"{STACK_LABEL}={scope.stack}"]}
+
+
+def seed_args(scope: CacheScope, source: str, *, image: str, user: str, name: str) -> tuple[str, ...]:
+    """`docker run` that copies the trusted volume `source` into the run's own, sealed as every helper
     container is (the copy runs the image's `cp`, no code of the project's)."""
-    assert scope.seed is not None
     mounts = (
-        "--mount", f"type=volume,source={scope.seed},target={SEED_TARGET},readonly",
+        "--mount", f"type=volume,source={source},target={SEED_TARGET},readonly",
         "--mount", f"type=volume,source={scope.volume},target={contract.IMAGE_CACHE}",
     )  # fmt: skip
     copy = ("/bin/cp", "-R", f"{SEED_TARGET}/.", f"{contract.IMAGE_CACHE}/")
