@@ -30,7 +30,7 @@ def empty(client: docker.DockerClient) -> None:
     for container in client.containers.list(all=True):
         container.remove(force=True)
     for image in client.images.list():
-        client.images.remove(image.id, force=True)
+        client.images.remove(str(image.id), force=True)
     client.api.prune_builds(all=True)
     for volume in client.volumes.list():
         volume.remove(force=True)
