@@ -141,6 +141,43 @@ def test_an_entrys_first_run_starts_from_a_trusted_cache_of_the_same_stack_and_p
             client.volumes.get(name).remove(force=True)
 
 
+def test_a_cache_being_written_or_that_cannot_be_copied_is_not_a_new_caches_start(
+    tmp_path: Path,
+    machine_env: dict[str, str],
+    client: docker.DockerClient,
+    local_base: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    project = f"test{uuid.uuid4().hex[:8]}"
+    source = f"torchyard-cache-{project}-cpu"
+
+    def run(step: str, name: str) -> str:
+        status, _ = _run_with_mounted_test(tmp_path / step, machine_env, client, COLD, project=project, name=name)
+        err = capsys.readouterr().err
+        assert status == 0, err  # it started empty
+        return err
+
+    try:
+        _run_with_mounted_test(tmp_path / "1", machine_env, client, TRUSTED_FIRST, project=project)
+        # A run of the cpu entry still going: its cache may be half written.
+        holder = client.containers.run(
+            local_base, ["sleep", "300"], volumes={source: {"bind": "/cache", "mode": "ro"}}, detach=True
+        )
+        try:
+            assert "a new cache starts" not in run("2", "cpu-busy")
+        finally:
+            holder.remove(force=True)
+        # A file the copy cannot read: the copy fails, and the new cache is empty, not half a copy.
+        client.containers.run(
+            local_base, ["sh", "-c", "touch /cache/unreadable && chmod 000 /cache/unreadable"],
+            volumes={source: {"bind": "/cache"}}, remove=True,
+        )  # fmt: skip
+        assert f"the cache could not be copied from {source}" in run("3", "cpu-unreadable")
+    finally:
+        for name in _volumes(client, project):
+            client.volumes.get(name).remove(force=True)
+
+
 def test_an_untrusted_run_before_any_trusted_one_creates_no_trusted_scope(
     tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient
 ) -> None:

@@ -15,7 +15,7 @@ from torchyard.image import plan as image_plan
 from torchyard.image.build import cache_sources, docker_build_args
 from torchyard.image.buildkit import StepLines, explain_build_failure, failed_step_output, layer_steps
 from torchyard.image.check import check_image
-from torchyard.image.held import find_image
+from torchyard.image.held import find_local
 from torchyard.image.layers import Layer, layer_sizes
 from torchyard.image.outcome import Built, how_built, layer_outcomes, layers_summary
 from torchyard.image.plan import BuildOptions, BuildPlan, plan_build, resolve_base
@@ -420,9 +420,9 @@ class FakeClient:
 def test_an_untrusted_run_reuses_a_trusted_image_without_moving_its_alias(tree: Path) -> None:
     plan, image = make_plan(tree), FakeImage()
     client: Any = FakeClient(image)
-    assert find_image(PLAN.entry("cpu"), plan, client, env={}, policy=BuildPolicy(trusted=False)) is not None
+    assert find_local(PLAN.entry("cpu"), [plan], client, policy=BuildPolicy(trusted=False)) is not None
     assert image.tags == []
-    find_image(PLAN.entry("cpu"), plan, client, env={})
+    find_local(PLAN.entry("cpu"), [plan], client)
     assert image.tags == [f"torchyard/{PROJECT}/cpu:latest"]
 
 

@@ -1,12 +1,10 @@
-"""What this runner's engine and the registry hold for an entry's plan, read once before anything is built:
-the plan's image (found, or pulled by its content-addressed tag), the base's identity, and what a build reads
-(its last image, the trusted alias, the dependency image of its pins, every torchyard image's layer keys)."""
+"""What this runner's engine holds for an entry's plans, read before anything is pulled or built: the plan's
+image, the base's identity, and what a build reads (its last image, the trusted alias, the dependency image of
+its pins, every torchyard image's layer keys)."""
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,11 +13,10 @@ import docker.errors
 from docker.models.images import Image
 
 from torchyard.image.layers import LAYERS_LABEL, image_keys
-from torchyard.image.outcome import Built, Origin
+from torchyard.image.outcome import Built
 from torchyard.image.plan import BuildPlan, trusted_alias_of
 from torchyard.image.policy import TRUSTED, BuildPolicy
-from torchyard.image.registry import DIGEST, pull
-from torchyard.matrix.machine import Registry
+from torchyard.image.registry import DIGEST
 from torchyard.matrix.schema import Entry
 
 
@@ -77,31 +74,17 @@ def look(client: docker.DockerClient, plan: BuildPlan) -> Held:
     )
 
 
-def find_image(
-    entry: Entry,
-    plan: BuildPlan,
-    client: docker.DockerClient,
-    *,
-    registry: Registry | None = None,
-    env: Mapping[str, str] = os.environ,
-    policy: BuildPolicy = TRUSTED,
+def find_local(
+    entry: Entry, plans: Sequence[BuildPlan], client: docker.DockerClient, *, policy: BuildPolicy = TRUSTED
 ) -> Built | None:
-    """`plan`'s image when this runner has it, or pulled from the registry by its content-addressed tag;
-    None when it would have to be built. An untrusted run uses a trusted image as it is, and moves no tag
-    of it (the alias a trusted build reads stays where trusted builds put it)."""
-    started = time.monotonic()
-    existing = local_image(client, plan.tag)
-    origin: Origin = "local"
-    pulled = None
-    if existing is None and registry is not None:
-        pulled = pull(client, registry, registry.ref(plan.tag), env)
-        if pulled is not None:
-            existing = client.images.get(registry.ref(plan.tag))
-            existing.tag(plan.tag)
-            origin = "pulled"
-    if existing is None:
-        return None
-    if policy.trusted:
-        existing.tag(plan.alias)
-    seconds = time.monotonic() - started
-    return Built(entry.name, plan.tag, existing.attrs["Size"], seconds, origin, pulled=pulled, alias=plan.alias)
+    """The first of `plans`' images this runner has, by its content-addressed tag; None when none is here. An
+    untrusted run uses a trusted image as it is, and moves no tag of it (the alias a trusted build reads stays
+    where trusted builds put it)."""
+    for plan in plans:
+        existing = local_image(client, plan.tag)
+        if existing is None:
+            continue
+        if policy.trusted:
+            existing.tag(plan.alias)
+        return Built(entry.name, plan.tag, existing.attrs["Size"], 0.0, "local", alias=plan.alias)
+    return None

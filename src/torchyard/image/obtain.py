@@ -1,4 +1,5 @@
-"""An entry's image, wherever it comes from: this runner, the registry, or a build of its own.
+"""An entry's image, wherever it comes from: this runner, the registry, or a build of its own, asked in that
+order.
 
 The one place that decides which: a trusted run reuses or builds its plan's image; an untrusted run uses the
 image a trusted run made from the same inputs as it is, else its own (under its own tag, standing on the
@@ -17,10 +18,11 @@ import docker
 
 from torchyard.host.engine import DockerCli
 from torchyard.image.build import build_image
-from torchyard.image.held import base_identity, find_image, look, trusted_dependencies
+from torchyard.image.held import base_identity, find_local, look, trusted_dependencies
 from torchyard.image.outcome import Built
 from torchyard.image.plan import BuildOptions, plan_build, resolve_base
 from torchyard.image.policy import BuildPolicy
+from torchyard.image.registry import pull_image
 from torchyard.matrix.machine import Machine
 from torchyard.matrix.schema import Entry
 from torchyard.util import proc
@@ -58,24 +60,26 @@ def obtain_image(
         base_id=base_identity(base, client) or entry.accelerator.require_base_image().digest,
         uv_version=inputs.uv_version, revision=inputs.revision, source_date_epoch=inputs.source_date_epoch,
     )  # fmt: skip
-    plan = planned()
-    print(f"{position} {entry.name}: {plan.tag}".lstrip(), file=sys.stderr, flush=True)
+    plans = [planned()]
+    print(f"{position} {entry.name}: {plans[0].tag}".lstrip(), file=sys.stderr, flush=True)
+    stands_on = None
     if not policy.trusted:
-        trusted = find_image(entry, plan, client, registry=machine.registry, env=env, policy=policy)
-        if trusted is not None:
-            return trusted
-        # It stands on the dependency image a trusted build of the same pins left, when there is one:
-        # then it installs nothing of the lock (no sdist to refuse, no cache to scope).
-        stands_on = trusted_dependencies(client, plan)
-        plan = planned(policy=policy, stands_on=stands_on)
-        if stands_on is not None:
-            print(f"{entry.name}: untrusted, on the trusted dependency image {stands_on[0]}", file=sys.stderr)
-    found = find_image(entry, plan, client, registry=machine.registry, env=env, policy=policy)
+        # The image a trusted run made from the same inputs, as it is; else its own, standing on the dependency
+        # image a trusted build of the same pins left, when there is one: then it installs nothing of the lock
+        # (no sdist to refuse, no cache to scope).
+        stands_on = trusted_dependencies(client, plans[0])
+        plans.append(planned(policy=policy, stands_on=stands_on))
+    found = find_local(entry, plans, client, policy=policy)
     if found is not None:
         return found
-    held = look(client, plan)
+    held = look(client, plans[-1])
+    pulled = pull_image(entry, plans, client, machine.registry, env, policy=policy)
+    if pulled is not None:
+        return pulled
+    if stands_on is not None:
+        print(f"{entry.name}: untrusted, on the trusted dependency image {stands_on[0]}", file=sys.stderr)
     sources = machine.install_sources(entry.indexes)
     return build_image(
-        entry, plan, client, cli, held=held, options=options, registry=machine.registry, policy=policy,
+        entry, plans[-1], client, cli, held=held, options=options, registry=machine.registry, policy=policy,
         sources=sources, runner=runner, env=env,
     )  # fmt: skip

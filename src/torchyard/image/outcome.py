@@ -9,7 +9,6 @@ from typing import Literal
 
 from torchyard.image.buildkit import layer_steps, pulled_layers
 from torchyard.image.layers import Layer, layer_sizes
-from torchyard.image.registry import Transfer
 from torchyard.util.markdown import markdown_table
 
 Origin = Literal["local", "pulled", "cache", "cold", "dependencies"]
@@ -23,6 +22,16 @@ ORIGIN_WORDS: dict[Origin, str] = {
 LayerHow = Literal["reused", "pulled", "built"]
 IMAGE_HEADERS = ("entry", "image", "size", "seconds", "image came from")
 LAYER_HEADERS = ("entry", "dependency layer", "packages", "size", "layer")
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """What one pull or push moved: the layers and their bytes as the engine's progress counts them (a pull's
+    compressed, as the registry sends them; a push's uncompressed, the layers' sizes on disk)."""
+
+    reference: str
+    layers: int
+    bytes: int
 
 
 @dataclass(frozen=True)

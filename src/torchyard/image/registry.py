@@ -16,9 +16,9 @@ import os
 import re
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,11 @@ import docker
 import docker.errors
 
 from torchyard.errors import ImageBuildError, TorchyardError
+from torchyard.image.outcome import Built, Transfer
+from torchyard.image.plan import BuildPlan
+from torchyard.image.policy import TRUSTED, BuildPolicy
 from torchyard.matrix.machine import Registry
+from torchyard.matrix.schema import Entry
 from torchyard.util.proc import redact
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -57,16 +61,6 @@ def client_environment(registry: Registry | None, env: Mapping[str, str]) -> Ite
         with os.fdopen(descriptor, "w") as handle:
             json.dump({"auths": {registry.host: {"auth": token}}}, handle)
         yield {**env, "DOCKER_CONFIG": folder}
-
-
-@dataclass(frozen=True)
-class Transfer:
-    """What one pull or push moved: the layers and their bytes as the engine's progress counts them (a pull's
-    compressed, as the registry sends them; a push's uncompressed, the layers' sizes on disk)."""
-
-    reference: str
-    layers: int
-    bytes: int
 
 
 def _follow(events: Iterator[dict[str, Any]], reference: str, verb: str, env: Mapping[str, str]) -> Transfer:
@@ -105,6 +99,33 @@ def pull(client: docker.DockerClient, registry: Registry, reference: str, env: M
         if not MISSING.search(detail):
             print(f"torchyard: cannot pull {reference} ({detail}); building it instead", file=sys.stderr)
         return None
+
+
+def pull_image(
+    entry: Entry,
+    plans: Sequence[BuildPlan],
+    client: docker.DockerClient,
+    registry: Registry | None,
+    env: Mapping[str, str],
+    *,
+    policy: BuildPolicy = TRUSTED,
+) -> Built | None:
+    """The first of `plans`' images the registry has, pulled by its content-addressed tag and tagged as
+    `find_local` tags one found (an untrusted run moves no alias); None when none is there."""
+    if registry is None:
+        return None
+    for plan in plans:
+        started = time.monotonic()
+        pulled = pull(client, registry, registry.ref(plan.tag), env)
+        if pulled is None:
+            continue
+        image = client.images.get(registry.ref(plan.tag))
+        image.tag(plan.tag)
+        if policy.trusted:
+            image.tag(plan.alias)
+        seconds = time.monotonic() - started
+        return Built(entry.name, plan.tag, image.attrs["Size"], seconds, "pulled", pulled=pulled, alias=plan.alias)
+    return None
 
 
 def push(client: docker.DockerClient, registry: Registry, reference: str, env: Mapping[str, str]) -> Transfer:

@@ -25,7 +25,7 @@ import docker.errors
 from torchyard import contract
 from torchyard.accelerators import ACCELERATORS
 from torchyard.accelerators.protocol import HostFacts
-from torchyard.errors import ConfigError, DeviceUnavailableError, TorchyardError
+from torchyard.errors import CommandError, ConfigError, DeviceUnavailableError, TorchyardError
 from torchyard.image.layers import stack_of
 from torchyard.matrix.machine import Limits, Machine, duration_seconds, size_bytes
 from torchyard.matrix.schema import Entry
@@ -223,7 +223,8 @@ def prepare_cache(
 ) -> None:
     """The run's cache volume, labelled with its scope. An untrusted run's is a fresh copy of the trusted scope
     (when there is one: an untrusted run never creates it); a new one (an entry's first run, or an untrusted run
-    with no trusted scope) starts as a copy of a trusted cache of the project's on the same stack, if any."""
+    with no trusted scope) starts as a copy of a trusted cache of the project's on the same stack that no
+    container is using, if any. A copy that fails leaves a new volume empty, never half-copied."""
     scope = plan.scope
     new = not _volume_exists(client, scope.volume)
     client.volumes.create(scope.volume, labels=scope.labels(entry))
@@ -231,14 +232,28 @@ def prepare_cache(
         source, why = scope.seed, "untrusted run: the cache starts as a copy of the trusted scope"
     elif new and scope.stack:
         siblings = sorted(str(volume.name) for volume in client.volumes.list(filters=sibling_filters(scope)))
-        siblings = [name for name in siblings if name != scope.volume]
-        if not siblings:
+        idle = [name for name in siblings if name != scope.volume and not _in_use(client, name)]
+        if not idle:
             return
-        source, why = siblings[0], f"{scope.trust} run: a new cache starts as a copy of the same stack's"
+        source, why = idle[0], f"{scope.trust} run: a new cache starts as a copy of the same stack's"
     else:
         return
-    runner((docker_path, *seed_args(scope, source, image=plan.image, user=plan.user, name=plan.name)), env=env)
+    try:
+        runner((docker_path, *seed_args(scope, source, image=plan.image, user=plan.user, name=plan.name)), env=env)
+    except BaseException as error:
+        if new or scope.ephemeral:
+            client.volumes.get(scope.volume).remove(force=True)
+            client.volumes.create(scope.volume, labels=scope.labels(entry))
+        if not isinstance(error, CommandError):
+            raise
+        print(f"torchyard: the cache could not be copied from {source} ({error}); it starts empty", file=sys.stderr)
+        return
     print(f"torchyard: {why} {source}", file=sys.stderr)
+
+
+def _in_use(client: docker.DockerClient, volume: str) -> bool:
+    """Whether a container mounts `volume`: a cache being written is not copied (its copy could be torn)."""
+    return bool(client.containers.list(filters={"volume": volume}))
 
 
 @dataclass(frozen=True)
