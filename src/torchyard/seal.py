@@ -50,16 +50,27 @@ def helper_args(user: str, *, network: bool = False) -> tuple[str, ...]:
     return ("--user", user, *sealing_args(Seal(HELPER_SEAL.limits, HELPER_SEAL.memory, network)))
 
 
-def helper_run(
-    name: str, user: str, image: str, command: Sequence[str], *, options: Sequence[str] = (), network: bool = False
-) -> tuple[str, ...]:
-    """`docker run` of a helper container (`name`), sealed (`helper_args`), with `options` (its mounts and
-    variables), running `command` in `image`, killed after HELPER_SECONDS: a hung backend or copy never holds
-    the runner. The base's `timeout` by its path: the image's PATH starts with the venv, where a project can
-    install a script of that name."""
+@dataclass(frozen=True)
+class Helper:
+    """A container torchyard starts around its own work: its name, who it runs as (never root), its image and
+    command, its own mounts and variables (`options`), and whether it gets the network (the wheel's fetch
+    only, which lifts nothing else)."""
+
+    name: str
+    user: str
+    image: str
+    command: tuple[str, ...]
+    options: tuple[str, ...] = ()
+    network: bool = False
+
+
+def sealed_run(helper: Helper) -> tuple[str, ...]:
+    """`docker run` of `helper`, sealed (`helper_args`) and killed after HELPER_SECONDS: a hung backend or copy
+    never holds the runner. The base's `timeout` by its path: the image's PATH starts with the venv, where a
+    project can install a script of that name."""
     return (
-        "run", "--rm", "--name", name, *helper_args(user, network=network), *options,
-        "--entrypoint", "/usr/bin/timeout", image, "--signal=KILL", str(HELPER_SECONDS), *command,
+        "run", "--rm", "--name", helper.name, *helper_args(helper.user, network=helper.network), *helper.options,
+        "--entrypoint", "/usr/bin/timeout", helper.image, "--signal=KILL", str(HELPER_SECONDS), *helper.command,
     )  # fmt: skip
 
 

@@ -12,7 +12,7 @@ import pytest
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.host.engine import DockerCli
 from torchyard.image import plan as image_plan
-from torchyard.image.build import cache_sources, docker_build_args
+from torchyard.image.builder import cache_sources, docker_build_args
 from torchyard.image.buildkit import StepLines, explain_build_failure, failed_step_output, layer_steps
 from torchyard.image.check import check_image
 from torchyard.image.held import find_local

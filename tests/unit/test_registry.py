@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from torchyard.image.registry import client_environment, pull, registry_host
+from torchyard.image.builder import client_environment
+from torchyard.image.registry import pull, registry_host
 from torchyard.matrix.machine import Registry
 
 

@@ -6,27 +6,37 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from torchyard.errors import ConfigError
 from torchyard.image.check import image_check_args
-from torchyard.image.wheel import build_args, fetch_args
+from torchyard.image.wheel import build_helper, fetch_helper
 from torchyard.matrix import load_plan
 from torchyard.matrix.machine import Limits
 from torchyard.run.scopes import CacheScope, seed_args
-from torchyard.seal import Seal, check_matrix_flags, check_untrusted_seal, helper_args, loosening, run_user
+from torchyard.seal import Seal, check_matrix_flags, check_untrusted_seal, helper_args, loosening, run_user, sealed_run
+
+
+def _fetch_args(image: str, **kwargs: Any) -> tuple[str, ...]:
+    return sealed_run(fetch_helper(image, **kwargs))
+
+
+def _build_args(image: str, **kwargs: Any) -> tuple[str, ...]:
+    return sealed_run(build_helper(image, **kwargs))
+
 
 PLAN = load_plan(Path(__file__).parents[2] / "matrix.toml")
 
 USER = "1001:1001"
 SCRATCH = Path("/scratch")
 HELPERS = {
-    "fetch": fetch_args(
+    "fetch": _fetch_args(
         "img", name="n", user=USER, buildenv=SCRATCH / "e", index_file=SCRATCH / "i", ca_bundle=None,
         host_network=False, requires=("hatchling",),
     ),
-    "build": build_args("img", name="n", user=USER, source=SCRATCH / "s", buildenv=SCRATCH / "e", out=SCRATCH / "o"),
+    "build": _build_args("img", name="n", user=USER, source=SCRATCH / "s", buildenv=SCRATCH / "e", out=SCRATCH / "o"),
     "seed": seed_args(CacheScope("own", "trusted", "p", "untrusted"), "trusted", image="img", user=USER, name="n"),
     "image check": image_check_args("img", name="n", user=USER, checks=("gcc",)),
 }  # fmt: skip

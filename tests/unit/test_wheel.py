@@ -5,16 +5,26 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from torchyard.errors import ImageBuildError
-from torchyard.image.source import ProjectFile
-from torchyard.image.wheel import build_args, build_requirements, fetch_args, take_wheels
+from torchyard.image.source import ProjectFile, take_wheels
+from torchyard.image.wheel import build_helper, build_requirements, fetch_helper
+from torchyard.seal import sealed_run
+
+
+def _fetch_args(image: str, **kwargs: Any) -> tuple[str, ...]:
+    return sealed_run(fetch_helper(image, **kwargs))
+
+
+def _build_args(image: str, **kwargs: Any) -> tuple[str, ...]:
+    return sealed_run(build_helper(image, **kwargs))
 
 
 def test_the_backend_runs_sealed_with_nothing_but_the_source_and_one_output_folder(tmp_path: Path) -> None:
-    args = build_args("sha256:abc", name="n", user="1000:1000", source=tmp_path / "s", buildenv=tmp_path / "e",
+    args = _build_args("sha256:abc", name="n", user="1000:1000", source=tmp_path / "s", buildenv=tmp_path / "e",
                       out=tmp_path / "o")  # fmt: skip
     assert args[:6] == ("run", "--rm", "--name", "n-build", "--user", "1000:1000")
     assert args[6:8] == ("--network", "none") and "--cap-drop" in args and "--read-only" in args
@@ -29,7 +39,7 @@ def test_the_backend_runs_sealed_with_nothing_but_the_source_and_one_output_fold
 
 
 def test_the_requirements_are_fetched_without_the_source_as_wheels_only(tmp_path: Path) -> None:
-    args = fetch_args(
+    args = _fetch_args(
         "sha256:abc", name="n", user="1000:1000", buildenv=tmp_path / "e", index_file=tmp_path / "i",
         ca_bundle=None, host_network=True, requires=("hatchling>=1.20",),
     )  # fmt: skip
@@ -82,7 +92,7 @@ def test_a_build_requirement_uv_would_read_as_an_option_or_url_is_refused(item: 
 
 
 def test_the_requirements_reach_uv_after_the_end_of_its_options(tmp_path: Path) -> None:
-    args = fetch_args(
+    args = _fetch_args(
         "img", name="n", user="1000:1000", buildenv=tmp_path / "e", index_file=tmp_path / "i", ca_bundle=None,
         host_network=False, requires=("hatchling",),
     )  # fmt: skip

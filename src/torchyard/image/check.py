@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from torchyard.errors import CommandError, ImageBuildError
-from torchyard.seal import helper_run
+from torchyard.seal import Helper, sealed_run
 from torchyard.util import proc
 
 PYTHON = "/opt/torchyard/venv/bin/python"
@@ -29,7 +29,7 @@ CHECK_LINE = re.compile(r"^((?:vendor guard|image check): .*)$", re.MULTILINE)
 
 def image_check_args(image: str, *, name: str, user: str, checks: Sequence[str]) -> tuple[str, ...]:
     """`docker run` of the vendor guard and the accelerator's image checks in the built `image`, sealed."""
-    return helper_run(f"{name}-check", user, image, ("/bin/bash", "-e", "-c", CHECK_SCRIPT, "check", *checks))
+    return sealed_run(Helper(f"{name}-check", user, image, ("/bin/bash", "-e", "-c", CHECK_SCRIPT, "check", *checks)))
 
 
 def check_image(

@@ -10,16 +10,10 @@ through the Docker SDK, so the engine's own mirrors, TLS settings and credential
 
 from __future__ import annotations
 
-import base64
-import json
-import os
 import re
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import docker
@@ -44,23 +38,6 @@ def registry_host(reference: str) -> str:
     if slash and ("." in first or ":" in first or first == "localhost"):
         return first
     return "docker.io"
-
-
-@contextmanager
-def client_environment(registry: Registry | None, env: Mapping[str, str]) -> Iterator[dict[str, str]]:
-    """`env` for the build client: with credentials from the environment, a private Docker config
-    holding only them (mode 0600, removed afterwards), so BuildKit pulls the base and the cache with
-    them; otherwise `env` as it is (Docker's own store)."""
-    if registry is None or registry.auth is None:
-        yield dict(env)
-        return
-    token = base64.b64encode(f"{registry.auth['username']}:{registry.auth['password']}".encode()).decode()
-    with tempfile.TemporaryDirectory(prefix="torchyard-docker-config-") as folder:
-        config = Path(folder) / "config.json"
-        descriptor = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "w") as handle:
-            json.dump({"auths": {registry.host: {"auth": token}}}, handle)
-        yield {**env, "DOCKER_CONFIG": folder}
 
 
 def _follow(events: Iterator[dict[str, Any]], reference: str, verb: str, env: Mapping[str, str]) -> Transfer:

@@ -10,7 +10,6 @@ and one output folder, as an unprivileged user. Only regular `*.whl` files direc
 from __future__ import annotations
 
 import os
-import stat
 import sys
 import tempfile
 import tomllib
@@ -20,9 +19,9 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 
 from torchyard.errors import CommandError, ImageBuildError
-from torchyard.image.source import ProjectFile, write_files
+from torchyard.image.source import ProjectFile, take_wheels, write_files
 from torchyard.matrix.machine import Source, index_args
-from torchyard.seal import helper_run, run_user
+from torchyard.seal import Helper, run_user, sealed_run
 from torchyard.util import proc
 
 # PEP 517: a project without [build-system] is built by setuptools' legacy backend.
@@ -77,11 +76,11 @@ def _requirement(item: str) -> str:
     return item
 
 
-def fetch_args(
+def fetch_helper(
     image: str, *, name: str, user: str, buildenv: Path, index_file: Path, ca_bundle: Path | None,
     host_network: bool, requires: Sequence[str],
-) -> tuple[str, ...]:  # fmt: skip
-    """`docker run` that installs the build requirements (wheels only) into `buildenv`: network, no source."""
+) -> Helper:  # fmt: skip
+    """The container that installs the build requirements (wheels only) into `buildenv`: network, no source."""
     ca = () if ca_bundle is None else (
         "--mount", f"type=bind,source={ca_bundle},target={CA_TARGET},readonly",
         "--env", f"SSL_CERT_FILE={CA_TARGET}", "--env", "UV_NATIVE_TLS=1",
@@ -94,18 +93,18 @@ def fetch_args(
         *ca,
     )  # fmt: skip
     fetch = ("/bin/bash", "-e", "-c", FETCH_SCRIPT, "fetch", *requires)
-    return helper_run(f"{name}-fetch", user, image, fetch, options=options, network=True)
+    return Helper(f"{name}-fetch", user, image, fetch, options=options, network=True)
 
 
-def build_args(image: str, *, name: str, user: str, source: Path, buildenv: Path, out: Path) -> tuple[str, ...]:
-    """`docker run` that builds the wheel: no network, no secret, the source read-only, one output folder."""
+def build_helper(image: str, *, name: str, user: str, source: Path, buildenv: Path, out: Path) -> Helper:
+    """The container that builds the wheel: no network, no secret, the source read-only, one output folder."""
     options = (
         "--env", "HOME=/tmp", "--env", "UV_CACHE_DIR=/tmp/uv",
         "--mount", f"type=bind,source={source},target=/src,readonly",
         "--mount", f"type=bind,source={buildenv},target={BUILDENV},readonly",
         "--mount", f"type=bind,source={out},target=/out",
     )  # fmt: skip
-    return helper_run(f"{name}-build", user, image, ("/bin/bash", "-e", "-c", BUILD_SCRIPT), options=options)
+    return Helper(f"{name}-build", user, image, ("/bin/bash", "-e", "-c", BUILD_SCRIPT), options=options)
 
 
 def _writable_by(folder: Path, user: str) -> Path:
@@ -114,19 +113,6 @@ def _writable_by(folder: Path, user: str) -> Path:
     if os.getuid() == 0:
         os.chown(folder, uid, gid)
     return folder
-
-
-def take_wheels(out: Path, target: Path) -> list[Path]:
-    """Copy the regular `*.whl` files directly in `out` into `target`; links and the rest are ignored."""
-    taken = []
-    for entry in sorted(os.scandir(out), key=lambda item: item.name):
-        if not entry.name.endswith(".whl") or not stat.S_ISREG(entry.stat(follow_symlinks=False).st_mode):
-            continue
-        handle = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(handle, "rb") as stream:
-            (target / entry.name).write_bytes(stream.read())
-        taken.append(target / entry.name)
-    return taken
 
 
 def build_wheel_sealed(
@@ -145,15 +131,23 @@ def build_wheel_sealed(
 ) -> list[Path]:
     """Build the project's wheel from exactly `files` in two sealed containers of `image`; into `target`."""
     name = f"torchyard-wheel-{entry}-{os.urandom(4).hex()}"
+    user = run_user(os.getuid(), os.getgid())  # as a test container runs: never root
     with tempfile.TemporaryDirectory(prefix="torchyard-wheel-") as scratch:
-        source = Path(scratch) / "source"
+        source, buildenv, out = (Path(scratch) / part for part in ("source", "buildenv", "out"))
+        index_file = Path(scratch) / "index-args"
+        helpers = (
+            fetch_helper(
+                image, name=name, user=user, buildenv=buildenv, index_file=index_file, ca_bundle=ca_bundle,
+                host_network=host_network, requires=requires,
+            ),
+            build_helper(image, name=name, user=user, source=source, buildenv=buildenv, out=out),
+        )  # fmt: skip
+        fetch, built = (sealed_run(helper) for helper in helpers)
         source.mkdir()
         write_files(files, source)
         source.chmod(0o755)
-        user = run_user(os.getuid(), os.getgid())  # as a test container runs: never root
-        buildenv = _writable_by(Path(scratch) / "buildenv", user)
-        out = _writable_by(Path(scratch) / "out", user)
-        index_file = Path(scratch) / "index-args"
+        _writable_by(buildenv, user)
+        _writable_by(out, user)
         index_file.write_text(" ".join(index_args(sources)) + "\n")
         index_file.chmod(0o644)
         print(
@@ -162,10 +156,6 @@ def build_wheel_sealed(
             file=sys.stderr,
             flush=True,
         )
-        fetch = fetch_args(
-            image, name=name, user=user, buildenv=buildenv, index_file=index_file, ca_bundle=ca_bundle,
-            host_network=host_network, requires=requires,
-        )  # fmt: skip
         try:
             runner((docker_path, *fetch), env=env)
         except CommandError as error:
@@ -173,7 +163,6 @@ def build_wheel_sealed(
                 f"entry {entry!r}: the project's build requirements did not install ({error})"
             ) from None
         try:
-            built = build_args(image, name=name, user=user, source=source, buildenv=buildenv, out=out)
             runner((docker_path, *built), env=env)
         except CommandError as error:
             raise ImageBuildError(f"entry {entry!r}: the project's wheel did not build ({error})") from None

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from torchyard import contract
 from torchyard.matrix.schema import Entry
-from torchyard.seal import helper_run
+from torchyard.seal import Helper, sealed_run
 from torchyard.trust import Trust
 
 CACHES = Path(".torchyard") / "cache"
@@ -67,7 +67,7 @@ def seed_args(scope: CacheScope, source: str, *, image: str, user: str, name: st
         "--mount", f"type=volume,source={scope.volume},target={contract.IMAGE_CACHE}",
     )  # fmt: skip
     copy = ("/bin/cp", "-R", f"{SEED_TARGET}/.", f"{contract.IMAGE_CACHE}/")
-    return helper_run(f"{name}-seed", user, image, copy, options=mounts)
+    return sealed_run(Helper(f"{name}-seed", user, image, copy, options=mounts))
 
 
 def local_cache(entry: Entry, trust: Trust) -> str:
