@@ -16,7 +16,6 @@ from typing import Literal
 
 import docker
 
-from torchyard import contract
 from torchyard.accelerators import HostFacts
 from torchyard.errors import CommandError, DockerUnavailableError, ImageBuildError, UsageError
 from torchyard.host.engine import DockerCli, build_client, engine
@@ -31,7 +30,7 @@ from torchyard.lock.resolve import uv_version
 from torchyard.matrix.machine import MEMORY_SHARE, Machine
 from torchyard.matrix.schema import Entry
 from torchyard.run.container import plan_run, require_device_runtime, run_entry
-from torchyard.run.handback import read_report, reports_folder
+from torchyard.run.handback import reports_folder, summarize
 from torchyard.run.inplace import run_in_place
 from torchyard.run.venv import run_local
 from torchyard.seal import default_memory
@@ -115,7 +114,7 @@ def run_in_place_entries(request: Request, progress: Progress) -> None:
             entry, request.lockdir, tests.reports, tests.pytest_args, runner=request.runner, env=request.env
         )
         progress.statuses.append(status)
-        _summarize(tests.reports / f"{entry.name}-in-place", request.env)
+        summarize(tests.reports / f"{entry.name}-in-place", request.env)
     progress.contained = []
 
 
@@ -140,7 +139,7 @@ def run_native_entries(request: Request, progress: Progress) -> None:
             runner=request.runner, env=request.env,
         )  # fmt: skip
         progress.statuses.append(status)
-        _summarize(tests.reports / f"{entry.name}-local", request.env)
+        summarize(tests.reports / f"{entry.name}-local", request.env)
 
 
 def check_devices(request: Request, progress: Progress) -> None:
@@ -244,20 +243,13 @@ def run_containers(request: Request, progress: Progress) -> None:
         )  # fmt: skip
         progress.statuses.append(status)
         progress.ran.append((entry.name, image.tag, str(status), str(plan.reports)))
-        _summarize(plan.reports, request.env)
+        summarize(plan.reports, request.env)
 
 
 def summarize_runs(request: Request, progress: Progress) -> None:
     """The containers' table on stdout: each entry's image, exit status and reports."""
     if request.tests is not None:
         sys.stdout.write(markdown_table(("entry", "image", "exit status", "reports"), progress.ran))
-
-
-def _summarize(report_dir: Path, env: Mapping[str, str]) -> None:
-    """A run's parity table into GitHub's step summary (the one place that appends it)."""
-    table = read_report(report_dir / contract.PARITY_MARKDOWN)
-    if table is not None:
-        append_step_summary(table, env)
 
 
 STEPS: tuple[Step, ...] = (

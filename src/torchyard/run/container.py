@@ -125,6 +125,14 @@ def docker_run_args(
         **entry_environment(entry, contract.IMAGE_REPORTS),
         **contract.plugin_environment(project_tests=entry.tests, extra=pytest_args),
     }
+    command = contract.pytest_args(
+        suites_dir=contract.IMAGE_SUITES,
+        report_dir=contract.IMAGE_REPORTS,
+        suites=entry.suites,
+        project_tests=entry.tests,
+        extra=pytest_args,
+    )
+    device = accelerator.docker_run_args(host, env)
     return (
         "run", "--name", plan.name, "--init",
         *(arg for key, value in plan.scope.labels(entry).items() for arg in ("--label", f"{key}={value}")),
@@ -134,7 +142,7 @@ def docker_run_args(
         "--mount", f"type=volume,source={plan.scope.volume},target={contract.IMAGE_INDUCTOR_DEFAULT}",
         "--workdir", contract.IMAGE_PROJECT,
         *sealing_args(plan.seal),
-        *accelerator.docker_run_args(host, env),
+        *device,
         *entry.accelerator.docker_run,
         # torchyard's own variables last: docker keeps the last value, so no flag above can set them.
         "--env", f"LOGNAME={contract.IMAGE_LOGNAME}",
@@ -142,13 +150,7 @@ def docker_run_args(
         *(arg for key, value in sorted(suite_env.items()) for arg in ("--env", f"{key}={value}")),
         *replay_args(plan, env),
         plan.image,
-        *contract.pytest_args(
-            suites_dir=contract.IMAGE_SUITES,
-            report_dir=contract.IMAGE_REPORTS,
-            suites=entry.suites,
-            project_tests=entry.tests,
-            extra=pytest_args,
-        ),
+        *command,
     )  # fmt: skip
 
 

@@ -17,13 +17,14 @@ import os
 import signal
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 from torchyard import contract
 from torchyard.errors import TorchyardError, UsageError
 from torchyard.util.checkout import linked_component
+from torchyard.util.markdown import append_step_summary
 
 MAX_DEPTH = 32
 DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
@@ -216,6 +217,13 @@ def read_report(path: Path) -> str | None:
         if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
             return None
         return stream.read().decode("utf-8", errors="replace")
+
+
+def summarize(report_dir: Path, env: Mapping[str, str]) -> None:
+    """A run's parity table into GitHub's step summary (the one place that appends it), read as a report."""
+    table = read_report(report_dir / contract.PARITY_MARKDOWN)
+    if table is not None:
+        append_step_summary(table, env)
 
 
 def folder_bytes(path: Path) -> int:
