@@ -90,6 +90,14 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_wheel(folder, "torch", "2.14.0", files={"torch/__init__.py": b"__version__ = '2.14.0'\n"})
     xpu = {"torch/__init__.py": b"", "torch/version.py": b"__version__ = '2.14.1+xpu'\nxpu = '20250301'\n"}
     write_wheel(folder, "torch", "2.14.1+xpu", files=xpu)
+    cpu = {"torch/__init__.py": b"", "torch/version.py": b"__version__ = '2.13.0+cpu'\ncuda = None\n"}
+    write_wheel(folder, "torch", "2.13.0+cpu", files=cpu)
+    for build in ("cu130", "cpu"):  # PyPI's torchvision is the CUDA build; PyTorch's CPU index has the CPU one
+        vision = {
+            "torchvision/__init__.py": b"",
+            "torchvision/version.py": f"__version__ = '0.28.0+{build}'\n".encode(),
+        }
+        write_wheel(folder, "torchvision", f"0.28.0+{build}", files=vision)
     write_wheel(folder, "needs-torch", "1.0", requires=["torch"])
     write_wheel(folder, "clobber", "1.0", files={"torch/__init__.py": b"__version__ = 'clobbered'\n"})
     return folder
@@ -233,6 +241,27 @@ def test_a_rocm_image_without_hip_torch_fails_its_image_check(
         "is a CPU-only build): lock torch from the accelerator's index, or keep the base's; missing ROCm's HIP "
         "runtime (libamdhip64.so, in /opt/rocm/lib on AMD's images): build on a ROCm base"
     )
+
+
+@pytest.mark.usefixtures("in_tree")
+def test_a_torchvision_built_for_another_torch_build_fails_the_image_check(
+    client: docker.DockerClient, standins: dict[str, str], wheels: Path
+) -> None:
+    """torch's CPU build beside PyPI's torchvision (its CUDA build), as an index list that asks PyPI for
+    torchvision gives: the image check names it, before any test meets `operator torchvision::nms does not exist`."""
+    with pytest.raises(ImageBuildError) as caught:
+        _build(
+            _entry("cpu-mixed", "cpu", '["torch==2.13.0+cpu", "torchvision==0.28.0+cu130"]'), standins["ubuntu"], wheels
+        )
+    assert str(caught.value) == (
+        "entry 'cpu-mixed': the image build failed: image check: missing torchvision built for torch 2.13.0+cpu "
+        "(torchvision 0.28.0+cu130 is for torch's cu130 build, and fails at import): take torchvision from the "
+        "index torch comes from"
+    )
+    built = _build(
+        _entry("cpu-matched", "cpu", '["torch==2.13.0+cpu", "torchvision==0.28.0+cpu"]'), standins["ubuntu"], wheels
+    )
+    _remove(client, built)
 
 
 @pytest.mark.usefixtures("in_tree")

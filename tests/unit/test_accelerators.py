@@ -125,7 +125,13 @@ def test_xpu_dri_and_render_group() -> None:
 
 
 def test_image_checks_name_what_each_accelerator_needs() -> None:
-    assert ACCELERATORS["cuda"].IMAGE_CHECKS == ("gcc", "python-headers", "torch-cuda", "triton-ptxas")
+    assert ACCELERATORS["cuda"].IMAGE_CHECKS == (
+        "gcc",
+        "python-headers",
+        "torch-companions",
+        "torch-cuda",
+        "triton-ptxas",
+    )
     assert ACCELERATORS["rocm"].IMAGE_CHECKS[-2:] == ("torch-hip", "rocm-runtime")
     assert ACCELERATORS["xpu"].IMAGE_CHECKS[-3:] == ("level-zero-loader", "level-zero-driver", "level-zero-headers")
 

@@ -342,7 +342,7 @@ def test_the_plan_names_the_accelerators_system_packages_and_image_checks(tree: 
     args = dict(xpu.build_args)
     assert args["SYSTEM_PACKAGES"] == " ".join(PLAN.entry("xpu").accelerator.system_packages)
     assert args["IMAGE_CHECKS"].split()[-3:] == ["level-zero-loader", "level-zero-driver", "level-zero-headers"]
-    assert dict(make_plan(tree).build_args)["IMAGE_CHECKS"] == "gcc python-headers"
+    assert dict(make_plan(tree).build_args)["IMAGE_CHECKS"] == "gcc python-headers torch-companions"
 
 
 def test_an_untrusted_build_has_its_own_cache_scope_tag_and_alias(tree: Path) -> None:

@@ -55,7 +55,7 @@ class Accelerator(Protocol):
 
 # Every image: inductor compiles C++ (CPU kernels, Triton launchers) against Python's headers. (A missing
 # torch is the probe's to report: the CPU needs no particular build of it.)
-COMMON_IMAGE_CHECKS = ("gcc", "python-headers")
+COMMON_IMAGE_CHECKS = ("gcc", "python-headers", "torch-companions")
 
 
 def visible_device_args(variables: tuple[str, ...], env: Mapping[str, str]) -> tuple[str, ...]:

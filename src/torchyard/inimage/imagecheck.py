@@ -12,6 +12,7 @@ import ast
 import ctypes.util
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,9 +31,10 @@ def _package_dir(name: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def torch_build() -> dict[str, object]:
-    """The constants of torch's `version.py` (cuda, hip, xpu, __version__), read without importing torch."""
-    folder = _package_dir("torch")
+def version_constants(package: str = "torch") -> dict[str, object]:
+    """The constants of a package's `version.py` (torch's: cuda, hip, xpu, __version__), read without importing
+    it."""
+    folder = _package_dir(package)
     version = folder / "version.py" if folder else None
     if version is None or not version.is_file():
         return {}
@@ -82,13 +84,38 @@ def check_torch() -> str | None:
 
 
 def _build_of(key: str, words: str) -> str | None:
-    build = torch_build()
+    build = version_constants()
     if build.get(key):
         return None
     builds = {"cuda": "a CUDA build", "hip": "a ROCm (HIP) build", "xpu": "an XPU build"}
     found = next((words for name, words in builds.items() if build.get(name)), "a CPU-only build")
     version = build.get("__version__", "absent")
     return f"{words} (torch {version} is {found}): lock torch from the accelerator's index, or keep the base's"
+
+
+# The local tags PyTorch's indexes give a build (`2.13.0+cpu`, `0.28.0+cu130`, `+rocm6.4`, `+xpu`); a vendor's own
+# tag (`2.6.0a0+ecf3bae40a.nv25.01`) says nothing comparable, and is not compared.
+INDEX_BUILD = re.compile(r"cpu|cu\d+|rocm\d+(\.\d+)*|xpu")
+COMPANIONS = ("torchvision", "torchaudio")
+
+
+def check_torch_companions() -> str | None:
+    """torchvision and torchaudio built for the torch beside them: PyPI's torchvision (a CUDA build) beside torch's
+    CPU build fails at import (`operator torchvision::nms does not exist`)."""
+    torch_version = str(version_constants().get("__version__", ""))
+    torch_tag = torch_version.partition("+")[2]
+    if not INDEX_BUILD.fullmatch(torch_tag):
+        return None
+    problems = []
+    for name in COMPANIONS:
+        version = str(version_constants(name).get("__version__", ""))
+        tag = version.partition("+")[2]
+        if INDEX_BUILD.fullmatch(tag) and tag != torch_tag:
+            problems.append(
+                f"{name} built for torch {torch_version} ({name} {version} is for torch's {tag} build, and fails at "
+                f"import): take {name} from the index torch comes from"
+            )
+    return "; missing ".join(problems) or None
 
 
 def check_torch_cuda() -> str | None:
@@ -149,6 +176,7 @@ CHECKS: dict[str, Callable[[], str | None]] = {
     "gcc": check_gcc,
     "python-headers": check_python_headers,
     "torch": check_torch,
+    "torch-companions": check_torch_companions,
     "torch-cuda": check_torch_cuda,
     "torch-hip": check_torch_hip,
     "torch-xpu": check_torch_xpu,
