@@ -92,7 +92,9 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_wheel(folder, "torch", "2.14.1+xpu", files=xpu)
     cpu = {"torch/__init__.py": b"", "torch/version.py": b"__version__ = '2.13.0+cpu'\ncuda = None\n"}
     write_wheel(folder, "torch", "2.13.0+cpu", files=cpu)
-    for build in ("cu130", "cpu"):  # PyPI's torchvision is the CUDA build; PyTorch's CPU index has the CPU one
+    cuda = {"torch/__init__.py": b"", "torch/version.py": b"__version__ = '2.13.0+cu130'\ncuda = '13.0'\n"}
+    write_wheel(folder, "torch", "2.13.0+cu130", files=cuda)
+    for build in ("cu130", "cu132", "cpu"):  # PyPI's torchvision is the CUDA build; PyTorch's CPU index has the CPU one
         vision = {
             "torchvision/__init__.py": b"",
             "torchvision/version.py": f"__version__ = '0.28.0+{build}'\n".encode(),

@@ -95,22 +95,32 @@ def _build_of(key: str, words: str) -> str | None:
 
 # The local tags PyTorch's indexes give a build (`2.13.0+cpu`, `0.28.0+cu130`, `+rocm6.4`, `+xpu`); a vendor's own
 # tag (`2.6.0a0+ecf3bae40a.nv25.01`) says nothing comparable, and is not compared.
-INDEX_BUILD = re.compile(r"cpu|cu\d+|rocm\d+(\.\d+)*|xpu")
+INDEX_BUILD = re.compile(r"cpu|cu(\d+)\d|rocm[\d.]+|xpu")
 COMPANIONS = ("torchvision", "torchaudio")
+
+
+def _family(tag: str) -> str | None:
+    """What must match for the builds to load together: CPU, CUDA's major version (torchvision refuses only a
+    different major; cu130 beside cu132 loads), ROCm, XPU; None for a tag that is not an index's."""
+    match = INDEX_BUILD.fullmatch(tag)
+    if match is None:
+        return None
+    return f"cu{match[1]}" if match[1] else re.sub(r"[\d.]+$", "", tag)
 
 
 def check_torch_companions() -> str | None:
     """torchvision and torchaudio built for the torch beside them: PyPI's torchvision (a CUDA build) beside torch's
     CPU build fails at import (`operator torchvision::nms does not exist`)."""
     torch_version = str(version_constants().get("__version__", ""))
-    torch_tag = torch_version.partition("+")[2]
-    if not INDEX_BUILD.fullmatch(torch_tag):
+    family = _family(torch_version.partition("+")[2])
+    if family is None:
         return None
     problems = []
     for name in COMPANIONS:
         version = str(version_constants(name).get("__version__", ""))
         tag = version.partition("+")[2]
-        if INDEX_BUILD.fullmatch(tag) and tag != torch_tag:
+        theirs = _family(tag)
+        if theirs is not None and theirs != family:
             problems.append(
                 f"{name} built for torch {torch_version} ({name} {version} is for torch's {tag} build, and fails at "
                 f"import): take {name} from the index torch comes from"
