@@ -4,7 +4,8 @@ the cpu and cpu-bf16 entries, then each entry's suites). Prints each phase and t
 three minutes, as a Markdown table.
 
 It removes every container, image, volume and build cache of the engine first: run it only on an engine that
-holds nothing you keep, with `--empty-the-engine`. TORCHYARD_FIND_LINKS names where wheels lie on disk.
+holds nothing you keep, with `--empty-the-engine`. TORCHYARD_FIND_LINKS names where wheels lie on disk,
+TORCHYARD_TEST_CPU_WHEELS where PyTorch's CPU index is not reachable (its wheels there served as a local index).
 `python benchmarks/first_run.py --empty-the-engine`
 """
 
@@ -19,6 +20,9 @@ import time
 from pathlib import Path
 
 import docker
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.cpu_index import mirrored
 
 REPO = Path(__file__).resolve().parents[1]
 GOAL_S = 180.0
@@ -50,6 +54,7 @@ def main() -> int:
     empty(client)
     env = {key: value for key, value in os.environ.items() if key not in {"TORCHYARD_BASE_IMAGES", "TORCHYARD_MIRRORS"}}
     with tempfile.TemporaryDirectory(prefix="torchyard-first-run-") as scratch:
+        env = mirrored(env, Path(scratch) / "pytorch-cpu")
         clone = Path(scratch) / "torchyard"
         subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
         base_s, _ = timed(["nox", "-s", "base-image"], clone, env)

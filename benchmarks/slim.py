@@ -25,7 +25,7 @@ from pathlib import Path
 import docker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.cpu_index import CPU_WHEELS, write_cpu_index
+from tests.cpu_index import mirrored
 
 REPO = Path(__file__).resolve().parents[1]
 PYPI_ONLY = ('indexes = ["pytorch-cpu", "pypi"]', 'indexes = ["pypi"]')
@@ -81,10 +81,8 @@ def main() -> int:
         return 2
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
-        env = {**os.environ, "SOURCE_DATE_EPOCH": "1795824000"}  # 2026-11-28, this repository's cut-off
-        if CPU_WHEELS in os.environ:
-            index = write_cpu_index(Path(os.environ[CPU_WHEELS]), root / "pytorch-cpu")
-            env["TORCHYARD_MIRRORS"] = f"{os.environ.get('TORCHYARD_MIRRORS', '')} pytorch-cpu={index}".strip()
+        # 2026-11-28, this repository's cut-off
+        env = {**mirrored(os.environ, root / "pytorch-cpu"), "SOURCE_DATE_EPOCH": "1795824000"}
         # A newcomer's engine: the base, no dependency image and no BuildKit cache from earlier builds.
         for cached in client.images.list(name="torchyard/dependencies"):
             client.images.remove(str(cached.id), force=True)

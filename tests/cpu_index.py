@@ -4,7 +4,10 @@ PEP 503 tree of the published CPU wheels found in a local folder. Stdlib only.""
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 # PyTorch's CPU index is not reachable here: its wheels that lie on this machine, checked against the sha256
@@ -40,3 +43,20 @@ def write_cpu_index(folder: Path, root: Path) -> str:
     page = "<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n"
     (root / "simple" / "torch" / "index.html").write_text(page)
     return f"file://{root / 'simple'}"
+
+
+def mirrored(environ: Mapping[str, str], root: Path) -> dict[str, str]:
+    """`environ` with PyTorch's CPU index served from `root` where `$TORCHYARD_TEST_CPU_WHEELS` names its wheels
+    (unchanged where it is unset: the real index is reachable)."""
+    if CPU_WHEELS not in environ:
+        return dict(environ)
+    index = write_cpu_index(Path(environ[CPU_WHEELS]), root)
+    return {**environ, "TORCHYARD_MIRRORS": f"{environ.get('TORCHYARD_MIRRORS', '')} pytorch-cpu={index}".strip()}
+
+
+if __name__ == "__main__":
+    # `python3 -m tests.cpu_index FOLDER` prints the TORCHYARD_MIRRORS that serves the index from FOLDER (.ci/run).
+    try:
+        print(mirrored(os.environ, Path(sys.argv[1])).get("TORCHYARD_MIRRORS", ""))
+    except (FileNotFoundError, ValueError) as error:
+        raise SystemExit(f"tests.cpu_index: {error}") from None

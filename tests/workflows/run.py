@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.cpu_index import CPU_WHEELS, write_cpu_index
+from tests.cpu_index import mirrored
 from tests.workflows.scenarios import DEFAULT_BRANCH, PULL_REQUEST, SCENARIOS, Scenario
 from torchyard.util import proc
 
@@ -337,9 +337,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.envi
         parser.error(f"no scenario named {', '.join(args.only)}: {', '.join(s.name for s in SCENARIOS)}")
     root = Path(tempfile.mkdtemp(prefix="torchyard-workflows-", dir=environ.get("TMPDIR")))
     failed = []
-    if CPU_WHEELS in environ:  # init's matrix asks PyTorch's CPU index first: served as the integration tests do
-        index = write_cpu_index(Path(environ[CPU_WHEELS]), root / "pytorch-cpu")
-        os.environ["TORCHYARD_MIRRORS"] = f"{environ.get('TORCHYARD_MIRRORS', '')} pytorch-cpu={index}".strip()
+    # The cpu entries (this repository's, and those init writes) take torch from PyTorch's CPU index.
+    os.environ.update(mirrored(environ, root / "pytorch-cpu"))
     try:
         adopter_project, venv = (None, None)
         if any(s.repository == "adopter" for s in chosen):

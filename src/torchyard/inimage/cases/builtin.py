@@ -13,13 +13,13 @@ from torchyard.inimage.cases import Call, Case, Inputs, KnownFailure
 
 EXECUTORCH_INT_INPUT = KnownFailure(
     "ExecuTorch cannot run a program whose only input is an int: lowering a program that reads a "
-    "parameter fails the export verifier (input spec vs lifted constant) (executorch 1.5.1)",
+    "parameter fails the export verifier (input spec vs lifted constant) (executorch 1.4.1 and 1.5.1)",
     raises="SpecViolationError",
     match=r"Input spec name \S+ does not match node name _lifted_tensor_constant",
 )
 EXECUTORCH_CHANNELS_LAST = KnownFailure(
     "ExecuTorch's portable kernels refuse the channels-last input the program was exported with: "
-    "method->execute() fails with error 0x12, InvalidArgument (executorch 1.5.1; XNNPACK runs it)",
+    "method->execute() fails with error 0x12, InvalidArgument (executorch 1.4.1 and 1.5.1; XNNPACK runs it)",
     raises="RuntimeError",
     match=r"method->execute\(\) failed with error 0x12",
 )
@@ -31,7 +31,7 @@ EXECUTORCH_CHANNELS_LAST = KnownFailure(
 COMPILED_BF16_CONV_BN_STEP = {"max-rel-l2": 4e-2, "max-scaled-error": 0.25}
 EXECUTORCH_COMPLEX = KnownFailure(
     "ExecuTorch's edge verifier rejects the complex multiply (operators taking tensors of mismatched "
-    "dtypes) when lowering view_as_complex / view_as_real (executorch 1.5.1)",
+    "dtypes) when lowering view_as_complex / view_as_real (executorch 1.4.1 and 1.5.1)",
     raises="SpecViolationError",
     match="taking Tensor inputs with mismatched dtypes",
 )
@@ -245,7 +245,7 @@ def _channels_last(generator: torch.Generator) -> Inputs:
 
 XNNPACK_TANH_GELU = KnownFailure(
     "ExecuTorch's XNNPACK delegate computes exact (erf) GELU for gelu(approximate='tanh'): its outputs are "
-    "eager's with erf GELU, off tanh GELU's by up to 4.7e-4 an element (executorch 1.5.1; portable is right)",
+    "eager's with erf GELU, off tanh GELU's by up to 4.7e-4 an element (executorch 1.4.1 and 1.5.1; portable is right)",
     computes=erf_gelu_block,
     node="gelu",
 )
