@@ -171,7 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_report(commands)
 
-    base = commands.add_parser("base", help="bootstrap a local Debian base image (debootstrap + docker import)")
+    base = commands.add_parser(
+        "base", help="bootstrap a local Debian base image (mmdebstrap or debootstrap, then docker import)"
+    )
     base.add_argument(
         "--suite", default="bookworm", choices=sorted(DEBIAN_SUITES),
         help=f"the Debian release ({', '.join(f'{name}: Python {py}' for name, py in DEBIAN_SUITES.items())})",

@@ -69,7 +69,8 @@ def register(*, install: Sequence[str] = ()) -> None:
     _session("lock", "Lock entries: `-- [ENTRY ...]`; `-- --check` checks offline.", install, lock)
     _session("matrix", "The plan as a table; `-- --github` prints the GitHub Actions matrix JSON.", install, matrix)
     _session("doctor", "What this host offers each accelerator: `-- --accelerator cuda`.", install, doctor)
-    _session("base-image", "Bootstrap the local Debian base image (debootstrap + docker import).", install, base)
+    base_help = "Bootstrap the local Debian base image (mmdebstrap or debootstrap, then docker import)."
+    _session("base-image", base_help, install, base)
     _session("refresh", "Move base-image digests and exclude-newer in matrix.toml, for review.", install, refresh)
     _session(
         "prune",

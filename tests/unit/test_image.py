@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from torchyard.image import plan as image_plan
 from torchyard.image.builder import cache_sources, docker_build_args
 from torchyard.image.buildkit import StepLines, explain_build_failure, failed_step_output, layer_steps
 from torchyard.image.check import check_image
+from torchyard.image.debootstrap import bootstrap_base
 from torchyard.image.held import find_local
 from torchyard.image.layers import Layer, layer_sizes
 from torchyard.image.outcome import Built, how_built, layer_outcomes, layers_summary
@@ -439,3 +441,27 @@ def test_the_built_images_checks_run_sealed_and_fail_in_their_own_words() -> Non
     assert (
         str(caught.value) == "entry 'cpu': the image build failed: vendor guard: vendor package torch 2.9 was replaced"
     )
+
+
+def _bootstrap(found: set[str]) -> list[tuple[str, ...]]:
+    calls: list[tuple[str, ...]] = []
+
+    def runner(args: Sequence[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        calls.append(tuple(args))
+        return subprocess.CompletedProcess(args, 0, stdout="sha256:made\n", stderr="")
+
+    cli = DockerCli("/usr/bin/docker", "27.5.1", "buildkit")
+    assert bootstrap_base(cli, runner=runner, env={}, which=lambda name: name if name in found else None) == (
+        "sha256:made"
+    )
+    return calls
+
+
+def test_the_base_is_mmdebstraps_archive_where_it_is_installed_else_debootstraps_packed() -> None:
+    fast = _bootstrap({"mmdebstrap", "debootstrap"})
+    assert [call[0] for call in fast] == ["mmdebstrap", "/usr/bin/docker"]
+    assert fast[0][-3] == "bookworm" and fast[0][-2] == fast[1][2]  # the archive it writes is what is imported
+    slow = _bootstrap({"debootstrap"})
+    assert [call[0] for call in slow] == ["debootstrap", "tar", "/usr/bin/docker"]
+    assert slow[1][-3:] == ("-cf", slow[2][2], ".")  # the packed root filesystem is what is imported
+    assert fast[0][1:3] == slow[0][1:3]  # the same variant and packages either way
