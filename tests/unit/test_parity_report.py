@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from torchyard.inimage.load import machine_load, sample
-from torchyard.inimage.parity.report import diverges_in_brief, write_reports
+from torchyard.inimage.parity.report import diverges_in_brief, self_test_line, write_reports
 
 
 def test_the_parity_reports_name_the_suites_that_ran(tmp_path: Path) -> None:
@@ -168,3 +168,14 @@ def test_a_failure_says_where_it_diverges_under_its_line(tmp_path: Path) -> None
     assert diverges_in_brief(diverges) == "; diverges first at node gelu (aten.gelu.default, builtin.py:61 in forward)"
     assert diverges_in_brief(bisected).startswith("; diverges at inductor: post_grad_passes")
     assert diverges_in_brief({**diverges, "node": None, "note": "gave up after 61 s"}) == ""
+
+
+def test_the_self_test_line_says_what_was_left_out_and_why() -> None:
+    proven = {"ran": 3, "failed": 0, "left-out": 5, "proven-by": "2026-12-04T22:00:00Z"}
+    other = {"left-out": 14, "suites": ["ops"]}
+    assert self_test_line({**proven, "other-suites": other}) == (
+        "Harness self-tests: 3 ran; 5 left out, proven on this stack by the run of 2026-12-04T22:00:00Z "
+        "(`torchyard test --rerun-self-tests` runs them); 14 left out, of suites this run does not have (ops).\n\n"
+    )
+    none_other = {**proven, "left-out": 0, "other-suites": {"left-out": 0, "suites": []}}
+    assert self_test_line(none_other) == "Harness self-tests: 3 ran.\n\n"

@@ -24,6 +24,7 @@ import pytest
 from torchyard import contract
 from torchyard.inimage import replay
 from torchyard.inimage.collection import SUITES_DIR
+from torchyard.inimage.options import RUN_SETTINGS
 from torchyard.names import HARNESS
 from torchyard.util.atomic import write_atomically
 
@@ -101,6 +102,7 @@ class Proofs:
     proven: frozenset[str]
     when: str | None
     left_out: int = 0
+    elsewhere: tuple[int, frozenset[str]] = (0, frozenset())  # self-tests of suites the run does not have
     passed: set[str] = field(default_factory=set)
     failed: set[str] = field(default_factory=set)
 
@@ -118,19 +120,25 @@ class Proofs:
     @pytest.hookimpl(trylast=True)  # after pytest's own `-m` and `-k` deselection
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         """Mark each self-test by keyword, which every report carries (an xdist worker's to the controller
-        too), and deselect those this key has proven."""
-        kept, out = [], []
+        too), and deselect those this key has proven and those of suites this run does not have."""
+        suites = config.stash[RUN_SETTINGS].suites
+        kept, out, elsewhere = [], [], []
         for item in items:
             if _is_self_test(item):
                 item.keywords[SELF_TEST] = 1
+                if of_other_suites(item, suites):
+                    elsewhere.append(item)
+                    continue
                 if item.nodeid in self.proven:
                     out.append(item)
                     continue
             kept.append(item)
-        if out:
-            config.hook.pytest_deselected(items=out)
+        if out or elsewhere:
+            config.hook.pytest_deselected(items=out + elsewhere)
             items[:] = kept
+            suites_of = (item.get_closest_marker(HARNESS) for item in elsewhere)
             self.left_out = len(out)
+            self.elsewhere = (len(elsewhere), frozenset(name for mark in suites_of if mark for name in mark.args))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """A self-test's outcome. Node IDs do not say where a test's file is (pytest names a file outside its
@@ -166,6 +174,7 @@ class Proofs:
             "ran": len(ran),
             "failed": len(self.failed),
             "left-out": left_out,
+            "other-suites": {"left-out": self.elsewhere[0], "suites": sorted(self.elsewhere[1])},
             "proven-by": self.when if left_out else None,
             "key": self.path.stem,
         }
@@ -176,6 +185,14 @@ _SUITES = SUITES_DIR.resolve()
 
 def _in_suites(path: Path) -> bool:
     return _SUITES in path.resolve().parents
+
+
+def of_other_suites(item: pytest.Item, suites: tuple[str, ...]) -> bool:
+    """A self-test of one suite's own machinery (`pytest.mark.harness("ops")`: the suites named) in a run that
+    has none of those suites: what it proves, no test of the run uses. The others prove what every run uses;
+    a run that names no suites leaves none out."""
+    marker = item.get_closest_marker(HARNESS)
+    return bool(suites and marker is not None and marker.args and not set(marker.args) & set(suites))
 
 
 def _is_self_test(item: pytest.Item) -> bool:

@@ -241,6 +241,9 @@ def self_test_line(self_tests: Mapping[str, Any] | None) -> str:
             f"; {left_out} left out, proven on this stack by the run of {self_tests['proven-by']} "
             "(`torchyard test --rerun-self-tests` runs them)"
         )
+    other = self_tests.get("other-suites") or {}
+    if other.get("left-out"):
+        line += f"; {other['left-out']} left out, of suites this run does not have ({', '.join(other['suites'])})"
     return line + ".\n\n"
 
 

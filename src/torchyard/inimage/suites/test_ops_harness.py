@@ -29,7 +29,7 @@ from torchyard.inimage.ops.sweep import Plant
 from torchyard.inimage.parity.backends import BackendRun, Runner, runner_for
 from torchyard.inimage.parity.tolerances import load_tolerances
 
-pytestmark = pytest.mark.harness
+pytestmark = pytest.mark.harness("ops")  # the ops suite's own machinery: runs where the run has that suite
 CPU = torch.device("cpu")
 BACKENDS = ("eager", "export")
 IDENTITY = {"accelerator": "cpu", "precision": "fp32", "torch": "planted"}

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from pathlib import Path
+from typing import cast
 
 import pytest
 
+from torchyard.inimage.collection import SUITES_DIR
 from torchyard.inimage.options import RunSettings
 from torchyard.inimage.parity.tolerances import load_tolerances
-from torchyard.names import BACKEND_NAMES
+from torchyard.inimage.proofs import of_other_suites
+from torchyard.names import BACKEND_NAMES, HARNESS, SUITE_NAMES
 
 pytestmark = pytest.mark.harness
 
@@ -23,3 +27,36 @@ def test_an_opt_in_suites_backend_joins_parity_only_where_the_run_selected_its_s
     assert "aotinductor" not in settings.parity_backends and "executorch-xnnpack" in settings.parity_backends
     chosen = dataclasses.replace(settings, suites=("parity", "aot"))
     assert chosen.parity_backends == tuple(BACKEND_NAMES)
+
+
+class _Marked:
+    def __init__(self, mark: pytest.Mark | None) -> None:
+        self.mark = mark
+
+    def get_closest_marker(self, name: str) -> pytest.Mark | None:
+        return self.mark if self.mark is not None and name == self.mark.name else None
+
+
+def test_a_suites_own_self_tests_run_only_where_the_run_has_that_suite() -> None:
+    ops, general = _Marked(pytest.mark.harness("ops").mark), _Marked(pytest.mark.harness.mark)
+    either, case = _Marked(pytest.mark.harness("train", "ops").mark), _Marked(pytest.mark.parity.mark)
+    items = [ops, general, either, case]
+
+    def left_out(suites: tuple[str, ...]) -> list[_Marked]:
+        return [item for item in items if of_other_suites(cast(pytest.Item, item), suites)]
+
+    assert left_out(("export", "train")) == [ops]
+    assert left_out(("export", "parity")) == [ops, either]
+    assert left_out(("ops",)) == []
+    assert left_out(()) == []  # a plain pytest with the plugin names no suites: every self-test runs
+
+
+def test_the_suites_a_shipped_self_test_proves_are_suites() -> None:
+    named = {}
+    for path in SUITES_DIR.glob("test_*.py"):
+        marks = getattr(importlib.import_module(f"torchyard.inimage.suites.{path.stem}"), "pytestmark", [])
+        for mark in marks if isinstance(marks, list) else [marks]:
+            if mark.name == HARNESS and mark.args:
+                named[path.stem] = set(mark.args)
+    assert named == {"test_ops_harness": {"ops"}, "test_train_harness": {"train"}}
+    assert all(suites <= set(SUITE_NAMES) for suites in named.values())

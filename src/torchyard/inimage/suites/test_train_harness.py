@@ -21,7 +21,7 @@ from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.parity.training import make_train_reference, scaler_contract, train_runner
 from torchyard.inimage.probe import torch_device
 
-pytestmark = pytest.mark.harness
+pytestmark = pytest.mark.harness("train")  # the train suite's own comparison: runs where the run has it
 
 CPU = torch.device("cpu")
 RUN_DEVICE = torch_device(os.environ.get(contract.ACCELERATOR, "cpu"))
