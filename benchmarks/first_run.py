@@ -1,7 +1,7 @@
 """This repository's first `nox -s test-cpu` from a fresh clone on an emptied engine, as a newcomer runs it:
-`nox -s base-image` (a debootstrapped base, where a laptop pulls one), then `nox -s test-cpu` (the images of
-the cpu and cpu-bf16 entries, then each entry's suites). Prints each phase and the total against the goal of
-three minutes, as a Markdown table.
+`nox -s base-image` (a base made with mmdebstrap or debootstrap, where a laptop pulls one), then `nox -s
+test-cpu` (the images of the cpu and cpu-bf16 entries, then each entry's suites). Prints each phase and the
+total against the goal of three minutes, as a Markdown table.
 
 It removes every container, image, volume and build cache of the engine first: run it only on an engine that
 holds nothing you keep, with `--empty-the-engine`. TORCHYARD_FIND_LINKS names where wheels lie on disk,
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -62,7 +63,8 @@ def main() -> int:
         test_s, output = timed(["nox", "-s", "test-cpu"], clone, env)
     images = {entry: float(seconds) for entry, seconds in IMAGE_ROW.findall(output)}
     sessions = [float(seconds) for seconds in SESSION.findall(output)]
-    rows = [("base (debootstrap)", base_s), *((f"image {entry}", s) for entry, s in images.items())]
+    tool = "mmdebstrap" if shutil.which("mmdebstrap") else "debootstrap"
+    rows = [(f"base ({tool})", base_s), *((f"image {entry}", s) for entry, s in images.items())]
     rows += [(f"suites {entry}", s) for entry, s in zip(images, sessions, strict=False)]
     rows += [("rest of test-cpu (nox venv, lock check, containers)", test_s - sum(images.values()) - sum(sessions))]
     total = base_s + test_s
