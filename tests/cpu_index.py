@@ -4,9 +4,7 @@ PEP 503 tree of the published CPU wheels found in a local folder. Stdlib only.""
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -52,11 +50,3 @@ def mirrored(environ: Mapping[str, str], root: Path) -> dict[str, str]:
         return dict(environ)
     index = write_cpu_index(Path(environ[CPU_WHEELS]), root)
     return {**environ, "TORCHYARD_MIRRORS": f"{environ.get('TORCHYARD_MIRRORS', '')} pytorch-cpu={index}".strip()}
-
-
-if __name__ == "__main__":
-    # `python3 -m tests.cpu_index FOLDER` prints the TORCHYARD_MIRRORS that serves the index from FOLDER (.ci/run).
-    try:
-        print(mirrored(os.environ, Path(sys.argv[1])).get("TORCHYARD_MIRRORS", ""))
-    except (FileNotFoundError, ValueError) as error:
-        raise SystemExit(f"tests.cpu_index: {error}") from None
