@@ -49,4 +49,9 @@ def mirrored(environ: Mapping[str, str], root: Path) -> dict[str, str]:
     if CPU_WHEELS not in environ:
         return dict(environ)
     index = write_cpu_index(Path(environ[CPU_WHEELS]), root)
-    return {**environ, "TORCHYARD_MIRRORS": f"{environ.get('TORCHYARD_MIRRORS', '')} pytorch-cpu={index}".strip()}
+    return {**environ, "TORCHYARD_MIRRORS": with_index(environ.get("TORCHYARD_MIRRORS", ""), index)}
+
+
+def with_index(mirrors: str, index: str) -> str:
+    """A `TORCHYARD_MIRRORS` value with `pytorch-cpu` served from `index` (the later pair wins)."""
+    return f"{mirrors} pytorch-cpu={index}".strip()

@@ -22,7 +22,7 @@ import bcrypt
 import docker
 import pytest
 
-from tests.cpu_index import CPU_WHEELS, write_cpu_index
+from tests.cpu_index import CPU_WHEELS, with_index, write_cpu_index
 from torchyard.commands.build import make_base
 from torchyard.host.engine import engine
 from torchyard.image.debootstrap import DEFAULT_TAG
@@ -108,9 +108,9 @@ def machine_env(local_base: str, cpu_index: str) -> dict[str, str]:
     the exclude-newer of this repository's matrix (SOURCE_DATE_EPOCH), so its lock is the same on every run."""
     cutoff = tomllib.loads((REPO / "matrix.toml").read_text())["exclude-newer"]  # a TOML datetime
     epoch = str(int(cutoff.timestamp()))
-    mirrors = f"{os.environ.get('TORCHYARD_MIRRORS', '')} pytorch-cpu={cpu_index}" if cpu_index else ""
+    mirrors = with_index(os.environ.get("TORCHYARD_MIRRORS", ""), cpu_index) if cpu_index else ""
     settings = {"TORCHYARD_BASE_IMAGES": f"cpu={local_base}", "SOURCE_DATE_EPOCH": epoch}
-    return {**os.environ, **settings, **({"TORCHYARD_MIRRORS": mirrors.strip()} if mirrors else {})}
+    return {**os.environ, **settings, **({"TORCHYARD_MIRRORS": mirrors} if mirrors else {})}
 
 
 # One cpu entry on a given base, resolved from PyPI up to a fixed date: what the registry and layer tests build.

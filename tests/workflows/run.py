@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.cpu_index import mirrored
+from tests.cpu_index import CPU_WHEELS, mirrored
 from tests.workflows.scenarios import DEFAULT_BRANCH, PULL_REQUEST, SCENARIOS, Scenario
 from torchyard.util import proc
 
@@ -337,8 +337,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.envi
         parser.error(f"no scenario named {', '.join(args.only)}: {', '.join(s.name for s in SCENARIOS)}")
     root = Path(tempfile.mkdtemp(prefix="torchyard-workflows-", dir=environ.get("TMPDIR")))
     failed = []
-    # The cpu entries (this repository's, and those init writes) take torch from PyTorch's CPU index.
-    os.environ.update(mirrored(environ, root / "pytorch-cpu"))
+    if CPU_WHEELS in environ:  # init's matrix asks PyTorch's CPU index first: served as the integration tests do
+        os.environ["TORCHYARD_MIRRORS"] = mirrored(environ, root / "pytorch-cpu")["TORCHYARD_MIRRORS"]
     try:
         adopter_project, venv = (None, None)
         if any(s.repository == "adopter" for s in chosen):
