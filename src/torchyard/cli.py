@@ -27,7 +27,7 @@ from torchyard.image.debootstrap import DEBIAN_SUITES, base_tag
 from torchyard.image.plan import BuildOptions
 from torchyard.matrix import Entry, load_plan, narrow_suites, select_entries
 from torchyard.matrix.gate import NO_TRUSTED_CONFIG, gate_entries, load_trusted
-from torchyard.matrix.machine import MEMORY, Machine, load_machine
+from torchyard.matrix.machine import IMAGE_REFERENCE, MEMORY, Machine, load_machine
 from torchyard.matrix.reader import one_line
 from torchyard.names import ACCELERATOR_NAMES, SUITE_NAMES
 from torchyard.trust import TRUST_ENV, TRUST_LEVELS, Trust, project_scope, resolve_trust
@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--suite", default="bookworm", choices=sorted(DEBIAN_SUITES),
         help=f"the Debian release ({', '.join(f'{name}: Python {py}' for name, py in DEBIAN_SUITES.items())})",
     )  # fmt: skip
-    base.add_argument("--tag", help=f"the image tag to create (default: {base_tag('SUITE')})")
+    base.add_argument("--tag", type=_image_tag, help=f"the image tag to create (default: {base_tag('SUITE')})")
     return parser
 
 
@@ -215,6 +215,13 @@ def _shard(text: str) -> str:
         parse_shard(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+    return text
+
+
+def _image_tag(text: str) -> str:
+    """A name `docker import` takes (no digest: the import makes the image), checked before any bootstrapping."""
+    if "@" in text or not IMAGE_REFERENCE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an image name (registry/name:tag, lower case)")
     return text
 
 

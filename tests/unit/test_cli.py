@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.matrix_text import VALID
-from torchyard.cli import main
+from torchyard.cli import build_parser, main
 from torchyard.commands.sessions import run_nox
 from torchyard.matrix import Entry
 from torchyard.matrix.machine import Machine, load_machine
@@ -265,6 +265,23 @@ def test_base_refuses_a_suite_it_cannot_make(capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit) as exited:
         main(["base", "--suite", "sid"])
     assert exited.value.code == 2 and "invalid choice: 'sid'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tag", ["bad tag!", "Upper/Case:x", "torchyard/base@sha256:" + "0" * 64, "-rm"])
+def test_base_refuses_a_tag_docker_cannot_import_before_bootstrapping(
+    tag: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("torchyard.cli.make_base", lambda tag, *, suite: pytest.fail("bootstrapped"))
+    with pytest.raises(SystemExit) as exited:
+        main(["base", f"--tag={tag}"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and f"argument --tag: {tag!r} is not an image name" in err
+    assert len(err.strip().splitlines()) == 2  # argparse's usage line and the one error line
+
+
+def test_base_takes_a_registry_tag() -> None:
+    args = build_parser().parse_args(["base", "--tag", "registry.local:5000/team/base:bookworm-1"])
+    assert args.tag == "registry.local:5000/team/base:bookworm-1"
 
 
 def test_locking_every_entry_leaves_those_locked_on_their_runner(
