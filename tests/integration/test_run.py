@@ -226,10 +226,17 @@ def test_ctrl_c_leaves_no_container(machine_env: dict[str, str], client: docker.
             env=machine_env,
         )
     log = (tmp_path / "stderr.log").open("w")  # a file, not a pipe: the command never blocks writing to it
-    process = subprocess.Popen(
-        [sys.executable, "-m", "torchyard", "test", "cpu", "-q"],
-        cwd=REPO, env=machine_env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=log, text=True,
-    )  # fmt: skip
+    # SIGINT as a terminal's foreground job has it. A job started in the background of a non-interactive shell
+    # (`nohup .ci/run &`) inherits it ignored, and Python then never raises KeyboardInterrupt: a Ctrl-C that lands
+    # before the container has started would reach nothing. A handler, unlike an ignore, is not inherited.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "torchyard", "test", "cpu", "-q"],
+            cwd=REPO, env=machine_env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=log, text=True,
+        )  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, inherited)
     try:
         # Until the run's container exists or the command has ended without one: no clock decides. The name filter is
         # a regex (the source-only rebuild's helpers, `-fetch` and the like, come and go first); sparse lists once,
