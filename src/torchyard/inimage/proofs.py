@@ -36,6 +36,7 @@ RERUN_OPTION = contract.RERUN_SELF_TESTS_OPTION
 # are started without it (`beside.whole_run_environment`), and so is a plain `pytest` with the plugin.
 PROOF = contract.SELF_TEST_PROOF
 SELF_TEST = "torchyard_self_test"  # the keyword a self-test's reports carry
+WORKER_COUNTS = "torchyard-self-tests-left-out"  # a worker's counts, in the output xdist hands its controller
 
 
 def add_option(parser: pytest.Parser) -> None:
@@ -139,6 +140,19 @@ class Proofs:
             suites_of = (item.get_closest_marker(HARNESS) for item in elsewhere)
             self.left_out = len(out)
             self.elsewhere = (len(elsewhere), frozenset(name for mark in suites_of if mark for name in mark.args))
+        output = getattr(config, "workeroutput", None)  # an xdist worker's, sent to the controller as it ends
+        if output is not None:
+            output[WORKER_COUNTS] = [self.left_out, self.elsewhere[0], sorted(self.elsewhere[1])]
+
+    @pytest.hookimpl(optionalhook=True)  # xdist's hook: called where the run has workers
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        """What a worker left out: an xdist controller collects nothing, each worker collects the whole run."""
+        counts = getattr(node, "workeroutput", {}).get(WORKER_COUNTS)
+        if counts:
+            left_out, elsewhere, suites = counts
+            self.left_out = max(self.left_out, int(left_out))
+            if int(elsewhere) > self.elsewhere[0]:
+                self.elsewhere = (int(elsewhere), frozenset(str(name) for name in suites))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """A self-test's outcome. Node IDs do not say where a test's file is (pytest names a file outside its
@@ -166,16 +180,15 @@ class Proofs:
             print(f"torchyard: the self-tests' proof was not kept: {error}", file=sys.stderr)
 
     def summary(self) -> dict[str, Any]:
-        """What parity.json says of the self-tests (parity.md says it in a line). An xdist controller collects
-        nothing: there the proven ones that did not run are the ones its workers left out."""
+        """What parity.json says of the self-tests (parity.md says it in a line); under xdist, as the workers
+        told the controller."""
         ran = self.passed | self.failed
-        left_out = self.left_out or len(self.proven - ran)
         return {
             "ran": len(ran),
             "failed": len(self.failed),
-            "left-out": left_out,
+            "left-out": self.left_out,
             "other-suites": {"left-out": self.elsewhere[0], "suites": sorted(self.elsewhere[1])},
-            "proven-by": self.when if left_out else None,
+            "proven-by": self.when if self.left_out else None,
             "key": self.path.stem,
         }
 

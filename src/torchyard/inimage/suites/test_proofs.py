@@ -40,6 +40,11 @@ def test_steady():
 def test_failing_once():
     ran("failing_once")
     assert os.environ["FAIL"] == "0"
+
+
+@pytest.mark.harness("ops")
+def test_of_the_ops_suite():
+    ran("ops")
 """
 
 PROJECT = """
@@ -55,80 +60,109 @@ def test_projects_own():
         runs.write("project\\n")
 
 
+@pytest.mark.export
 def test_plain():
     pass
 """
 
-# The entry point, with the folder these runs' self-tests stand in for torchyard's own.
-ENTRY = (
-    "import sys; from pathlib import Path; from torchyard.inimage import proofs; "
-    "proofs._SUITES = Path(sys.argv[1]).resolve(); "
-    "from torchyard.inimage.__main__ import main; sys.exit(main(sys.argv[2:]))"
-)
+# A plugin in every process of the run (xdist hands `-p` to its workers): these runs' self-tests stand in for
+# torchyard's own.
+STAND_IN = """
+import os
+from pathlib import Path
+
+from torchyard.inimage import proofs
+
+proofs._SUITES = Path(os.environ["STAND_IN_SUITES"]).resolve()
+"""
 
 
-def three_runs(workdir: Path) -> list[tuple[int, list[str], str, dict[str, object]]]:
-    """A run in which one self-test fails, one in which it passes, one with every self-test run again: each
+Seen = tuple[int, list[str], str, dict[str, object]]
+
+
+def runs_of(workdir: Path, runs: list[tuple[str, list[str]]]) -> list[Seen]:
+    """The entry point once per (FAIL, arguments) in `runs`, over the same self-tests, project and cache: each
     run's status, the tests it ran, parity.md's self-test line and parity.json's `self-tests`."""
-    suites, project, runs = workdir / "suites", workdir / "project", workdir / "runs"
+    suites, project, ran = workdir / "suites", workdir / "project", workdir / "runs"
     suites.mkdir()
     project.mkdir()
     (suites / "test_self.py").write_text(SELF_TESTS)
+    (workdir / "stand_in_suites.py").write_text(STAND_IN)
     (project / "test_project.py").write_text(PROJECT)
     # A project's conftest: pytest then calls hooks on a subset of its plugins (pluggy keeps them in sets).
     (project / "conftest.py").write_text("")
     # Its configuration makes it the rootdir, as an adopter's is: the self-tests' files lie outside it.
     (project / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
-    # The run's own settings left out (its suites would each have to pass a test), as a whole run's are.
+    # The run's own settings left out, as a whole run's are, but its suites: export, which the project's one
+    # test is in (each suite of a run must pass a test), so that the ops suite's self-test is left out.
     dropped = {*OWN_SETTINGS, contract.REUSE_RESULTS}  # and never a replay: the runs differ only by FAIL
     inherited = {name: value for name, value in whole_run_environment(os.environ).items() if name not in dropped}
     env = inherited | {
         contract.ACCELERATOR: "cpu",
+        contract.SUITES: "export",
         contract.REPORT_DIR: str(workdir / "reports"),
         contract.INDUCTOR_CACHE: str(workdir / "cache"),  # the proofs are under it: these runs' own
-        "RUNS": str(runs),
+        "RUNS": str(ran),
+        "STAND_IN_SUITES": str(suites),
         "PYTHONPATH": os.pathsep.join(
-            [str(Path(contract.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+            [str(workdir), str(Path(contract.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
         ),
     }
-    # -n 0: no fork server, which these runs' tests never use.
-    argv = [
-        str(suites),
-        str(project),
-        "-p",
-        contract.PLUGIN,
-        "-p",
-        "no:cacheprovider",
-        "-n",
-        "0",
-        "-m",
-        "harness or project",
-    ]
+    argv = [str(suites), str(project), "-p", "stand_in_suites", "-p", contract.PLUGIN, "-p", "no:cacheprovider"]
+    argv += ["-m", "harness or export"]
     argv.append(f"--junitxml={workdir / 'reports' / contract.JUNIT}")
     seen = []
-    for fail, extra in (("1", []), ("0", []), ("0", [proofs.RERUN_OPTION])):
-        runs.write_text("")
-        command = [sys.executable, "-c", ENTRY, str(suites), *argv, *extra]
+    for fail, extra in runs:
+        ran.write_text("")
+        command = [sys.executable, "-m", "torchyard.inimage", *argv, *extra]
         completed = subprocess.run(
             command, env={**env, "FAIL": fail}, cwd=workdir, capture_output=True, text=True, check=False
         )
         markdown = (workdir / "reports" / contract.PARITY_MARKDOWN).read_text()
         line = next((line for line in markdown.splitlines() if line.startswith("Harness self-tests")), "")
         said = json.loads((workdir / "reports" / contract.PARITY_JSON).read_text()).get("self-tests", {})
-        seen.append((completed.returncode, sorted(runs.read_text().split()), line, said))
+        seen.append((completed.returncode, sorted(ran.read_text().split()), line, said))
     return seen
 
 
+def three_runs(workdir: Path) -> list[Seen]:
+    """A run in which one self-test fails, one in which it passes, one with every self-test run again; with no
+    xdist workers (-n 0: nor a fork server, which these runs' tests never use)."""
+    return runs_of(workdir, [("1", ["-n", "0"]), ("0", ["-n", "0"]), ("0", ["-n", "0", proofs.RERUN_OPTION])])
+
+
+def under_workers(workdir: Path) -> list[Seen]:
+    """Two passing runs with an xdist worker: the controller collects nothing, the worker everything."""
+    return runs_of(workdir, [("0", ["-n", "1"]), ("0", ["-n", "1"])])
+
+
+OTHER_SUITES = "; 1 left out, of suites this run does not have (ops)."
+
+
 @pytest.mark.beside.with_args(three_runs)
-def test_a_self_test_that_passed_is_left_out_until_asked_for(
-    beside: list[tuple[int, list[str], str, dict[str, object]]],
-) -> None:
+def test_a_self_test_that_passed_is_left_out_until_asked_for(beside: list[Seen]) -> None:
     failing, passing, rerun = beside
-    assert failing[:3] == (1, ["failing_once", "project", "steady"], "Harness self-tests: 2 ran, 1 failed.")
+    assert failing[:3] == (
+        1,
+        ["failing_once", "project", "steady"],
+        f"Harness self-tests: 2 ran, 1 failed{OTHER_SUITES}",
+    )
     assert passing[:2] == (0, ["failing_once", "project"])  # the steady one proven, the project's never
     assert passing[2].startswith("Harness self-tests: 1 ran; 1 left out, proven on this stack by the run of ")
+    assert passing[2].endswith(OTHER_SUITES)
     assert passing[3]["left-out"] == 1 and passing[3]["failed"] == 0
-    assert rerun[:3] == (0, ["failing_once", "project", "steady"], "Harness self-tests: 2 ran.")
+    assert passing[3]["other-suites"] == {"left-out": 1, "suites": ["ops"]}
+    assert rerun[:3] == (0, ["failing_once", "project", "steady"], f"Harness self-tests: 2 ran{OTHER_SUITES}")
+
+
+@pytest.mark.beside.with_args(under_workers)
+def test_what_the_workers_left_out_is_in_the_controllers_reports(beside: list[Seen]) -> None:
+    first, second = beside
+    assert first[:2] == (0, ["failing_once", "project", "steady"])
+    assert first[3]["other-suites"] == {"left-out": 1, "suites": ["ops"]} and first[3]["left-out"] == 0
+    assert second[:2] == (0, ["project"])
+    assert second[3]["left-out"] == 2 and second[3]["ran"] == 0 and second[3]["proven-by"]
+    assert second[2].startswith("Harness self-tests: 0 ran; 2 left out, proven on this stack by the run of ")
 
 
 def path_of(env: dict[str, str], device: dict[str, str], argv: list[str]) -> Path:
