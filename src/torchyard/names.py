@@ -29,6 +29,9 @@ OPS_SAMPLES_DEFAULT = 2
 LOCALIZE_SECONDS_DEFAULT = 60
 # What an entry without `suites` runs.
 DEFAULT_SUITES: tuple[SuiteName, ...] = tuple(suite for suite in SUITE_NAMES if suite not in OPT_IN_SUITES)
+# Suites that lower programs for inference: through the artifact cache, localized where they fail (a train
+# step is compiled afresh and bisected). Their self-tests run where a run has one of them.
+LOWERING_SUITES: tuple[SuiteName, ...] = tuple(suite for suite in SUITE_NAMES if suite != "train")
 # The harness's own self-tests: always run, never count towards a suite having passed.
 HARNESS = "harness"
 # The marker torchyard puts on an adopter project's own tests, run beside the suites.

@@ -26,8 +26,9 @@ from torchyard.inimage.parity.keys import artifact_key, tensor_digest
 from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.parity.trees import to_device
 from torchyard.inimage.probe import torch_device
+from torchyard.names import LOWERING_SUITES
 
-pytestmark = pytest.mark.harness
+pytestmark = pytest.mark.harness(*LOWERING_SUITES)  # the artifact cache: only lowered programs are kept
 
 CPU = torch.device("cpu")
 # The run's own device (the probe has checked it is there): a GPU run shows that a hit of a program lowered

@@ -31,8 +31,9 @@ from torchyard.inimage.suites.planted import (
     wrong_decomposition,
     wrong_tanh_pass,
 )
+from torchyard.names import LOWERING_SUITES
 
-pytestmark = pytest.mark.harness
+pytestmark = pytest.mark.harness(*LOWERING_SUITES)  # but the training step's bisector: the train suite's
 
 # Where ExecuTorch or its intermediate-output taps are absent (ExecuTorch 1.2), its nodes cannot be localized.
 NO_EXECUTORCH = unavailable_reason("executorch-xnnpack", torch.device("cpu")) or no_taps()
@@ -148,6 +149,7 @@ def bisected_train(workdir: Path) -> tuple[str, dict[str, Any] | None]:
     return result.status, result.diverges
 
 
+@pytest.mark.harness("train")
 @pytest.mark.beside.with_args(bisected_train)
 def test_a_wrong_pass_in_a_compiled_training_step_is_named_by_the_bisector(
     beside: tuple[str, dict[str, Any] | None],

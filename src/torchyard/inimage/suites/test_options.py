@@ -13,7 +13,7 @@ from torchyard.inimage.collection import SUITES_DIR
 from torchyard.inimage.options import RunSettings
 from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.proofs import of_other_suites
-from torchyard.names import BACKEND_NAMES, HARNESS, SUITE_NAMES
+from torchyard.names import BACKEND_NAMES, HARNESS, LOWERING_SUITES, SUITE_NAMES
 
 pytestmark = pytest.mark.harness
 
@@ -52,11 +52,24 @@ def test_a_suites_own_self_tests_run_only_where_the_run_has_that_suite() -> None
 
 
 def test_the_suites_a_shipped_self_test_proves_are_suites() -> None:
-    named = {}
+    named: dict[str, set[str]] = {}
     for path in SUITES_DIR.glob("test_*.py"):
-        marks = getattr(importlib.import_module(f"torchyard.inimage.suites.{path.stem}"), "pytestmark", [])
-        for mark in marks if isinstance(marks, list) else [marks]:
-            if mark.name == HARNESS and mark.args:
-                named[path.stem] = set(mark.args)
-    assert named == {"test_ops_harness": {"ops"}, "test_train_harness": {"train"}}
+        module = importlib.import_module(f"torchyard.inimage.suites.{path.stem}")
+        tests = [getattr(module, name) for name in dir(module) if name.startswith("test_")]
+        for where, marks in [("", getattr(module, "pytestmark", []))] + [
+            (f"::{test.__name__}", getattr(test, "pytestmark", [])) for test in tests
+        ]:
+            for mark in marks if isinstance(marks, list) else [marks]:
+                if mark.name == HARNESS and mark.args:
+                    named[f"{path.stem}{where}"] = set(mark.args)
+    lowering = set(LOWERING_SUITES)
+    assert named == {
+        "test_ops_harness": {"ops"},
+        "test_train_harness": {"train"},
+        "test_artifacts": lowering,
+        "test_xnnpack_patterns": lowering,
+        "test_localize": lowering,
+        "test_localize::test_a_wrong_pass_in_a_compiled_training_step_is_named_by_the_bisector": {"train"},
+    }
     assert all(suites <= set(SUITE_NAMES) for suites in named.values())
+    assert "train" not in lowering and {"export", "compile", "runtime", "parity"} <= lowering

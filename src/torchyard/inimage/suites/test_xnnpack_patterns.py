@@ -20,8 +20,9 @@ from torchyard.inimage.parity import xnnpack_patterns
 from torchyard.inimage.parity.artifacts import ArtifactCache
 from torchyard.inimage.parity.backends import unavailable_reason
 from torchyard.inimage.parity.xnnpack_patterns import SUFFIX, decode, faithful, load_into, pattern_key, store_for
+from torchyard.names import LOWERING_SUITES
 
-pytestmark = pytest.mark.harness
+pytestmark = pytest.mark.harness(*LOWERING_SUITES)  # XNNPACK lowers programs for inference only
 
 # Stand-ins for ExecuTorch's two pattern modules: the same functions, cached the same way, over ATen graphs
 # with the kinds of literal the real patterns hold (floats, -inf, int lists, dtypes, keywords, getitem).
