@@ -19,7 +19,7 @@ from torchyard.host.engine import DockerCli
 from torchyard.image.buildkit import StepLines, explain_build_failure, failed_step_output
 from torchyard.image.plan import BuildOptions, BuildPlan, trusted_alias_of
 from torchyard.image.source import write_files
-from torchyard.matrix.machine import Registry, Source, index_args
+from torchyard.matrix.machine import Registry, Source, write_index_args
 from torchyard.matrix.schema import Entry
 from torchyard.util import proc
 
@@ -86,8 +86,7 @@ def build_secrets(
     scratch: Path, reachable: Sequence[Source], env: Mapping[str, str]
 ) -> tuple[dict[str, Path], Path | None]:
     """The index arguments (which may carry credentials) and the CA bundle, as BuildKit secrets; and the bundle."""
-    (scratch / "index-args").write_text(" ".join(index_args(reachable)) + "\n")  # `read` wants the newline
-    secrets = {"uv-index-args": scratch / "index-args"}
+    secrets = {"uv-index-args": write_index_args(scratch / "index-args", reachable)}
     ca_bundle = _ca_bundle(env)
     if ca_bundle is not None:
         secrets["cacert"] = ca_bundle

@@ -20,7 +20,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.image.source import ProjectFile, take_wheels, write_files
-from torchyard.matrix.machine import Source, index_args
+from torchyard.matrix.machine import Source, write_index_args
 from torchyard.seal import Helper, run_user, sealed_run
 from torchyard.util import proc
 
@@ -148,8 +148,7 @@ def build_wheel_sealed(
         source.chmod(0o755)
         _writable_by(buildenv, user)
         _writable_by(out, user)
-        index_file.write_text(" ".join(index_args(sources)) + "\n")
-        index_file.chmod(0o644)
+        write_index_args(index_file, sources)
         print(
             f"building the project's wheel from {len(files)} files in a sealed container "
             f"(build requirements: {', '.join(requires)})",

@@ -270,6 +270,14 @@ def index_args(sources: Sequence[Source], extra_find_links: Sequence[str] = ()) 
     return args
 
 
+def write_index_args(path: Path, sources: Sequence[Source]) -> Path:
+    """`index_args` as a file that bash's `read -ra` takes (it wants the newline), readable by a container's
+    user: how a build step gets them, as a secret or a read-only mount, since URLs may carry credentials."""
+    path.write_text(" ".join(index_args(sources)) + "\n")
+    path.chmod(0o644)
+    return path
+
+
 def _find_links(text: str) -> tuple[str, ...]:
     """Local wheel folders to try before any index (`TORCHYARD_FIND_LINKS`, whitespace-separated; those that
     are folders on this machine).
