@@ -153,6 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     prune_command.add_argument("--keep-storage", default="10g", help="build cache to keep, such as 10g")
     prune_command.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
+    prune_command.add_argument(
+        "--this-project", action="store_true", help="only the images, caches and containers of --matrix's project"
+    )
+    prune_command.add_argument("--matrix", type=Path, default=Path("matrix.toml"), help="path to matrix.toml")
 
     init_command = commands.add_parser("init", help="make this project a torchyard project (never overwrites)")
     init_command.add_argument("--force", action="store_true", help="replace files that exist")
@@ -229,7 +233,14 @@ def _machine_free(args: argparse.Namespace, passthrough: list[str]) -> int:
     if args.command == "prune":
         if args.keep < 0 or not MEMORY.fullmatch(args.keep_storage):
             raise UsageError("prune: --keep takes a whole number >= 0 and --keep-storage a size such as 10g")
-        return prune(keep=args.keep, keep_storage=args.keep_storage, dry_run=args.dry_run, entries=args.entry)
+        project = None
+        if args.this_project:
+            if not args.matrix.is_file():
+                raise UsageError(f"prune --this-project: no {args.matrix} here (--matrix PATH names the project's)")
+            project = project_scope(args.matrix, os.environ)
+        return prune(
+            keep=args.keep, keep_storage=args.keep_storage, dry_run=args.dry_run, entries=args.entry, project=project
+        )
     if args.command == "init":
         init(Path.cwd(), force=args.force, spec=args.torchyard_spec)
     elif args.command == "nox":

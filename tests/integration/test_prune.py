@@ -110,5 +110,10 @@ def test_two_projects_with_an_entry_of_one_name_are_kept_and_removed_apart(
         assert prune(keep=1, entries=[ENTRY]) == 0
         assert _images(client) == {theirs_new}
         assert _volumes(client) == {theirs_cache}
+        # One project's prune (`--this-project`), to nothing: the other's image and cache stay.
+        ours_again, ours_cache = _image(client, local_base, "ours-again"), _volume(client, OURS)
+        assert prune(keep=0, entries=[ENTRY], project=THEIRS) == 0
+        assert f"project {THEIRS} only" in capsys.readouterr().out
+        assert _images(client) == {ours_again} and _volumes(client) == {ours_cache}
     finally:
         _clean(client)

@@ -304,3 +304,14 @@ def test_locking_every_entry_leaves_those_locked_on_their_runner(
     assert "cuda: locked on its runner (lock-on-runner); name it to lock it here" in capsys.readouterr().err
     assert main(["lock", "cuda", "--matrix", str(on_runner), "--lockdir", str(tmp_path)]) == 0
     assert locked == ["cpu", "cuda"]
+
+
+def test_prune_of_this_project_without_its_matrix_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused before the engine is asked anything: a prune of no project must not become a prune of all."""
+    assert main(["prune", "--this-project", "--matrix", str(tmp_path / "absent.toml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"torchyard: prune --this-project: no {tmp_path / 'absent.toml'} here (--matrix PATH names the project's)"
+    ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from torchyard.commands.prune import ContainerFacts, ImageFacts, _size, plan_prune
+from torchyard.commands.prune import ContainerFacts, ImageFacts, _size, in_scope, plan_prune
 
 ROBOT, NANO = "robot-0123abcd4567", "nanogpt-89ab01234567"
 
@@ -95,3 +95,46 @@ def test_an_image_is_shown_with_the_part_only_it_holds() -> None:
     )
     assert _size(shared) == "6.46 GB (41 MB its own)"
     assert _size(dataclasses.replace(shared, own=-1)) == "6.46 GB"  # the engine did not count it
+
+
+def test_the_image_the_entrys_alias_names_is_kept_however_old() -> None:
+    """A run that came back to an earlier content (a change reverted) used the older image and moved `:latest`
+    onto it: the newer image, which nothing uses any more, is the one that goes."""
+    reused = dataclasses.replace(
+        image("a1", "cpu", "2026-11-01"), tags=(f"torchyard/{ROBOT}/cpu:a1", f"torchyard/{ROBOT}/cpu:latest")
+    )
+    images = [reused, image("a2", "cpu", "2026-11-02"), image("a3", "cpu", "2026-11-03")]
+    assert [i.id for i in plan_prune(images, [], {}, keep=1).images] == ["sha256:a3", "sha256:a2"]
+    assert [i.id for i in plan_prune(images, [], {}, keep=2).images] == ["sha256:a2"]
+    assert {i.id for i in plan_prune(images, [], {}, keep=0).images} == {i.id for i in images}  # keep 0: all
+
+
+def test_a_prune_of_one_project_touches_nothing_of_another() -> None:
+    def held(name: str, created: str, key: str, project: str = ROBOT) -> ImageFacts:
+        return dataclasses.replace(image(name, "cpu", created, project=project), keys=frozenset({key}))
+
+    def dependency(key: str) -> ImageFacts:
+        return ImageFacts(f"sha256:d-{key}", "", "", "1", 5 << 30, (f"torchyard/dependencies:{key}",), dependency=key)
+
+    images = [
+        held("r1", "1", "ours"), held("r2", "2", "shared"),
+        held("n1", "1", "shared", NANO), held("n2", "2", "theirs", NANO),
+        dependency("ours"), dependency("shared"), dependency("theirs"), dependency("nobodys"),
+    ]  # fmt: skip
+    containers = [
+        ContainerFacts("c1", "torchyard-cpu-1", "sha256:r1", False, (ROBOT, "cpu")),
+        ContainerFacts("c2", "torchyard-cpu-2", "sha256:n1", False, (NANO, "cpu")),
+    ]
+    volumes = {"v-robot": (ROBOT, "cpu"), "v-nano": (NANO, "cpu"), "v-robot-rocm": (ROBOT, "rocm")}
+    chosen, their, vols = in_scope(images, containers, volumes, project=ROBOT)
+    # Robot's images, and the dependency image only robot's images hold; the shared one and the orphan are not its.
+    assert [i.id.removeprefix("sha256:") for i in chosen] == ["r1", "r2", "d-ours"]
+    assert [c.id for c in their] == ["c1"] and vols == {"v-robot": (ROBOT, "cpu"), "v-robot-rocm": (ROBOT, "rocm")}
+    assert sorted(i.id for i in plan_prune(chosen, their, vols, keep=0).images) == [
+        "sha256:d-ours",
+        "sha256:r1",
+        "sha256:r2",
+    ]
+    chosen, their, vols = in_scope(images, containers, volumes, entries=["rocm"], project=ROBOT)
+    assert (chosen, their, vols) == ([], [], {"v-robot-rocm": (ROBOT, "rocm")})
+    assert in_scope(images, containers, volumes) == (images, containers, volumes)  # unscoped: everything

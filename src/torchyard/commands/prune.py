@@ -1,6 +1,7 @@
 """`torchyard prune`: give a runner's disk back, removing exactly torchyard's own leftovers (what carries its
 `dev.torchyard.entry` label): stopped containers it started; images beyond the newest `keep` per project and
-entry (never one a container uses), untagged ones and ones named before per-project names; dependency images no
+entry (the one the entry's alias names, which its last build or run used, counts as newest; never one a
+container uses), untagged ones and ones named before per-project names; dependency images no
 kept image holds the layers of; cache volumes of an entry with no image left, untrusted runs' volumes and
 volumes from before scopes; BuildKit's build cache beyond `--keep-storage`. docs/concepts/flow.md says why
 each. Each image removed is shown with the bytes only it holds; the disk given back is measured.
@@ -20,7 +21,7 @@ import docker.errors
 
 from torchyard.host.engine import engine
 from torchyard.image.layers import image_keys
-from torchyard.image.plan import DEPENDENCY_REPOSITORY
+from torchyard.image.plan import ALIASES, DEPENDENCY_REPOSITORY
 from torchyard.run.scopes import SCOPE_LABEL, TRUST_LABEL
 from torchyard.util.markdown import markdown_table
 
@@ -48,6 +49,7 @@ class ContainerFacts:
     name: str
     image_id: str
     running: bool
+    owner: Owner = ("", "")  # its project and entry, as its labels say
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ def plan_prune(
             groups.setdefault((image.project, image.entry), []).append(image)
     doomed: list[ImageFacts] = []
     for (project, _), group in groups.items():
-        tagged = sorted((image for image in group if image.tags), key=lambda image: image.created, reverse=True)
+        tagged = sorted((image for image in group if image.tags), key=_recency, reverse=True)
         untagged = [image for image in group if not image.tags]
         # An image without a project is named as no build or run reads any more: it goes, however new.
         old = tagged[keep:] if project else tagged
@@ -89,6 +91,46 @@ def plan_prune(
     left = {(image.project, image.entry) for image in images if image not in doomed and not image.dependency}
     old_volumes = tuple(sorted(name for name, owner in volumes.items() if owner not in left or name in untrusted))
     return PrunePlan(stopped, tuple(doomed), old_volumes)
+
+
+def in_scope(
+    images: Sequence[ImageFacts],
+    containers: Sequence[ContainerFacts],
+    volumes: Mapping[str, Owner],
+    *,
+    entries: Sequence[str] = (),
+    project: str | None = None,
+) -> tuple[list[ImageFacts], list[ContainerFacts], dict[str, Owner]]:
+    """What a prune limited to `entries` (of every project) and to `project` (its scope name) may touch. A
+    dependency image has no owner: a scoped prune takes one that only the scope's images hold, which then goes
+    with the last of them; one nothing holds is left to an unscoped prune."""
+
+    def mine(owner: Owner) -> bool:
+        return (not entries or owner[1] in entries) and (project is None or owner[0] == project)
+
+    if not entries and project is None:
+        return list(images), list(containers), dict(volumes)
+    held: dict[bool, set[str]] = {True: set(), False: set()}
+    for image in images:
+        if not image.dependency:
+            held[mine((image.project, image.entry))].update(image.keys)
+    chosen = [
+        image
+        for image in images
+        if (
+            mine((image.project, image.entry))
+            if not image.dependency
+            else image.dependency in held[True] and image.dependency not in held[False]
+        )
+    ]
+    return chosen, [c for c in containers if mine(c.owner)], {name: o for name, o in volumes.items() if mine(o)}
+
+
+def _recency(image: ImageFacts) -> tuple[bool, str]:
+    """Newest first by creation, but the image an alias names first of all: the one the entry's last build or
+    run used, which may be older than another (a build reused an image whose content came back)."""
+    aliased = any(tag.rpartition(":")[2] in ALIASES.values() for tag in image.tags)
+    return aliased, image.created
 
 
 def _own_bytes(client: docker.DockerClient) -> dict[str, int]:
@@ -134,7 +176,9 @@ def _facts(
         if LABEL not in (image.labels or {})
     ]
     containers = [
-        ContainerFacts(str(c.id), str(c.name), str(c.attrs.get("Image", "")), c.status == "running")
+        ContainerFacts(
+            str(c.id), str(c.name), str(c.attrs.get("Image", "")), c.status == "running", _owner(c.labels or {})
+        )
         for c in client.containers.list(all=True, filters={"label": LABEL})
     ]
     listed = client.volumes.list(filters={"label": LABEL})
@@ -171,22 +215,24 @@ def prune(
     keep_storage: str = "10g",
     dry_run: bool = False,
     entries: Sequence[str] = (),
+    project: str | None = None,
     env: Mapping[str, str] = os.environ,
 ) -> int:
-    """Remove what `plan_prune` decides (only for `entries` when given; the build cache is shared, so
-    it is pruned only when no entry is named); prints each removal and the disk given back."""
+    """Remove what `plan_prune` decides (only for `entries` when given, only `project`'s when given; the build
+    cache is shared, so it is pruned only when neither is); prints each removal and the disk given back."""
     client = engine(env)
     before = _disk(client)
     images, containers, volumes, others, untrusted = _facts(client)
-    if entries:
-        images = [image for image in images if image.entry in entries]
-        volumes = {name: owner for name, owner in volumes.items() if owner[1] in entries}
-        containers = [c for c in containers if c.name.startswith(tuple(f"torchyard-{e}-" for e in entries))]
+
+    scoped = bool(entries) or project is not None
+    images, containers, volumes = in_scope(images, containers, volumes, entries=entries, project=project)
     plan = plan_prune(images, containers, volumes, keep=keep, in_use=others, untrusted=untrusted)
+    if project is not None:
+        print(f"project {project} only (its images, cache volumes and containers; the build cache is shared)")
     rows = [("container", container.name, "-") for container in plan.containers]
     rows += [("image", ", ".join(image.tags) or image.id[:19], _size(image)) for image in plan.images]
     rows += [("volume", name, "-") for name in plan.volumes]
-    if not entries:
+    if not scoped:
         rows.append(("build cache", f"beyond {keep_storage}", "-"))
     sys.stdout.write(markdown_table(("what", "name", "size (its own layers: what removing it frees)"), rows))
     if dry_run:
@@ -201,7 +247,7 @@ def prune(
             print(f"kept {image.id[:19]}: {error.explanation}", file=sys.stderr)
     for name in plan.volumes:
         client.volumes.get(name).remove()
-    if not entries:
+    if not scoped:
         client.api.prune_builds(keep_storage=_bytes(keep_storage))
     after = _disk(client)
     print(f"gave back {(before - after) / 1e9:.2f} GB ({before / 1e9:.2f} GB -> {after / 1e9:.2f} GB)")
