@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from torchyard.errors import ImageBuildError, LockError, StaleLockError
 from torchyard.lock.check import lock_freshness, require_fresh
 from torchyard.lock.inputs import LockInputs, compile_args, requirements_in, uv_environment
 from torchyard.lock.install import sync_args
-from torchyard.lock.lockfile import lock_path, read_header
+from torchyard.lock.lockfile import lock_path, read_header, render_lockfile
 from torchyard.lock.resolve import lock_entry, uv_version
 from torchyard.lock.standins import write_wheel
 from torchyard.matrix import Entry, parse_plan
@@ -182,6 +183,26 @@ def test_lock_then_check_fresh_and_relock_is_byte_identical(tmp_path: Path, mirr
 
 
 @pytest.mark.real_subprocess
+def test_a_lock_made_through_a_mirror_says_so_in_its_file_and_its_check(
+    tmp_path: Path, mirrors: dict[str, Source], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Here pypi is a wheel folder: the pins are the folder's, which the lockfile names (the index, never the
+    folder) and `lock --check` repeats; the terminal shows where the mirror is."""
+    app, _ = make_plan()
+    path = lock_entry(app, tmp_path, mirrors)
+    header, body = read_header(path.read_text())
+    assert header["made-through-mirrors"] == "pypi" and mirrors["pypi"].location not in path.read_text()
+    said = capsys.readouterr().err
+    assert f"entry 'app': locked through this machine's mirrors (pypi={mirrors['pypi'].location}): " in said
+    freshness = lock_freshness(app, tmp_path, uv_version())
+    assert freshness.status == "fresh" and freshness.detail.endswith(
+        "(made through mirrors of pypi: their files, not the index's)"
+    )
+    plain = render_lockfile(app, LockInputs.of(app, uv_version()), body)
+    assert "made-through" not in plain and read_header(plain)[1] == body
+
+
+@pytest.mark.real_subprocess
 def test_changed_input_is_stale_and_names_it(tmp_path: Path, mirrors: dict[str, Source]) -> None:
     app, _ = make_plan()
     lock_entry(app, tmp_path, mirrors)
@@ -292,6 +313,23 @@ def test_unreachable_index_without_mirror_is_one_clear_error(tmp_path: Path) -> 
     app, _ = make_plan()
     with pytest.raises(LockError, match=r"^entry 'app': uv could not lock it: "):
         lock_entry(app, tmp_path, {}, env={"PATH": os.environ["PATH"], "UV_OFFLINE": "1"})
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.real_subprocess
+def test_an_index_that_does_not_answer_is_named_with_the_setting_that_points_it_elsewhere(tmp_path: Path) -> None:
+    """The index's mirror here is a port nothing listens on: uv's chain of causes becomes the index's name."""
+    with socket.socket() as probe:  # a port that was free a moment ago: connecting to it is refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    closed = {"pypi": Source("pypi", "index", f"http://user:secret@127.0.0.1:{port}/simple")}
+    app, _ = make_plan()
+    with pytest.raises(LockError) as caught:
+        lock_entry(app, tmp_path, closed, env={"PATH": os.environ["PATH"], "UV_HTTP_RETRIES": "0"})
+    assert str(caught.value) == (
+        f"entry 'app': the index 'pypi' (http://***@127.0.0.1:{port}/simple) is not reachable from here: lock "
+        'where it is, or point it at a mirror of it with TORCHYARD_MIRRORS="pypi=URL" (docs/how-to/air-gapped.md)'
+    )
     assert list(tmp_path.iterdir()) == []
 
 

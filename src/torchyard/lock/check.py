@@ -57,6 +57,11 @@ def lock_freshness(entry: Entry, lockdir: Path, uv: str) -> Freshness:
     if fields["inputs-digest"] != current.digest():
         changed = _changed_inputs(fields.get("inputs", ""), current.record())
         return Freshness(entry.name, "stale", f"inputs changed: {', '.join(changed)}")
+    if fields.get("made-through-mirrors"):
+        through = fields["made-through-mirrors"]
+        return Freshness(
+            entry.name, "fresh", f"{path} (made through mirrors of {through}: their files, not the index's)"
+        )
     return Freshness(entry.name, "fresh", str(path))
 
 

@@ -32,13 +32,18 @@ def body_digest(body: str) -> str:
     return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
 
 
-def render_lockfile(entry: Entry, inputs: LockInputs, body: str) -> str:
+def render_lockfile(entry: Entry, inputs: LockInputs, body: str, through: Sequence[str] = ()) -> str:
+    """The lockfile: its header (what `lock --check` reads), then uv's body. `through` names the indexes this
+    machine read from a mirror (`TORCHYARD_MIRRORS`): the pins are what the mirror served, which a reviewer must
+    know; only the names are written, never where the mirrors are."""
     header = [
         f"# torchyard lockfile for entry {entry.name!r}. Do not edit: run `{reproduce_command(entry)}`.\n",
         f"# torchyard-inputs-digest: {inputs.digest()}\n",
         f"# torchyard-body-digest: {body_digest(body)}\n",
-        f"# torchyard-inputs: {json.dumps(inputs.record(), sort_keys=True, separators=(',', ':'))}\n",
     ]
+    if through:
+        header.append(f"# torchyard-made-through-mirrors: {','.join(through)}\n")
+    header.append(f"# torchyard-inputs: {json.dumps(inputs.record(), sort_keys=True, separators=(',', ':'))}\n")
     return "".join(header) + body
 
 

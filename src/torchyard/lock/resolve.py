@@ -8,9 +8,10 @@ Vendor packages with a pinned version are resolved as metadata-only stand-in whe
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from torchyard.errors import CommandError, LockError
@@ -44,6 +45,29 @@ def _uv_explanation(output: str) -> str:
     return proc.redact(lines[-1]) if lines else "no output"
 
 
+# uv's chain of causes when a request never got an answer (DNS, refused, timed out), and the URL it asked.
+FETCH_FAILED = re.compile(r"Failed to fetch: `?(\S+?)`?$", re.MULTILINE)
+NO_ANSWER = ("error sending request", "client error (Connect)", "operation timed out")
+
+
+def unreachable_index(output: str, sources: Sequence[Source]) -> str:
+    """The index uv could not reach, named as matrix.toml names it, with the machine setting that points it
+    elsewhere; "" where uv failed otherwise."""
+    found = FETCH_FAILED.search(output)
+    if found is None or not any(words in output for words in NO_ANSWER):
+        return ""
+    for source in sources:
+        # uv names the URL without its credentials.
+        bare = re.sub(r"//[^/@]*@", "//", source.location).rstrip("/") + "/"
+        if source.kind == "index" and found.group(1).startswith(bare):
+            where = proc.redact(source.location)
+            return (
+                f"the index {source.name!r} ({where}) is not reachable from here: lock where it is, or point it at "
+                f'a mirror of it with TORCHYARD_MIRRORS="{source.name}=URL" (docs/how-to/air-gapped.md)'
+            )
+    return ""
+
+
 def _stage(inputs: LockInputs, workdir: Path) -> Path | None:
     """Write `requirements.in` (with the vendor stand-ins) and the excludes file; return the latter."""
     standins = [write_wheel(workdir / "vendor", name, version).as_uri() for name, version in inputs.pinned_vendor()]
@@ -71,14 +95,24 @@ def lock_entry(
         workdir = Path(scratch)
         excludes = _stage(inputs, workdir)
         output = workdir / "lock.txt"
-        indexes = tuple(Index(name, url) for name, url in inputs.indexes)
-        args = compile_args(inputs, sources_for(indexes, mirrors), output, excludes=excludes, interpreter=interpreter)
+        sources = sources_for(tuple(Index(name, url) for name, url in inputs.indexes), mirrors)
+        args = compile_args(inputs, sources, output, excludes=excludes, interpreter=interpreter)
         uv_env = {**env, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1", **uv_environment(inputs)}
         try:
             runner(args, cwd=workdir, env=uv_env, capture=True)
         except CommandError as error:
             sys.stderr.write(proc.redact(error.output))
-            raise LockError(f"entry {entry.name!r}: uv could not lock it: {_uv_explanation(error.output)}") from None
+            unreachable = unreachable_index(error.output, sources)
+            reason = unreachable or f"uv could not lock it: {_uv_explanation(error.output)}"
+            raise LockError(f"entry {entry.name!r}: {reason}") from None
         body = output.read_text(encoding="utf-8")
-    write_atomically(target, render_lockfile(entry, inputs, body))
+    through = [name for name, url in inputs.indexes if name in mirrors and mirrors[name] != Source(name, "index", url)]
+    if through:
+        shown = ", ".join(f"{name}={proc.redact(mirrors[name].location)}" for name in through)
+        print(
+            f"entry {entry.name!r}: locked through this machine's mirrors ({shown}): its pins are what they served, "
+            "and its lockfile says so",
+            file=sys.stderr,
+        )
+    write_atomically(target, render_lockfile(entry, inputs, body, through))
     return target
