@@ -8,6 +8,7 @@ group (`name = "pkg.mod"` or `"pkg.mod:ATTR"`), exposing a list of `Case`. Impor
 
 from __future__ import annotations
 
+import copy
 import importlib
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -201,6 +202,21 @@ class Case:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             return self.make_module().eval()
+
+    def fresh_module(self, seed: int = 0) -> torch.nn.Module:
+        """A model no other evaluation holds: `.to()` changes a module in place, so one that a factory hands out
+        twice would carry one evaluation's dtype into the next. Copied; where it cannot be (a model that keeps a
+        `staticmethod` object on itself), used as built if the factory builds a new one each call."""
+        module = self.module(seed)
+        try:
+            return copy.deepcopy(module)
+        except Exception as error:
+            if self.module(seed) is not module:
+                return module
+            raise TypeError(
+                f"the case's factory returns the same model each call and it cannot be copied (copy.deepcopy: "
+                f"{type(error).__name__}: {error}): make the factory build a new model"
+            ) from None
 
 
 class CaseLoadError(Exception):

@@ -8,7 +8,6 @@ output must have is what eager gives on the device at the run's precision.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -97,7 +96,7 @@ def make_reference(case: Case, calls: list[Call], *, device: torch.device, dtype
     """float64 on the CPU, else float32 on the CPU (saying why); eager on the device gives the dtypes. A float64
     reference that eager at the run's precision meets exactly is said to be that precision in effect."""
     try:
-        module = copy.deepcopy(case.module()).to(dtype=dtype).to(device)
+        module = case.fresh_module().to(dtype=dtype).to(device)
         with torch.no_grad():
             first = to_device(calls[0], device, dtype)
             results = leaves(module(*first.args, **first.kwargs))
@@ -204,7 +203,7 @@ def evaluate(
     result.bounds = vars(bounds)
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        module = copy.deepcopy(case.module()).to(dtype=weights or dtype).to(device)
+        module = case.fresh_module().to(dtype=weights or dtype).to(device)
         device_calls = [to_device(call, device, weights or dtype) for call in calls]
         run = (runner or runner_for(backend, cache or NO_CACHE))(case, module, device_calls, device, workdir)
     except Exception as error:

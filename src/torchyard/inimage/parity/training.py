@@ -12,7 +12,6 @@ compared after unscaling).
 from __future__ import annotations
 
 import contextlib
-import copy
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -137,7 +136,7 @@ def step(
     (`held_below`): such elements (the reference's, when `frozen` is given) are not stepped. Their gradients
     are still compared, against their group's scale. AdamW's `exp_avg_sq` is compared as its square root, the
     gradients' RMS that the step divides by: in the gradients' units, with their relative error."""
-    module = copy.deepcopy(case.module()).to(dtype=master).to(device).train()
+    module = case.fresh_module().to(dtype=master).to(device).train()
     named = [(name, p) for name, p in module.named_parameters() if p.requires_grad and p.is_floating_point()]
     optimizer = _optimizer(backend.optimizer, [p for _, p in named])
     call = to_device(case.calls()[0], device, master)

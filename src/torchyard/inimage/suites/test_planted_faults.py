@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 
@@ -225,3 +226,37 @@ def test_a_model_that_cannot_run_fails_once_with_the_reason(tmp_path: Path) -> N
     result = evaluate(case, "inductor", device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
     assert result.status == "error"
     assert result.reason.startswith("reference: eager on cpu fails: ValueError: the policy is broken")
+
+
+class KeepsAStaticmethod(torch.nn.Module):
+    """A model that keeps a `staticmethod` object on itself (as rotary-embedding-torch's xpos option does), which
+    `copy.deepcopy` cannot copy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.activation = staticmethod(torch.tanh)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.activation(self.linear(x))
+        return out
+
+
+def test_a_model_that_cannot_be_copied_is_used_as_built_and_a_shared_one_is_refused(tmp_path: Path) -> None:
+    def inputs(g: torch.Generator) -> tuple[torch.Tensor]:
+        return (torch.randn(2, 4, generator=g),)
+
+    with pytest.raises(TypeError, match="staticmethod"):
+        copy.deepcopy(KeepsAStaticmethod())  # the premise
+    built = Case("keeps_a_staticmethod", KeepsAStaticmethod, inputs)
+    for backend in ("eager", "export"):
+        result = evaluate(built, backend, device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+        assert result.status == "passed", result.reason
+    shared = KeepsAStaticmethod()
+    one = Case("hands_out_one_model", lambda: shared, inputs)
+    result = evaluate(one, "eager", device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+    assert result.status == "error" and result.reason.startswith(
+        "reference: eager on cpu fails: TypeError: the case's factory returns the same model each call and it "
+        "cannot be copied (copy.deepcopy: TypeError: cannot pickle 'staticmethod' object): make the factory build "
+        "a new model"
+    ), result.reason

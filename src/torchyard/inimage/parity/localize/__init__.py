@@ -10,7 +10,6 @@ fuses nodes into kernels and keeps no intermediate: there torch's compiler bisec
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -131,7 +130,7 @@ def _first_node(
     case: Case, backend: str, *, dtype: torch.dtype, bounds: Bounds, workdir: Path, deadline: Deadline, batch: int
 ) -> tuple[NodeDivergence | None, int, str]:
     """The first node out of bounds on call `batch`, how many were compared, and the reference's kind."""
-    module = copy.deepcopy(case.module()).to(dtype).cpu().eval()
+    module = case.fresh_module().to(dtype).cpu().eval()
     call = to_device(case.calls()[batch], CPU, dtype)
     program = export_program(case, module, call)
     inputs = flat_inputs(keyword_order(program, call), call)

@@ -7,7 +7,6 @@ Every step is a fresh compile (the bisector bypasses inductor's graph cache), so
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 from collections.abc import Callable
 
@@ -49,7 +48,7 @@ def bisect_compile(
     reference = make_reference(case, [call], device=device, dtype=dtype)
     if reference.error:
         raise RuntimeError(f"no reference: {reference.error}")
-    module = copy.deepcopy(case.module()).to(dtype=dtype).to(device).eval()
+    module = case.fresh_module().to(dtype=dtype).to(device).eval()
     on_device = to_device(call, device, dtype)
 
     def correct() -> bool:
