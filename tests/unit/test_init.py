@@ -428,3 +428,55 @@ def test_a_source_folders_requirements_file_is_read_as_the_loader_reads_it(tmp_p
     with pytest.raises(ConfigError, match="symbolic link") as caught:
         render(root, TODAY, "torchyard")
     assert "runner's secret" not in str(caught.value)
+
+
+ROTARY_SETUP = """from setuptools import setup, find_packages
+
+setup(
+  name = 'rotary-embedding-torch',
+  packages = find_packages(),
+  install_requires=[
+    'einops>=0.7',
+    'torch>=2.0'
+  ],
+)
+"""
+
+
+@pytest.mark.parametrize(
+    ("setup", "said"),
+    [
+        (ROTARY_SETUP, "setup.py's install_requires (einops>=0.7, torch>=2.0) is in its requirements"),
+        ("import setuptools\nsetuptools.setup(name='x')\n", "setup.py's install_requires lists none: what your"),
+        ("from setuptools import setup\nsetup(install_requires=open('r.txt').read().split())\n", "is not a literal"),
+        ("import os; os.system('touch RAN')\nsetup(\n", "is not a literal list init can read"),
+    ],
+)
+def test_a_setup_py_package_is_a_source_folder_with_its_literal_install_requires(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], setup: str, said: str
+) -> None:
+    """lucidrains/rotary-embedding-torch's shape: a setup.py and no pyproject. Its metadata is not static and the
+    host never runs it, so its modules are a source folder; a literal install_requires is read, never run."""
+    root = tmp_path / "rotary"
+    (root / "rotary_embedding_torch").mkdir(parents=True)
+    (root / "setup.py").write_text(setup)
+    init(root, today=TODAY, env={"PATH": ""}, spec="torchyard")
+    assert not (root / "RAN").exists()
+    text = (root / "matrix.toml").read_text()
+    (entry,) = parse_plan(text, root / "matrix.toml").entries
+    assert entry.project is not None and entry.project.kind == "source"
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "no package here" in line]
+    assert "(no pyproject.toml [project]; setup.py is never run on the host)" in line and said in line, line
+    if setup == ROTARY_SETUP:
+        assert entry.requirements[:2] == ("torch>=2.0", "einops>=0.7")
+        assert "    # setup.py's install_requires, as init read it (it never runs setup.py)\n" in text
+    else:
+        assert entry.requirements[0] == "torch" and "install_requires" not in text
+
+
+def test_a_setup_py_requirement_that_is_not_pep_508_is_one_line(tmp_path: Path) -> None:
+    root = tmp_path / "odd"
+    root.mkdir()
+    (root / "setup.py").write_text("from setuptools import setup\nsetup(install_requires=['torch >> 2'])\n")
+    with pytest.raises(ConfigError, match=r"^setup.py: install_requires: not a PEP 508 requirement: 'torch >> 2'$"):
+        render(root, TODAY, "torchyard")

@@ -10,6 +10,7 @@ It never overwrites a file: when any exists it writes nothing and names them (`-
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
 import json
 import os
@@ -34,10 +35,12 @@ from torchyard.matrix.project import read_pyproject, read_requirements
 from torchyard.matrix.schema import ProjectKind
 from torchyard.names import BACKEND_DISTRIBUTIONS
 from torchyard.util.atomic import write_atomically
+from torchyard.util.checkout import read_checkout_file
 
 PYTHONS = ("3.11", "3.12", "3.13")
 # A source folder's requirements file, where it has one; and the folder's Python (the cpu base's: bookworm's).
 REQUIREMENTS_FILE = "requirements.txt"
+SETUP_PY = "setup.py"
 SOURCE_PYTHON = PYTHONS[0]
 PROJECT_COMMENTS: dict[ProjectKind, str] = {
     "package": "# This project, built from its source into every image; its dependencies (and the extras and groups "
@@ -178,6 +181,22 @@ class Adopter:
     kind: ProjectKind = "package"
     requirements_file: str | None = None  # a source folder's, where it has one
     left_out: tuple[str, ...] = ()  # test extras and groups not taken, each with why
+    # A source folder's setup.py (no requirements.txt): its literal install_requires, None where it has none.
+    setup_requirements: tuple[str, ...] | None = None
+    setup_file: bool = False
+
+    @property
+    def requirements_value(self) -> str:
+        """The entry's first requirements, inside the template's list: torch, and a setup.py's others."""
+        others = [
+            line for line in self.setup_requirements or () if canonicalize_name(Requirement(line).name) != "torch"
+        ]
+        if not others:
+            return self.torch
+        comment = f"# {SETUP_PY}'s install_requires, as init read it (it never runs setup.py)"
+        return "\n    ".join([comment, f"{self.torch},", *(f"{json.dumps(line)}," for line in others)]).removesuffix(
+            ","
+        )
 
     @property
     def project_value(self) -> str:
@@ -194,14 +213,20 @@ class Adopter:
     @property
     def source_line(self) -> str:
         """For a source folder, one line on what init took it for, and what the lock takes."""
-        taken = (
-            f"{self.requirements_file} joins its lock"
-            if self.requirements_file
-            else f"no {REQUIREMENTS_FILE}: what your modules import beyond torch goes in the cpu entry's requirements"
-        )
+        beyond = "what your modules import beyond torch goes in the cpu entry's requirements"
+        if self.requirements_file:
+            taken = f"{self.requirements_file} joins its lock"
+        elif self.setup_requirements:
+            taken = f"{SETUP_PY}'s install_requires ({', '.join(self.setup_requirements)}) is in its requirements"
+        elif self.setup_file:
+            said = "lists none" if self.setup_requirements == () else "is not a literal list init can read"
+            taken = f"{SETUP_PY}'s install_requires {said}: {beyond}"
+        else:
+            taken = f"no {REQUIREMENTS_FILE}: {beyond}"
+        package = f"; {SETUP_PY} is never run on the host" if self.setup_file else ""
         return (
-            f"matrix.toml: no package here (no pyproject.toml [project]): the cpu entry takes this folder's modules "
-            f"as a source folder, with Python {self.python}; {taken}"
+            f"matrix.toml: no package here (no pyproject.toml [project]{package}): the cpu entry takes this folder's "
+            f"modules as a source folder, with Python {self.python}; {taken}"
         )
 
     @property
@@ -247,17 +272,54 @@ def _stack_pin(requirements: object) -> str | None:
     return None
 
 
+def _setup_name(function: ast.expr) -> str:
+    return (
+        function.id if isinstance(function, ast.Name) else function.attr if isinstance(function, ast.Attribute) else ""
+    )
+
+
+def setup_py_requirements(root: Path) -> tuple[str, ...] | None:
+    """The `install_requires` of a setup.py's `setup(...)` where it is a literal list of strings (the file is
+    parsed, never run); () where the call has none; None where there is no setup.py or no such literal."""
+    path = root / SETUP_PY
+    if not (path.exists() or path.is_symlink()):
+        return None
+    try:
+        tree = ast.parse(read_checkout_file(path, "setup.py").decode("utf-8"))
+    except (UsageError, UnicodeDecodeError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _setup_name(node.func) == "setup":
+            given = next((word.value for word in node.keywords if word.arg == "install_requires"), None)
+            if given is None:
+                return ()
+            try:
+                value = ast.literal_eval(given)
+            except ValueError:
+                return None
+            listed = isinstance(value, list | tuple) and all(isinstance(item, str) for item in value)
+            return tuple(item.strip() for item in value if item.strip()) if listed else None
+    return None
+
+
 def read_source(root: Path) -> Adopter:
     """A repository with no package: its folder's name, the cpu base's Python, torch as its requirements.txt
-    names it (read as the loader reads it: inside the checkout, through no link, requirements only)."""
+    names it (read as the loader reads it: inside the checkout, through no link, requirements only); with no
+    requirements.txt, what a setup.py's `setup()` lists as install_requires (a setup.py package's metadata is
+    not static, and the host never runs it: its modules are taken as a source folder)."""
     listed = root / REQUIREMENTS_FILE
     present = listed.exists() or listed.is_symlink()
     requirements = read_requirements(root, REQUIREMENTS_FILE) if present else ()
-    torch = _torch(requirements, REQUIREMENTS_FILE)
+    setup = None if present else setup_py_requirements(root)
+    for line in setup or ():
+        _torch([line], f"{SETUP_PY}: install_requires")  # each one a PEP 508 requirement, or one line
+    torch = _torch(requirements or setup or (), REQUIREMENTS_FILE if present else f"{SETUP_PY}: install_requires")
     tests = (root / "tests").is_dir()
+    setup_file = (root / SETUP_PY).exists() and not present
     return Adopter(
-        root.name, SOURCE_PYTHON, torch, tests, (), (), False, "source", REQUIREMENTS_FILE if present else None
-    )
+        root.name, SOURCE_PYTHON, torch, tests, (), (), False, "source", REQUIREMENTS_FILE if present else None,
+        setup_requirements=setup if setup_file else None, setup_file=setup_file,
+    )  # fmt: skip
 
 
 def read_adopter(root: Path) -> Adopter:
@@ -302,7 +364,7 @@ def render(root: Path, today: dt.date, spec: str) -> dict[str, str]:
         "@PROJECT@": facts.name,
         "@TODAY@": today.isoformat(),
         "@PYTHON@": facts.python,
-        "@TORCH@": facts.torch,
+        "@TORCH@": facts.requirements_value,
         "@PROJECT_COMMENT@": PROJECT_COMMENTS[facts.kind],
         "@PROJECT_VALUE@": facts.project_value,
         "@CASES_MODULE@": CASES_MODULES[facts.kind],
