@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import assert_never
 
 from torchyard.inimage.parity.backends import BACKENDS
-from torchyard.inimage.parity.harness import Result
+from torchyard.inimage.parity.harness import Result, output_label
 from torchyard.names import SuiteName
 
 # The backends whose program runs from memory: the file they keep is not what the runtime suite tests.
@@ -56,7 +56,9 @@ def pass_reason(suite: SuiteName, result: Result) -> str:
     )
     if not ruled:
         return ""
-    named = "; ".join(f"output {comparison.output} by the {comparison.rule}" for comparison in ruled[:SHOWN_RULES])
+    named = "; ".join(
+        f"{output_label(comparison.output)} by the {comparison.rule}" for comparison in ruled[:SHOWN_RULES]
+    )
     more = f"; and {len(ruled) - SHOWN_RULES} more" if len(ruled) > SHOWN_RULES else ""
     return f"passes, {len(ruled)} of its outputs by a rule of their own: {named}{more}"
 

@@ -83,6 +83,11 @@ def _eager_cpu(case: Case, calls: list[Call], dtype: torch.dtype) -> tuple[list[
     return [leaves(result) for result in results], leaf_paths(results[0])
 
 
+def output_label(name: str) -> str:
+    """How a reason names an output: a single tensor's is "output" (not "output output"), a leaf's by its path."""
+    return name if name == "output" else f"output {name}"
+
+
 def case_reference(case: Case, *, device: torch.device, dtype: torch.dtype) -> Reference:
     """The case's reference (`make_reference`) for its own calls; a case whose inputs cannot be made has none."""
     try:
@@ -229,7 +234,7 @@ def evaluate(
     else:
         result.status = "failed"
         result.reason = "; ".join(
-            f"{f'batch {c.batch}, ' if c.batch else ''}output {c.output}: {c.problem}"
+            f"{f'batch {c.batch}, ' if c.batch else ''}{output_label(c.output)}: {c.problem}"
             for c in result.comparisons
             if not c.passed
         )

@@ -64,7 +64,7 @@ def test_a_failing_result_names_the_batch_from_the_file(tmp_path: Path) -> None:
     assert [len(call.kwargs["observation"]["state"]) for call in beside.calls()] == [2, 3, 3]
     result = on_cpu(beside, wrong_on_bright_images, tmp_path / "run")
     assert result.status == "failed"
-    assert result.reason.startswith("batch noon.pt, output output: scaled max error 0.01")
+    assert result.reason.startswith("batch noon.pt, output: scaled max error 0.01")
     assert "dusk.pt" not in result.reason and "random" not in result.reason
     alone = Case("policy", Policy, input_files=InputFiles([tmp_path / "dusk.pt"], SHAPES))
     assert on_cpu(alone, wrong_on_bright_images, tmp_path / "alone").status == "passed"

@@ -21,6 +21,7 @@ from torchyard.inimage.options import RunSettings
 from torchyard.inimage.parity.backends import NO_CACHE, unavailable_reason
 from torchyard.inimage.parity.localize import Localization, localize
 from torchyard.inimage.parity.localize.executorch import no_taps
+from torchyard.inimage.parity.localize.inductor import STAGES
 from torchyard.inimage.suites.planted import (
     BY_NAME,
     RUN_ACCELERATOR,
@@ -241,7 +242,7 @@ def evaluated_batches(workdir: Path) -> tuple[str, str, dict[str, Any] | None]:
 def test_a_failing_batch_from_a_file_is_named_and_localized_on(beside: tuple[str, str, dict[str, Any] | None]) -> None:
     """Localized on the first call, this case would name no node: the random batch is right."""
     status, reason, diverges = beside
-    assert status == "failed" and reason.startswith("batch bright.pt, output output: "), reason
+    assert status == "failed" and reason.startswith("batch bright.pt, output: "), reason
     assert diverges is not None and diverges["node"] is not None, diverges
     assert diverges["node"]["node"] == "silu" and diverges["node"]["delegate"] == "portable kernel"
 
@@ -275,3 +276,12 @@ def test_an_executorch_without_taps_says_so(tmp_path: Path, monkeypatch: pytest.
     result = localize(DEEP, "executorch-xnnpack", dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
     assert result.node is None and result.note == "not localized: ExecuTorch 1.2.0 has no taps"
     assert no_taps() == "" or no_taps().startswith("ExecuTorch ")
+
+
+@pytest.mark.harness("compile", "train")  # the bisector's: torch.compile's, in both
+def test_every_stage_the_bisector_can_name_has_words() -> None:
+    """A step named without a subsystem reads as the stage before inductor it is (it read `eager (no subsystem of
+    it named)`): every backend of the bisector but inductor itself."""
+    from torch._inductor.compiler_bisector import BACKENDS
+
+    assert set(STAGES) == set(BACKENDS) - {"inductor"}

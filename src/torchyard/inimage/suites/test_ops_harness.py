@@ -123,7 +123,7 @@ def test_a_planted_wrong_value_fails_and_names_the_operator(tmp_path: Path) -> N
     differences, _ = planted.run("planted.add")
     assert len(differences) == 1, differences
     assert differences[0].startswith(
-        "planted.add sample 0 on export: wrong value: output output: scaled max error 0.001 > 0.0001"
+        "planted.add sample 0 on export: wrong value: output: scaled max error 0.001 > 0.0001"
     )
     assert differences[0].endswith("expected passed")
     assert planted.run("planted.mul") == ([], "")

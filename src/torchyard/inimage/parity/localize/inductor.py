@@ -19,6 +19,15 @@ from torchyard.inimage.parity.metrics import compare_values
 from torchyard.inimage.parity.tolerances import Bounds
 from torchyard.inimage.parity.trees import leaves, to_device
 
+# What the bisector's backends are, for a step it names without a subsystem: the stage before inductor where the
+# compiled program first differs (torch._inductor.compiler_bisector.BISECTION_BACKENDS's order).
+STAGES = {
+    "eager": "torch.compile's captured graph, run without a compiler (the fault is in dynamo's trace)",
+    "aot_eager": "AOTAutograd's graph, run without inductor",
+    "aot_eager_decomp_partition": "AOTAutograd's decomposed and partitioned graph, run without inductor",
+    "aot_eager_decomp_partition_crossref": "AOTAutograd's decomposed graph, each operator checked against eager",
+}
+
 
 def bisect_train(correct: Callable[[], bool], deadline: Deadline) -> str:
     """The step the bisector names for a training step (forward and backward through AOTAutograd): `correct`
@@ -76,7 +85,7 @@ def _bisect(correct: Callable[[], bool]) -> str:
     if found is None:
         return ""
     if found.subsystem is None:
-        return f"{found.backend} (no subsystem of it named)"
+        return STAGES.get(found.backend, f"{found.backend}, no subsystem of it singled out")
     if found.subsystem == "lowerings":
         return f"{found.backend}: the generated kernel for node {found.debug_info}"
     what = f"{found.backend}: {found.subsystem}"
