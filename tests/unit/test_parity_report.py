@@ -17,6 +17,9 @@ def test_the_parity_reports_name_the_suites_that_ran(tmp_path: Path) -> None:
     title = paths["markdown"].read_text().splitlines()[0]
     assert title == "### torchyard parity: cuda on NVIDIA H200, torch 2.11.0, untrusted run; suites: export, parity"
     assert json.loads(paths["json"].read_text())["suites"] == ["export", "parity"]
+    finished = {"suites": ["train"], "finished": "2026-12-05T02:03:09+00:00"}
+    title = write_reports(tmp_path, [], manifest, finished)["markdown"].read_text().splitlines()[0]
+    assert title.endswith("untrusted run; suites: train; finished 2026-12-05 02:03:09 UTC")
 
 
 def _record(case: str, backend: str, suite: str, latency: float | None) -> dict[str, object]:

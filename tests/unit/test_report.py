@@ -78,6 +78,22 @@ def test_a_runs_line_names_each_backends_first_distribution(tmp_path: Path) -> N
     assert f"- **cuda**: fp32; {line}" in compatibility_markdown(merge([run]))
 
 
+def test_each_run_says_when_it_finished_where_its_report_says_so_in_the_harness_words(tmp_path: Path) -> None:
+    """A stale run beside today's is told apart by its day; a `finished` that is not the harness's timestamp (a run
+    of other people's code wrote the file) is left out, not shown."""
+    folders = []
+    for name, finished in [("old", "2026-11-30T09:15:02+00:00"), ("odd", "**bold** [link](x)"), ("none", None)]:
+        folders.append(write_run(tmp_path / name, [result("mlp", "eager", "passed")]))
+        if finished is not None:
+            data = json.loads((folders[-1] / "parity.json").read_text())
+            (folders[-1] / "parity.json").write_text(json.dumps({**data, "finished": finished}))
+    table = merge(folders)
+    lines = [line for line in compatibility_markdown(table).splitlines() if line.startswith("- **")]
+    assert lines[0].endswith("; finished 2026-11-30 09:15:02 UTC")
+    assert "finished" not in lines[1] and "bold" not in lines[1] and "finished" not in lines[2]
+    assert "; finished 2026-11-30 09:15:02 UTC</li>" in compatibility_html(table)
+
+
 def test_html_links_each_cell_to_its_details_and_escapes_what_a_run_wrote(tmp_path: Path) -> None:
     hostile = write_run(
         tmp_path / "evil",

@@ -110,6 +110,7 @@ def conclude_run(session: pytest.Session, exitstatus: int) -> None:
         "tolerances": settings.tolerances.as_dict(),
         "suites": list(selected),
         "not-collected": collector.not_collected,
+        "finished": proofs.now(),  # when: a merged report puts runs of different days side by side
     }
     manifest["load"] = load.machine_load(
         config.stash.get(LOAD_AT_START, None),

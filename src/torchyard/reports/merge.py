@@ -9,8 +9,9 @@ shows the worst of their outcomes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,9 @@ from torchyard.errors import UsageError
 from torchyard.names import BACKEND_NAMES
 from torchyard.reports.files import read_json
 
+# A run's `finished`, as the in-image side writes it: anything else in a parity.json (a run of other people's
+# code wrote it) is left out.
+FINISHED = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\+00:00")
 # Worst first: a cell shows the first of these that any of its results has.
 OUTCOMES = ("failed", "error", "xfailed", "passed", "skipped")
 
@@ -30,6 +34,7 @@ class Run:
     precision: str
     environment: dict[str, Any]
     results: tuple[dict[str, Any], ...]
+    finished: str = ""  # when the run wrote its reports (UTC, ISO 8601), where its parity.json says
 
     @property
     def backends(self) -> list[str]:
@@ -105,6 +110,7 @@ def load_run(report: Path) -> Run:
         precision=str(data.get("precision", "")),
         environment=environment if isinstance(environment, dict) else {},
         results=tuple(results),
+        finished=finished if isinstance(finished := data.get("finished"), str) and FINISHED.fullmatch(finished) else "",
     )
 
 
@@ -121,7 +127,7 @@ def merge(paths: Sequence[Path]) -> CompatibilityTable:
             number = 2
             while f"{run.name} ({number})" in taken:
                 number += 1
-            run = Run(f"{run.name} ({number})", run.source, run.precision, run.environment, run.results)
+            run = replace(run, name=f"{run.name} ({number})")
         runs.append(run)
     cells: dict[tuple[str, str, str], Cell] = {}
     cases: dict[str, None] = {}

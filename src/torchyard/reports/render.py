@@ -9,7 +9,7 @@ from html import escape
 from typing import Any
 
 from torchyard.names import BACKEND_FACTS, module_name
-from torchyard.reports.merge import OUTCOMES, CompatibilityTable
+from torchyard.reports.merge import OUTCOMES, CompatibilityTable, Run
 from torchyard.reports.ops import OUTCOMES as OPS_OUTCOMES
 from torchyard.reports.ops import OpsTable, ops_html, ops_markdown
 
@@ -30,6 +30,10 @@ def _versions(environment: dict[str, Any]) -> str:
     return ", ".join(f"{name} {environment[name]}" for name in VERSIONS if environment.get(name))
 
 
+def _when(run: Run) -> str:
+    return f"; finished {run.finished.replace('T', ' ').replace('+00:00', ' UTC')}" if run.finished else ""
+
+
 def compatibility_markdown(table: CompatibilityTable, ops: OpsTable | None = None) -> str:
     """The cases' table (where a run has cases), then the operators' (where a run swept them)."""
     columns = [(run.name, backend) for run in table.runs for backend in run.backends]
@@ -37,7 +41,7 @@ def compatibility_markdown(table: CompatibilityTable, ops: OpsTable | None = Non
     lines = [
         "## Compatibility",
         "",
-        *(f"- **{run.name}**: {run.precision}; {_versions(run.environment)}" for run in table.runs),
+        *(f"- **{run.name}**: {run.precision}; {_versions(run.environment)}{_when(run)}" for run in table.runs),
         "",
     ]
     if table.cases:
@@ -196,7 +200,8 @@ def compatibility_html(table: CompatibilityTable, ops: OpsTable | None = None) -
             )
         rows.append("<tr>" + "".join(cells) + "</tr>")
     runs = "".join(
-        f"<li><b>{escape(run.name)}</b>: {escape(run.precision)}; {escape(_versions(run.environment))}</li>"
+        f"<li><b>{escape(run.name)}</b>: {escape(run.precision)}; {escape(_versions(run.environment))}"
+        f"{escape(_when(run))}</li>"
         for run in table.runs
     )
     cases = (

@@ -199,14 +199,17 @@ def markdown(
     suites: Sequence[str] = (),
     self_tests: Mapping[str, Any] | None = None,
     not_collected: Sequence[str] = (),
+    *,
+    finished: str = "",
 ) -> str:
-    """What a person reads, under a title that names the run's `suites`: what the harness's self-tests did,
-    the summary (counts, then the failures and known failures), notes, one row per case x backend (per suite
-    where they differ), speed."""
+    """What a person reads, under a title that names the run's `suites` and when it `finished`: what the
+    harness's self-tests did, the summary (counts, then the failures and known failures), notes, one row per
+    case x backend (per suite where they differ), speed."""
     device = manifest.get("device", "?")
     title = f"### torchyard parity: {manifest.get('accelerator', '?')} on {device}, torch {manifest.get('torch', '?')}"
     title += f", {manifest.get('trust', 'trusted')} run"
-    title += f"; suites: {', '.join(suites)}\n\n" if suites else "\n\n"
+    title += f"; suites: {', '.join(suites)}" if suites else ""
+    title += f"; finished {finished.replace('T', ' ').replace('+00:00', ' UTC')}\n\n" if finished else "\n\n"
     noted = notes(records, manifest)
     ratios = not loaded_why(manifest)
     timed = speed(records)
@@ -265,8 +268,9 @@ def write_reports(
         + "\n"
     )
     table = markdown(
-        ordered, manifest, extra.get("suites", ()), extra.get("self-tests"), extra.get("not-collected", ())
-    )
+        ordered, manifest, extra.get("suites", ()), extra.get("self-tests"), extra.get("not-collected", ()),
+        finished=str(extra.get("finished", "")),
+    )  # fmt: skip
     paths["markdown"].write_text(table)
     paths["env"].write_text(json.dumps(manifest, indent=2, default=str) + "\n")
     return paths
