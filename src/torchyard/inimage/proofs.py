@@ -1,10 +1,11 @@
 """The harness's self-tests, proven once per stack: a run keeps the self-tests that passed under their key
 (`<cache>/self-tests/`), and a later run with the same key leaves them out and says so in its reports;
 `torchyard test --rerun-self-tests` runs them all. The key: the stack (an image's base and lock, or a venv's
-installed distributions), torchyard's in-image side byte for byte, the Python, the device and its driver, the
-xdist workers and every setting that decides verdicts but the project's case modules (no self-test reads
-them). Only torchyard's own self-tests are kept; caches are scoped by trust, so an untrusted run never writes
-a proof a trusted run reads.
+installed distributions), torchyard's in-image side byte for byte, the Python, the device and its driver and
+the xdist workers. Not the entry's settings: no self-test reads them (each sets its own, and whole runs drop
+the run's), so two entries of one stack, cpu and cpu-bf16, share one proof; the few that check the run itself
+(`pytest.mark.harness(this_run=True)`) run in every run and are never kept. Only torchyard's own self-tests are
+kept; caches are scoped by trust, so an untrusted run never writes a proof a trusted run reads.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ RERUN_OPTION = contract.RERUN_SELF_TESTS_OPTION
 # are started without it (`beside.whole_run_environment`), and so is a plain `pytest` with the plugin.
 PROOF = contract.SELF_TEST_PROOF
 SELF_TEST = "torchyard_self_test"  # the keyword a self-test's reports carry
+THIS_RUN = "torchyard_this_run"  # and one that checks the run it is in
 WORKER_COUNTS = "torchyard-self-tests-left-out"  # a worker's counts, in the output xdist hands its controller
 
 
@@ -69,17 +71,10 @@ def stack_key(env: Mapping[str, str]) -> str:
 
 
 def proof_path(env: Mapping[str, str], stack: str, device: Mapping[str, Any], argv: Sequence[str]) -> Path:
-    """Where the proof of this stack (`stack_key`), device and run's settings is kept. The settings are those
-    that decide verdicts but the project's case modules and the image's ID (its project layers: the stack
-    stands for the rest), with the settings and worker counts the arguments give."""
-    settings = {
-        setting.variable: env.get(setting.variable, "")
-        for setting in contract.SETTINGS
-        if setting.verdicts and setting.variable not in (contract.CASES, contract.IMAGE_ID)
-    }
-    given = [arg for arg in argv if arg.startswith(("--torchyard-", "-n", "--numprocesses", "--dist"))]
-    given = [arg for arg in given if arg != RERUN_OPTION]
-    situation = _digest({"device": dict(device), "settings": settings, "arguments": given})
+    """Where the proof of this stack (`stack_key`), device and xdist workers is kept (the worker arguments the
+    run was given: a worker sees one device and runs a share of the tests)."""
+    given = [arg for arg in argv if arg.startswith(("-n", "--numprocesses", "--dist"))]
+    situation = _digest({"device": dict(device), "arguments": given})
     return store_for(env) / f"{stack}-{situation}.json"
 
 
@@ -106,6 +101,7 @@ class Proofs:
     elsewhere: tuple[int, frozenset[str]] = (0, frozenset())  # self-tests of suites the run does not have
     passed: set[str] = field(default_factory=set)
     failed: set[str] = field(default_factory=set)
+    checked: set[str] = field(default_factory=set)  # passes of self-tests that check the run itself: not kept
 
     @classmethod
     def load(cls, path: Path, *, rerun: bool) -> Proofs:
@@ -130,7 +126,9 @@ class Proofs:
                 if of_other_suites(item, suites):
                     elsewhere.append(item)
                     continue
-                if item.nodeid in self.proven:
+                if of_this_run(item):
+                    item.keywords[THIS_RUN] = 1
+                elif item.nodeid in self.proven:
                     out.append(item)
                     continue
             kept.append(item)
@@ -162,7 +160,7 @@ class Proofs:
         if report.failed:
             self.failed.add(report.nodeid)
         elif report.passed and report.when == "call":
-            self.passed.add(report.nodeid)
+            (self.checked if THIS_RUN in report.keywords else self.passed).add(report.nodeid)
 
     def save(self, started: str) -> None:
         """The proof with this run's passes added (and its failures taken out), renamed into place; the oldest
@@ -182,7 +180,7 @@ class Proofs:
     def summary(self) -> dict[str, Any]:
         """What parity.json says of the self-tests (parity.md says it in a line); under xdist, as the workers
         told the controller."""
-        ran = self.passed | self.failed
+        ran = self.passed | self.failed | self.checked
         return {
             "ran": len(ran),
             "failed": len(self.failed),
@@ -206,6 +204,12 @@ def of_other_suites(item: pytest.Item, suites: tuple[str, ...]) -> bool:
     a run that names no suites leaves none out."""
     marker = item.get_closest_marker(HARNESS)
     return bool(suites and marker is not None and marker.args and not set(marker.args) & set(suites))
+
+
+def of_this_run(item: pytest.Item) -> bool:
+    """A self-test that checks the run it is in (what it selected, what it wrote): proven by no other run."""
+    marker = item.get_closest_marker(HARNESS)
+    return bool(marker is not None and marker.kwargs.get("this_run"))
 
 
 def _is_self_test(item: pytest.Item) -> bool:

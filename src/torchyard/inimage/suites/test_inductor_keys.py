@@ -124,6 +124,7 @@ def test_a_stored_key_is_the_one_inductor_uses(tmp_path: Path) -> None:
         key.set(own)
 
 
+@pytest.mark.harness(this_run=True)  # what this run selected and wrote: no other run proves it
 def test_each_suite_that_compiles_counts_as_selecting_inductor(request: pytest.FixtureRequest) -> None:
     """What decides the first-use imports and the remembered keys: a run of the compile or the parity suite
     alone selects inductor, by the parameters those suites take."""
@@ -134,6 +135,7 @@ def test_each_suite_that_compiles_counts_as_selecting_inductor(request: pytest.F
             assert selected_backends(items) == {"inductor"}, suite
 
 
+@pytest.mark.harness(this_run=True)  # what this run selected and wrote: no other run proves it
 def test_the_run_remembers_inductor_keys_in_the_entry_cache(
     request: pytest.FixtureRequest, evaluations: Evaluations
 ) -> None:

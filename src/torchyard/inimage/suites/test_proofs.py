@@ -4,6 +4,7 @@ a project's test marked `harness` always runs; `--torchyard-rerun-self-tests` ru
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -45,6 +46,11 @@ def test_failing_once():
 @pytest.mark.harness("ops")
 def test_of_the_ops_suite():
     ran("ops")
+
+
+@pytest.mark.harness(this_run=True)
+def test_of_this_run():
+    ran("this_run")
 """
 
 PROJECT = """
@@ -142,41 +148,42 @@ OTHER_SUITES = "; 1 left out, of suites this run does not have (ops)."
 @pytest.mark.beside.with_args(three_runs)
 def test_a_self_test_that_passed_is_left_out_until_asked_for(beside: list[Seen]) -> None:
     failing, passing, rerun = beside
-    assert failing[:3] == (
-        1,
-        ["failing_once", "project", "steady"],
-        f"Harness self-tests: 2 ran, 1 failed{OTHER_SUITES}",
-    )
-    assert passing[:2] == (0, ["failing_once", "project"])  # the steady one proven, the project's never
-    assert passing[2].startswith("Harness self-tests: 1 ran; 1 left out, proven on this stack by the run of ")
+    assert failing[:2] == (1, ["failing_once", "project", "steady", "this_run"])
+    assert failing[2] == f"Harness self-tests: 3 ran, 1 failed{OTHER_SUITES}"
+    # The steady one proven; the project's never, nor the one that checks the run itself.
+    assert passing[:2] == (0, ["failing_once", "project", "this_run"])
+    assert passing[2].startswith("Harness self-tests: 2 ran; 1 left out, proven on this stack by the run of ")
     assert passing[2].endswith(OTHER_SUITES)
     assert passing[3]["left-out"] == 1 and passing[3]["failed"] == 0
     assert passing[3]["other-suites"] == {"left-out": 1, "suites": ["ops"]}
-    assert rerun[:3] == (0, ["failing_once", "project", "steady"], f"Harness self-tests: 2 ran{OTHER_SUITES}")
+    assert rerun[:2] == (0, ["failing_once", "project", "steady", "this_run"])
+    assert rerun[2] == f"Harness self-tests: 3 ran{OTHER_SUITES}"
 
 
 @pytest.mark.beside.with_args(under_workers)
 def test_what_the_workers_left_out_is_in_the_controllers_reports(beside: list[Seen]) -> None:
     first, second = beside
-    assert first[:2] == (0, ["failing_once", "project", "steady"])
+    assert first[:2] == (0, ["failing_once", "project", "steady", "this_run"])
     assert first[3]["other-suites"] == {"left-out": 1, "suites": ["ops"]} and first[3]["left-out"] == 0
-    assert second[:2] == (0, ["project"])
-    assert second[3]["left-out"] == 2 and second[3]["ran"] == 0 and second[3]["proven-by"]
-    assert second[2].startswith("Harness self-tests: 0 ran; 2 left out, proven on this stack by the run of ")
+    assert second[:2] == (0, ["project", "this_run"])
+    assert second[3]["left-out"] == 2 and second[3]["ran"] == 1 and second[3]["proven-by"]
+    assert second[2].startswith("Harness self-tests: 1 ran; 2 left out, proven on this stack by the run of ")
 
 
 def path_of(env: dict[str, str], device: dict[str, str], argv: list[str]) -> Path:
     return proofs.proof_path(env, proofs.stack_key(env), device, argv)
 
 
-def test_a_proof_is_kept_per_stack_device_and_settings(tmp_path: Path) -> None:
+def test_a_proof_is_kept_per_stack_device_and_workers_not_per_settings(tmp_path: Path) -> None:
     env = {contract.INDUCTOR_CACHE: str(tmp_path), contract.PRECISION: "fp32"}
     cpu = {"type": "cpu", "processor": "one"}
     first = path_of(env, cpu, ["-m", "export or harness"])
     assert first.parent == tmp_path / proofs.STORE
     assert first == path_of(env, cpu, ["-m", "harness", proofs.RERUN_OPTION])  # the selection is not in it
     assert first == path_of({**env, contract.CASES: "my_cases"}, cpu, [])  # nor the project's cases
-    assert first != path_of({**env, contract.PRECISION: "bf16"}, cpu, [])
+    # Nor the entry's settings: cpu and cpu-bf16 of one stack share it.
+    assert first == path_of({**env, contract.PRECISION: "bf16", contract.SUITES: "train"}, cpu, [])
+    assert first == path_of(env, cpu, ["--torchyard-precision=bf16"])
     assert first != path_of(env, {**cpu, "processor": "two"}, [])
     assert first != path_of(env, cpu, ["-n", "2"])
     assert first == path_of({**env, contract.IMAGE_ID: "sha256:other"}, cpu, [])  # the project's layers
@@ -189,3 +196,32 @@ def test_a_proof_is_kept_per_stack_device_and_settings(tmp_path: Path) -> None:
     assert proofs.likely_proven(env, proofs.stack_key(env), []) and not proofs.likely_proven(
         env, proofs.stack_key(env), [proofs.RERUN_OPTION]
     )
+
+
+# Fixtures that hand a test the run's own settings or selection, and what reads the run's collected tests.
+RUNS_OWN = {"evaluations", "case", "parity_backend", "compile_backend", "train_backend"}
+
+
+def _session_items(node: ast.AST) -> bool:
+    """`<something>.session.items`: the run's collected tests."""
+    return isinstance(node, ast.Attribute) and node.attr == "items" and ast.unparse(node.value).endswith("session")
+
+
+def test_a_self_test_that_reads_the_run_itself_is_marked_so() -> None:
+    """The proof is not keyed by the entry's settings because no kept self-test reads them: one that takes a
+    fixture made of them, or reads the run's collected tests, must say `harness(this_run=True)`, which runs it
+    in every run. Checked in the source of every self-test file."""
+    unmarked = []
+    for path in sorted(proofs._SUITES.glob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        marks = [node for node in tree.body if isinstance(node, ast.Assign) and "pytestmark" in ast.unparse(node)]
+        if not any("harness" in ast.unparse(node) for node in marks):
+            continue  # a suite's own tests (export, parity...), not the harness's
+        for node in tree.body:
+            if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test_")):
+                continue
+            reads = {arg.arg for arg in node.args.args} & RUNS_OWN or any(_session_items(n) for n in ast.walk(node))
+            this_run = any("this_run=True" in ast.unparse(decorator) for decorator in node.decorator_list)
+            if reads and not this_run:
+                unmarked.append(f"{path.name}::{node.name}")
+    assert unmarked == []

@@ -15,6 +15,7 @@ import pytest
 from torchyard import contract
 from torchyard.inimage import replay
 from torchyard.inimage.suites.beside import whole_run_environment
+from torchyard.inimage.suites.whole_runs import OWN_SETTINGS
 
 pytestmark = pytest.mark.harness
 
@@ -135,7 +136,9 @@ def plain_run_then_reuse(workdir: Path) -> list[tuple[int, int, bool]]:
     tests, runs = workdir / "tests", workdir / "runs"
     tests.mkdir()
     (tests / "test_counted.py").write_text(COUNTED)
-    env = {name: value for name, value in whole_run_environment(os.environ).items() if name != contract.REUSE_RESULTS}
+    # The run's own settings left out, as a whole run's are (no self-test reads them: `proofs`).
+    dropped = {*OWN_SETTINGS, contract.REUSE_RESULTS}
+    env = {name: value for name, value in whole_run_environment(os.environ).items() if name not in dropped}
     env |= {
         contract.ACCELERATOR: "cpu",  # no workers, whatever devices the run has
         contract.REPORT_DIR: str(workdir / "reports"),
