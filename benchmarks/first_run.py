@@ -61,6 +61,12 @@ def main() -> int:
         base_s, _ = timed(["nox", "-s", "base-image"], clone, env)
         env["TORCHYARD_BASE_IMAGES"] = "cpu=torchyard/base:bookworm"
         test_s, output = timed(["nox", "-s", "test-cpu"], clone, env)
+        # What each entry proved and left out: the second entry of a stack leaves out what the first proved.
+        proofs = {
+            folder.name: next((line for line in md.read_text().splitlines() if line.startswith("Harness")), "")
+            for folder in sorted((clone / "reports").iterdir())
+            if (md := folder / "parity.md").is_file()
+        }
     images = {entry: float(seconds) for entry, seconds in IMAGE_ROW.findall(output)}
     sessions = [float(seconds) for seconds in SESSION.findall(output)]
     tool = "mmdebstrap" if shutil.which("mmdebstrap") else "debootstrap"
@@ -72,6 +78,8 @@ def main() -> int:
     for name, seconds in rows:
         print(f"| {name} | {seconds:.1f} |")
     print(f"| **total** | **{total:.1f}** ({total / GOAL_S:.2f}x the three-minute goal) |")
+    for entry, line in proofs.items():
+        print(f"{entry}: {line}")
     empty(client)
     return 0
 
