@@ -198,6 +198,13 @@ def test_a_lock_made_through_a_mirror_says_so_in_its_file_and_its_check(
     assert freshness.status == "fresh" and freshness.detail.endswith(
         "(made through mirrors of pypi: their files, not the index's)"
     )
+    forged = path.read_text().replace("mirrors: pypi", "mirrors: pypi <img src=x onerror=alert(1)>")
+    path.write_text(forged)
+    freshness = lock_freshness(app, tmp_path, uv_version())
+    assert (freshness.status, freshness.detail) == (
+        "stale",
+        "its made-through-mirrors line is not one torchyard writes",
+    )
     plain = render_lockfile(app, LockInputs.of(app, uv_version()), body)
     assert "made-through" not in plain and read_header(plain)[1] == body
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from torchyard.matrix.schema import Entry
 from torchyard.util.checkout import linked_component
 
 Status = Literal["fresh", "stale", "missing"]
+INDEX_NAMES = re.compile(r"[A-Za-z0-9._-]+(,[A-Za-z0-9._-]+)*")
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,10 @@ def lock_freshness(entry: Entry, lockdir: Path, uv: str) -> Freshness:
     if fields["inputs-digest"] != current.digest():
         changed = _changed_inputs(fields.get("inputs", ""), current.record())
         return Freshness(entry.name, "stale", f"inputs changed: {', '.join(changed)}")
-    if fields.get("made-through-mirrors"):
-        through = fields["made-through-mirrors"]
+    through = fields.get("made-through-mirrors", "")
+    if through and not INDEX_NAMES.fullmatch(through):  # what a reviewer reads is only ever index names
+        return Freshness(entry.name, "stale", "its made-through-mirrors line is not one torchyard writes")
+    if through:
         return Freshness(
             entry.name, "fresh", f"{path} (made through mirrors of {through}: their files, not the index's)"
         )
