@@ -16,8 +16,8 @@ from torchyard.errors import ImageBuildError, LockError, StaleLockError
 from torchyard.lock.check import lock_freshness, require_fresh
 from torchyard.lock.inputs import LockInputs, compile_args, requirements_in, uv_environment
 from torchyard.lock.install import sync_args
-from torchyard.lock.lockfile import lock_path, read_header, render_lockfile
-from torchyard.lock.resolve import lock_entry, uv_version
+from torchyard.lock.lockfile import body_digest, lock_path, read_header, render_lockfile
+from torchyard.lock.resolve import lock_entry, unreachable_index, uv_version
 from torchyard.lock.standins import write_wheel
 from torchyard.matrix import Entry, parse_plan
 from torchyard.matrix.machine import Source, index_args
@@ -191,22 +191,42 @@ def test_a_lock_made_through_a_mirror_says_so_in_its_file_and_its_check(
     app, _ = make_plan()
     path = lock_entry(app, tmp_path, mirrors)
     header, body = read_header(path.read_text())
-    assert header["made-through-mirrors"] == "pypi" and mirrors["pypi"].location not in path.read_text()
+    assert header["made-through-mirrors"] == '["pypi"]' and mirrors["pypi"].location not in path.read_text()
     said = capsys.readouterr().err
     assert f"entry 'app': locked through this machine's mirrors (pypi={mirrors['pypi'].location}): " in said
     freshness = lock_freshness(app, tmp_path, uv_version())
     assert freshness.status == "fresh" and freshness.detail.endswith(
         "(made through mirrors of pypi: their files, not the index's)"
     )
-    forged = path.read_text().replace("mirrors: pypi", "mirrors: pypi <img src=x onerror=alert(1)>")
-    path.write_text(forged)
-    freshness = lock_freshness(app, tmp_path, uv_version())
-    assert (freshness.status, freshness.detail) == (
-        "stale",
-        "its made-through-mirrors line is not one torchyard writes",
+    made = path.read_text()
+    # The line is covered by the body digest: a pull request that drops it passes a mirror's pins off as the index's.
+    path.write_text("".join(line for line in made.splitlines(keepends=True) if "made-through" not in line))
+    assert lock_freshness(app, tmp_path, uv_version()).detail == (
+        "edited by hand: the body does not match its recorded digest"
     )
+    # With the digest recomputed, a line of anything but this entry's index names is still refused.
+    for forged in ('["pypi <img src=x onerror=alert(1)>"]', '["not-an-index"]', "[]", "pypi", '{"pypi": 1}'):
+        text = made.replace(header["body-digest"], body_digest(body, forged)).replace('["pypi"]', forged)
+        path.write_text(text)
+        freshness = lock_freshness(app, tmp_path, uv_version())
+        assert (freshness.status, freshness.detail) == (
+            "stale",
+            "its made-through-mirrors line is not one torchyard writes",
+        ), forged
     plain = render_lockfile(app, LockInputs.of(app, uv_version()), body)
     assert "made-through" not in plain and read_header(plain)[1] == body
+
+
+def test_a_mirrored_index_of_any_name_matrix_toml_allows_reads_back_fresh(tmp_path: Path) -> None:
+    """An index name is any TOML key (a `+`, a comma): the line torchyard writes for it is one its check takes."""
+    text = MATRIX.format(digest="0" * 64, requirements='["app"]', vendored='["x"]')
+    text = text.replace('pypi = "https', '"py+p,i" = "https').replace('indexes = ["pypi"]', 'indexes = ["py+p,i"]')
+    app = parse_plan(text, Path("matrix.toml")).entries[0]
+    body = "app==1.0 --hash=sha256:" + "a" * 64 + "\n"
+    lock_path(tmp_path, app).write_text(render_lockfile(app, LockInputs.of(app, "0.9.0"), body, ["py+p,i"]))
+    freshness = lock_freshness(app, tmp_path, "0.9.0")
+    assert freshness.status == "fresh"
+    assert freshness.detail.endswith("(made through mirrors of py+p,i: their files, not the index's)")
 
 
 @pytest.mark.real_subprocess
@@ -323,21 +343,59 @@ def test_unreachable_index_without_mirror_is_one_clear_error(tmp_path: Path) -> 
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.real_subprocess
-def test_an_index_that_does_not_answer_is_named_with_the_setting_that_points_it_elsewhere(tmp_path: Path) -> None:
-    """The index's mirror here is a port nothing listens on: uv's chain of causes becomes the index's name."""
+def closed_port() -> int:
     with socket.socket() as probe:  # a port that was free a moment ago: connecting to it is refused
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    closed = {"pypi": Source("pypi", "index", f"http://user:secret@127.0.0.1:{port}/simple")}
-    app, _ = make_plan()
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.real_subprocess
+def test_an_index_that_does_not_answer_is_named_with_the_setting_that_points_it_elsewhere(tmp_path: Path) -> None:
+    """The index itself does not answer (no mirror): uv's chain of causes becomes the index's name and the fix."""
+    port = closed_port()
+    text = MATRIX.format(digest="0" * 64, requirements='["app"]', vendored='["x"]')
+    text = text.replace("https://unreachable.invalid/simple", f"http://user:secret@127.0.0.1:{port}/simple")
+    app = parse_plan(text, Path("matrix.toml")).entries[0]
     with pytest.raises(LockError) as caught:
-        lock_entry(app, tmp_path, closed, env={"PATH": os.environ["PATH"], "UV_HTTP_RETRIES": "0"})
+        lock_entry(app, tmp_path, {}, env={"PATH": os.environ["PATH"], "UV_HTTP_RETRIES": "0"})
     assert str(caught.value) == (
         f"entry 'app': the index 'pypi' (http://***@127.0.0.1:{port}/simple) is not reachable from here: lock "
         'where it is, or point it at a mirror of it with TORCHYARD_MIRRORS="pypi=URL" (docs/how-to/air-gapped.md)'
     )
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.real_subprocess
+def test_a_mirror_that_does_not_answer_is_named_as_this_machines_mirror(tmp_path: Path) -> None:
+    """Pointing a mirror at a mirror would not help: the line names the machine's setting to mend."""
+    port = closed_port()
+    closed = {"pypi": Source("pypi", "index", f"http://user:secret@127.0.0.1:{port}/simple")}
+    app, _ = make_plan()
+    with pytest.raises(LockError) as caught:
+        lock_entry(app, tmp_path, closed, env={"PATH": os.environ["PATH"], "UV_HTTP_RETRIES": "0"})
+    assert str(caught.value) == (
+        f"entry 'app': this machine's mirror of the index 'pypi' (http://***@127.0.0.1:{port}/simple) is not "
+        "reachable: mend or drop it in TORCHYARD_MIRRORS or machine.toml's [mirrors] (docs/how-to/air-gapped.md)"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_index_whose_certificate_uv_does_not_trust_is_told_from_one_that_does_not_answer() -> None:
+    """uv's chain for a TLS failure holds the same 'error sending request' as a refused connection."""
+    output = (
+        "error: Failed to fetch: `https://pypi.org/simple/app/`\n  Caused by: Request failed after 3 retries\n"
+        "  Caused by: error sending request for url (https://pypi.org/simple/app/)\n"
+        "  Caused by: client error (Connect)\n  Caused by: invalid peer certificate: UnknownIssuer\n"
+    )
+    sources = [Source("pypi", "index", "https://pypi.org/simple")]
+    said = unreachable_index(output, sources, [("pypi", "https://pypi.org/simple")])
+    assert said == (
+        "the index 'pypi' (https://pypi.org/simple) answered with a certificate uv does not trust: UV_NATIVE_TLS=1 "
+        "makes uv read this machine's certificate store"
+    )
+    refused = output.replace("invalid peer certificate: UnknownIssuer", "tcp connect error")
+    said = unreachable_index(refused, sources, [("pypi", "https://pypi.org/simple")])
+    assert said.startswith("the index 'pypi' (https://pypi.org/simple) is not reachable from here")
 
 
 def simple_index(wheels: Path, root: Path) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,6 @@ from torchyard.matrix.schema import Entry
 from torchyard.util.checkout import linked_component
 
 Status = Literal["fresh", "stale", "missing"]
-INDEX_NAMES = re.compile(r"[A-Za-z0-9._-]+(,[A-Za-z0-9._-]+)*")
 
 
 @dataclass(frozen=True)
@@ -34,6 +32,18 @@ def _changed_inputs(recorded: str, current: Mapping[str, Any]) -> list[str]:
     if not isinstance(old, dict):
         return ["header"]
     return sorted(key for key in {*old, *current} if old.get(key) != current.get(key))
+
+
+def _mirrored_indexes(field: str, entry: Entry) -> list[str] | None:
+    """The index names a made-through-mirrors line lists, or None unless it is a JSON list of this entry's."""
+    try:
+        names = json.loads(field)
+    except json.JSONDecodeError:
+        return None
+    known = {index.name for index in entry.indexes}
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n in known for n in names):
+        return None
+    return names
 
 
 def lock_freshness(entry: Entry, lockdir: Path, uv: str) -> Freshness:
@@ -54,17 +64,18 @@ def lock_freshness(entry: Entry, lockdir: Path, uv: str) -> Freshness:
     current = LockInputs.of(entry, uv)
     if "inputs-digest" not in fields or "body-digest" not in fields:
         return Freshness(entry.name, "stale", "no torchyard header: not made by the lock session")
-    if fields["body-digest"] != body_digest(body):
+    through = fields.get("made-through-mirrors", "")
+    if fields["body-digest"] != body_digest(body, through):
         return Freshness(entry.name, "stale", "edited by hand: the body does not match its recorded digest")
     if fields["inputs-digest"] != current.digest():
         changed = _changed_inputs(fields.get("inputs", ""), current.record())
         return Freshness(entry.name, "stale", f"inputs changed: {', '.join(changed)}")
-    through = fields.get("made-through-mirrors", "")
-    if through and not INDEX_NAMES.fullmatch(through):  # what a reviewer reads is only ever index names
-        return Freshness(entry.name, "stale", "its made-through-mirrors line is not one torchyard writes")
     if through:
+        names = _mirrored_indexes(through, entry)
+        if names is None:  # what a reviewer reads is only ever this entry's index names
+            return Freshness(entry.name, "stale", "its made-through-mirrors line is not one torchyard writes")
         return Freshness(
-            entry.name, "fresh", f"{path} (made through mirrors of {through}: their files, not the index's)"
+            entry.name, "fresh", f"{path} (made through mirrors of {', '.join(names)}: their files, not the index's)"
         )
     return Freshness(entry.name, "fresh", str(path))
 

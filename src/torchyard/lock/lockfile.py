@@ -28,21 +28,29 @@ def relock_hint(names: Sequence[str]) -> str:
     return f"`nox -s lock -- {joined}` (or `torchyard lock {joined}`)"
 
 
-def body_digest(body: str) -> str:
-    return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+def through_field(through: Sequence[str]) -> str:
+    """The made-through-mirrors line's value: the index names as a JSON list (a TOML key may hold a comma)."""
+    return json.dumps(list(through), ensure_ascii=False)
+
+
+def body_digest(body: str, through: str = "") -> str:
+    """The body's digest; a lock made through mirrors covers that line too, so deleting or adding it is an edit."""
+    covered = f"made-through-mirrors: {through}\n{body}" if through else body
+    return "sha256:" + hashlib.sha256(covered.encode()).hexdigest()
 
 
 def render_lockfile(entry: Entry, inputs: LockInputs, body: str, through: Sequence[str] = ()) -> str:
     """The lockfile: its header (what `lock --check` reads), then uv's body. `through` names the indexes this
     machine read from a mirror (`TORCHYARD_MIRRORS`): the pins are what the mirror served, which a reviewer must
     know; only the names are written, never where the mirrors are."""
+    field = through_field(through) if through else ""
     header = [
         f"# torchyard lockfile for entry {entry.name!r}. Do not edit: run `{reproduce_command(entry)}`.\n",
         f"# torchyard-inputs-digest: {inputs.digest()}\n",
-        f"# torchyard-body-digest: {body_digest(body)}\n",
+        f"# torchyard-body-digest: {body_digest(body, field)}\n",
     ]
-    if through:
-        header.append(f"# torchyard-made-through-mirrors: {','.join(through)}\n")
+    if field:
+        header.append(f"# torchyard-made-through-mirrors: {field}\n")
     header.append(f"# torchyard-inputs: {json.dumps(inputs.record(), sort_keys=True, separators=(',', ':'))}\n")
     return "".join(header) + body
 

@@ -48,23 +48,36 @@ def _uv_explanation(output: str) -> str:
 # uv's chain of causes when a request never got an answer (DNS, refused, timed out), and the URL it asked.
 FETCH_FAILED = re.compile(r"Failed to fetch: `?(\S+?)`?$", re.MULTILINE)
 NO_ANSWER = ("error sending request", "client error (Connect)", "operation timed out")
+UNTRUSTED_CERTIFICATE = ("invalid peer certificate", "certificate verify failed", "UnknownIssuer")
 
 
-def unreachable_index(output: str, sources: Sequence[Source]) -> str:
-    """The index uv could not reach, named as matrix.toml names it, with the machine setting that points it
-    elsewhere; "" where uv failed otherwise."""
+def unreachable_index(output: str, sources: Sequence[Source], indexes: Sequence[tuple[str, str]]) -> str:
+    """The index uv could not reach, named as matrix.toml names it (`indexes`, name and URL), with the fix:
+    the machine setting that points it elsewhere, the mirror that setting names, or the CA store; "" where uv
+    failed otherwise."""
     found = FETCH_FAILED.search(output)
     if found is None or not any(words in output for words in NO_ANSWER):
         return ""
     for source in sources:
         # uv names the URL without its credentials.
         bare = re.sub(r"//[^/@]*@", "//", source.location).rstrip("/") + "/"
-        if source.kind == "index" and found.group(1).startswith(bare):
-            where = proc.redact(source.location)
+        if source.kind != "index" or not found.group(1).startswith(bare):
+            continue
+        where = proc.redact(source.location)
+        if any(words in output for words in UNTRUSTED_CERTIFICATE):
             return (
-                f"the index {source.name!r} ({where}) is not reachable from here: lock where it is, or point it at "
-                f'a mirror of it with TORCHYARD_MIRRORS="{source.name}=URL" (docs/how-to/air-gapped.md)'
+                f"the index {source.name!r} ({where}) answered with a certificate uv does not trust: "
+                "UV_NATIVE_TLS=1 makes uv read this machine's certificate store"
             )
+        if (source.name, source.location) not in indexes:
+            return (
+                f"this machine's mirror of the index {source.name!r} ({where}) is not reachable: mend or drop it "
+                "in TORCHYARD_MIRRORS or machine.toml's [mirrors] (docs/how-to/air-gapped.md)"
+            )
+        return (
+            f"the index {source.name!r} ({where}) is not reachable from here: lock where it is, or point it at "
+            f'a mirror of it with TORCHYARD_MIRRORS="{source.name}=URL" (docs/how-to/air-gapped.md)'
+        )
     return ""
 
 
@@ -102,7 +115,7 @@ def lock_entry(
             runner(args, cwd=workdir, env=uv_env, capture=True)
         except CommandError as error:
             sys.stderr.write(proc.redact(error.output))
-            unreachable = unreachable_index(error.output, sources)
+            unreachable = unreachable_index(error.output, sources, inputs.indexes)
             reason = unreachable or f"uv could not lock it: {_uv_explanation(error.output)}"
             raise LockError(f"entry {entry.name!r}: {reason}") from None
         body = output.read_text(encoding="utf-8")
