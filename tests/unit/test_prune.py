@@ -109,6 +109,20 @@ def test_the_image_the_entrys_alias_names_is_kept_however_old() -> None:
     assert {i.id for i in plan_prune(images, [], {}, keep=0).images} == {i.id for i in images}  # keep 0: all
 
 
+def test_a_pull_requests_newer_image_never_pushes_out_the_trusted_one() -> None:
+    """Both aliases are kept before any other image, the trusted one first: `--keep 1` keeps `:latest`, however
+    much newer the untrusted run's image is."""
+    trusted = dataclasses.replace(
+        image("t1", "cpu", "2026-11-01"), tags=(f"torchyard/{ROBOT}/cpu:t1", f"torchyard/{ROBOT}/cpu:latest")
+    )
+    untrusted = dataclasses.replace(
+        image("u1", "cpu", "2026-11-03"), tags=(f"torchyard/{ROBOT}/cpu:u1", f"torchyard/{ROBOT}/cpu:untrusted")
+    )
+    images = [trusted, untrusted, image("n1", "cpu", "2026-11-02")]
+    assert [i.id for i in plan_prune(images, [], {}, keep=1).images] == ["sha256:u1", "sha256:n1"]
+    assert [i.id for i in plan_prune(images, [], {}, keep=2).images] == ["sha256:n1"]
+
+
 def test_a_prune_of_one_project_touches_nothing_of_another() -> None:
     def held(name: str, created: str, key: str, project: str = ROBOT) -> ImageFacts:
         return dataclasses.replace(image(name, "cpu", created, project=project), keys=frozenset({key}))

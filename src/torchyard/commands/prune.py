@@ -126,11 +126,13 @@ def in_scope(
     return chosen, [c for c in containers if mine(c.owner)], {name: o for name, o in volumes.items() if mine(o)}
 
 
-def _recency(image: ImageFacts) -> tuple[bool, str]:
-    """Newest first by creation, but the image an alias names first of all: the one the entry's last build or
-    run used, which may be older than another (a build reused an image whose content came back)."""
-    aliased = any(tag.rpartition(":")[2] in ALIASES.values() for tag in image.tags)
-    return aliased, image.created
+def _recency(image: ImageFacts) -> tuple[int, str]:
+    """Newest first by creation, but the images the aliases name first of all, the trusted one before the
+    untrusted: what the entry's last trusted and untrusted build or run used, which may be older than another (a
+    build reused an image whose content came back). A pull request's image never pushes out the trusted one."""
+    aliases = {tag.rpartition(":")[2] for tag in image.tags}
+    rank = 2 if ALIASES["trusted"] in aliases else 1 if ALIASES["untrusted"] in aliases else 0
+    return rank, image.created
 
 
 def _own_bytes(client: docker.DockerClient) -> dict[str, int]:
