@@ -450,6 +450,13 @@ setup(
         ("import setuptools\nsetuptools.setup(name='x')\n", "setup.py's install_requires lists none: what your"),
         ("from setuptools import setup\nsetup(install_requires=open('r.txt').read().split())\n", "is not a literal"),
         ("import os; os.system('touch RAN')\nsetup(\n", "is not a literal list init can read"),
+        ("from setuptools import setup\nsetup(install_requires={[1]: 2})\n", "is not a literal list init can read"),
+        # A module-level call of another object's setup() comes first in the walk; the package's own one counts.
+        (
+            "log.setup(name='x')\ndef main():\n    " + ROTARY_SETUP.replace("\n", "\n    ") + "\nmain()\n",
+            "(einops>=0.7",
+        ),
+        (ROTARY_SETUP.replace("'torch>=2.0'", "'torch>=2.0', 'einx; platform_release == \"\U0001f600\"'"), "einx"),
     ],
 )
 def test_a_setup_py_package_is_a_source_folder_with_its_literal_install_requires(
@@ -467,9 +474,11 @@ def test_a_setup_py_package_is_a_source_folder_with_its_literal_install_requires
     assert entry.project is not None and entry.project.kind == "source"
     (line,) = [line for line in capsys.readouterr().err.splitlines() if "no package here" in line]
     assert "(no pyproject.toml [project]; setup.py is never run on the host)" in line and said in line, line
-    if setup == ROTARY_SETUP:
+    if "einops>=0.7" in setup:
         assert entry.requirements[:2] == ("torch>=2.0", "einops>=0.7")
         assert "    # setup.py's install_requires, as init read it (it never runs setup.py)\n" in text
+        einx = 'einx; platform_release == "\U0001f600"'  # written as itself: TOML takes no surrogate escapes
+        assert (einx in entry.requirements) == ("einx" in setup)
     else:
         assert entry.requirements[0] == "torch" and "install_requires" not in text
 

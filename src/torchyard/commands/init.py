@@ -194,9 +194,9 @@ class Adopter:
         if not others:
             return self.torch
         comment = f"# {SETUP_PY}'s install_requires, as init read it (it never runs setup.py)"
-        return "\n    ".join([comment, f"{self.torch},", *(f"{json.dumps(line)}," for line in others)]).removesuffix(
-            ","
-        )
+        return "\n    ".join(
+            [comment, f"{self.torch},", *(f"{json.dumps(line, ensure_ascii=False)}," for line in others)]
+        ).removesuffix(",")
 
     @property
     def project_value(self) -> str:
@@ -272,34 +272,39 @@ def _stack_pin(requirements: object) -> str | None:
     return None
 
 
-def _setup_name(function: ast.expr) -> str:
-    return (
-        function.id if isinstance(function, ast.Name) else function.attr if isinstance(function, ast.Attribute) else ""
-    )
+def _is_setup(node: ast.Call) -> bool:
+    """A call of `setup(...)` or `setuptools.setup(...)`, not of some other object's `setup` method."""
+    function = node.func
+    if isinstance(function, ast.Name):
+        return function.id == "setup"
+    return isinstance(function, ast.Attribute) and function.attr == "setup" and _dotted(function.value) == "setuptools"
+
+
+def _dotted(node: ast.expr) -> str:
+    return node.id if isinstance(node, ast.Name) else ""
 
 
 def setup_py_requirements(root: Path) -> tuple[str, ...] | None:
     """The `install_requires` of a setup.py's `setup(...)` where it is a literal list of strings (the file is
-    parsed, never run); () where the call has none; None where there is no setup.py or no such literal."""
+    parsed, never run; a call that lists them wins over one that does not); () where the call has none; None
+    where there is no setup.py or no such literal."""
     path = root / SETUP_PY
     if not (path.exists() or path.is_symlink()):
         return None
     try:
         tree = ast.parse(read_checkout_file(path, "setup.py").decode("utf-8"))
-    except (UsageError, UnicodeDecodeError, SyntaxError, ValueError):
+    except (UsageError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and _setup_name(node.func) == "setup":
-            given = next((word.value for word in node.keywords if word.arg == "install_requires"), None)
-            if given is None:
-                return ()
-            try:
-                value = ast.literal_eval(given)
-            except ValueError:
-                return None
-            listed = isinstance(value, list | tuple) and all(isinstance(item, str) for item in value)
-            return tuple(item.strip() for item in value if item.strip()) if listed else None
-    return None
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and _is_setup(node)]
+    given = next((word.value for call in calls for word in call.keywords if word.arg == "install_requires"), None)
+    if given is None:
+        return () if calls else None
+    try:
+        value = ast.literal_eval(given)
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):  # not a literal, or an unhashable one
+        return None
+    listed = isinstance(value, list | tuple) and all(isinstance(item, str) for item in value)
+    return tuple(item.strip() for item in value if item.strip()) if listed else None
 
 
 def read_source(root: Path) -> Adopter:
