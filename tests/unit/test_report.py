@@ -82,7 +82,9 @@ def test_each_run_says_when_it_finished_where_its_report_says_so_in_the_harness_
     """A stale run beside today's is told apart by its day; a `finished` that is not the harness's timestamp (a run
     of other people's code wrote the file) is left out, not shown."""
     folders = []
-    for name, finished in [("old", "2026-11-30T09:15:02+00:00"), ("odd", "**bold** [link](x)"), ("none", None)]:
+    odd = ["**bold** [link](x)", "2026-13-40T09:15:02+00:00", "\u0662\u0660\u0662\u0666-11-30T09:15:02+00:00"]
+    runs = [("old", "2026-11-30T09:15:02+00:00"), *[(f"odd{n}", text) for n, text in enumerate(odd)], ("none", None)]
+    for name, finished in runs:
         folders.append(write_run(tmp_path / name, [result("mlp", "eager", "passed")]))
         if finished is not None:
             data = json.loads((folders[-1] / "parity.json").read_text())
@@ -90,7 +92,7 @@ def test_each_run_says_when_it_finished_where_its_report_says_so_in_the_harness_
     table = merge(folders)
     lines = [line for line in compatibility_markdown(table).splitlines() if line.startswith("- **")]
     assert lines[0].endswith("; finished 2026-11-30 09:15:02 UTC")
-    assert "finished" not in lines[1] and "bold" not in lines[1] and "finished" not in lines[2]
+    assert len(lines) == 5 and not any("finished" in line or "bold" in line for line in lines[1:]), lines
     assert "; finished 2026-11-30 09:15:02 UTC</li>" in compatibility_html(table)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from torchyard.reports.files import read_json
 
 # A run's `finished`, as the in-image side writes it: anything else in a parity.json (a run of other people's
 # code wrote it) is left out.
-FINISHED = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\+00:00")
+FINISHED = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\+00:00", re.ASCII)
 # Worst first: a cell shows the first of these that any of its results has.
 OUTCOMES = ("failed", "error", "xfailed", "passed", "skipped")
 
@@ -110,8 +111,19 @@ def load_run(report: Path) -> Run:
         precision=str(data.get("precision", "")),
         environment=environment if isinstance(environment, dict) else {},
         results=tuple(results),
-        finished=finished if isinstance(finished := data.get("finished"), str) and FINISHED.fullmatch(finished) else "",
+        finished=_finished(data.get("finished")),
     )
+
+
+def _finished(value: object) -> str:
+    """A run's `finished` where it is the harness's UTC timestamp of a real day and time, else ""."""
+    if not isinstance(value, str) or not FINISHED.fullmatch(value):
+        return ""
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        return ""
+    return value
 
 
 def merge(paths: Sequence[Path]) -> CompatibilityTable:
