@@ -154,7 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
     prune_command.add_argument("--keep-storage", default="10g", help="build cache to keep, such as 10g")
     prune_command.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
     prune_command.add_argument(
-        "--this-project", action="store_true", help="only the images, caches and containers of --matrix's project"
+        "--this-project",
+        action="store_true",
+        help="only this project's images, caches and containers (its GitHub repository under Actions, else "
+        "--matrix's folder)",
     )
     prune_command.add_argument("--matrix", type=Path, default=Path("matrix.toml"), help="path to matrix.toml")
 
