@@ -135,9 +135,8 @@ class Proofs:
         if out or elsewhere:
             config.hook.pytest_deselected(items=out + elsewhere)
             items[:] = kept
-            suites_of = (item.get_closest_marker(HARNESS) for item in elsewhere)
             self.left_out = len(out)
-            self.elsewhere = (len(elsewhere), frozenset(name for mark in suites_of if mark for name in mark.args))
+            self.elsewhere = (len(elsewhere), frozenset(name for item in elsewhere for name in harness_suites(item)))
         output = getattr(config, "workeroutput", None)  # an xdist worker's, sent to the controller as it ends
         if output is not None:
             output[WORKER_COUNTS] = [self.left_out, self.elsewhere[0], sorted(self.elsewhere[1])]
@@ -202,14 +201,19 @@ def of_other_suites(item: pytest.Item, suites: tuple[str, ...]) -> bool:
     """A self-test of one suite's own machinery (`pytest.mark.harness("ops")`: the suites named) in a run that
     has none of those suites: what it proves, no test of the run uses. The others prove what every run uses;
     a run that names no suites leaves none out."""
-    marker = item.get_closest_marker(HARNESS)
-    return bool(suites and marker is not None and marker.args and not set(marker.args) & set(suites))
+    named = harness_suites(item)
+    return bool(suites and named and not set(named) & set(suites))
+
+
+def harness_suites(item: pytest.Item) -> tuple[str, ...]:
+    """The suites the nearest `harness(...)` mark that names any names: a test's own
+    `harness(this_run=True)` keeps its module's suites."""
+    return next((tuple(mark.args) for mark in item.iter_markers(HARNESS) if mark.args), ())
 
 
 def of_this_run(item: pytest.Item) -> bool:
     """A self-test that checks the run it is in (what it selected, what it wrote): proven by no other run."""
-    marker = item.get_closest_marker(HARNESS)
-    return bool(marker is not None and marker.kwargs.get("this_run"))
+    return any(mark.kwargs.get("this_run") for mark in item.iter_markers(HARNESS))
 
 
 def _is_self_test(item: pytest.Item) -> bool:

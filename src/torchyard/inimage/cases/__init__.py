@@ -211,12 +211,21 @@ class Case:
         try:
             return copy.deepcopy(module)
         except Exception as error:
-            if self.module(seed) is not module:
+            if not _shares_tensors(module, self.module(seed)):
                 return module
             raise TypeError(
-                f"the case's factory returns the same model each call and it cannot be copied (copy.deepcopy: "
-                f"{type(error).__name__}: {error}): make the factory build a new model"
+                f"the case's factory returns the same model each call, or one holding the same weights, and it "
+                f"cannot be copied (copy.deepcopy: {type(error).__name__}: {error}): make the factory build a new "
+                "model"
             ) from None
+
+
+def _shares_tensors(one: torch.nn.Module, other: torch.nn.Module) -> bool:
+    """Whether two models are one, or hold a weight or buffer in the same memory (`nn.Sequential(shared)`)."""
+    if one is other:
+        return True
+    memory = {t.data_ptr() for t in [*one.parameters(), *one.buffers()] if t.numel()}
+    return any(t.data_ptr() in memory for t in [*other.parameters(), *other.buffers()] if t.numel())
 
 
 class CaseLoadError(Exception):

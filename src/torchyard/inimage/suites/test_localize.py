@@ -172,6 +172,20 @@ def test_a_fault_in_the_trace_itself_is_blamed_on_torch_export(tmp_path: Path) -
     assert "relative L2 error" in result.note
 
 
+def test_a_model_copy_deepcopy_cannot_copy_is_localized_too(tmp_path: Path) -> None:
+    """A model that keeps a `staticmethod` object on itself (rotary-embedding-torch's xpos option): localization
+    builds a model of its own for each use rather than copying one."""
+
+    def uncopyable() -> Switch:
+        model = Switch("export", "scale")
+        object.__setattr__(model, "kept", staticmethod(torch.tanh))  # a plain attribute, as nn.Module keeps one
+        return model
+
+    case = Case("export_scale_uncopyable", uncopyable, lambda g: (torch.randn(4, 8, generator=g),))
+    result = localize(case, "export", dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+    assert result.note.startswith("the exported program already differs from the model, before any lowering: ")
+
+
 def evaluated(workdir: Path) -> tuple[str, dict[str, Any] | None]:
     """DEEP on ExecuTorch's portable kernels with the wrong SiLU planted, as the suites evaluate it: its status and
     the `diverges` its result carries into parity.json."""

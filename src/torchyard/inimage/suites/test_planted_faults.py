@@ -253,10 +253,11 @@ def test_a_model_that_cannot_be_copied_is_used_as_built_and_a_shared_one_is_refu
         result = evaluate(built, backend, device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
         assert result.status == "passed", result.reason
     shared = KeepsAStaticmethod()
-    one = Case("hands_out_one_model", lambda: shared, inputs)
-    result = evaluate(one, "eager", device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
-    assert result.status == "error" and result.reason.startswith(
-        "reference: eager on cpu fails: TypeError: the case's factory returns the same model each call and it "
-        "cannot be copied (copy.deepcopy: TypeError: cannot pickle 'staticmethod' object): make the factory build "
-        "a new model"
-    ), result.reason
+    around = Case("wraps_one_model", lambda: torch.nn.Sequential(shared), inputs)  # new each call, same weights
+    for case in (Case("hands_out_one_model", lambda: shared, inputs), around):
+        result = evaluate(case, "eager", device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+        assert result.status == "error" and result.reason.startswith(
+            "reference: eager on cpu fails: TypeError: the case's factory returns the same model each call, or one "
+            "holding the same weights, and it cannot be copied (copy.deepcopy: TypeError: cannot pickle "
+            "'staticmethod' object): make the factory build a new model"
+        ), result.reason

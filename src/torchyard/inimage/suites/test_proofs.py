@@ -51,6 +51,12 @@ def test_of_the_ops_suite():
 @pytest.mark.harness(this_run=True)
 def test_of_this_run():
     ran("this_run")
+
+
+@pytest.mark.harness("ops")
+@pytest.mark.harness(this_run=True)
+def test_of_this_run_of_the_ops_suite():
+    ran("ops_this_run")
 """
 
 PROJECT = """
@@ -142,7 +148,7 @@ def under_workers(workdir: Path) -> list[Seen]:
     return runs_of(workdir, [("0", ["-n", "1"]), ("0", ["-n", "1"])])
 
 
-OTHER_SUITES = "; 1 left out, of suites this run does not have (ops)."
+OTHER_SUITES = "; 2 left out, of suites this run does not have (ops)."
 
 
 @pytest.mark.beside.with_args(three_runs)
@@ -155,7 +161,7 @@ def test_a_self_test_that_passed_is_left_out_until_asked_for(beside: list[Seen])
     assert passing[2].startswith("Harness self-tests: 2 ran; 1 left out, proven on this stack by the run of ")
     assert passing[2].endswith(OTHER_SUITES)
     assert passing[3]["left-out"] == 1 and passing[3]["failed"] == 0
-    assert passing[3]["other-suites"] == {"left-out": 1, "suites": ["ops"]}
+    assert passing[3]["other-suites"] == {"left-out": 2, "suites": ["ops"]}
     assert rerun[:2] == (0, ["failing_once", "project", "steady", "this_run"])
     assert rerun[2] == f"Harness self-tests: 3 ran{OTHER_SUITES}"
 
@@ -164,7 +170,7 @@ def test_a_self_test_that_passed_is_left_out_until_asked_for(beside: list[Seen])
 def test_what_the_workers_left_out_is_in_the_controllers_reports(beside: list[Seen]) -> None:
     first, second = beside
     assert first[:2] == (0, ["failing_once", "project", "steady", "this_run"])
-    assert first[3]["other-suites"] == {"left-out": 1, "suites": ["ops"]} and first[3]["left-out"] == 0
+    assert first[3]["other-suites"] == {"left-out": 2, "suites": ["ops"]} and first[3]["left-out"] == 0
     assert second[:2] == (0, ["project", "this_run"])
     assert second[3]["left-out"] == 2 and second[3]["ran"] == 1 and second[3]["proven-by"]
     assert second[2].startswith("Harness self-tests: 1 ran; 2 left out, proven on this stack by the run of ")

@@ -135,7 +135,7 @@ def _first_node(
     program = export_program(case, module, call)
     inputs = flat_inputs(keyword_order(program, call), call)
     deadline.check("the reference")
-    reference, kind = _reference(program, module, call, inputs, bounds)
+    reference, kind = _reference(program, case, call, inputs, bounds)
     deadline.check(f"running {backend}")
     delegates: dict[str, str] = {}
     found = backend_of(backend)
@@ -152,7 +152,7 @@ def _first_node(
 
 
 def _reference(
-    program: torch.export.ExportedProgram, module: torch.nn.Module, call: Call, inputs: list[Any], bounds: Bounds
+    program: torch.export.ExportedProgram, case: Case, call: Call, inputs: list[Any], bounds: Bounds
 ) -> tuple[dict[str, torch.Tensor], str]:
     """Every node's value in float64, else (a model that casts inside, as the harness's reference falls back) in
     float32; raises `TracedOtherwise` where the exported program's outputs are not the model's."""
@@ -161,7 +161,8 @@ def _reference(
     except Exception as error:
         values, dtype = node_values(program, inputs, torch.float32), torch.float32
         kind = f"float32 on cpu (float64 fails: {describe_error(error)})"
-    differs = eager_differs(program, module, call, bounds, dtype)
+    # A model of its own: eager_differs casts it in place (copy.deepcopy cannot copy every model).
+    differs = eager_differs(program, case.fresh_module().cpu().eval(), call, bounds, dtype)
     if differs:
         raise TracedOtherwise(differs)
     return values, kind

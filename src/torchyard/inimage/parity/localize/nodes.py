@@ -56,9 +56,10 @@ def eager_differs(
     program: torch.export.ExportedProgram, module: torch.nn.Module, call: Call, bounds: Bounds, dtype: torch.dtype
 ) -> str:
     """Why the exported program itself computes other values than the model, both in `dtype` ("" when it does
-    not): then no lowering is to blame, and every node of it meets its own run in `dtype`."""
+    not): then no lowering is to blame, and every node of it meets its own run in `dtype`. `module` is cast in
+    place: a model no one else holds."""
     exported = copy.deepcopy(program.module()).to(dtype)
-    eager = copy.deepcopy(module).to(dtype)
+    eager = module.to(dtype)
     wide = to_device(call, torch.device("cpu"), dtype)
     with torch.no_grad():
         traced, expected = leaves(exported(*wide.args, **wide.kwargs)), leaves(eager(*wide.args, **wide.kwargs))
