@@ -82,6 +82,20 @@ def test_the_markdown_opens_with_counts_then_the_failures_and_known_failures(tmp
     assert "x" * 40 + "... (whole in parity.json)" in guarded and long_reason not in guarded
 
 
+def test_the_summary_says_why_pytests_count_is_not_the_results(tmp_path: Path) -> None:
+    """pytest counts tests; parity.md counts results, and a run's self-tests and the project's own tests make
+    none: the summary line says what pytest's count holds besides them."""
+    records = [_result("mlp", "eager", "parity", "passed"), _result("mlp", "export", "export", "passed")]
+    tests = {"with-results": 2, "self-tests": 9, "others": 3}
+    text = write_reports(tmp_path, records, {}, {"pytest-tests": tests})["markdown"].read_text()
+    assert (
+        "**2 pass** (2 results); of the 14 tests pytest counts, 2 made these results, 9 are harness self-tests, "
+        "3 are tests of the project's own\n"
+    ) in text
+    only = write_reports(tmp_path, records, {}, {"pytest-tests": {"with-results": 2, "self-tests": 0, "others": 0}})
+    assert "**2 pass** (2 results)\n" in only["markdown"].read_text()  # nothing to explain
+
+
 def test_the_reference_and_the_cache_say_what_qualifies_a_row(tmp_path: Path) -> None:
     effective = "float64 on cpu (float32 in effect: eager in float32 equals it exactly)"
     why = "no source for 'doubled' in model (code made at run time, by exec or in a notebook, has none)"

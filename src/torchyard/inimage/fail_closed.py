@@ -34,6 +34,7 @@ class Collector:
         self.passed: dict[str, int] = defaultdict(int)
         self.skip_reasons: dict[str, list[str]] = defaultdict(list)
         self.not_collected: list[str] = []
+        self.tests: dict[str, int] = {"with-results": 0, "self-tests": 0, "others": 0}  # as pytest counts them
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         """A file that could not be collected (an import that fails in a project's test file, say): the one
@@ -45,9 +46,15 @@ class Collector:
             self.not_collected.append(f"{report.nodeid or 'the arguments'}: {line}")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.count(report, suite_of(report))
+        suite = suite_of(report)
+        self.count(report, suite)
+        records = []
         if report.when == "call":  # setup and teardown reports repeat the same user properties
-            self.records += [json.loads(str(value)) for key, value in report.user_properties if key == RECORD_KEY]
+            records = [json.loads(str(value)) for key, value in report.user_properties if key == RECORD_KEY]
+            self.records += records
+        if report.when == "call" or (report.when == "setup" and not report.passed):  # each test once
+            kind = "with-results" if records else "self-tests" if proofs.SELF_TEST in report.keywords else "others"
+            self.tests[kind] += 1
 
     def count(self, report: pytest.TestReport, suite: str | None) -> None:
         """A test of `suite` passed (its call did), or skipped (at setup or in its call), and why."""
@@ -110,6 +117,7 @@ def conclude_run(session: pytest.Session, exitstatus: int) -> None:
         "tolerances": settings.tolerances.as_dict(),
         "suites": list(selected),
         "not-collected": collector.not_collected,
+        "pytest-tests": dict(collector.tests),  # why pytest's count is not the results' (parity.md says)
         "finished": proofs.now(),  # when: a merged report puts runs of different days side by side
     }
     manifest["load"] = load.machine_load(

@@ -69,6 +69,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """First of the hook's implementations: an xdist worker reads the `xdist_group` marks in its own
     (registered later, so called earlier unless this one goes first), and a mark added after it groups nothing."""
     mark_items(config, items)
+    proofs.mark_self_tests(items)  # in every run: parity.md counts them, a proof leaves them out
 
 
 @pytest.hookimpl(trylast=True)

@@ -116,13 +116,12 @@ class Proofs:
 
     @pytest.hookimpl(trylast=True)  # after pytest's own `-m` and `-k` deselection
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        """Mark each self-test by keyword, which every report carries (an xdist worker's to the controller
-        too), and deselect those this key has proven and those of suites this run does not have."""
+        """Deselect the self-tests (`mark_self_tests`, which the plugin's hook calls first) this key has proven
+        and those of suites this run does not have."""
         suites = config.stash[RUN_SETTINGS].suites
         kept, out, elsewhere = [], [], []
         for item in items:
-            if _is_self_test(item):
-                item.keywords[SELF_TEST] = 1
+            if SELF_TEST in item.keywords:
                 if of_other_suites(item, suites):
                     elsewhere.append(item)
                     continue
@@ -216,8 +215,12 @@ def of_this_run(item: pytest.Item) -> bool:
     return any(mark.kwargs.get("this_run") for mark in item.iter_markers(HARNESS))
 
 
-def _is_self_test(item: pytest.Item) -> bool:
-    return item.get_closest_marker(HARNESS) is not None and _in_suites(Path(str(item.path)))
+def mark_self_tests(items: list[pytest.Item]) -> None:
+    """Mark each of torchyard's self-tests by keyword, which every report carries (an xdist worker's to the
+    controller too)."""
+    for item in items:
+        if item.get_closest_marker(HARNESS) is not None and _in_suites(Path(str(item.path))):
+            item.keywords[SELF_TEST] = 1
 
 
 PROOFS = pytest.StashKey[Proofs]()

@@ -119,11 +119,12 @@ def _shortened(reason: str) -> str:
     return reason if len(reason) <= REASON_CHARS else f"{reason[:REASON_CHARS].rstrip()}... (whole in parity.json)"
 
 
-def summary(records: Sequence[Mapping[str, Any]]) -> str:
-    """Counts by outcome, then each failure and known failure on a line of its own, its reason whole."""
+def summary(records: Sequence[Mapping[str, Any]], tests: Mapping[str, int] | None = None) -> str:
+    """Counts by outcome, with what pytest's count of `tests` holds besides them, then each failure and known
+    failure on a line of its own, its reason whole."""
     counts = {outcome: sum(1 for r in records if r["outcome"] == outcome) for outcome in VERDICTS}
     text = "**" + (", ".join(f"{count} {VERDICTS[o]}" for o, count in counts.items() if count) or "no results")
-    text += f"** ({len(records)} results)\n"
+    text += f"** ({len(records)} results)" + _pytest_count(tests) + "\n"
     first = sorted((r for r in records if r["outcome"] in FIRST), key=lambda r: FIRST.index(r["outcome"]))
     if first:
         text += "\n" + "".join(
@@ -132,6 +133,16 @@ def summary(records: Sequence[Mapping[str, Any]]) -> str:
             for r in first
         )
     return text
+
+
+def _pytest_count(tests: Mapping[str, int] | None) -> str:
+    """Why pytest's last line counts otherwise: tests, not results, and tests that make no row here."""
+    if not tests or not (tests.get("self-tests") or tests.get("others")):
+        return ""
+    parts = [f"{tests['with-results']} made these results"] if tests.get("with-results") else []
+    parts += [f"{tests['self-tests']} are harness self-tests"] if tests.get("self-tests") else []
+    parts += [f"{tests['others']} are tests of the project's own"] if tests.get("others") else []
+    return f"; of the {sum(tests.values())} tests pytest counts, " + ", ".join(parts)
 
 
 def diverges_in_brief(diverges: Mapping[str, Any]) -> str:
@@ -201,6 +212,7 @@ def markdown(
     not_collected: Sequence[str] = (),
     *,
     finished: str = "",
+    pytest_tests: Mapping[str, int] | None = None,
 ) -> str:
     """What a person reads, under a title that names the run's `suites` and when it `finished`: what the
     harness's self-tests did, the summary (counts, then the failures and known failures), notes, one row per
@@ -217,7 +229,7 @@ def markdown(
         title
         + self_test_line(self_tests)
         + "".join(f"**Not collected**: {where}\n\n" for where in not_collected)
-        + summary(records)
+        + summary(records, pytest_tests)
         + (f"\n{noted}" if noted else "")
         + "\n#### Every result\n\n"
         + markdown_table(HEADERS, [_row(record) for record in records])
@@ -269,7 +281,7 @@ def write_reports(
     )
     table = markdown(
         ordered, manifest, extra.get("suites", ()), extra.get("self-tests"), extra.get("not-collected", ()),
-        finished=str(extra.get("finished", "")),
+        finished=str(extra.get("finished", "")), pytest_tests=extra.get("pytest-tests"),
     )  # fmt: skip
     paths["markdown"].write_text(table)
     paths["env"].write_text(json.dumps(manifest, indent=2, default=str) + "\n")

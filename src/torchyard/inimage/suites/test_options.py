@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
@@ -30,23 +31,27 @@ def test_an_opt_in_suites_backend_joins_parity_only_where_the_run_selected_its_s
 
 
 class _Marked:
-    def __init__(self, mark: pytest.Mark | None) -> None:
-        self.mark = mark
+    """An item's marks, nearest first, as pytest's `iter_markers` gives them."""
 
-    def get_closest_marker(self, name: str) -> pytest.Mark | None:
-        return self.mark if self.mark is not None and name == self.mark.name else None
+    def __init__(self, *marks: pytest.Mark) -> None:
+        self.marks = marks
+
+    def iter_markers(self, name: str) -> Iterator[pytest.Mark]:
+        return (mark for mark in self.marks if mark.name == name)
 
 
 def test_a_suites_own_self_tests_run_only_where_the_run_has_that_suite() -> None:
     ops, general = _Marked(pytest.mark.harness("ops").mark), _Marked(pytest.mark.harness.mark)
     either, case = _Marked(pytest.mark.harness("train", "ops").mark), _Marked(pytest.mark.parity.mark)
-    items = [ops, general, either, case]
+    # A test's own harness(this_run=True) in a module marked harness("ops"): still the ops suite's.
+    this_run = _Marked(pytest.mark.harness(this_run=True).mark, pytest.mark.harness("ops").mark)
+    items = [ops, general, either, case, this_run]
 
     def left_out(suites: tuple[str, ...]) -> list[_Marked]:
         return [item for item in items if of_other_suites(cast(pytest.Item, item), suites)]
 
-    assert left_out(("export", "train")) == [ops]
-    assert left_out(("export", "parity")) == [ops, either]
+    assert left_out(("export", "train")) == [ops, this_run]
+    assert left_out(("export", "parity")) == [ops, either, this_run]
     assert left_out(("ops",)) == []
     assert left_out(()) == []  # a plain pytest with the plugin names no suites: every self-test runs
 

@@ -132,7 +132,8 @@ def runs_of(workdir: Path, runs: list[tuple[str, list[str]]]) -> list[Seen]:
         )
         markdown = (workdir / "reports" / contract.PARITY_MARKDOWN).read_text()
         line = next((line for line in markdown.splitlines() if line.startswith("Harness self-tests")), "")
-        said = json.loads((workdir / "reports" / contract.PARITY_JSON).read_text()).get("self-tests", {})
+        written = json.loads((workdir / "reports" / contract.PARITY_JSON).read_text())
+        said = {**written.get("self-tests", {}), "pytest-tests": written.get("pytest-tests")}
         seen.append((completed.returncode, sorted(ran.read_text().split()), line, said))
     return seen
 
@@ -156,6 +157,8 @@ def test_a_self_test_that_passed_is_left_out_until_asked_for(beside: list[Seen])
     failing, passing, rerun = beside
     assert failing[:2] == (1, ["failing_once", "project", "steady", "this_run"])
     assert failing[2] == f"Harness self-tests: 3 ran, 1 failed{OTHER_SUITES}"
+    # What pytest counts: these 3, and the project's 2 (one marked harness, in the project: not a self-test).
+    assert failing[3]["pytest-tests"] == {"with-results": 0, "self-tests": 3, "others": 2}
     # The steady one proven; the project's never, nor the one that checks the run itself.
     assert passing[:2] == (0, ["failing_once", "project", "this_run"])
     assert passing[2].startswith("Harness self-tests: 2 ran; 1 left out, proven on this stack by the run of ")
@@ -171,6 +174,7 @@ def test_what_the_workers_left_out_is_in_the_controllers_reports(beside: list[Se
     first, second = beside
     assert first[:2] == (0, ["failing_once", "project", "steady", "this_run"])
     assert first[3]["other-suites"] == {"left-out": 2, "suites": ["ops"]} and first[3]["left-out"] == 0
+    assert first[3]["pytest-tests"] == {"with-results": 0, "self-tests": 3, "others": 2}  # the workers' tests
     assert second[:2] == (0, ["project", "this_run"])
     assert second[3]["left-out"] == 2 and second[3]["ran"] == 1 and second[3]["proven-by"]
     assert second[2].startswith("Harness self-tests: 1 ran; 2 left out, proven on this stack by the run of ")
