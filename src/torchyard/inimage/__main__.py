@@ -11,6 +11,14 @@ import gc
 import logging
 import os
 import sys
+import warnings
+
+# torch warns as it is imported where numpy is not installed, as in an image of torch and the project alone:
+# nothing the harness uses, and a test that needs numpy fails on its own import. Every process of the run (xdist's
+# workers, the lane beside) inherits the filter.
+NUMPY_MISSING = "ignore:Failed to initialize NumPy:UserWarning"
+os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), NUMPY_MISSING]))
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
 
 # Off until the tests are collected (`freezer.Freezer` turns it on): the imports below and pytest's
 # start-up allocate millions of objects that live all run, and the collector only walked them.

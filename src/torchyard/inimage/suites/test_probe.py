@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from importlib.metadata import version
 from pathlib import Path
 
@@ -80,3 +82,19 @@ def test_an_unlocked_manifest_lists_every_package_and_the_lock_differences(tmp_p
     assert "not-installed-here: not installed (lock: 1.0)" in info["lock_differences"]
     assert not any(line.startswith("torch:") for line in info["lock_differences"])
     assert unlocked_environment("")["lock_differences"] == ["no lockfile to compare with"]
+
+
+def test_an_image_without_numpy_imports_torch_without_its_warning_in_every_process_of_the_run() -> None:
+    """torch warns as it is imported where numpy is missing; the entry point keeps that out of the run's output,
+    in its own process and in those it starts (xdist's workers)."""
+    hide = "import sys; sys.modules['numpy'] = None; "  # numpy not importable, as where it is not installed
+    without_numpy = hide + "import torch"
+    child = f"import subprocess; subprocess.run([sys.executable, '-c', {without_numpy!r}], check=True)"
+
+    def said(code: str) -> str:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr
+
+    assert "Failed to initialize NumPy" in said(without_numpy)  # the premise
+    # The entry point imports torch itself, after its filter.
+    assert "Failed to initialize NumPy" not in said(hide + "import torchyard.inimage.__main__")
+    assert "Failed to initialize NumPy" not in said(hide + f"import torchyard.inimage.__main__; {child}")
