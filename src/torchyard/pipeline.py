@@ -247,9 +247,14 @@ def run_containers(request: Request, progress: Progress) -> None:
 
 
 def summarize_runs(request: Request, progress: Progress) -> None:
-    """The containers' table on stdout: each entry's image, exit status and reports."""
+    """The containers' table on stdout and in the step summary: each entry's image, exit status and reports
+    (the host's word on each run, beside the parity tables the runs wrote: a failed self-test or a suite
+    that passed nothing fails a run whose table shows no failure)."""
     if request.tests is not None:
-        sys.stdout.write(markdown_table(("entry", "image", "exit status", "reports"), progress.ran))
+        table = markdown_table(("entry", "image", "exit status", "reports"), progress.ran)
+        sys.stdout.write(table)
+        if progress.ran:
+            append_step_summary(f"### torchyard runs\n\n{table}", request.env)
 
 
 STEPS: tuple[Step, ...] = (

@@ -196,3 +196,13 @@ def test_the_self_test_line_says_what_was_left_out_and_why() -> None:
     )
     none_other = {**proven, "left-out": 0, "other-suites": {"left-out": 0, "suites": []}}
     assert self_test_line(none_other) == "Harness self-tests: 3 ran.\n\n"
+
+
+def test_a_failed_self_test_is_named_where_the_summary_is_read() -> None:
+    """The run fails for a failed self-test whatever the results say: parity.md names it (an adopter read
+    '56 pass' and an exit status of 1, and found the test only in junit.xml)."""
+    failed = {"ran": 2, "failed": 1, "failed-tests": ["test_options.py::test_x"], "left-out": 0}
+    assert self_test_line(failed) == (
+        "Harness self-tests: 2 ran, 1 failed, which fails the run (`test_options.py::test_x`; junit.xml has each "
+        "one's traceback).\n\n"
+    )

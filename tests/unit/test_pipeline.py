@@ -79,3 +79,19 @@ def test_a_build_of_native_entries_names_them_and_ends_before_any_check(
     )  # fmt: skip
     assert built == []
     assert capsys.readouterr().out == "entry 'mps' runs natively (mps): there is no image to build\n"
+
+
+def test_each_runs_exit_status_is_in_the_step_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The parity tables a run wrote can show no failure where the run failed (a self-test, an empty suite):
+    the host's table of exit statuses goes into the step summary as it goes to the terminal."""
+    summary = tmp_path / "summary.md"
+    tests = pipeline.Tests("container", tmp_path, [], resolve_trust(None, {}))
+    request = pipeline.Request(
+        (PLAN.entry("cpu"),), tmp_path, Machine(), PROJECT, nothing_runs,  # type: ignore[arg-type]
+        {"GITHUB_STEP_SUMMARY": str(summary)}, tests=tests,
+    )  # fmt: skip
+    progress = pipeline.Progress([], ran=[("cpu", "torchyard/p/cpu:abc", "1", "reports/cpu")])
+    pipeline.summarize_runs(request, progress)
+    row = "| cpu   | torchyard/p/cpu:abc | 1           | reports/cpu |"
+    assert row in capsys.readouterr().out
+    assert summary.read_text().startswith("### torchyard runs\n\n| entry | image") and row in summary.read_text()

@@ -182,6 +182,7 @@ class Proofs:
         return {
             "ran": len(ran),
             "failed": len(self.failed),
+            "failed-tests": sorted(nodeid.rpartition("inimage/suites/")[2] for nodeid in self.failed),
             "left-out": self.left_out,
             "other-suites": {"left-out": self.elsewhere[0], "suites": sorted(self.elsewhere[1])},
             "proven-by": self.when if self.left_out else None,

@@ -155,8 +155,9 @@ MATRIX_KEYS: tuple[Key, ...] = (
         ),
     Key("entry.project", "source", "folder", "none",
         "instead of `path`, for a repository of modules and scripts with no package (no pyproject.toml "
-        "`[project]`): its files (what git tracks, minus `.dockerignore`) are the image's `/workspace`, on the "
-        "import path, as its own scripts import them", ".", "nowhere"),
+        "`[project]`): its files (what git tracks and the new files .gitignore does not exclude, minus "
+        "`.dockerignore`) are the image's `/workspace`, on the import path, as its own scripts import them", ".",
+        "nowhere"),
     Key("entry.project", "requirements-files", "array of paths", "`[]`",
         "requirements files (relative to matrix.toml) whose requirements join the lock, hashed as every pin: "
         "PEP 508 lines and `-r` includes only (no index, editable or hash options)",

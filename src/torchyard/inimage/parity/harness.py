@@ -9,7 +9,7 @@ output must have is what eager gives on the device at the run's precision.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -22,7 +22,7 @@ from torchyard.inimage.parity.backends import NO_CACHE, BackendRun, Runner, runn
 from torchyard.inimage.parity.errors import RecordedFailure, describe_error, error_types
 from torchyard.inimage.parity.keys import why_unkeyable
 from torchyard.inimage.parity.metrics import Comparison, compare_objects, compare_statistics, compare_values
-from torchyard.inimage.parity.tolerances import Tolerances
+from torchyard.inimage.parity.tolerances import Bounds, Tolerances
 from torchyard.inimage.parity.trees import Leaf, leaf_paths, leaves, to_device
 
 Status = Literal["passed", "failed", "error", "skipped"]
@@ -141,6 +141,37 @@ def _float64_kind(eager: list[Leaf], reference: list[Leaf], dtype: torch.dtype) 
     return f"{FLOAT64} ({name} in effect: eager in {name} equals it exactly)"
 
 
+SHOWN_FAILURES = 3  # leaves out of bounds named in a reason: a training step of a deep model has hundreds
+
+
+def _excess(comparison: Comparison, bounds: Bounds) -> float:
+    """How far past its bounds a leaf is, as a multiple of the bound it misses most."""
+    cosine_room = max(1.0 - bounds.min_cosine, 1e-12)
+    return max(
+        comparison.scaled_max_error / bounds.max_scaled_error if bounds.max_scaled_error else 0.0,
+        comparison.rel_l2_error / bounds.max_rel_l2 if bounds.max_rel_l2 else 0.0,
+        (1.0 - comparison.cosine) / cosine_room,
+    )
+
+
+def failure_reason(comparisons: Sequence[Comparison], bounds: Bounds) -> str:
+    """Each leaf out of bounds with its numbers; past a few, the worst of them first and how many more (each
+    one is in parity.json)."""
+    failing = [comparison for comparison in comparisons if not comparison.passed]
+    if len(failing) > SHOWN_FAILURES:
+        failing = sorted(failing, key=lambda comparison: -_excess(comparison, bounds))
+    named = "; ".join(
+        f"{f'batch {c.batch}, ' if c.batch else ''}{output_label(c.output)}: {c.problem}"
+        for c in failing[:SHOWN_FAILURES]
+    )
+    if len(failing) <= SHOWN_FAILURES:
+        return named
+    return (
+        f"{len(failing)} of {len(comparisons)} outputs out of bounds, the worst first: {named}; and "
+        f"{len(failing) - SHOWN_FAILURES} more (parity.json has each)"
+    )
+
+
 def _compare(case: Case, run: BackendRun, reference: Reference, bounds: Any) -> tuple[list[Comparison], bool]:
     labels = case.batch_labels()
     pairs = [
@@ -233,11 +264,7 @@ def evaluate(
         result.status = "passed"
     else:
         result.status = "failed"
-        result.reason = "; ".join(
-            f"{f'batch {c.batch}, ' if c.batch else ''}{output_label(c.output)}: {c.problem}"
-            for c in result.comparisons
-            if not c.passed
-        )
+        result.reason = failure_reason(result.comparisons, bounds)
     known = case.known_failure(backend)
     if known is not None and known.computes is not None:
         result.known_values = _computes_instead(

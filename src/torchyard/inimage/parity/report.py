@@ -251,6 +251,11 @@ def self_test_line(self_tests: Mapping[str, Any] | None) -> str:
         return ""
     ran, failed, left_out = self_tests["ran"], self_tests["failed"], self_tests["left-out"]
     line = f"Harness self-tests: {ran} ran" + (f", {failed} failed" if failed else "")
+    if failed:  # the run fails for it, whatever the results below say
+        named = ", ".join(f"`{name}`" for name in self_tests.get("failed-tests", [])[:5])
+        line += (
+            f", which fails the run ({named}; junit.xml has each one's traceback)" if named else ", which fails the run"
+        )
     if left_out:
         line += (
             f"; {left_out} left out, proven on this stack by the run of {self_tests['proven-by']} "

@@ -156,7 +156,11 @@ OTHER_SUITES = "; 2 left out, of suites this run does not have (ops)."
 def test_a_self_test_that_passed_is_left_out_until_asked_for(beside: list[Seen]) -> None:
     failing, passing, rerun = beside
     assert failing[:2] == (1, ["failing_once", "project", "steady", "this_run"])
-    assert failing[2] == f"Harness self-tests: 3 ran, 1 failed{OTHER_SUITES}"
+    assert failing[2] == (
+        "Harness self-tests: 3 ran, 1 failed, which fails the run (`test_self.py::test_failing_once`; "
+        f"junit.xml has each one's traceback){OTHER_SUITES}"
+    )
+    assert failing[3]["failed-tests"] == ["test_self.py::test_failing_once"]
     # What pytest counts: these 3, and the project's 2 (one marked harness, in the project: not a self-test).
     assert failing[3]["pytest-tests"] == {"with-results": 0, "self-tests": 3, "others": 2}
     # The steady one proven; the project's never, nor the one that checks the run itself.

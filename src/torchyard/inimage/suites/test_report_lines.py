@@ -15,8 +15,8 @@ import torch
 from torchyard.inimage.cases import Case
 from torchyard.inimage.cases.builtin import CASES
 from torchyard.inimage.parity.backends.running import export_program
-from torchyard.inimage.parity.harness import FLOAT64, Result, evaluate, make_reference
-from torchyard.inimage.parity.metrics import compare_values
+from torchyard.inimage.parity.harness import FLOAT64, Result, evaluate, failure_reason, make_reference
+from torchyard.inimage.parity.metrics import Comparison, compare_values
 from torchyard.inimage.parity.tolerances import Bounds, load_tolerances
 from torchyard.inimage.parity.trees import NAMEDTUPLE_ROUTE
 from torchyard.inimage.torch_trace import TORCH_TRACE
@@ -127,3 +127,24 @@ def test_a_failing_export_prints_its_partial_graph_once(capsys: pytest.CaptureFi
     with pytest.raises(Exception, match="data-dependent"):
         export_program(case, DataDependent(), case.calls()[0])
     assert capsys.readouterr().err.count("def forward(") == 1
+
+
+def test_a_step_with_many_leaves_out_of_bounds_names_the_worst_first_and_counts_the_rest() -> None:
+    """A deep model's training step missed its bounds in 180 leaves, and the reason listed them all, in order,
+    cut off mid-word in the summary: past three, the worst (by how far past its bound) come first."""
+    bounds = Bounds(max_scaled_error=1e-4, max_rel_l2=1e-5, min_cosine=0.9999999)
+
+    def leaf(name: str, rel_l2: float) -> Comparison:
+        problem = f"relative L2 error {rel_l2:.3g} > 1e-05" if rel_l2 > 1e-5 else ""
+        return Comparison(name, [4], "torch.float32", 0.0, 0.0, rel_l2, 1.0, problem)
+
+    leaves = [leaf(f"grad[w{n}]", rel_l2) for n, rel_l2 in enumerate([2e-5, 1e-6, 9e-5, 3e-5, 5e-5, 1.1e-5])]
+    assert failure_reason(leaves, bounds) == (
+        "5 of 6 outputs out of bounds, the worst first: output grad[w2]: relative L2 error 9e-05 > 1e-05; "
+        "output grad[w4]: relative L2 error 5e-05 > 1e-05; output grad[w3]: relative L2 error 3e-05 > 1e-05; "
+        "and 2 more (parity.json has each)"
+    )
+    few = leaves[:3]  # three or fewer: each one, in the output's order
+    assert failure_reason(few, bounds) == (
+        "output grad[w0]: relative L2 error 2e-05 > 1e-05; output grad[w2]: relative L2 error 9e-05 > 1e-05"
+    )
