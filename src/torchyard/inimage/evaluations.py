@@ -13,7 +13,7 @@ from torchyard.inimage.options import RunSettings
 from torchyard.inimage.parity.artifacts import ArtifactCache, entry_cache
 from torchyard.inimage.parity.errors import describe_error
 from torchyard.inimage.parity.harness import REFERENCE_FAILED, Reference, Result, Status, case_reference, evaluate
-from torchyard.inimage.parity.localize import localize, localize_train, localizes
+from torchyard.inimage.parity.localize import Localization, localize, localize_train, localizes
 from torchyard.inimage.parity.training import (
     TrainBackend,
     TrainReference,
@@ -131,12 +131,35 @@ class Evaluations:
             self._localize_train(case, self._results[key], made)
         return self._results[key]
 
+    def _eager_misses_alike(self, case: Case, result: Result) -> str:
+        """Why a compiled step that fails is float32's to answer for, not the compiler's: the eager step of the
+        same optimizer (where the run has it) misses the float64 step too, by as much within a factor of
+        `EAGER_ALIKE`. "" otherwise."""
+        eager = f"train-eager-{TrainBackend.parse(result.backend).optimizer}"
+        if eager not in self.settings.train_backends:
+            return ""
+        own = self.train_result(case, eager)
+        if own.status != "failed":
+            return ""
+        worst, eagers = _worst_rel_l2(result), _worst_rel_l2(own)
+        if worst > EAGER_ALIKE * eagers:
+            return ""
+        return (
+            f"no compiler step to look for: the eager float32 step ({eager}) misses the float64 step too (worst "
+            f"relative L2 {eagers:.3g}, this step's {worst:.3g}): the bounds are tighter than float32 holds for this "
+            "model, which no compiler step explains (own-cases.md, Training, says how to set a case's train bounds)"
+        )
+
     def _localize_train(self, case: Case, result: Result, made: TrainReference) -> None:
         """Where a failing compiled training step diverges (the bisector's step), within the entry's time bound.
         An eager step has no compiler to blame."""
         if result.status != "failed" or not TrainBackend.parse(result.backend).compiled:
             return
         if not self.settings.localize_seconds:
+            return
+        conditioned = self._eager_misses_alike(case, result)
+        if conditioned:  # no compiler step to find: eager's own float32 step misses as much
+            result.diverges = Localization(result.backend, None, 0, 0.0, conditioned).as_dict()
             return
         runner = train_runner(result.backend, self.dtype, made.frozen, timed=False)
 
@@ -150,3 +173,10 @@ class Evaluations:
 
         where = localize_train(result.backend, correct, time_bound=self.settings.localize_seconds)
         result.diverges = where.as_dict()
+
+
+EAGER_ALIKE = 10.0  # a compiled step within this factor of eager's own miss is float32's, not the compiler's
+
+
+def _worst_rel_l2(result: Result) -> float:
+    return max((c.rel_l2_error for c in result.comparisons if not c.passed), default=0.0)
