@@ -166,6 +166,9 @@ class Values:
 
 
 AUTOLOAD_OFF = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"  # pytest's own: no plugin loads unless named with -p
+# Python's own, fixed for the run: a model's state built by iterating a set (a logger's folders, a table
+# made from a set of names) is then the same in every run, so its artifact key is too (it changed each run).
+HASH_SEED = {"PYTHONHASHSEED": "0"}
 
 # Inside the image (the Dockerfile creates these; a unit test checks that it does).
 IMAGE_REPORTS = "/reports"
@@ -253,4 +256,4 @@ def suite_environment(fields: Mapping[str, object], *, report_dir: str) -> dict[
     """The variables the in-image plugin reads: each setting an entry field gives, from `fields` (plain values
     by field name), and the reports' folder. A container gets them with `--env`, a venv in its env."""
     crossing = {row.variable: row.encode(fields[row.field]) for row in SETTINGS if row.field is not None}
-    return {REPORT_DIR: report_dir, **crossing}
+    return {REPORT_DIR: report_dir, **HASH_SEED, **crossing}

@@ -70,6 +70,7 @@ def tail(entry: str, markers: str, suites: str = "export,compile,runtime,parity,
     return (
         "--env", "LOGNAME=torchyard",
         "--env", "TORCHYARD_TRUST=trusted",
+        "--env", "PYTHONHASHSEED=0",
         "--env", f"TORCHYARD_ACCELERATOR={entry}",
         "--env", "TORCHYARD_BUILTIN_CASES=1",
         "--env", "TORCHYARD_CASES=",

@@ -9,12 +9,17 @@ import collections
 import dataclasses
 import functools
 import importlib.metadata
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 import sympy  # type: ignore[import-untyped]
 import torch
 
+from torchyard import contract
 from torchyard.inimage.parity import keys
 from torchyard.inimage.parity.keys import Unkeyable, code_digest, released, why_unkeyable
 
@@ -132,3 +137,45 @@ def test_code_made_at_run_time_says_why_it_cannot_be_keyed() -> None:
     bare: dict[str, Any] = {}
     exec("def tripled(x):\n    return x * 3\n", bare)  # no module at all: its code is still needed
     assert why_unkeyable(Policy(act=bare["tripled"])).startswith("no source for 'tripled'")
+
+
+SET_MADE = """
+import torch
+from torchyard.inimage.parity.keys import code_digest
+
+NAMES = {"number", "keyword", "builtin", "punctuation", "comment", "string", "constant", "identifier"}
+
+
+class Styled(torch.nn.Module):
+    # As loguru's logger, which x-transformers' code names: a table made by iterating a set of strings.
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 2)
+        self.style = {name: len(name) for name in NAMES}
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+print(code_digest(Styled()))
+"""
+
+
+def test_a_model_whose_state_is_made_from_a_set_keys_alike_in_every_run_under_the_runs_hash_seed(
+    tmp_path: Path,
+) -> None:
+    """A set's order follows Python's hash seed, random per process unless fixed: the run fixes it
+    (`contract.HASH_SEED`), as the host starts every run, so such a model is keyed alike each run."""
+    (tmp_path / "set_made.py").write_text(SET_MADE)
+
+    def digest(seed: str) -> str:
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+        run = subprocess.run(
+            [sys.executable, "-c", "import set_made"], env=env, capture_output=True, text=True, check=False
+        )
+        assert run.returncode == 0, run.stderr
+        return run.stdout.strip()
+
+    assert len({digest(seed) for seed in ("1", "2", "3", "4")}) > 1  # the premise: the seed changes the key
+    fixed = contract.HASH_SEED["PYTHONHASHSEED"]
+    assert digest(fixed) == digest(fixed)
