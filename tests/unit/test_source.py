@@ -142,3 +142,26 @@ def test_a_pyproject_that_is_a_link_is_never_followed(secret: Path) -> None:
     secret.write_text('[build-system]\nrequires = ["evil"]\n')
     with pytest.raises(ImageBuildError, match=r"pyproject\.toml is a link"):
         build_requirements([ProjectFile("pyproject.toml", "link", os.fsencode(secret))])
+
+
+@pytest.mark.real_subprocess
+def test_a_tracked_file_whose_content_the_clone_lacks_is_named_with_the_fix(tmp_path: Path) -> None:
+    """A partial clone (x-transformers' snapshot lacked data/enwik8.gz) read 'git cat-file: unexpected answer
+    for blob 7a8e...': the file's path, and what to do, instead."""
+    root = tmp_path / "project"
+    (root / "data").mkdir(parents=True)
+    (root / "data" / "corpus.gz").write_bytes(b"not in this clone\n")
+    (root / "model.py").write_text("VALUE = 1\n")
+    git(root, "init", "--quiet")
+    git(root, "add", ".")
+    blob = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", ":data/corpus.gz"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    (root / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    with pytest.raises(ImageBuildError) as caught:
+        read_project(root)
+    assert str(caught.value) == (
+        f"the project's file 'data/corpus.gz' is tracked by git, but the repository lacks its content (object "
+        f"{blob[:12]}: a partial or shallow clone?): fetch it (`git fetch`), or stop tracking it (`git rm --cached "
+        "data/corpus.gz`)"
+    )

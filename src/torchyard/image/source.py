@@ -49,17 +49,24 @@ def _check_path(path: str) -> str:
     return path
 
 
-def _objects(root: Path, blobs: Sequence[str], git: proc.DataRunner) -> list[bytes]:
-    """The contents of `blobs`, in order, from one `git cat-file --batch`."""
+def _objects(root: Path, blobs: Sequence[tuple[str, str]], git: proc.DataRunner) -> list[bytes]:
+    """The contents of `blobs` (each file's path and blob), in order, from one `git cat-file --batch`."""
     if not blobs:
         return []
-    output = git(["git", "cat-file", "--batch"], cwd=root, stdin="".join(f"{blob}\n" for blob in blobs).encode())
+    asked = "".join(f"{blob}\n" for _, blob in blobs).encode()
+    output = git(["git", "cat-file", "--batch"], cwd=root, stdin=asked)
     contents, position = [], 0
-    for blob in blobs:
+    for path, blob in blobs:
         end = output.index(b"\n", position)
         header = output[position:end].split(b" ")
+        if header == [blob.encode(), b"missing"]:  # a partial or damaged clone: the index names what it lacks
+            raise ImageBuildError(
+                f"the project's file {path!r} is tracked by git, but the repository lacks its content (object "
+                f"{blob[:12]}: a partial or shallow clone?): fetch it (`git fetch`), or stop tracking it "
+                f"(`git rm --cached {path}`)"
+            )
         if len(header) != 3 or header[0].decode() != blob or header[1] != b"blob":
-            raise ImageBuildError(f"git cat-file: unexpected answer for blob {blob}: {output[position:end]!r}")
+            raise ImageBuildError(f"git cat-file: unexpected answer for {path!r} ({blob}): {output[position:end]!r}")
         size = int(header[2])
         contents.append(output[end + 1 : end + 1 + size])
         position = end + 1 + size + 1  # the blob, then a newline
@@ -128,7 +135,7 @@ def _git_files(root: Path, git: proc.DataRunner) -> list[ProjectFile] | None:
         tracked.append((_check_path(path), GIT_MODES.get(mode, "file"), blob))
     files = [
         ProjectFile(path, mode, data)
-        for (path, mode, _), data in zip(tracked, _objects(root, [blob for *_, blob in tracked], git), strict=True)
+        for (path, mode, _), data in zip(tracked, _objects(root, [(p, b) for p, _, b in tracked], git), strict=True)
     ]
     read = (read_nofollow(root, path) for path in sorted(changed | set(others)))
     return [*files, *(item for item in read if item is not None)]
