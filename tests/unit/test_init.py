@@ -109,7 +109,7 @@ def test_init_never_overwrites_unless_forced(tmp_path: Path, capsys: pytest.Capt
         ".github/workflows/torchyard.yml",
         ".gitignore",
     ]
-    assert capsys.readouterr().out.splitlines()[1].strip().startswith("torchyard nox -s lock")  # no nox on PATH
+    assert first_step(capsys).startswith("torchyard nox -s lock")  # no nox on PATH
 
 
 def test_source_date_epoch_sets_the_day_the_locks_start_at(tmp_path: Path) -> None:
@@ -131,9 +131,15 @@ def test_init_names_the_nox_that_can_import_torchyard(tmp_path: Path, capsys: py
     (elsewhere / "nox").chmod(0o755)
     root = project(tmp_path)
     init(root, today=TODAY, env={"PATH": str(elsewhere)})
-    assert capsys.readouterr().out.splitlines()[1].strip().startswith("torchyard nox -s lock")
+    assert first_step(capsys).startswith("torchyard nox -s lock")
     init(root, force=True, today=TODAY, env={"PATH": str(Path(sys.executable).parent)})
-    assert capsys.readouterr().out.splitlines()[1].strip().startswith("nox -s lock ")
+    assert first_step(capsys).startswith("nox -s lock ")
+
+
+def first_step(capsys: pytest.CaptureFixture[str]) -> str:
+    """The first of the steps init says come next: last, on the stream of the lines before it."""
+    lines = capsys.readouterr().err.splitlines()
+    return lines[lines.index("next:") + 1].strip()
 
 
 def test_torchyard_nox_registers_the_standard_sessions(monkeypatch: pytest.MonkeyPatch) -> None:

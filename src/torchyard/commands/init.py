@@ -461,5 +461,6 @@ def init(
             file=sys.stderr,
         )
     nox = nox_command(env)
-    print("next:\n" + "".join(f"  {step.replace('@NOX@', nox)}\n" for step in NEXT_STEPS), end="")
+    # On the stream of the lines above, so that a captured log keeps their order.
+    print("next:\n" + "".join(f"  {step.replace('@NOX@', nox)}\n" for step in NEXT_STEPS), end="", file=sys.stderr)
     return written
