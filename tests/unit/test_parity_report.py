@@ -76,7 +76,9 @@ def test_the_markdown_opens_with_counts_then_the_failures_and_known_failures(tmp
         "- known failure: `conv` on executorch-portable (runtime): upstream issue #123 [observed: 0x12]",
     ]
     rows = [line for line in lines if line.startswith("| ") and "(median" not in line]
-    assert len(rows) == 1 + len(records)  # the header, and every result
+    # The header, and every result but a backend skipped for every case for one reason: one line for it.
+    assert len(rows) == 1 + len(records) - 1
+    assert "- `tensorrt` skipped for every case (1 results): Torch-TensorRT needs an NVIDIA CUDA device" in lines
     assert "cache" in rows[0].split("|")[11]
     (guarded,) = [row for row in rows if row.startswith("| guarded ")]
     assert "x" * 40 + "... (whole in parity.json)" in guarded and long_reason not in guarded
@@ -206,3 +208,14 @@ def test_a_failed_self_test_is_named_where_the_summary_is_read() -> None:
         "Harness self-tests: 2 ran, 1 failed, which fails the run (`test_options.py::test_x`; junit.xml has each "
         "one's traceback).\n\n"
     )
+
+
+def test_a_backend_skipped_for_some_cases_only_keeps_its_rows(tmp_path: Path) -> None:
+    records = [
+        _result("mlp", "tensorrt", "parity", "skipped", "Torch-TensorRT needs an NVIDIA CUDA device"),
+        _result("conv", "tensorrt", "parity", "skipped", "case applies to inductor only"),
+        _result("mlp", "eager", "parity", "passed"),
+    ]
+    text = write_reports(tmp_path, records, {}, {})["markdown"].read_text()
+    assert "skipped for every case" not in text and "| conv | tensorrt |" in " ".join(text.split())
+    assert "`cache`: what the artifact cache did with a saved program" in text

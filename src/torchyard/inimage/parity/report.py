@@ -232,7 +232,7 @@ def markdown(
         + summary(records, pytest_tests)
         + (f"\n{noted}" if noted else "")
         + "\n#### Every result\n\n"
-        + markdown_table(HEADERS, [_row(record) for record in records])
+        + every_result(records)
         + "\n#### Speed: median latency after warm-up, device synchronized\n\n"
         + speed_markdown(timed, ratios=ratios)
     )
@@ -242,6 +242,34 @@ def markdown(
             "synchronized\n\n" + speed_markdown(timed, training=True, ratios=ratios)
         )
     return text
+
+
+CACHE_LEGEND = (
+    "`cache`: what the artifact cache did with a saved program (export, AOTInductor, ExecuTorch, Torch-TensorRT); "
+    "`-` where there is none to keep (eager, inductor and the training steps, whose compiles inductor's own "
+    "caches keep)"
+)
+
+
+def every_result(records: Sequence[Mapping[str, Any]]) -> str:
+    """One row per result, but a backend skipped for every case for one reason (TensorRT on a CPU entry) is one
+    line instead of a row per case and suite; then what the cache column says."""
+    by_backend: dict[str, set[str]] = {}
+    for record in records:
+        reason = str(record.get("reason", "")) if record["outcome"] == "skipped" else "\0ran"
+        by_backend.setdefault(record["backend"], set()).add(reason)
+    folded = {
+        backend: reasons.pop()
+        for backend, reasons in by_backend.items()
+        if len(reasons) == 1 and "\0ran" not in reasons
+    }
+    rows = [_row(record) for record in records if record["backend"] not in folded]
+    text = markdown_table(HEADERS, rows) if rows else ""
+    text += "".join(
+        f"\n- `{backend}` skipped for every case ({sum(r['backend'] == backend for r in records)} results): {why}\n"
+        for backend, why in sorted(folded.items())
+    )
+    return text + f"\n{CACHE_LEGEND}.\n"
 
 
 def self_test_line(self_tests: Mapping[str, Any] | None) -> str:
