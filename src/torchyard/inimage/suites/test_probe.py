@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from importlib.metadata import version
@@ -91,10 +92,15 @@ def test_an_image_without_numpy_imports_torch_without_its_warning_in_every_proce
     without_numpy = hide + "import torch"
     child = f"import subprocess; subprocess.run([sys.executable, '-c', {without_numpy!r}], check=True)"
 
-    def said(code: str) -> str:
-        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr
+    # Not the filter this run's own entry point set (a run of torchyard's inherits it): each process says.
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONWARNINGS"}
 
-    assert "Failed to initialize NumPy" in said(without_numpy)  # the premise
+    def said(code: str) -> str:
+        run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        return run.stderr
+
+    if "Failed to initialize NumPy" not in said(without_numpy):  # the premise
+        pytest.skip("this torch imports without numpy and says nothing")
     # The entry point imports torch itself, after its filter.
     assert "Failed to initialize NumPy" not in said(hide + "import torchyard.inimage.__main__")
     assert "Failed to initialize NumPy" not in said(hide + f"import torchyard.inimage.__main__; {child}")
