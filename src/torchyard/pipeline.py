@@ -17,7 +17,7 @@ from typing import Literal
 import docker
 
 from torchyard.accelerators import HostFacts
-from torchyard.errors import CommandError, DockerUnavailableError, ImageBuildError, UsageError
+from torchyard.errors import DockerUnavailableError, ImageBuildError, UsageError
 from torchyard.host.engine import DockerCli, build_client, engine
 from torchyard.host.facts import gather_host_facts
 from torchyard.image.obtain import Inputs, obtain_image
@@ -36,6 +36,7 @@ from torchyard.run.venv import run_local
 from torchyard.seal import default_memory
 from torchyard.trust import RunTrust, project_scope
 from torchyard.util import proc
+from torchyard.util.git import head_fact
 from torchyard.util.markdown import append_step_summary, markdown_table
 
 LOCAL_HINT = "; `nox -s test-cpu -- --local` runs the suites without Docker"
@@ -174,18 +175,22 @@ def check_locks(request: Request, progress: Progress) -> None:
         require_fresh(entry, request.lockdir, progress.uv)
 
 
-def _git(args: Sequence[str], runner: proc.Runner, fallback: str) -> str:
-    try:
-        return runner(["git", *args], capture=True).stdout.strip() or fallback
-    except (CommandError, OSError):
-        return fallback
+def _git(request: Request, args: Sequence[str], fallback: str) -> str:
+    """A fact of the checkout holding the locks (through `torchyard.util.git`, the one seam git runs through)."""
+
+    def text_runner(
+        command: Sequence[str], *, cwd: Path | None = None, stdin: bytes = b"", env: Mapping[str, str] | None = None
+    ) -> bytes:
+        return request.runner(command, capture=True, cwd=cwd, env=env).stdout.encode()
+
+    return head_fact(request.lockdir, args, fallback, runner=text_runner)
 
 
 def build_or_reuse_images(request: Request, progress: Progress) -> None:
     """Each entry's image (`image.obtain`), with this machine's registry, base overrides and mirrors."""
     inputs = Inputs(
-        request.lockdir, request.project, progress.uv, revision=_git(["rev-parse", "HEAD"], request.runner, "unknown"),
-        source_date_epoch=_git(["log", "-1", "--format=%ct"], request.runner, "0"),
+        request.lockdir, request.project, progress.uv, revision=_git(request, ["rev-parse", "HEAD"], "unknown"),
+        source_date_epoch=_git(request, ["log", "-1", "--format=%ct"], "0"),
     )  # fmt: skip
     client = progress.client = progress.client or engine(request.env)
     cli = progress.cli = progress.cli or build_client(request.env, request.runner)

@@ -162,6 +162,23 @@ def _option_requirements(runner: Runner) -> None:
     runner.edit_matrix('name = "cpu"\n', 'name = "cpu"\nproject = "pr"\n')
 
 
+def _git_dir_project(runner: Runner) -> None:
+    """Issue 57, route 1: a folder git takes for a repository (HEAD, objects/, refs/, a config whose
+    core.fsmonitor runs a command), committed as plain files and named as the project: the host's git must
+    never run there. A case module it lacks stops the build in one line, after the host read its files."""
+    project = runner.checkout / "sub"
+    subprocess.run(["git", "init", "--quiet", "--bare", str(project)], check=True, capture_output=True)
+    with (project / "config").open("a") as config:
+        config.write(f'[core]\n\tbare = false\n\tworktree = ..\n\tfsmonitor = "touch {runner.victim}/pwned; false"\n')
+    (project / "pkg").mkdir()
+    (project / "pkg" / "__init__.py").write_text("")
+    runner.edit_matrix('name = "cpu"\n', 'name = "cpu"\nproject = { source = "sub" }\ncases = ["pkg.missing"]\n')
+    # checked out as a runner checks a pull request out: a repository whose commit holds those files
+    identity = ("-c", "user.email=pr@example.com", "-c", "user.name=pr")
+    for args in (("init", "--quiet"), ("add", "--force", "."), (*identity, "commit", "--quiet", "-m", "pr")):
+        subprocess.run(["git", "-C", str(runner.checkout), *args], check=True, capture_output=True)
+
+
 # (name, the pull request's change, the command it runs, what the one line says)
 TEST_CORPUS = [
     (
@@ -187,6 +204,7 @@ TEST_CORPUS = [
     ("no-trusted-matrix", _no_trusted_matrix, ("test", "--entry", "cpu"), "set TORCHYARD_TRUSTED_MATRIX"),
     ("push-untrusted", lambda runner: None, ("build", "cpu", "--push"), "an untrusted run does not push images"),
     ("option-requirements", _option_requirements, ("build", "cpu"), "PEP 508"),
+    ("git-dir-project", _git_dir_project, ("build", "cpu"), "cases module 'pkg.missing' is not in the project"),
 ]
 
 

@@ -5,7 +5,8 @@ or ~/.ssh/id_rsa must never be read on the host. So what git tracks is read as g
 -s` names each file's mode and blob, `git cat-file --batch` hands over the blobs), and what git does not
 (new files it does not ignore, tracked files changed in the work tree, everything outside a git work
 tree) is read one path component at a time with O_NOFOLLOW, regular files only. A link is carried as a
-link (its target text) and written out as a symlink, as git checks it out; submodules are left out.
+link (its target text) and written out as a symlink, as git checks it out; submodules are left out. git
+runs only through `torchyard.util.git`, on the checkout's own git dir, never one found in the project.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Literal
 
 from torchyard.errors import CommandError, CommandNotFoundError, ImageBuildError
 from torchyard.util import proc
+from torchyard.util.git import Checkout, find_checkout, git
 
 Mode = Literal["file", "executable", "link"]
 # git's modes; 160000 (a submodule: another repository's commit) is not a file of this project.
@@ -49,12 +51,12 @@ def _check_path(path: str) -> str:
     return path
 
 
-def _objects(root: Path, blobs: Sequence[tuple[str, str]], git: proc.DataRunner) -> list[bytes]:
+def _objects(checkout: Checkout, blobs: Sequence[tuple[str, str]], runner: proc.DataRunner) -> list[bytes]:
     """The contents of `blobs` (each file's path and blob), in order, from one `git cat-file --batch`."""
     if not blobs:
         return []
     asked = "".join(f"{blob}\n" for _, blob in blobs).encode()
-    output = git(["git", "cat-file", "--batch"], cwd=root, stdin=asked)
+    output = git(checkout, ["cat-file", "--batch"], stdin=asked, runner=runner)
     contents, position = [], 0
     for path, blob in blobs:
         end = output.index(b"\n", position)
@@ -116,18 +118,35 @@ def _walk(root: Path, prefix: str = "") -> Iterator[str]:
             yield relative
 
 
-def _git_files(root: Path, git: proc.DataRunner) -> list[ProjectFile] | None:
+def _under(listing: bytes, prefix: str) -> list[str]:
+    """git's full names (from the top) as paths below the project folder `prefix` (`.`: the top)."""
+    names = _split(listing)
+    if prefix == ".":
+        return names
+    return [name.removeprefix(prefix + "/") for name in names if name.startswith(prefix + "/")]
+
+
+def _git_files(root: Path, runner: proc.DataRunner) -> list[ProjectFile] | None:
     """What git tracks (from its objects) and what it does not ignore (read without following links);
     None outside a git work tree."""
+    checkout = find_checkout(root)
+    if checkout is None:
+        return None
+    prefix = checkout.relative(root)
+    listing = ["ls-files", "-z", "--full-name"]
     try:
-        staged = git(["git", "ls-files", "-s", "-z"], cwd=root)
-        changed = set(_split(git(["git", "ls-files", "-z", "--modified"], cwd=root)))
-        others = _split(git(["git", "ls-files", "-z", "--others", "--exclude-standard"], cwd=root))
+        staged = git(checkout, [*listing, "-s", "--", prefix], runner=runner)
+        changed = set(_under(git(checkout, [*listing, "--modified", "--", prefix], runner=runner), prefix))
+        unseen = git(checkout, [*listing, "--others", "--exclude-standard", "--", prefix], runner=runner)
+        others = _under(unseen, prefix)
     except (CommandError, CommandNotFoundError):
         return None
     tracked: list[tuple[str, Mode, str]] = []
     for record in _split(staged):
-        info, _, path = record.partition("\t")
+        info, _, full = record.partition("\t")
+        if prefix != "." and not full.startswith(prefix + "/"):
+            continue
+        path = full if prefix == "." else full.removeprefix(prefix + "/")
         mode, blob, stage = info.split(" ")
         # An unmerged path (stage 1-3) has no one content; a submodule is another repository.
         if stage != "0" or mode == SUBMODULE or path in changed:
@@ -135,15 +154,17 @@ def _git_files(root: Path, git: proc.DataRunner) -> list[ProjectFile] | None:
         tracked.append((_check_path(path), GIT_MODES.get(mode, "file"), blob))
     files = [
         ProjectFile(path, mode, data)
-        for (path, mode, _), data in zip(tracked, _objects(root, [(p, b) for p, _, b in tracked], git), strict=True)
+        for (path, mode, _), data in zip(
+            tracked, _objects(checkout, [(p, b) for p, _, b in tracked], runner), strict=True
+        )
     ]
     read = (read_nofollow(root, path) for path in sorted(changed | set(others)))
     return [*files, *(item for item in read if item is not None)]
 
 
-def read_project(root: Path, git: proc.DataRunner = proc.data) -> tuple[ProjectFile, ...]:
+def read_project(root: Path, runner: proc.DataRunner = proc.data) -> tuple[ProjectFile, ...]:
     """The project's files, sorted by path: git's view inside a work tree, else every file under `root`."""
-    files = _git_files(root, git)
+    files = _git_files(root, runner)
     if files is None:
         read = (read_nofollow(root, path) for path in _walk(root))
         files = [item for item in read if item is not None]

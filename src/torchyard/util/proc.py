@@ -43,7 +43,9 @@ class Runner(Protocol):
 
 
 class DataRunner(Protocol):
-    def __call__(self, args: Sequence[str], *, cwd: Path | None = None, stdin: bytes = b"") -> bytes: ...
+    def __call__(
+        self, args: Sequence[str], *, cwd: Path | None = None, stdin: bytes = b"", env: Mapping[str, str] | None = None
+    ) -> bytes: ...
 
 
 SECRET_NAMES = re.compile(r"TOKEN|PASSWORD|PASSWD|SECRET|CREDENTIAL|API_KEY|AUTH", re.IGNORECASE)
@@ -144,14 +146,19 @@ def run(
     return completed
 
 
-def data(args: Sequence[str], *, cwd: Path | None = None, stdin: bytes = b"") -> bytes:
+def data(
+    args: Sequence[str], *, cwd: Path | None = None, stdin: bytes = b"", env: Mapping[str, str] | None = None
+) -> bytes:
     """Run `args` with `stdin` and return its stdout as bytes: for output that is data, not text (git's
-    objects, paths in any encoding). A failure is a `CommandError` as with `run`."""
-    found = executable(args[0], os.environ.get("PATH"))
+    objects, paths in any encoding). A failure is a `CommandError` as with `run`; `env` replaces the
+    environment when given."""
+    found = executable(args[0], (env or os.environ).get("PATH"))
     if found is None:
         raise CommandNotFoundError(f"{args[0]}: command not found")
     print(f"+ {format_command(args)}", file=sys.stderr, flush=True)
-    completed = subprocess.run([found, *args[1:]], cwd=cwd, input=stdin, capture_output=True, check=False)
+    completed = subprocess.run(
+        [found, *args[1:]], cwd=cwd, input=stdin, capture_output=True, check=False, env=dict(env) if env else None
+    )
     if completed.returncode != 0:
         why = cause(completed.stderr.decode(errors="replace"))
         raise CommandError(
