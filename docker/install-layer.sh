@@ -8,10 +8,38 @@
 # that was replaced or shadowed. uv refuses an --override pin without a hash under --require-hashes, so vendor
 # entries verify every hash the group carries (--verify-hashes) instead of requiring them.
 # Index URLs (and any credentials in them) come in as a secret: never in a layer or the history.
-# Bytecode is compiled here, once: uv compiles the files that have none yet and leaves earlier groups' alone,
-# so no file of an earlier layer is written again. The suites run as a user who cannot write next to the
-# sources: without it every container start would compile every module it imports (~6 s a run).
+# uv is told the venv by the base's own interpreter (/opt/torchyard/base-python, the venv's base, so the same
+# version and tags) with --prefix, never by the venv's Python: uv starts the interpreter it is given to learn
+# where to install, and the venv's, with site, would run the `.pth` files of the packages earlier layers put
+# there (the lock's: a pull request's, in an untrusted build), as root, in a step with the network. uv writes the
+# base's path into the scripts it installs; they are pointed at the venv's Python after.
+# Bytecode is compiled here, once, by the venv's Python without site (-I -S: nothing installed is imported):
+# compileall skips a file whose bytecode is up to date, so no file of an earlier layer is written again. The
+# suites run as a user who cannot write next to the sources: without it every container start would compile
+# every module it imports (~6 s a run).
+# `install-layer.sh --wheels <file>...` installs the project's wheels (already in the image) the same way.
 set -e -o pipefail
+venv=/opt/torchyard/venv
+base="$(cat /opt/torchyard/base-python)"
+
+install() {
+    uv pip install --python "${base}" --prefix "${venv}" --no-deps --no-config "$@"
+    for script in "${venv}"/bin/*; do
+        if [ -f "${script}" ] && [ ! -L "${script}" ] && IFS= read -r first < "${script}" && [ "${first}" = "#!${base}" ]; then
+            sed -i "1s|.*|#!${venv}/bin/python|" "${script}"
+        fi
+    done
+    sites=("${venv}"/lib/python3*/site-packages)
+    if ! "${venv}/bin/python" -I -S -m compileall -q -j 0 "${sites[0]}" >/dev/null; then
+        echo "some installed files did not compile (a package's templates or Python 2 files); they are left as they are"
+    fi
+}
+
+if [ "$1" = "--wheels" ]; then
+    shift
+    install --no-index "$@"
+    exit 0
+fi
 group="$1"
 requirements="/opt/torchyard/layers/${group}.txt"
 if ! grep -q '^[A-Za-z0-9]' "${requirements}"; then
@@ -24,5 +52,4 @@ if [ -f /run/secrets/uv-index-args ]; then read -ra index_args < /run/secrets/uv
 hashes=(--require-hashes)
 if [ -n "${VENDOR_PACKAGES}" ]; then hashes=(--verify-hashes --override /opt/torchyard/overrides.txt); fi
 if [ -n "${WHEELS_ONLY}" ]; then hashes+=(--no-build); fi
-uv pip install --python /opt/torchyard/venv/bin/python --no-deps --no-config --compile-bytecode \
-    "${hashes[@]}" "${index_args[@]}" -r "${requirements}"
+install "${hashes[@]}" "${index_args[@]}" -r "${requirements}"

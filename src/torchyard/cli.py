@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -304,7 +306,26 @@ def _on_this_machine(args: argparse.Namespace, passthrough: list[str], machine: 
     return 0
 
 
+def _stop(signum: int, frame: object) -> None:
+    """SIGTERM and SIGHUP (a cancelled step, a closed terminal) stop a run as Ctrl-C does: the container is
+    removed and nothing unvetted reaches the reports. Later signals wait for that cleanup to finish."""
+    for stopping in STOP_SIGNALS:
+        signal.signal(stopping, signal.SIG_IGN)
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def install_stop_handlers() -> None:
+    """Every stopping signal as Ctrl-C (in the main thread, where Python delivers signals)."""
+    if threading.current_thread() is threading.main_thread():
+        for stopping in STOP_SIGNALS:
+            signal.signal(stopping, _stop)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    install_stop_handlers()
     args, passthrough = build_parser().parse_known_args(argv)
     if passthrough and args.command not in ("test", "nox"):
         build_parser().parse_args(argv)  # reports the unknown arguments and exits 2
@@ -315,6 +336,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TorchyardError as error:
         print(f"torchyard: {redact(one_line(str(error)))}", file=sys.stderr)
         return error.exit_code
-    except KeyboardInterrupt:
-        print("torchyard: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as stopped:
+        print(f"torchyard: interrupted{f' ({stopped})' if str(stopped) else ''}", file=sys.stderr)
         return 130

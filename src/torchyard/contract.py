@@ -181,6 +181,8 @@ IMAGE_INDUCTOR_DEFAULT = f"/tmp/torchinductor_{IMAGE_LOGNAME}"
 IMAGE_PROJECT = "/workspace"
 IMAGE_HOME = "/home/torchyard"
 IMAGE_SUITES = "/opt/torchyard/inimage/torchyard/inimage/suites"
+IMAGE_ENTRYPOINT = ("/opt/torchyard/venv/bin/python", "-m", "torchyard.inimage")  # the Dockerfile's ENTRYPOINT
+IMAGE_TIMEOUT = "/usr/bin/timeout"  # the base's, by its path: the image's PATH starts with the project's scripts
 
 PLUGIN = "torchyard.inimage.plugin"
 JUNIT = "junit.xml"

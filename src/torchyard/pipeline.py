@@ -179,9 +179,9 @@ def _git(request: Request, args: Sequence[str], fallback: str) -> str:
     """A fact of the checkout holding the locks (through `torchyard.util.git`, the one seam git runs through)."""
 
     def text_runner(
-        command: Sequence[str], *, cwd: Path | None = None, stdin: bytes = b"", env: Mapping[str, str] | None = None
+        args: Sequence[str], *, cwd: Path | None = None, stdin: bytes = b"", env: Mapping[str, str] | None = None
     ) -> bytes:
-        return request.runner(command, capture=True, cwd=cwd, env=env).stdout.encode()
+        return request.runner(args, capture=True, cwd=cwd, env=env).stdout.encode()
 
     return head_fact(request.lockdir, args, fallback, runner=text_runner)
 

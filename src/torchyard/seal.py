@@ -64,10 +64,27 @@ class Helper:
     network: bool = False
 
 
+def uncopied_volumes(options: Sequence[str]) -> list[str]:
+    """The volumes in a helper's options that Docker would fill from the image when empty: a `--mount` of a
+    volume without `volume-nocopy`, and every `-v`/`--volume` (whose spelling torchyard does not use)."""
+    found = []
+    for _, flag, value in flag_values(tuple(options)):
+        parts = value.split(",")
+        if flag in {"-v", "--volume"} or (
+            flag == "--mount" and "type=volume" in parts and "volume-nocopy" not in parts
+        ):
+            found.append(value)
+    return found
+
+
 def sealed_run(helper: Helper) -> tuple[str, ...]:
     """`docker run` of `helper`, sealed (`helper_args`) and killed after HELPER_SECONDS: a hung backend or copy
     never holds the runner. The base's `timeout` by its path: the image's PATH starts with the venv, where a
-    project can install a script of that name."""
+    project can install a script of that name. Every volume it mounts is `volume-nocopy`: Docker fills an empty
+    volume from the image otherwise, read-only mount or not (a helper mounting one without is torchyard's bug)."""
+    uncopied = uncopied_volumes(helper.options)
+    if uncopied:
+        raise ValueError(f"helper {helper.name}: mount {uncopied[0]!r} without volume-nocopy")
     return (
         "run", "--rm", "--name", helper.name, *helper_args(helper.user, network=helper.network), *helper.options,
         "--entrypoint", "/usr/bin/timeout", helper.image, "--signal=KILL", str(HELPER_SECONDS), *helper.command,

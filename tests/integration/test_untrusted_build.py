@@ -4,9 +4,13 @@ image it installs the lock wheels-only, so a lock that needs an sdist built wait
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import re
 import subprocess
 import sys
 import uuid
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,7 +95,8 @@ def test_an_untrusted_build_of_a_changed_project_installs_nothing_of_the_lock(
     untrusted = _torchyard(root, untrusted_env, "build", entry)
     assert untrusted.returncode == 0, untrusted.stderr[-3000:]
     assert f"on the trusted dependency image {dependency_tag}" in untrusted.stderr
-    assert "install-layer.sh" not in untrusted.stdout + untrusted.stderr  # no group was installed, or cached
+    output = untrusted.stdout + untrusted.stderr
+    assert not re.search(r"install-layer\.sh (torch|pytorch|numeric|rest)\b", output)  # no group installed, or cached
     assert "built on the trusted dependency image" in untrusted.stdout
     image = client.images.get(f"{repository}:untrusted")
     assert image.id != trusted_image.id and image.labels["dev.torchyard.layers"] == keys
@@ -115,3 +120,79 @@ def test_an_untrusted_build_of_a_changed_project_installs_nothing_of_the_lock(
     alone = _torchyard(root, untrusted_env, "build", entry)
     assert alone.returncode != 0
     assert "antlr4-python3-runtime" in alone.stderr and "Traceback" not in alone.stderr
+
+
+# Route 3 of issue 57: a package of the pull request's lock ships a `.pth` file (in an earlier group), and a later
+# group or the project's wheel is installed after it. An installer that starts the venv's Python with site runs
+# that `.pth` as root in a build step with the network; the marker says whether any step did.
+LOCK_PTH_MARKER = "/opt/torchyard/lock-pth-ran-in-a-build-step"
+
+
+def _wheel(folder: Path, name: str, version: str, files: dict[str, str]) -> None:
+    """A minimal wheel written by hand (no build backend runs on the host for it)."""
+    info = f"{name}-{version}.dist-info"
+    files = {
+        **files,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    record.append(f"{info}/RECORD,,")
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+        archive.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
+
+
+def test_an_untrusted_build_runs_no_pth_of_its_lock_in_a_build_step(
+    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient
+) -> None:
+    entry = f"lockpth-{uuid.uuid4().hex[:8]}"
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    hook = f"import os; open({LOCK_PTH_MARKER!r}, 'w').close()\n"
+    # mpmath is the numeric group's; `later` is the rest group's, installed in a later layer.
+    _wheel(wheels, "mpmath", "99.0", {"mpmath/__init__.py": "", "mpmath_hook.pth": hook})
+    _wheel(wheels, "later", "1.0", {"later/__init__.py": "VALUE = 1\n"})
+    root = tmp_path / "project"
+    root.mkdir()
+    matrix = one_entry_matrix(entry, DEBIAN, ["mpmath==99.0", "later==1.0"]) + 'suites = ["export"]\n'
+    (root / "matrix.toml").write_text(matrix)
+    (tmp_path / "trusted-matrix.toml").write_text(matrix)
+    proc.run(["git", "init", "--quiet"], cwd=root)
+    env = {**machine_env, "TORCHYARD_MIRRORS": f"pypi={wheels}"}
+    try:
+        locked = _torchyard(root, env, "lock")
+        assert locked.returncode == 0, locked.stderr[-3000:]
+        untrusted_env = {
+            **env,
+            "TORCHYARD_TRUST": "untrusted",
+            "TORCHYARD_TRUSTED_MATRIX": str(tmp_path / "trusted-matrix.toml"),
+        }
+        built = _torchyard(root, untrusted_env, "build", entry)
+        assert built.returncode == 0, built.stderr[-3000:]
+        repository = image_repository(project_scope(root / "matrix.toml", env), entry)
+        image = client.images.get(f"{repository}:untrusted")
+        looked = client.containers.run(
+            image,
+            ["-c", f"test -e {LOCK_PTH_MARKER} && echo ran || echo never; head -1 /opt/torchyard/venv/bin/* | "
+             "grep -c '^#!/opt/torchyard/venv/bin/python$' || true"],
+            entrypoint=["/bin/bash"], remove=True, network_mode="none",
+        )  # fmt: skip
+        assert looked.decode().split()[0] == "never"
+        # Installed and compiled all the same: the hook runs where Python starts in the image, as it should.
+        words = client.containers.run(
+            image, ["-c", "import later, mpmath; print(later.VALUE)"],
+            entrypoint=["/opt/torchyard/venv/bin/python"], remove=True, network_mode="none", user="root",
+        )  # fmt: skip
+        assert words.decode().strip() == "1"
+        compiled = client.containers.run(
+            image, ["-c", "ls /opt/torchyard/venv/lib/python3*/site-packages/later/__pycache__"],
+            entrypoint=["/bin/bash"], remove=True, network_mode="none",
+        )  # fmt: skip
+        assert b".pyc" in compiled
+    finally:
+        remove_images(client, f"/{entry}:")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -85,7 +86,7 @@ def test_cuda_runtime_problems_name_the_fix() -> None:
     assert '"features": {"cdi": true}' in problem
 
 
-def test_gpu_entries_check_the_vendor_before_saying_ready() -> None:
+def test_gpu_entries_check_the_vendor_before_saying_ready(tmp_path: Path) -> None:
     nvidia_only = HostFacts(
         group_ids=HOST.group_ids, device_nodes=HOST.device_nodes, nvidia_hook=True, gpu_vendors=frozenset({"0x10de"})
     )
@@ -95,19 +96,92 @@ def test_gpu_entries_check_the_vendor_before_saying_ready() -> None:
         "no Intel GPU on this host (PCI vendor 0x8086; display and accelerator devices found: NVIDIA)"
     )
     assert ACCELERATORS["rocm"].host_problems(nvidia_only, {})[0].startswith("no AMD GPU on this host")
-    # Unknown (no sysfs to read): the device nodes decide, as before.
-    assert ACCELERATORS["xpu"].host_problems(HOST, {}) == ()
+    # Unknown (no PCI bus to read): the device nodes and the render nodes decide.
+    assert ACCELERATORS["xpu"].host_problems(xpu_host(tmp_path), {}) == ()
 
 
-def test_rocm_devices_and_groups_by_host_id_without_loosening_the_seal() -> None:
-    assert ACCELERATORS["rocm"].docker_run_args(HOST, {"HIP_VISIBLE_DEVICES": "1"}) == (
-        "--device", "/dev/kfd",
-        "--device", "/dev/dri",
-        "--group-add", "44",
-        "--group-add", "993",
-        "--shm-size", "16g",
-        "-e", "HIP_VISIBLE_DEVICES",
-    )  # fmt: skip
+def fake_kfd(sysfs: Path, gpus: dict[int, tuple[int, int]]) -> Path:
+    """KFD's topology under `sysfs`: node 0 a CPU, then a GPU per node number: (render minor, unique_id)."""
+    nodes = sysfs / "class/kfd/kfd/topology/nodes"
+    for number, (gpu_id, properties) in {0: ("0", "cpu_cores_count 64\nsimd_count 0\n")}.items():
+        (nodes / str(number)).mkdir(parents=True)
+        (nodes / str(number) / "gpu_id").write_text(gpu_id)
+        (nodes / str(number) / "properties").write_text(properties)
+    for number, (minor, unique) in gpus.items():
+        node = nodes / str(number)
+        node.mkdir(parents=True)
+        (node / "gpu_id").write_text(str(4000 + number))
+        (node / "properties").write_text(f"simd_count 304\ndrm_render_minor {minor}\nunique_id {unique}\n")
+    return sysfs
+
+
+def fake_drm(sysfs: Path, nodes: dict[int, tuple[str, str]]) -> Path:
+    """`class/drm/renderD<minor>` under `sysfs`, each linked to its PCI device (address, vendor)."""
+    for minor, (address, vendor) in nodes.items():
+        device = sysfs / "devices/pci0000:00" / address
+        device.mkdir(parents=True)
+        (device / "vendor").write_text(vendor)
+        node = sysfs / "class/drm" / f"renderD{minor}"
+        node.mkdir(parents=True)
+        (node / "device").symlink_to(device)
+    return sysfs
+
+
+def rocm_host(tmp_path: Path) -> HostFacts:
+    # four GPUs in KFD's order (nodes 1-4), their render minors not in that order
+    sysfs = fake_kfd(tmp_path, {1: (129, 0x1111), 2: (128, 0x2222), 3: (131, 0x3333), 4: (130, 0x4444)})
+    return dataclasses.replace(HOST, sysfs=sysfs)
+
+
+ROCM_REST = ("--group-add", "44", "--group-add", "993", "--shm-size", "16g")
+
+
+@pytest.mark.parametrize(
+    ("env", "minors"),
+    [
+        ({}, (129, 128, 131, 130)),  # no selection: every GPU is the job's, each by its render node
+        ({"HIP_VISIBLE_DEVICES": "1"}, (128,)),
+        ({"ROCR_VISIBLE_DEVICES": "2,0"}, (131, 129)),
+        ({"ROCR_VISIBLE_DEVICES": "GPU-0000000000003333"}, (131,)),
+        ({"ROCR_VISIBLE_DEVICES": "1,2,3", "HIP_VISIBLE_DEVICES": "2"}, (130,)),  # HIP indexes what ROCr left
+        ({"CUDA_VISIBLE_DEVICES": "3"}, (130,)),
+    ],
+)
+def test_rocm_gets_the_render_nodes_of_the_jobs_gpus_only(
+    tmp_path: Path, env: dict[str, str], minors: tuple[int, ...]
+) -> None:
+    """Route 6 of issue 57: a ROCm container got all of /dev/dri (every runner's GPUs on a shared box) and the
+    selecting variables, which a test can reset. It gets the selected GPUs' render nodes, and no variable."""
+    host = rocm_host(tmp_path)
+    nodes = tuple(arg for minor in minors for arg in ("--device", f"/dev/dri/renderD{minor}"))
+    args = ACCELERATORS["rocm"].docker_run_args(host, env)
+    assert args == ("--device", "/dev/kfd", *nodes, *ROCM_REST)
+    assert "/dev/dri" not in args and not any("VISIBLE" in arg for arg in args)
+    assert ACCELERATORS["rocm"].host_problems(host, env) == ()
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"ROCR_VISIBLE_DEVICES": "4"}, "ROCR_VISIBLE_DEVICES='4': '4' names no GPU of the 4 this host shows (0-3)"),
+        ({"HIP_VISIBLE_DEVICES": "GPU-ffff"}, "HIP_VISIBLE_DEVICES='GPU-ffff': 'GPU-ffff' names no GPU of the 4"),
+        (
+            {"ROCR_VISIBLE_DEVICES": "0", "HIP_VISIBLE_DEVICES": "1"},
+            "HIP_VISIBLE_DEVICES='1': '1' names no GPU of the 1",
+        ),
+        ({"HIP_VISIBLE_DEVICES": ""}, "HIP_VISIBLE_DEVICES='': '' names no GPU"),
+    ],
+)
+def test_a_rocm_selection_this_host_lacks_is_one_line_and_no_gpu(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    host = rocm_host(tmp_path)
+    (problem,) = ACCELERATORS["rocm"].host_problems(host, env)
+    assert problem.startswith(message)
+    assert ACCELERATORS["rocm"].docker_run_args(host, env) == ("--device", "/dev/kfd", *ROCM_REST)
+
+
+def test_rocm_host_problems() -> None:
     problems = ACCELERATORS["rocm"].host_problems(HostFacts(), {})
     assert [problem.split(":")[0] for problem in problems] == [
         "no /dev/kfd",
@@ -115,13 +189,55 @@ def test_rocm_devices_and_groups_by_host_id_without_loosening_the_seal() -> None
         "no 'video' group on the host",
         "no 'render' group on the host",
     ]
+    (empty,) = ACCELERATORS["rocm"].host_problems(dataclasses.replace(HOST, sysfs=Path("/nonexistent")), {})
+    assert empty.startswith("KFD's topology") and empty.endswith("shows no GPU with a render node")
 
 
-def test_xpu_dri_and_render_group() -> None:
-    assert ACCELERATORS["xpu"].docker_run_args(HOST, {"ZE_AFFINITY_MASK": "0.0", "HOME": "/root"}) == (
-        "--device", "/dev/dri", "--group-add", "993", "--shm-size", "16g", "-e", "ZE_AFFINITY_MASK",
+def xpu_host(tmp_path: Path) -> HostFacts:
+    # two Intel GPUs and an AMD one; the render minors' order is not the PCI order
+    nodes = {128: ("0000:8a:00.0", "0x8086"), 129: ("0000:3a:00.0", "0x8086"), 130: ("0000:05:00.0", "0x1002")}
+    return dataclasses.replace(HOST, sysfs=fake_drm(tmp_path, nodes))
+
+
+@pytest.mark.parametrize(
+    ("env", "minors", "mask"),
+    [
+        ({}, (129, 128), None),
+        ({"ZE_AFFINITY_MASK": "1"}, (128,), None),
+        ({"ZE_AFFINITY_MASK": "1.1,0"}, (128, 129), "0.1,1"),  # sub-devices, renumbered as the container sees them
+        ({"ONEAPI_DEVICE_SELECTOR": "level_zero:0"}, (129,), None),
+        ({"ONEAPI_DEVICE_SELECTOR": "level_zero:*"}, (129, 128), None),
+        ({"ZE_AFFINITY_MASK": "1,0", "ONEAPI_DEVICE_SELECTOR": "level_zero:0"}, (128,), None),
+    ],
+)
+def test_xpu_gets_the_render_nodes_of_the_jobs_gpus_only(
+    tmp_path: Path, env: dict[str, str], minors: tuple[int, ...], mask: str | None
+) -> None:
+    """Route 6 of issue 57, for Intel: the selected GPUs' render nodes (in Level Zero's PCI order), not /dev/dri."""
+    host = xpu_host(tmp_path)
+    nodes = tuple(arg for minor in minors for arg in ("--device", f"/dev/dri/renderD{minor}"))
+    masked = ("--env", f"ZE_AFFINITY_MASK={mask}") if mask else ()
+    assert ACCELERATORS["xpu"].docker_run_args(host, {**env, "HOME": "/root"}) == (
+        *nodes, "--group-add", "993", "--shm-size", "16g", *masked,
     )  # fmt: skip
-    assert ACCELERATORS["xpu"].host_problems(HOST, {}) == ()
+    assert ACCELERATORS["xpu"].host_problems(host, env) == ()
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"ZE_AFFINITY_MASK": "2"}, "ZE_AFFINITY_MASK='2': '2' names no GPU of the 2 this host shows (0-1)"),
+        ({"ONEAPI_DEVICE_SELECTOR": "opencl:0"}, "ONEAPI_DEVICE_SELECTOR='opencl:0': torchyard resolves level_zero"),
+        ({"ONEAPI_DEVICE_SELECTOR": "level_zero:5"}, "ONEAPI_DEVICE_SELECTOR='5': '5' names no GPU"),
+    ],
+)
+def test_an_xpu_selection_this_host_lacks_is_one_line_and_no_gpu(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    host = xpu_host(tmp_path)
+    (problem,) = ACCELERATORS["xpu"].host_problems(host, env)
+    assert problem.startswith(message)
+    assert ACCELERATORS["xpu"].docker_run_args(host, env) == ("--group-add", "993", "--shm-size", "16g")
 
 
 def test_image_checks_name_what_each_accelerator_needs() -> None:

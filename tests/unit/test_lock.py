@@ -156,6 +156,7 @@ def test_every_lock_input_reaches_the_digest_and_uv() -> None:
         "uv": "9.9.9",
         "project": ("mypkg-dep>=1",),
         "deployment_target": "14.0",
+        "binary_only": True,
     }
     assert set(changed_values) == {field.name for field in dataclasses.fields(LockInputs)}
     for name, value in changed_values.items():
@@ -166,7 +167,8 @@ def test_every_lock_input_reaches_the_digest_and_uv() -> None:
     assert set(inputs.record()) == {name.replace("_", "-") for name in changed_values} - {
         "project",
         "deployment-target",
-    }
+        "binary-only",
+    }  # recorded only where set, so other entries' locks keep their digests
 
 
 @pytest.mark.real_subprocess
@@ -460,3 +462,17 @@ def test_an_offline_sync_checks_a_synced_venv_without_reading_any_index(
     assert status(offline, env) == 0
     subprocess.run(["uv", "pip", "uninstall", "--python", python, "lib"], check=True, capture_output=True, env=env)
     assert status(offline, {**env, "UV_CACHE_DIR": str(tmp_path / "empty-cache")}) != 0
+
+
+def test_a_lock_made_on_a_self_hosted_runner_resolves_wheels_only() -> None:
+    """Route 10 of issue 57: a lock-on-runner entry is resolved on its GPU runner, where uv would build an sdist's
+    metadata (running its code); it asks uv for wheels only, and says so in its lock's inputs."""
+    app, _ = make_plan()
+    hosted = LockInputs.of(app, "0.13.9")
+    on_runner = LockInputs.of(dataclasses.replace(app, lock_on_runner=True), "0.13.9")
+    sources = (Source("pypi", "index", "https://pypi.org/simple"),)
+    args = compile_args(on_runner, sources, Path("/l"), excludes=None, interpreter="/py")
+    assert args[-2:] == ("--only-binary", ":all:")
+    assert "--only-binary" not in compile_args(hosted, sources, Path("/l"), excludes=None, interpreter="/py")
+    assert on_runner.record()["binary-only"] is True and "binary-only" not in hosted.record()
+    assert on_runner.digest() != hosted.digest()  # a lock made otherwise is stale

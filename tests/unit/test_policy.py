@@ -9,8 +9,16 @@ from pathlib import Path
 import pytest
 
 from torchyard.errors import ConfigError, ImageBuildError
-from torchyard.image.policy import BuildPolicy, build_policy, check_untrusted_build, without_credentials
+from torchyard.image.policy import (
+    BuildPolicy,
+    build_policy,
+    build_sources,
+    check_untrusted_build,
+    secret_in_url,
+    without_credentials,
+)
 from torchyard.matrix import load_plan
+from torchyard.matrix.gate import TrustedConfig
 from torchyard.matrix.machine import Source
 from torchyard.matrix.schema import ImageRef
 
@@ -62,3 +70,53 @@ def test_every_dependency_layer_installs_wheels_only_for_an_untrusted_build() ->
     assert "ARG WHEELS_ONLY" in dockerfile.partition("install-layer.sh")[0]  # in scope for every group
     dependencies = dockerfile.partition("FROM toolchain AS dependencies")[2]
     assert dependencies and "uv pip install" not in dependencies.partition("COPY project")[0]
+
+
+@pytest.mark.parametrize(
+    ("url", "where"),
+    [
+        ("https://mirror.internal/simple?token=s3cret", "its query"),
+        ("https://mirror.internal/simple#s3cret", "its fragment"),
+        ("https://pypi.fury.io/AbCdEf0123456789GhIjKl/team/", "a path segment that reads as a token"),
+        ("https://mirror.internal/t/glpat-AbCdEfGhIjKlMnOpQrSt/simple", "a path segment that reads as a token"),
+        ("https://mirror.internal/t/ghp_AbCdEfGhIjKlMnOpQrStUvWx/simple", "a path segment that reads as a token"),
+    ],
+)
+def test_an_untrusted_build_gets_no_index_url_that_may_carry_a_secret(url: str, where: str) -> None:
+    """Route 3 of issue 57: a token kept in a mirror URL's query or path reached an untrusted build step."""
+    untrusted = BuildPolicy(trusted=False, trusted_config=TrustedConfig(PLAN, "the trusted matrix.toml"))
+    sources = [Source("pypi", "index", url)]
+    with pytest.raises(ImageBuildError, match=f"index 'pypi' \\(https://[a-z.]+/...\\) may carry a secret in {where}"):
+        build_sources(PLAN.entry("cpu"), untrusted, sources)
+    try:
+        build_sources(PLAN.entry("cpu"), untrusted, sources)
+    except ImageBuildError as error:
+        assert "s3cret" not in str(error) and "AbCdEf" not in str(error)
+    assert build_sources(PLAN.entry("cpu"), BuildPolicy(), sources) == sources  # a trusted build keeps its URL
+
+
+def test_plain_index_urls_pass_an_untrusted_build() -> None:
+    for url in (
+        "https://download.pytorch.org/whl/cu128",
+        "https://pypi.org/simple",
+        "https://pkgs.dev.azure.com/team/_packaging/torch-feed/pypi/simple/",
+        "https://nexus.corp.example/repository/pypi-proxy/simple",  # a word, not a token's prefix
+        "https://europe-python.pkg.dev/robot-policies-2041/wheels/simple/",
+        "/srv/wheels",
+        "/tmp/pytest-of-root/test_an_untrusted_build_runs_n0/wheels",
+    ):
+        assert secret_in_url(url) == "", url
+
+
+def test_the_installer_never_starts_the_venvs_python_and_compiles_without_site() -> None:
+    """Route 3 of issue 57: uv starts the interpreter it is given (with site), so `--python` names the base's
+    interpreter and the venv is a --prefix; bytecode is compiled by `-I -S`, not uv's --compile-bytecode."""
+    docker = Path(__file__).parents[2] / "docker"
+    script = (docker / "install-layer.sh").read_text()
+    code = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
+    assert 'uv pip install --python "${base}" --prefix "${venv}"' in code
+    assert "--compile-bytecode" not in code and "-I -S -m compileall" in code
+    dockerfile = (docker / "Dockerfile").read_text()
+    runs = [line for line in dockerfile.splitlines() if not line.lstrip().startswith("#")]
+    assert not any("--python /opt/torchyard/venv/bin/python" in line for line in runs)
+    assert "install-layer.sh --wheels" in dockerfile.partition("COPY project")[2]

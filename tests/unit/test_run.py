@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.test_accelerators import fake_drm, fake_kfd
 from torchyard.accelerators import ACCELERATORS, HostFacts
 from torchyard.errors import DeviceUnavailableError, UsageError
 from torchyard.matrix import load_plan
@@ -39,6 +40,7 @@ def run_plan(entry: str, trust: Trust = "trusted") -> RunPlan:
         cache_scope(PLAN.entry(entry), "0123abcd4567", trust, "1"),
         "1000:1000",
         Seal(Limits(), "12g"),
+        staging=Path("/stage"),
     )
 
 
@@ -49,7 +51,7 @@ def common(entry: str) -> tuple[str, ...]:
         "--label", "dev.torchyard.scope=0123abcd4567",
         "--label", "dev.torchyard.trust=trusted",
         "--user", "1000:1000",
-        "--mount", f"type=bind,source=/src/reports/{entry},target=/reports",
+        "--mount", f"type=bind,source=/stage/torchyard-{entry}-1,target=/reports",
         "--mount", f"type=volume,source=torchyard-cache-0123abcd4567-{entry},target=/cache/inductor",
         "--mount", f"type=volume,source=torchyard-cache-0123abcd4567-{entry},target=/tmp/torchinductor_torchyard",
         "--workdir", "/workspace",
@@ -135,24 +137,25 @@ def test_cuda_run_args_request_the_selected_gpu() -> None:
     )  # fmt: skip
 
 
-def test_rocm_run_args() -> None:
-    args = docker_run_args(PLAN.entry("rocm"), run_plan("rocm"), HOST, {"HIP_VISIBLE_DEVICES": "1"}, ["-q"])
+def test_rocm_run_args(tmp_path: Path) -> None:
+    host = dataclasses.replace(HOST, sysfs=fake_kfd(tmp_path, {1: (128, 1), 2: (129, 2)}))
+    args = docker_run_args(PLAN.entry("rocm"), run_plan("rocm"), host, {"HIP_VISIBLE_DEVICES": "1"}, ["-q"])
     assert args == (
         *common("rocm"),
-        "--device", "/dev/kfd", "--device", "/dev/dri",
+        "--device", "/dev/kfd", "--device", "/dev/dri/renderD129",
         "--group-add", "44", "--group-add", "993",
         "--shm-size", "16g",
-        "-e", "HIP_VISIBLE_DEVICES",
         *tail("rocm", "export or compile or runtime or parity or harness", "export,compile,runtime,parity"),
     )  # fmt: skip
 
 
-def test_xpu_run_args_follow_its_suites() -> None:
-    args = docker_run_args(PLAN.entry("xpu"), run_plan("xpu"), HOST, {"ZE_AFFINITY_MASK": "0.0"}, ["-q"])
+def test_xpu_run_args_follow_its_suites(tmp_path: Path) -> None:
+    host = dataclasses.replace(HOST, sysfs=fake_drm(tmp_path, {128: ("0000:3a:00.0", "0x8086")}))
+    args = docker_run_args(PLAN.entry("xpu"), run_plan("xpu"), host, {"ZE_AFFINITY_MASK": "0.0"}, ["-q"])
     assert args == (
         *common("xpu"),
-        "--device", "/dev/dri", "--group-add", "993", "--shm-size", "16g",
-        "-e", "ZE_AFFINITY_MASK",
+        "--device", "/dev/dri/renderD128", "--group-add", "993", "--shm-size", "16g",
+        "--env", "ZE_AFFINITY_MASK=0.0",
         *tail("xpu", "export or compile or parity or harness", "export,compile,parity"),
     )  # fmt: skip
 
@@ -189,8 +192,8 @@ def test_an_untrusted_run_mounts_its_own_cache_seeded_from_the_trusted_scope() -
     assert plan.scope.ephemeral and plan.scope.seed == "torchyard-cache-0123abcd4567-cpu"
     assert seed_args(plan.scope, plan.scope.seed, image="img", user="1000:1000", name="n") == (
         "run", "--rm", "--name", "n-seed", *helper_args("1000:1000"),
-        "--mount", "type=volume,source=torchyard-cache-0123abcd4567-cpu,target=/seed,readonly",
-        "--mount", f"type=volume,source={own},target=/cache/inductor",
+        "--mount", "type=volume,source=torchyard-cache-0123abcd4567-cpu,target=/seed,readonly,volume-nocopy",
+        "--mount", f"type=volume,source={own},target=/cache/inductor,volume-nocopy",
         "--entrypoint", "/usr/bin/timeout", "img", "--signal=KILL", "1800",
         "/bin/cp", "-R", "/seed/.", "/cache/inductor/",
     )  # fmt: skip

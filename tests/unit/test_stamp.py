@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from torchyard.run.handback import HandBackError
 from torchyard.run.stamp import HOST_LINE, stamp_reports
 
 
@@ -52,3 +54,29 @@ def test_a_link_left_in_place_of_a_report_is_replaced_not_written_through(tmp_pa
     stamp_reports(tmp_path / "reports", {"trust": "untrusted", "entry": "cpu", "image": "i"})
     assert (tmp_path / "victim").read_text() == "the host's"
     assert not (tmp_path / "reports" / "env.json").is_symlink()
+
+
+FORGED_TITLE = "### torchyard parity: cpu on cpu, trusted run\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "plant"),
+    [
+        ("env.json", lambda path: path.mkdir()),
+        ("parity.md", lambda path: path.mkdir()),
+        ("parity.json", lambda path: path.write_text("[" * 200_000 + "]" * 200_000)),
+        ("env.json", lambda path: path.write_text('{"a": ' * 100_000 + "1" + "}" * 100_000)),
+    ],
+    ids=["env.json-a-folder", "parity.md-a-folder", "parity.json-past-recursion", "env.json-past-recursion"],
+)
+def test_a_stamp_that_cannot_finish_empties_the_reports_and_fails_in_one_line(
+    tmp_path: Path, name: str, plant: Callable[[Path], object]
+) -> None:
+    """Issue 57, route 9: a stamp stopped midway (a folder where a report goes, JSON nested past the recursion
+    limit) left the container's forged title in parity.md, which the workflow uploads."""
+    if name != "parity.md":
+        (tmp_path / "parity.md").write_text(FORGED_TITLE)
+    plant(tmp_path / name)
+    with pytest.raises(HandBackError, match=r"could not be stamped with the run's trust .*left empty"):
+        stamp_reports(tmp_path, {"trust": "untrusted", "entry": "cpu", "image": "i"})
+    assert list(tmp_path.iterdir()) == []

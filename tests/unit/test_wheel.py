@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from torchyard.errors import ImageBuildError
-from torchyard.image.source import ProjectFile, take_wheels
-from torchyard.image.wheel import build_helper, build_requirements, fetch_helper
+from torchyard.image.source import ProjectFile
+from torchyard.image.wheel import build_helper, build_requirements, fetch_helper, take_wheels
 from torchyard.seal import sealed_run
 
 

@@ -441,3 +441,31 @@ def test_the_workflow_runs_read_job_results_from_acts_log() -> None:
     assert result.results == {"plan": {"failure"}, "lint": {"skipped"}}
     assert result.seconds["ci/plan"] == 11
     assert "Error: Job 'plan' failed" in result.log
+
+
+def writes(permissions: object) -> bool:
+    """Whether a `permissions` value grants any write (`write-all`, or a scope set to `write`)."""
+    if isinstance(permissions, str):
+        return permissions == "write-all"
+    return isinstance(permissions, dict) and "write" in permissions.values()
+
+
+@pytest.mark.parametrize("workflow", [*WORKFLOWS, TEMPLATE], ids=lambda path: path.name)
+def test_a_job_with_a_writing_token_never_leaves_it_in_the_checkout(workflow: Path) -> None:
+    """Route 10 of issue 57: actions/checkout keeps the job's token in .git/config unless told not to, where
+    every later step (`nox -s lock` building an sdist's metadata) reads it. A job whose token writes checks out
+    without it; only the step that pushes (create-pull-request, its `token` input) holds it."""
+    document: dict[str, Any] = yaml.safe_load(workflow.read_text())
+    for name, job in document["jobs"].items():
+        if not writes(job.get("permissions", document.get("permissions", "write-all"))):
+            continue
+        steps = job.get("steps", [])
+        checkouts = [step for step in steps if str(step.get("uses", "")).startswith("actions/checkout@")]
+        assert checkouts, name
+        for step in checkouts:
+            assert (step.get("with") or {}).get("persist-credentials") is False, name
+
+
+def test_the_refresh_job_is_the_one_that_writes() -> None:
+    document: dict[str, Any] = yaml.safe_load((REPO / ".github" / "workflows" / "refresh.yml").read_text())
+    assert writes(document["jobs"]["refresh"]["permissions"])

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from torchyard.names import AcceleratorName
@@ -27,6 +28,7 @@ class HostFacts:
     memory_bytes: int = 0  # the engine's memory (`docker info`: MemTotal); 0 where unknown
     system: str = "Linux"  # platform.system()
     machine: str = "x86_64"  # platform.machine()
+    sysfs: Path = Path("/sys")  # where the GPUs' render nodes are looked up (a test passes a fake tree)
 
 
 class Accelerator(Protocol):
@@ -79,3 +81,31 @@ def vendor_problems(host: HostFacts, vendor_id: str) -> tuple[str, ...]:
         f"no {PCI_VENDORS[vendor_id]} GPU on this host (PCI vendor {vendor_id}; display and accelerator devices "
         f"found: {found}): run the entry on a runner with one",
     )
+
+
+class UnresolvedSelection(ValueError):
+    """The job's GPU selection names no GPU this host's sysfs shows: its one line says which and what is here."""
+
+
+def render_node_args(minors: Sequence[int]) -> tuple[str, ...]:
+    """`--device /dev/dri/renderD<minor>` for each GPU the job was given: its render node only, never all of
+    /dev/dri (another runner's GPUs on a shared box)."""
+    return tuple(arg for minor in minors for arg in ("--device", f"/dev/dri/renderD{minor}"))
+
+
+def pick(gpus: Sequence[str], variable: str, value: str, by_id: Mapping[str, str] | None = None) -> list[str]:
+    """The items of `gpus` (in enumeration order) that `value` names by index, or by id where `by_id` maps an id
+    to an item; a selection naming nothing here raises `UnresolvedSelection`."""
+    chosen = []
+    for part in (part.strip() for part in value.split(",")):
+        if part.isdigit() and int(part) < len(gpus):
+            chosen.append(gpus[int(part)])
+        elif by_id is not None and part in by_id:
+            chosen.append(by_id[part])
+        else:
+            raise UnresolvedSelection(
+                f"{variable}={value!r}: {part!r} names no GPU of the {len(gpus)} this host shows (0-{len(gpus) - 1})"
+                if gpus
+                else f"{variable}={value!r}: this host shows no GPU of this kind in sysfs"
+            )
+    return list(dict.fromkeys(chosen))

@@ -54,7 +54,7 @@ def build_image(
     first layer (the caller has checked the lock and looked for the image: `image.obtain`)."""
     started = time.monotonic()
     sources = build_sources(entry, policy, sources)
-    check_base(client, plan, held)
+    check_base(client, plan, held, docker_path=cli.path, runner=runner, env=env)
     check_free_disk(plan, held)
     with (
         tempfile.TemporaryDirectory(prefix="torchyard-build-") as scratch,

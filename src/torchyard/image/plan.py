@@ -76,13 +76,19 @@ def dockerfile() -> bytes:
 TRUSTED_CACHE_ID = b"id=torchyard-uv-trusted,"
 
 
-def scoped_dockerfile(text: bytes, scope: Trust) -> bytes:
-    """The Dockerfile with every cache mount's id naming `scope`, so an untrusted build never writes a cache
-    a trusted one reads (written into the text: this engine's built-in BuildKit frontend does not expand a
-    build argument in a mount option). A cache mount without torchyard's id is refused."""
+def cache_id(scope: Trust, project: str = "", run: str = "") -> str:
+    """A uv cache mount's id: named by trust and project, and by run for an untrusted build, so no project's
+    build reads what another's wrote, and no pull request's build reads what an earlier one wrote."""
+    return "-".join(part for part in ("torchyard-uv", scope, project, run if scope == "untrusted" else "") if part)
+
+
+def scoped_dockerfile(text: bytes, scope: Trust, project: str = "", run: str = "") -> bytes:
+    """The Dockerfile with every cache mount's id `cache_id(scope, project, run)`, so an untrusted build never
+    writes a cache a trusted one reads (written into the text: this engine's built-in BuildKit frontend does
+    not expand a build argument in a mount option). A cache mount without torchyard's id is refused."""
     if text.count(b"--mount=type=cache,") != text.count(b"--mount=type=cache," + TRUSTED_CACHE_ID):
         raise ImageBuildError("torchyard's Dockerfile has a cache mount whose id does not name its trust scope")
-    return text.replace(TRUSTED_CACHE_ID, f"id=torchyard-uv-{scope},".encode())
+    return text.replace(TRUSTED_CACHE_ID, f"id={cache_id(scope, project, run)},".encode())
 
 
 @dataclass(frozen=True)
@@ -165,7 +171,10 @@ def plan_build(
     `stands_on` (a dependency image's tag and ID, from a trusted build of the same pins) makes the image
     stage start from that image: the untrusted build then installs no package of the lock."""
     scope: Trust = "trusted" if policy.trusted else "untrusted"
-    image_dockerfile = scoped_dockerfile(dockerfile(), scope)
+    # The run's own cache id is staged; the tag and the layer keys read the Dockerfile without it, so a later
+    # run of the same inputs finds the image an earlier one built.
+    image_dockerfile = scoped_dockerfile(dockerfile(), scope, project)
+    staged_dockerfile = scoped_dockerfile(dockerfile(), scope, project, policy.run)
     lock_bytes = _read_lock(entry, lockdir)
     fields, _ = read_header(lock_bytes.decode("utf-8", errors="replace"))
     vendor = tuple(pin.name for pin in entry.accelerator.vendor)
@@ -212,7 +221,7 @@ def plan_build(
     # What decides the image below the first dependency layer; the label-only arguments (entry, lock
     # digest, versions) come after the groups in the Dockerfile, so they stay out.
     # Standing on a trusted dependency image, the groups are that image's: keyed as a trusted build keys them.
-    below_dockerfile = scoped_dockerfile(dockerfile(), "trusted") if stands_on else image_dockerfile
+    below_dockerfile = scoped_dockerfile(dockerfile(), "trusted", project) if stands_on else image_dockerfile
     below = hashlib.sha256(below_dockerfile + image_file("install-layer.sh"))
     for name, node in inimage_files():
         if name.endswith("/inimage/vendor.py"):
@@ -250,7 +259,7 @@ def plan_build(
         alias=f"{image_repository(project, entry.name)}:{ALIASES[scope]}",
         vendor=vendor,
         python=entry.python,
-        context=tuple(context),
+        context=tuple((name, staged_dockerfile if name == "Dockerfile" else data) for name, data in context),
         project_root=entry.project.root if entry.project is not None and packaged else None,
         project_files=sources if packaged else (),
         workspace=workspace,

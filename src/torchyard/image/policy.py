@@ -3,7 +3,8 @@ configuration did not already choose.
 
 A build step can reach the runner's network (a cloud metadata endpoint, say), so an untrusted build takes its
 bases, indexes and vendor settings from the trusted matrix.toml (the default branch's, TORCHYARD_TRUSTED_MATRIX),
-gets no index credentials (user:password is dropped from every URL), installs wheels only (`--no-build`) and
+gets no index credentials (user:password is dropped from every URL; a query, a fragment or a path segment that
+reads as a token is refused), installs wheels only (`--no-build`) and
 never pushes: what needs more waits for a trusted run. It uses the image a trusted run built from the same
 inputs where there is one; else it builds its own under a tag of its own (WHEELS_ONLY is part of the content
 tag), which no trusted run ever reuses.
@@ -11,6 +12,8 @@ tag), which no trusted run ever reuses.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +30,7 @@ from torchyard.trust import level_of
 class BuildPolicy:
     trusted: bool = True
     trusted_config: TrustedConfig = NO_TRUSTED_CONFIG
+    run: str = ""  # an untrusted run's own name for its uv cache (`torchyard.image.plan.cache_id`)
 
     @property
     def build_args(self) -> tuple[tuple[str, str], ...]:
@@ -43,7 +47,8 @@ def build_policy(env: Mapping[str, str], *, allowed_docker_run: Collection[str] 
     beside this checkout's matrix.toml, where the project is) with this machine's `allowed_docker_run`."""
     if level_of(env) == "trusted":
         return BuildPolicy()
-    return BuildPolicy(trusted=False, trusted_config=load_trusted(Path("matrix.toml"), allowed_docker_run, env))
+    trusted_config = load_trusted(Path("matrix.toml"), allowed_docker_run, env)
+    return BuildPolicy(trusted=False, trusted_config=trusted_config, run=os.urandom(6).hex())
 
 
 def check_untrusted_build(entry: Entry, policy: BuildPolicy) -> None:
@@ -74,9 +79,51 @@ def without_credentials(sources: Sequence[Source]) -> list[Source]:
     return stripped
 
 
+# A path segment that reads as a token rather than a name (`pypi.fury.io/<token>/team`, `.../t/<token>/simple`):
+# long, one word of token characters with letters and digits both; or a token's published prefix (GitHub's,
+# GitLab's, npm's, PyPI's macaroons), never a word such as a `pypi-proxy` repository.
+TOKEN_SEGMENT = re.compile(
+    r"(?=[A-Za-z0-9_.~]{20,}$)(?=.*[0-9])(?=.*[A-Za-z]).*"
+    r"|(?:gh[pousr]_|github_pat_|glpat-|npm_)[A-Za-z0-9_-]{16,}|pypi-AgE[A-Za-z0-9_-]+"
+)
+
+
+def secret_in_url(location: str) -> str:
+    """Where a URL may carry a secret that dropping its credentials would not remove ("" where none): its query,
+    its fragment or a path segment that reads as a token. Dropping those would change the index it names."""
+    parts = urlsplit(location)
+    if parts.scheme not in ("http", "https"):  # a folder or file:// index of this machine, served by torchyard
+        return ""
+    if parts.query:
+        return "its query"
+    if parts.fragment:
+        return "its fragment"
+    if any(TOKEN_SEGMENT.fullmatch(segment) for segment in parts.path.split("/")):
+        return "a path segment that reads as a token"
+    return ""
+
+
+def check_no_secret(entry: Entry, sources: Sequence[Source]) -> None:
+    """An untrusted build gets no index URL that may carry a secret anywhere in it: refused in one line that
+    names the index and where, never the value."""
+    for source in sources:
+        where = secret_in_url(source.location)
+        if where:
+            parts = urlsplit(source.location)
+            shown = f"{parts.scheme}://{parts.hostname or ''}/..."
+            raise ImageBuildError(
+                f"entry {entry.name!r}: index {source.name!r} ({shown}) may carry a secret in {where}, and an "
+                "untrusted build gets no secret: give this machine a mirror of it that needs none "
+                "(TORCHYARD_MIRRORS), or let a trusted run build the image"
+            )
+
+
 def build_sources(entry: Entry, policy: BuildPolicy, sources: Sequence[Source]) -> Sequence[Source]:
     """What a build of `entry` installs from: an untrusted build is checked against the trusted configuration
-    first, and gets its sources without credentials."""
-    allowed = sources if policy.trusted else without_credentials(sources)
+    first, and gets its sources without credentials, refused where one may hide elsewhere in a URL."""
     check_untrusted_build(entry, policy)
+    if policy.trusted:
+        return sources
+    allowed = without_credentials(sources)
+    check_no_secret(entry, allowed)
     return allowed

@@ -2,36 +2,60 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+from collections.abc import Mapping
 
 import docker
-import docker.errors
 
 from torchyard.errors import ImageBuildError
 from torchyard.image.held import Held
 from torchyard.image.layers import added_bytes
 from torchyard.image.plan import BuildPlan
+from torchyard.seal import Helper, run_user, sealed_run
+from torchyard.util import proc
 
 BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
 
 
-def check_base(client: docker.DockerClient, plan: BuildPlan, held: Held) -> None:
-    """The base has the entry's Python, or apt to install it (vendor bases: Python). A container is started
-    to look, except where this entry's `last` image was built from this very base (its label says so): that
-    build found it, and a source-only rebuild need not look again."""
+def base_probe(plan: BuildPlan, *, name: str, user: str) -> Helper:
+    """The container that looks for the entry's Python (or apt) in the base: sealed like every helper, the
+    base's own `sh` by its path. Its status says what it found: 0 found, 1 not."""
+    python = f"python{plan.python}"
+    probe = f"command -v {python}" if plan.vendor else f"command -v {python} || command -v apt-get"
+    return Helper(f"{name}-base", user, plan.base_image, ("/bin/sh", "-c", f"({probe}) >/dev/null || exit 1"))
+
+
+def check_base(
+    client: docker.DockerClient,
+    plan: BuildPlan,
+    held: Held,
+    *,
+    docker_path: str = "docker",
+    runner: proc.Runner = proc.run,
+    env: Mapping[str, str] = os.environ,
+) -> None:
+    """The base has the entry's Python, or apt to install it (vendor bases: Python). A sealed container is
+    started to look, except where this entry's `last` image was built from this very base (its label says so):
+    that build found it, and a source-only rebuild need not look again."""
     if not held.base:
         return  # pulled by the build; it checks Python itself in the first step
     base_digest = dict(plan.build_args).get("BASE_DIGEST", "")
     last = held.last
     if last is not None and base_digest and (last.labels or {}).get(BASE_DIGEST_LABEL) == base_digest:
         return
-    python = f"python{plan.python}"
-    probe = f"command -v {python}" if plan.vendor else f"command -v {python} || command -v apt-get"
-    try:
-        client.containers.run(plan.base_image, ["/bin/sh", "-c", probe], remove=True, entrypoint=[])
-    except docker.errors.ContainerError:
+    name = f"torchyard-{plan.entry}-{os.urandom(4).hex()}"
+    helper = base_probe(plan, name=name, user=run_user(os.getuid(), os.getgid()))
+    status = runner((docker_path, *sealed_run(helper)), check=False, env=env).returncode
+    if status == 1:
+        python = f"python{plan.python}"
         needs = python if plan.vendor else f"{python} and no apt-get to install it"
-        raise ImageBuildError(f"entry {plan.entry!r}: base image {plan.base_image} has no {needs}") from None
+        raise ImageBuildError(f"entry {plan.entry!r}: base image {plan.base_image} has no {needs}")
+    if status != 0:
+        raise ImageBuildError(
+            f"entry {plan.entry!r}: the check of base image {plan.base_image} failed with exit status {status} "
+            "(a base needs /bin/sh and /usr/bin/timeout)"
+        )
 
 
 def needs_more_than_free(need: int, free: int) -> bool:

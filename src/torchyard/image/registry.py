@@ -78,6 +78,26 @@ def pull(client: docker.DockerClient, registry: Registry, reference: str, env: M
         return None
 
 
+# The labels a pulled image must carry as its plan's build arguments say (label, build argument).
+PLAN_LABELS = (
+    ("dev.torchyard.entry", "TORCHYARD_ENTRY"),
+    ("dev.torchyard.scope", "PROJECT_SCOPE"),
+    ("dev.torchyard.lock-digest", "LOCK_DIGEST"),
+    ("dev.torchyard.layers", "LAYER_KEYS"),
+    ("org.opencontainers.image.base.digest", "BASE_DIGEST"),
+)
+
+
+def plan_mismatch(labels: Mapping[str, str] | None, plan: BuildPlan) -> str:
+    """The first label of a pulled image that its plan does not say ("" where all agree): the registry may hold
+    what anyone who could push there put under the plan's tag."""
+    args = dict(plan.build_args)
+    for label, arg in PLAN_LABELS:
+        if (labels or {}).get(label, "") != args.get(arg, ""):
+            return label
+    return ""
+
+
 def pull_image(
     entry: Entry,
     plans: Sequence[BuildPlan],
@@ -97,6 +117,13 @@ def pull_image(
         if pulled is None:
             continue
         image = client.images.get(registry.ref(plan.tag))
+        mismatch = plan_mismatch(image.labels, plan)
+        if mismatch:
+            client.images.remove(registry.ref(plan.tag), force=True)
+            raise ImageBuildError(
+                f"entry {entry.name!r}: the registry's {registry.ref(plan.tag)} is not what its plan builds (its "
+                f"{mismatch} label differs): it was removed here, unused; check who can push to {registry.host}"
+            )
         image.tag(plan.tag)
         if policy.trusted:
             image.tag(plan.alias)

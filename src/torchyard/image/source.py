@@ -183,16 +183,3 @@ def write_files(files: Iterable[ProjectFile], target: Path) -> None:
             continue
         path.write_bytes(item.data)
         path.chmod(0o755 if item.mode == "executable" else 0o644)
-
-
-def take_wheels(out: Path, target: Path) -> list[Path]:
-    """Copy the regular `*.whl` files directly in `out` into `target`; links and the rest are ignored."""
-    taken = []
-    for entry in sorted(os.scandir(out), key=lambda item: item.name):
-        if not entry.name.endswith(".whl") or not stat.S_ISREG(entry.stat(follow_symlinks=False).st_mode):
-            continue
-        handle = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(handle, "rb") as stream:
-            (target / entry.name).write_bytes(stream.read())
-        taken.append(target / entry.name)
-    return taken

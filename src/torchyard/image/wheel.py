@@ -4,23 +4,30 @@ A pull request controls its project's build backend (`backend-path = ["."]` is e
 so it runs in two containers of the entry's toolchain stage: `fetch` installs the `[build-system]` requirements
 (read with tomllib, each a PEP 508 name handed to uv after `--`) as wheels only, with the network and no project
 file; `build` runs the backend with no network, secret or capability, a read-only root, the source read-only
-and one output folder, as an unprivileged user. Only regular `*.whl` files directly in that folder are taken.
+and one output folder, as an unprivileged user. That folder is counted while the backend writes it: past
+`WHEEL_OUTPUT_LIMIT` the container is killed at once, and the build stops in one line. Only regular `*.whl` files
+directly in that folder are taken, each streamed, never read whole into memory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import stat
 import sys
 import tempfile
+import threading
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
 from torchyard.errors import CommandError, ImageBuildError
-from torchyard.image.source import ProjectFile, take_wheels, write_files
+from torchyard.image.source import ProjectFile, write_files
 from torchyard.matrix.machine import Source, write_index_args
+from torchyard.run.handback import folder_bytes
 from torchyard.seal import Helper, run_user, sealed_run
 from torchyard.util import proc
 
@@ -34,6 +41,10 @@ FETCH_SCRIPT = (
     f"if [ $# -gt 0 ]; then uv pip install --quiet --no-config --only-binary :all: "
     f'--python {BUILDENV}/venv/bin/python "${{index[@]}}" -- "$@"; fi'
 )
+# What the build backend may write into its output folder (a wheel with CUDA kernels is hundreds of MB), and
+# how often it is counted while it writes.
+WHEEL_OUTPUT_LIMIT = 4 * 1024**3
+WATCH_INTERVAL_S = 0.5
 BUILD_SCRIPT = (
     f"cp -R /src /tmp/src; uv build --wheel --no-build-isolation --offline --no-config "
     f"--python {BUILDENV}/venv/bin/python --out-dir /out /tmp/src"
@@ -161,11 +172,64 @@ def build_wheel_sealed(
             raise ImageBuildError(
                 f"entry {entry!r}: the project's build requirements did not install ({error})"
             ) from None
-        try:
-            runner((docker_path, *built), env=env)
-        except CommandError as error:
-            raise ImageBuildError(f"entry {entry!r}: the project's wheel did not build ({error})") from None
+        kill = (docker_path, "kill", helpers[1].name)
+        with bounded(out, WHEEL_OUTPUT_LIMIT, lambda: runner(kill, env=env, capture=True, check=False)) as past:
+            try:
+                runner((docker_path, *built), env=env)
+            except CommandError as error:
+                if not past.is_set():
+                    raise ImageBuildError(f"entry {entry!r}: the project's wheel did not build ({error})") from None
+        if past.is_set():
+            raise ImageBuildError(
+                f"entry {entry!r}: the project's build wrote more than {WHEEL_OUTPUT_LIMIT // 1024**2} MiB into its "
+                "output folder and was stopped; a wheel is far smaller"
+            )
         wheels = take_wheels(out, target)
         if not wheels:
             raise ImageBuildError(f"entry {entry!r}: the project's build made no wheel")
         return wheels
+
+
+@contextlib.contextmanager
+def bounded(
+    folder: Path, limit: int, stop: Callable[[], object], interval: float = WATCH_INTERVAL_S
+) -> Iterator[threading.Event]:
+    """While the block runs, `folder` is counted every `interval` seconds; past `limit` bytes `stop` is called
+    once (it kills the writer) and the event yielded is set."""
+    past, done = threading.Event(), threading.Event()
+
+    def watch() -> None:
+        while not done.wait(interval):
+            if folder_bytes(folder) > limit:
+                past.set()
+                stop()
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield past
+    finally:
+        done.set()
+        watcher.join()
+    if not past.is_set() and folder_bytes(folder) > limit:  # written faster than one count
+        past.set()
+
+
+def take_wheels(out: Path, target: Path, limit: int = WHEEL_OUTPUT_LIMIT) -> list[Path]:
+    """Copy the regular `*.whl` files directly in `out` into `target`, each streamed (never read whole into
+    memory) and at most `limit` bytes in all; links and the rest are ignored."""
+    taken, left = [], limit
+    for entry in sorted(os.scandir(out), key=lambda item: item.name):
+        if not entry.name.endswith(".whl") or not stat.S_ISREG(entry.stat(follow_symlinks=False).st_mode):
+            continue
+        handle = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(handle, "rb") as stream:
+            opened = os.fstat(stream.fileno())
+            if not stat.S_ISREG(opened.st_mode) or opened.st_size > left:
+                raise ImageBuildError(f"the project's build left {entry.name!r}, not a wheel within its output's bound")
+            with (target / entry.name).open("xb") as copy:
+                shutil.copyfileobj(stream, copy)
+            left -= opened.st_size
+        taken.append(target / entry.name)
+    return taken

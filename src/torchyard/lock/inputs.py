@@ -31,6 +31,8 @@ class LockInputs:
     uv: str
     project: tuple[str, ...] = ()  # the project's own dependencies (with its extras and groups)
     deployment_target: str | None = None  # MACOSX_DEPLOYMENT_TARGET: which macOS wheels are acceptable
+    # lock-on-runner: resolved on a self-hosted runner, where no sdist may be built (its metadata runs its code)
+    binary_only: bool = False
 
     @classmethod
     def of(cls, entry: Entry, uv_version: str) -> LockInputs:
@@ -46,6 +48,7 @@ class LockInputs:
             uv=uv_version,
             project=entry.project.requirements if entry.project else (),
             deployment_target=entry.accelerator.deployment_target,
+            binary_only=entry.lock_on_runner,
         )
 
     def record(self) -> dict[str, Any]:
@@ -69,6 +72,8 @@ class LockInputs:
             record["project"] = list(self.project)
         if self.deployment_target:
             record["deployment-target"] = self.deployment_target
+        if self.binary_only:
+            record["binary-only"] = True
         return record
 
     def digest(self) -> str:
@@ -133,4 +138,7 @@ def compile_args(
         args += ["--excludes", str(excludes)]
     for name, _ in inputs.vendor:
         args += ["--no-emit-package", name]
+    if inputs.binary_only:
+        # a lock-on-runner entry resolves on the GPU runner: wheels only, so no sdist's build runs there
+        args += ["--only-binary", ":all:"]
     return tuple(args)

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -39,7 +39,8 @@ from torchyard.run.handback import (
     hand_back,
     read_report,
 )
-from torchyard.run.scopes import CacheScope, cache_scope, seed_args, sibling_filters
+from torchyard.run.scopes import CacheScope, cache_scope, prime_volume, seed_args, seed_image, sibling_filters
+from torchyard.run.staging import make_stage, publish, remove_stage, staging_root, sweep_stages
 from torchyard.run.stamp import stamp_reports
 from torchyard.seal import IMAGE_USER, Seal, check_matrix_flags, check_untrusted_seal, run_user, sealing_args
 from torchyard.trust import TRUST_ENV, RunTrust
@@ -48,6 +49,9 @@ from torchyard.util import proc
 OOM_STATUS = 137
 TIMEOUT_STATUS = 124  # as timeout(1) exits
 WATCH_INTERVAL_S = 1.0
+IN_CONTAINER_GRACE_S = 60  # the most the container's own bound lies past the host's deadline
+KILL_AFTER_S = 30  # then SIGKILL, as `docker stop` would
+DEADLINE_LABEL = "dev.torchyard.ends-at"  # a container still there past it is removed by the next run or prune
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,15 @@ class RunPlan:
     user: str
     seal: Seal = field(default_factory=lambda: Seal(Limits(), "0"))
     image_id: str = ""  # for result replay: the image is part of what decides the verdicts
-    timeout_s: int = 0  # stop the container after this long (0: never)
+    timeout_s: int = 0  # the host stops the container after this long (0: at the machine's cap)
+    staging: Path = field(default_factory=staging_root)  # where the container's reports are vetted first
+    ends_at: int = 0  # the Unix time past which the container is gone whoever stops it (0: not bounded)
+    seed_image: str = ""  # what the cache seed's copy runs in (`scopes.seed_image`); none: the cache starts empty
+
+    @property
+    def stage(self) -> Path:
+        """The folder the container writes its reports to (mounted at /reports), never `reports` itself."""
+        return self.staging / self.name
 
 
 def container_name(entry: Entry) -> str:
@@ -113,18 +125,22 @@ def plan_run(
         seal=Seal(machine.limits, memory, network=_network(entry, trust, machine)),
         image_id=str(found.id),
         timeout_s=_timeout(entry, machine.limits),
+        seed_image=seed_image(entry, machine.base_overrides),
     )
+
+
+def container_bound(plan: RunPlan) -> int:
+    """The seconds the container's own `timeout` gives the run: the host's deadline and a grace (a tenth of it,
+    5 s to a minute), so the host stops it first and says so, and a torchyard killed outright still leaves no
+    container past it."""
+    return plan.timeout_s + min(max(plan.timeout_s // 10, 5), IN_CONTAINER_GRACE_S)
 
 
 def docker_run_args(
     entry: Entry, plan: RunPlan, host: HostFacts, env: Mapping[str, str], pytest_args: Sequence[str]
 ) -> tuple[str, ...]:
-    """`docker run` arguments, from the accelerator's module and matrix.toml (pure, so tests pin them)."""
-    accelerator = ACCELERATORS[entry.accelerator.name]
-    suite_env = {
-        **entry_environment(entry, contract.IMAGE_REPORTS),
-        **contract.plugin_environment(project_tests=entry.tests, extra=pytest_args),
-    }
+    """`docker run` arguments, from the accelerator's module and matrix.toml (pure, so tests pin them): the
+    options, the image, then the command, under the base's `timeout` where the run has a deadline."""
     command = contract.pytest_args(
         suites_dir=contract.IMAGE_SUITES,
         report_dir=contract.IMAGE_REPORTS,
@@ -132,12 +148,30 @@ def docker_run_args(
         project_tests=entry.tests,
         extra=pytest_args,
     )
+    if plan.timeout_s > 0:
+        bound = ("--signal=TERM", f"--kill-after={KILL_AFTER_S}", f"{container_bound(plan)}s")
+        command = (*bound, *contract.IMAGE_ENTRYPOINT, *command)
+    return ("run", *docker_run_options(entry, plan, host, env, pytest_args), plan.image, *command)
+
+
+def docker_run_options(
+    entry: Entry, plan: RunPlan, host: HostFacts, env: Mapping[str, str], pytest_args: Sequence[str]
+) -> tuple[str, ...]:
+    """Every option of `docker run`, before the image: what the untrusted seal check reads, whole."""
+    accelerator = ACCELERATORS[entry.accelerator.name]
+    suite_env = {
+        **entry_environment(entry, contract.IMAGE_REPORTS),
+        **contract.plugin_environment(project_tests=entry.tests, extra=pytest_args),
+    }
     device = accelerator.docker_run_args(host, env)
+    deadline = {DEADLINE_LABEL: str(plan.ends_at)} if plan.ends_at else {}
+    labels = {**plan.scope.labels(entry), **deadline}
     return (
-        "run", "--name", plan.name, "--init",
-        *(arg for key, value in plan.scope.labels(entry).items() for arg in ("--label", f"{key}={value}")),
+        "--name", plan.name, "--init",
+        *(("--entrypoint", contract.IMAGE_TIMEOUT) if plan.timeout_s > 0 else ()),
+        *(arg for key, value in labels.items() for arg in ("--label", f"{key}={value}")),
         "--user", plan.user,
-        "--mount", f"type=bind,source={plan.reports},target={contract.IMAGE_REPORTS}",
+        "--mount", f"type=bind,source={plan.stage},target={contract.IMAGE_REPORTS}",
         "--mount", f"type=volume,source={plan.scope.volume},target={contract.IMAGE_CACHE}",
         "--mount", f"type=volume,source={plan.scope.volume},target={contract.IMAGE_INDUCTOR_DEFAULT}",
         "--workdir", contract.IMAGE_PROJECT,
@@ -149,8 +183,6 @@ def docker_run_args(
         "--env", f"{TRUST_ENV}={plan.scope.trust}",
         *(arg for key, value in sorted(suite_env.items()) for arg in ("--env", f"{key}={value}")),
         *replay_args(plan, env),
-        plan.image,
-        *command,
     )  # fmt: skip
 
 
@@ -177,22 +209,46 @@ def require_device_runtime(entry: Entry, host: HostFacts, env: Mapping[str, str]
 
 
 @contextmanager
-def prepared_reports(path: Path, uid: int, gid: int, limit_bytes: int | None = None) -> Iterator[None]:
-    """This run's reports folder: held against concurrent runs, empty at the start, writable by the
-    container's user, and handed back afterwards without following anything the container left in it."""
-    with exclusive_run(path):
-        fresh_folder(path)
-        if uid == 0:
-            image_uid, image_gid = (int(part) for part in IMAGE_USER.split(":"))
-            os.lchown(path, image_uid, image_gid)
+def staged_reports(plan: RunPlan, uid: int) -> Iterator[Path]:
+    """The run's staging folder (`torchyard.run.staging`), writable by the container's user, while the reports
+    folder is held against concurrent runs and emptied: nothing reaches it until `hand_over`. The staging
+    folder is removed however the run ends."""
+    with exclusive_run(plan.reports):
+        fresh_folder(plan.reports)
+        image_uid, image_gid = (int(part) for part in IMAGE_USER.split(":"))
+        stage = make_stage(plan.stage, (image_uid, image_gid) if uid == 0 else None)
         try:
-            yield
+            yield stage
         finally:
-            removed = hand_back(path, os.getuid(), os.getgid(), limit_bytes=limit_bytes)
-            for name in removed[:10]:
-                print(f"torchyard: removed {name} from the reports: not a regular file or folder", file=sys.stderr)
-            if len(removed) > 10:
-                print(f"torchyard: removed {len(removed) - 10} more such entries from the reports", file=sys.stderr)
+            remove_stage(stage)
+
+
+def hand_over(stage: Path, plan: RunPlan, facts: Mapping[str, str]) -> None:
+    """Vet what the container left (links and special files removed, the bound counted; emptied on any
+    error), stamp the host's facts over it, then copy it into the reports folder. A stamp that fails for
+    any reason leaves the reports empty and fails the run in one line."""
+    removed = hand_back(stage, os.getuid(), os.getgid(), limit_bytes=size_bytes(plan.seal.limits.reports))
+    for name in removed[:10]:
+        print(f"torchyard: removed {name} from the reports: not a regular file or folder", file=sys.stderr)
+    if len(removed) > 10:
+        print(f"torchyard: removed {len(removed) - 10} more such entries from the reports", file=sys.stderr)
+    stamp_reports(stage, facts)  # fails closed: the stage emptied, nothing published
+    publish(stage, plan.reports)
+
+
+def sweep_leftovers(client: docker.DockerClient, staging: Path, now: float | None = None) -> None:
+    """Remove what runs killed outright left: torchyard's containers still there past their deadline label
+    (their own `timeout` was stopped, say), then the staging folders of containers that are gone."""
+    moment = time.time() if now is None else now
+    for container in client.containers.list(all=True, filters={"label": DEADLINE_LABEL}):
+        ends = (container.labels or {}).get(DEADLINE_LABEL, "")
+        if ends.isdigit() and int(ends) < moment:
+            print(f"torchyard: removing container {container.name}: past its deadline (a run killed outright)")
+            with contextlib.suppress(docker.errors.APIError):
+                container.remove(force=True)
+    alive = {str(container.name) for container in client.containers.list(all=True)}
+    for name in sweep_stages(staging, alive):
+        print(f"torchyard: removed the staging folder of {name} (a run killed outright)", file=sys.stderr)
 
 
 def _remove(client: docker.DockerClient, name: str) -> int | None:
@@ -240,8 +296,11 @@ def prepare_cache(
         source, why = idle[0], f"{scope.trust} run: a new cache starts as a copy of the same stack's"
     else:
         return
+    if not plan.seed_image:
+        return  # never the run's own image: a cache it cannot be seeded into safely starts empty
     try:
-        runner((docker_path, *seed_args(scope, source, image=plan.image, user=plan.user, name=plan.name)), env=env)
+        prime_volume(client, scope, plan.image)
+        runner((docker_path, *seed_args(scope, source, image=plan.seed_image, user=plan.user, name=plan.name)), env=env)
     except BaseException as error:
         if new or scope.ephemeral:
             client.volumes.get(scope.volume).remove(force=True)
@@ -307,10 +366,10 @@ class _Watch:
         self._thread.join()
 
 
-def run_bounds(client: docker.DockerClient, plan: RunPlan) -> tuple[Bound, ...]:
-    """The reports folder, and an untrusted run's own cache volume where this host can read the engine's
-    volumes (a root runner: where the pull request's code could otherwise fill the disk)."""
-    bounds = [Bound("reports", plan.reports, size_bytes(plan.seal.limits.reports))]
+def run_bounds(client: docker.DockerClient, plan: RunPlan, stage: Path) -> tuple[Bound, ...]:
+    """The staging folder the reports are written to, and an untrusted run's own cache volume where this host
+    can read the engine's volumes (a root runner: where the pull request's code could otherwise fill the disk)."""
+    bounds = [Bound("reports", stage, size_bytes(plan.seal.limits.reports))]
     if plan.scope.ephemeral:
         mountpoint = Path(str(client.volumes.get(plan.scope.volume).attrs.get("Mountpoint", "")))
         if mountpoint.is_absolute() and os.access(mountpoint, os.R_OK | os.X_OK):
@@ -352,35 +411,43 @@ def run_entry(
     runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
 ) -> int:
-    """Run the container to completion (or its deadline) and return its exit status (the suites' status)."""
+    """Run the container to completion (or its deadline) and return its exit status (the suites' status).
+    What an earlier run killed outright left (a container past its deadline, its staging folder) goes first."""
     require_device_runtime(entry, host, env)
     check_matrix_flags(entry, plan.seal)
-    args = (docker_path, *docker_run_args(entry, plan, host, env, pytest_args))
-    check_untrusted_seal(args[: args.index(plan.image)], plan.scope.trust == "trusted")  # options only
+    # every option, by position: a value equal to the image's tag ends nothing (before any engine call)
+    check_untrusted_seal(docker_run_options(entry, plan, host, env, pytest_args), plan.scope.trust == "trusted")
+    sweep_leftovers(client, plan.staging)
     status: int | None = None
     oom: int | None = None
     try:
         prepare_cache(entry, plan, client=client, docker_path=docker_path, runner=runner, env=env)
-        bounds = run_bounds(client, plan)
-        watch = _Watch(client, plan.name, plan.timeout_s, bounds)
-        try:
-            with prepared_reports(plan.reports, os.getuid(), os.getgid(), bounds[0].limit), watch:
+        if plan.timeout_s > 0:
+            plan = replace(plan, ends_at=int(time.time()) + container_bound(plan) + KILL_AFTER_S)
+        args = (docker_path, *docker_run_args(entry, plan, host, env, pytest_args))
+        with staged_reports(plan, os.getuid()) as stage:
+            bounds = run_bounds(client, plan, stage)
+            watch = _Watch(client, plan.name, plan.timeout_s, bounds)
+            with watch:
                 try:
                     status = runner(args, check=False, env=env).returncode
                 finally:
                     if not keep:
                         oom = _remove(client, plan.name)
-        except HandBackError:
-            if watch.overflowed is None:
-                raise
-            _overflowed(entry, watch.overflowed)
+            if watch.overflowed is not None:
+                _overflowed(entry, watch.overflowed)  # nothing handed over: the reports stay empty
+            try:
+                hand_over(stage, plan, {"trust": plan.scope.trust, "entry": entry.name, "image": plan.image})
+            except HandBackError:
+                if watch.overflowed is None:
+                    raise
+                _overflowed(entry, watch.overflowed)
     finally:
         if plan.scope.ephemeral and not keep:
             with contextlib.suppress(docker.errors.APIError):
                 client.volumes.get(plan.scope.volume).remove(force=True)
-    stamp_reports(plan.reports, {"trust": plan.scope.trust, "entry": entry.name, "image": plan.image})
-    if watch.overflowed is not None:
-        _overflowed(entry, watch.overflowed)
+    if status == TIMEOUT_STATUS and plan.timeout_s > 0 and not watch.passed:
+        watch.passed = True  # the container's own bound ended it (the host's watch had not)
     if watch.passed:
         print(f"torchyard: {note_timeout(plan.reports, entry, format_duration(plan.timeout_s))}", file=sys.stderr)
         return TIMEOUT_STATUS

@@ -6,15 +6,24 @@ patterns, replay records) lives under the entry's cache root, so scoping the roo
 - an untrusted run gets a volume of its own, seeded with a copy of the trusted one (it starts warm) and
   removed when it ends: what it writes reaches no later run, and it never writes the trusted scope.
 `--local` and `--in-place` keep the same two scopes in `.torchyard/cache/` (they are per checkout already).
+
+Docker fills an empty volume from the image at its mount point (read-only or not) unless the mount says
+`volume-nocopy`: the seed mounts both volumes so, and runs in the entry's base image as the trusted matrix.toml
+pins it (`seed_image`), never the run's own: nothing of a pull request's image reaches a cache it does not own.
 """
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import docker
+import docker.types
+
 from torchyard import contract
+from torchyard.image.plan import resolve_base
 from torchyard.matrix.schema import Entry
 from torchyard.seal import Helper, sealed_run
 from torchyard.trust import Trust
@@ -59,12 +68,31 @@ def sibling_filters(scope: CacheScope) -> dict[str, list[str]]:
     return {"label": [f"{SCOPE_LABEL}={scope.project}", f"{TRUST_LABEL}=trusted", f"{STACK_LABEL}={scope.stack}"]}
 
 
+def seed_image(entry: Entry, base_overrides: Mapping[str, str]) -> str:
+    """The image the seed's copy runs in: the entry's base as this machine resolves it (machine.toml's override,
+    else matrix.toml's pin, which for an untrusted run is the trusted matrix.toml's: the gate checked it). Its
+    `cp` and `timeout` are the base's, never what a pull request's lock installed over them in the run's image
+    (a build step runs the lock's code as root)."""
+    return resolve_base(entry, base_overrides)
+
+
+def prime_volume(client: docker.DockerClient, scope: CacheScope, image: str) -> None:
+    """The run's own volume as its container's first mount leaves it, before the seed writes it: Docker copies
+    the run image's cache folder (empty, world-writable and sticky) into an empty volume, so the seed's
+    unprivileged copy can write it. The container is created, never started: nothing of `image` runs, and what
+    the copy brings lands in the volume that image's run mounts anyway (an untrusted run's own)."""
+    mount = docker.types.Mount(contract.IMAGE_CACHE, scope.volume, type="volume")
+    created = client.containers.create(image, entrypoint=["/bin/true"], mounts=[mount], network_disabled=True)
+    created.remove(force=True)
+
+
 def seed_args(scope: CacheScope, source: str, *, image: str, user: str, name: str) -> tuple[str, ...]:
-    """`docker run` that copies the trusted volume `source` into the run's own, sealed as every helper
-    container is (the copy runs the image's `cp`, no code of the project's)."""
+    """`docker run` that copies the trusted volume `source` into the run's own (primed: `prime_volume`), sealed
+    as every helper container is, in `image` (`seed_image`: the base's `cp`, no code of the project's). Both
+    volumes are `volume-nocopy`: an empty one is never filled from the image."""
     mounts = (
-        "--mount", f"type=volume,source={source},target={SEED_TARGET},readonly",
-        "--mount", f"type=volume,source={scope.volume},target={contract.IMAGE_CACHE}",
+        "--mount", f"type=volume,source={source},target={SEED_TARGET},readonly,volume-nocopy",
+        "--mount", f"type=volume,source={scope.volume},target={contract.IMAGE_CACHE},volume-nocopy",
     )  # fmt: skip
     copy = ("/bin/cp", "-R", f"{SEED_TARGET}/.", f"{contract.IMAGE_CACHE}/")
     return sealed_run(Helper(f"{name}-seed", user, image, copy, options=mounts))

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from torchyard import contract
-from torchyard.run.handback import read_report
+from torchyard.run.handback import HandBackError, empty_folder, read_report
 from torchyard.util.atomic import write_atomically
 
 HOST_LINE = "> **torchyard (host)**:"
@@ -50,7 +50,20 @@ def host_line(facts: Mapping[str, str]) -> str:
 
 def stamp_reports(folder: Path, facts: Mapping[str, str]) -> None:
     """Stamp `facts` (trust, entry, image) into the handed-back reports in `folder`; the files are replaced
-    by rename, so a link the container left in their place is never written through."""
+    by rename, so a link the container left in their place is never written through. Fails closed: whatever
+    the container's files make the stamp do (a folder where a report goes, JSON nested past the recursion
+    limit), the folder is emptied and the run fails in one line, so no forged line survives a stamp."""
+    try:
+        _stamp(folder, facts)
+    except Exception as error:  # every way the stamp can stop is the container's doing
+        empty_folder(folder)
+        raise HandBackError(
+            f"entry {facts['entry']!r}: the reports could not be stamped with the run's trust "
+            f"({type(error).__name__}): the reports are left empty"
+        ) from None
+
+
+def _stamp(folder: Path, facts: Mapping[str, str]) -> None:
     environment = read_report(folder / contract.ENVIRONMENT_JSON)
     write_atomically(folder / contract.ENVIRONMENT_JSON, _stamped_json(environment, facts, None))
     parity = read_report(folder / contract.PARITY_JSON)

@@ -1,0 +1,90 @@
+"""Where a container writes its reports: a private folder of torchyard's own, never the folder `--reports`
+names, which the workflows upload with `if: always()` (and upload-artifact follows links).
+
+A run stopped midway (its step cancelled, torchyard killed outright) leaves `--reports` as the run's start
+made it, empty: files reach it only after the hand-back vetted them in the staging folder and the host
+stamped them. A staging folder whose container is gone is removed by the next run or by `prune`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Collection
+from pathlib import Path
+
+from torchyard.errors import UsageError
+from torchyard.run.handback import DIRECTORY_FLAGS, empty_folder
+
+STAGING = "torchyard-staging"
+
+
+def staging_root(temp: str | None = None) -> Path:
+    """The folder every run's staging folder lies in: this user's, in the system's temporary folder."""
+    return Path(temp or tempfile.gettempdir()) / f"{STAGING}-{os.getuid()}"
+
+
+def _own_folder(path: Path) -> None:
+    """`path` as a real folder of this user's that no one else can enter (made when missing); anything else
+    there (a link, another user's folder planted in a shared /tmp) is refused in one line."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise UsageError(f"{path}: not a private folder of this user's (a link, or another's): remove it")
+
+
+def make_stage(stage: Path, owner: tuple[int, int] | None) -> Path:
+    """A new, empty staging folder (named for its container, in `staging_root()`), given to `owner` (the
+    container's user, where it is not this one's)."""
+    _own_folder(stage.parent)
+    stage.mkdir(mode=0o700)  # a new name per run: an existing one is an error, never reused
+    if owner is not None:
+        os.lchown(stage, *owner)
+    return stage
+
+
+def remove_stage(stage: Path) -> None:
+    """Remove a staging folder whatever the container left in it (no link followed, any depth)."""
+    try:
+        empty_folder(stage)
+        stage.rmdir()
+    except FileNotFoundError:
+        return
+
+
+def publish(stage: Path, reports: Path) -> None:
+    """Copy the vetted staging folder (folders and regular files only, the hand-back removed the rest) into
+    `reports`, an empty folder of torchyard's; read through no link, written as new files."""
+    pending = [""]
+    while pending:
+        relative = pending.pop()
+        handle = os.open(stage / relative if relative else stage, DIRECTORY_FLAGS)
+        try:
+            with os.scandir(handle) as children:
+                entries = sorted((child.name, child.stat(follow_symlinks=False).st_mode) for child in children)
+            for name, mode in entries:
+                inner = f"{relative}{name}"
+                if stat.S_ISDIR(mode):
+                    (reports / inner).mkdir()
+                    pending.append(inner + "/")
+                elif stat.S_ISREG(mode):
+                    source = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=handle)
+                    with os.fdopen(source, "rb") as reading, (reports / inner).open("xb") as writing:
+                        shutil.copyfileobj(reading, writing)
+        finally:
+            os.close(handle)
+
+
+def sweep_stages(root: Path, alive: Collection[str]) -> list[str]:
+    """Remove the staging folders under `root` whose container is not in `alive` (a run killed outright left
+    them); returns their names."""
+    if not root.is_dir() or root.is_symlink():
+        return []
+    gone = sorted(entry.name for entry in os.scandir(root) if entry.name not in alive)
+    for name in gone:
+        remove_stage(root / name)
+    return gone

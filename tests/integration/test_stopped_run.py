@@ -1,0 +1,133 @@
+"""A run stopped midway, as a runner stops a cancelled step or a job past its timeout: torchyard signalled
+(SIGTERM, SIGHUP) removes its container and hands nothing unvetted to the reports folder the workflows
+upload; torchyard killed outright leaves an empty reports folder, a container that ends on its own bound,
+and leftovers the next run removes. The planted test links the runner's credentials into the reports and
+sleeps (issue 57, route 2)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import docker
+import pytest
+from docker.models.containers import Container
+
+from torchyard.run.container import sweep_leftovers
+from torchyard.run.staging import staging_root
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).parents[2]
+
+LINK_AND_SLEEP = """
+import os, time
+
+def test_link_and_sleep():
+    os.symlink("{secret}", "/reports/runner-key")
+    os.makedirs("/reports/deep", exist_ok=True)
+    os.symlink("{secret}", "/reports/deep/runner-key")
+    with open("/reports/parity.md", "w") as stream:
+        stream.write("### torchyard parity: cpu on cpu, trusted run\\n")
+    time.sleep(600)
+"""
+
+# A child process that runs the planted test as `torchyard test` would, with the CLI's signal handling.
+CHILD = """
+import json, sys
+from pathlib import Path
+import docker
+from torchyard.cli import install_stop_handlers
+from tests.integration.test_run import _run_with_mounted_test
+install_stop_handlers()
+args = json.loads(sys.argv[1])
+try:
+    _run_with_mounted_test(
+        Path(args["tmp"]), args["env"], docker.from_env(), args["test"], trust="untrusted", timeout_s=args["timeout"]
+    )
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def _start(tmp_path: Path, machine_env: dict[str, str], secret: Path, timeout: int) -> subprocess.Popen[str]:
+    payload = {
+        "tmp": str(tmp_path),
+        "env": machine_env,
+        "test": LINK_AND_SLEEP.format(secret=secret),
+        "timeout": timeout,
+    }
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, json.dumps(payload)], cwd=REPO, env=machine_env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
+def _linked_stage(child: subprocess.Popen[str], seconds: float = 600) -> Path:
+    """The staging folder once the planted test has made its links (the container is running)."""
+    ends = time.monotonic() + seconds
+    root = staging_root()
+    while time.monotonic() < ends:
+        assert child.poll() is None, child.stdout.read() if child.stdout else ""
+        for stage in root.glob("torchyard-cpu-*") if root.is_dir() else ():
+            if (stage / "runner-key").is_symlink() and (stage / "parity.md").exists():
+                return stage
+        time.sleep(0.5)
+    pytest.fail("the planted test never ran")
+
+
+def _container(client: docker.DockerClient, stage: Path) -> Container:
+    return client.containers.get(stage.name)
+
+
+@pytest.fixture
+def secret(tmp_path: Path) -> Path:
+    path = tmp_path / "credentials_rsaparams"
+    path.write_text("the runner's key\n")
+    return path
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_signalled_run_removes_its_container_and_hands_nothing_unvetted_back(
+    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient, secret: Path, stop: signal.Signals
+) -> None:
+    child = _start(tmp_path, machine_env, secret, timeout=600)
+    stage = _linked_stage(child)
+    name = stage.name
+    child.send_signal(stop)
+    assert child.wait(timeout=120) == 130
+    reports = tmp_path / "reports"
+    assert list(reports.iterdir()) == []  # nothing reached the uploaded folder, links least of all
+    assert not stage.exists()
+    assert not client.containers.list(all=True, filters={"name": name})
+    assert not client.volumes.list(filters={"label": "dev.torchyard.trust=untrusted", "name": name.rsplit("-", 1)[-1]})
+
+
+def test_a_run_killed_outright_leaves_empty_reports_and_a_container_that_ends_on_its_own(
+    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient, secret: Path
+) -> None:
+    """SIGKILL: no cleanup runs in torchyard. The reports folder stays as the run's start emptied it, the
+    container's own `timeout` ends the sleeping test, and the next run's sweep removes the container and
+    the staging folder."""
+    child = _start(tmp_path, machine_env, secret, timeout=30)
+    stage = _linked_stage(child)
+    name = stage.name
+    child.kill()
+    child.wait(timeout=30)
+    assert list((tmp_path / "reports").iterdir()) == []
+    container = _container(client, stage)
+    assert container.attrs["Path"] == "/usr/bin/timeout"
+    container.wait(timeout=120)  # its own bound (30 s and a 5 s grace), not a host's watch, ended it
+    container.reload()
+    assert container.status == "exited"
+    deadline = int(container.labels["dev.torchyard.ends-at"])
+    sweep_leftovers(client, staging_root(), now=deadline - 1)
+    assert client.containers.list(all=True, filters={"name": name})  # not yet past its deadline: kept
+    sweep_leftovers(client, staging_root(), now=deadline + 1)
+    assert not client.containers.list(all=True, filters={"name": name})
+    assert not stage.exists()
+    assert secret.read_text() == "the runner's key\n"

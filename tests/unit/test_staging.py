@@ -1,0 +1,220 @@
+"""A container writes into a private staging folder; `--reports` (what the workflows upload with `if: always()`)
+gets only what the hand-back vetted and the host stamped, and a run stopped midway leaves it empty."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from torchyard.errors import ConfigError, UsageError
+from torchyard.run.container import (
+    DEADLINE_LABEL,
+    RunPlan,
+    container_bound,
+    docker_run_args,
+    docker_run_options,
+    hand_over,
+    run_entry,
+    staged_reports,
+)
+from torchyard.run.staging import make_stage, sweep_stages
+
+from .test_run import HOST, PLAN, run_plan
+
+FACTS = {"trust": "untrusted", "entry": "cpu", "image": "torchyard/cpu:0123456789abcdef"}
+
+
+def plan_in(tmp_path: Path, **changes: object) -> RunPlan:
+    plan = dataclasses.replace(
+        run_plan("cpu", "untrusted"), reports=tmp_path / "reports" / "cpu", staging=tmp_path / "staging"
+    )
+    return dataclasses.replace(plan, **changes)  # type: ignore[arg-type]
+
+
+def test_the_container_mounts_the_stage_never_the_reports_folder(tmp_path: Path) -> None:
+    plan = plan_in(tmp_path)
+    args = docker_run_args(PLAN.entry("cpu"), plan, HOST, {}, [])
+    assert f"type=bind,source={plan.stage},target=/reports" in args
+    assert not any(str(plan.reports) in arg for arg in args)
+
+
+def test_a_run_stopped_midway_leaves_the_reports_empty_and_no_stage(tmp_path: Path) -> None:
+    """Issue 57, route 2: a stopped run left the container's links in the folder the workflow uploads."""
+    secret = tmp_path / "credentials"
+    secret.write_text("the runner's key\n")
+    plan = plan_in(tmp_path)
+    with pytest.raises(KeyboardInterrupt), staged_reports(plan, os.getuid()) as stage:
+        (stage / "runner-key").symlink_to(secret)
+        (stage / "parity.md").write_text("### torchyard parity: cpu, trusted run\n")
+        raise KeyboardInterrupt  # SIGTERM, as the CLI turns it
+    assert list(plan.reports.iterdir()) == []
+    assert not plan.stage.exists()
+
+
+def test_what_reaches_the_reports_was_vetted_and_stamped(tmp_path: Path) -> None:
+    secret = tmp_path / "credentials"
+    secret.write_text("the runner's key\n")
+    plan = plan_in(tmp_path)
+    with staged_reports(plan, os.getuid()) as stage:
+        (stage / "runner-key").symlink_to(secret)
+        (stage / "inner").mkdir()
+        (stage / "inner" / "key").symlink_to(secret)
+        (stage / "inner" / "junit.xml").write_text("<testsuites/>")
+        (stage / "parity.md").write_text("### torchyard parity: cpu, trusted run\n")
+        os.mkfifo(stage / "fifo")
+        hand_over(stage, plan, FACTS)
+    found = sorted(str(path.relative_to(plan.reports)) for path in plan.reports.rglob("*"))
+    assert found == ["env.json", "inner", "inner/junit.xml", "parity.md"]
+    assert "**untrusted** run" in (plan.reports / "parity.md").read_text().splitlines()[0]
+    assert not any(path.is_symlink() for path in plan.reports.rglob("*"))
+    assert not plan.stage.exists()
+
+
+def test_the_staging_root_is_a_private_folder_of_this_users(tmp_path: Path) -> None:
+    """A link or an open folder planted where the staging root goes (a shared /tmp) is refused in one line."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "linked").symlink_to(elsewhere)
+    with pytest.raises(UsageError, match="not a private folder"):
+        make_stage(tmp_path / "linked" / "torchyard-cpu-1", None)
+    (tmp_path / "open").mkdir(mode=0o777)
+    (tmp_path / "open").chmod(0o777)
+    with pytest.raises(UsageError, match="not a private folder"):
+        make_stage(tmp_path / "open" / "torchyard-cpu-1", None)
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_stages_of_gone_containers_are_swept_and_a_live_ones_kept(tmp_path: Path) -> None:
+    root = tmp_path / "staging"
+    for name in ("torchyard-cpu-dead", "torchyard-cpu-live"):
+        stage = make_stage(root / name, None)
+        (stage / "key").symlink_to("/etc/shadow")
+        deep = stage
+        for _ in range(40):
+            deep = deep / "d"
+        deep.mkdir(parents=True)
+    assert sweep_stages(root, {"torchyard-cpu-live"}) == ["torchyard-cpu-dead"]
+    assert [item.name for item in root.iterdir()] == ["torchyard-cpu-live"]
+
+
+def test_a_run_with_a_deadline_is_bounded_inside_the_container_and_labelled() -> None:
+    """A torchyard killed outright (its step cancelled) leaves a container that ends on its own, and a label
+    the next run or prune removes it by."""
+    plan = dataclasses.replace(run_plan("cpu"), timeout_s=600, ends_at=1_900_000_000)
+    args = docker_run_args(PLAN.entry("cpu"), plan, HOST, {}, [])
+    image = args.index(plan.image)
+    assert args[image - 0 : image + 4] == (plan.image, "--signal=TERM", "--kill-after=30", f"{container_bound(plan)}s")
+    assert args[image + 4 : image + 7] == ("/opt/torchyard/venv/bin/python", "-m", "torchyard.inimage")
+    options = docker_run_options(PLAN.entry("cpu"), plan, HOST, {}, [])
+    assert ("--entrypoint", "/usr/bin/timeout") in itertools.pairwise(options)
+    assert f"{DEADLINE_LABEL}=1900000000" in options
+    assert container_bound(plan) > plan.timeout_s
+
+
+def test_the_entrypoint_the_bound_names_is_the_dockerfiles() -> None:
+    dockerfile = (Path(__file__).parents[2] / "docker" / "Dockerfile").read_text()
+    assert 'ENTRYPOINT ["/opt/torchyard/venv/bin/python", "-m", "torchyard.inimage"]' in dockerfile
+
+
+class Untouchable:
+    """An engine client the run must not reach: the seal is checked before any engine call."""
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"the engine was used ({name}) before the seal was checked")
+
+
+def test_the_untrusted_seal_reads_every_option_not_up_to_a_value_equal_to_the_image(tmp_path: Path) -> None:
+    """Issue 57, route 4: the check stopped at the first argument equal to the image's tag, so a label with
+    that value hid `--ipc=host` (and its variants) from it."""
+    plan = plan_in(tmp_path)
+    entry = PLAN.entry("cpu")
+    for flags in (
+        ("--label", plan.image, "--ipc=host"),
+        ("--label", f"x={plan.image}", "--label", plan.image, "--pid", "host"),
+        ("--env", f"IMAGE={plan.image}", "--label", plan.image, "--security-opt", "seccomp=unconfined"),
+    ):
+        planted = dataclasses.replace(entry, accelerator=dataclasses.replace(entry.accelerator, docker_run=flags))
+        with pytest.raises(ConfigError, match="keeps the seal"):
+            run_entry(
+                planted,
+                plan,
+                client=Untouchable(),  # type: ignore[arg-type]
+                docker_path="docker",
+                host=HOST,
+                pytest_args=[],
+            )
+
+
+def test_a_deadline_in_the_past_is_what_sweeping_reads() -> None:
+    """The label holds a Unix time: what `sweep_leftovers` and prune compare with now."""
+    plan = dataclasses.replace(run_plan("cpu"), timeout_s=60, ends_at=int(time.time()) - 1)
+    options = docker_run_options(PLAN.entry("cpu"), plan, HOST, {}, [])
+    value = next(item for item in options if item.startswith(DEADLINE_LABEL + "="))
+    assert int(value.partition("=")[2]) < time.time()
+
+
+class FakeVolumes:
+    def __init__(self, existing: set[str]) -> None:
+        self.existing = existing
+
+    def get(self, name: str) -> object:
+        import docker.errors
+
+        if name not in self.existing:
+            raise docker.errors.NotFound(name)
+        return self
+
+    def create(self, name: str, labels: object) -> None:
+        self.existing.add(name)
+
+    def remove(self, force: bool = False) -> None:
+        return None
+
+
+class FakeContainers:
+    def __init__(self) -> None:
+        self.created: list[str] = []
+
+    def create(self, image: str, **kwargs: object) -> FakeContainers:
+        self.created.append(image)
+        return self
+
+    def remove(self, force: bool = False) -> None:
+        return None
+
+
+class FakeClient:
+    def __init__(self, existing: set[str]) -> None:
+        self.volumes = FakeVolumes(existing)
+        self.containers = FakeContainers()
+
+
+def test_the_seed_copies_in_the_trusted_base_never_the_runs_own_image(tmp_path: Path) -> None:
+    """Issue 57, route 5: the seed ran the pull request's image, whose `/seed` Docker copied into an empty
+    trusted volume. Now the copy runs in the base the trusted matrix pins; the run's image is only created
+    (never started) to give the run's own volume its folder."""
+    from torchyard.run.container import prepare_cache
+
+    plan = dataclasses.replace(plan_in(tmp_path), seed_image="debian@sha256:" + "1" * 64)
+    client = FakeClient({plan.scope.seed or ""})
+    commands: list[tuple[str, ...]] = []
+    prepare_cache(
+        PLAN.entry("cpu"), plan, client=client, docker_path="docker",  # type: ignore[arg-type]
+        runner=lambda args, **kwargs: commands.append(tuple(args)), env={},  # type: ignore[arg-type]
+    )  # fmt: skip
+    (seed,) = commands
+    assert plan.seed_image in seed and plan.image not in seed
+    assert all("volume-nocopy" in arg for arg in seed if arg.startswith("type=volume"))
+    assert client.containers.created == [plan.image]
+    unseeded = dataclasses.replace(plan, seed_image="")
+    commands.clear()
+    prepare_cache(
+        PLAN.entry("cpu"), unseeded, client=FakeClient({plan.scope.seed or ""}), docker_path="docker",  # type: ignore[arg-type]
+        runner=lambda args, **kwargs: commands.append(tuple(args)), env={},  # type: ignore[arg-type]
+    )  # fmt: skip
+    assert commands == []
