@@ -18,9 +18,11 @@ import docker
 import pytest
 
 from torchyard.matrix.machine import Limits
+from torchyard.run.staging import staging_root
 from torchyard.seal import Seal
 
 from .conftest import REPO, copy_tree
+from .host_audit import allow_list, read_execs, traced, violations
 from .test_run import _run_with_mounted_test
 
 pytestmark = pytest.mark.integration
@@ -35,6 +37,8 @@ class Runner:
     the default branch's matrix.toml beside it, and a machine.toml that allows `--mount`."""
 
     def __init__(self, root: Path, machine_env: dict[str, str]) -> None:
+        self.root = root
+        self.audits: list[Path] = []
         self.victim = root / "victim"
         self.victim.mkdir(parents=True)
         (self.victim / "keep").write_text("the host's own\n")
@@ -61,10 +65,18 @@ class Runner:
         path.write_text(text.replace(old, new, 1))
 
     def torchyard(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """The command as the runner runs it, under the host audit (`host_audit`): what it starts is checked
+        in `assert_untouched`."""
+        self.audits.append(self.root / f"execve-{len(self.audits)}.log")
         return subprocess.run(
-            [sys.executable, "-m", "torchyard", *args],
+            traced([sys.executable, "-m", "torchyard", *args], self.audits[-1]),
             cwd=self.checkout, env=self.env, capture_output=True, text=True, timeout=600, check=False,
         )  # fmt: skip
+
+    def audit(self) -> list[str]:
+        """What the host started that it may not, over every command this runner ran."""
+        hostile = (self.checkout, staging_root(), self.root / "reports")
+        return [problem for log in self.audits for problem in violations(read_execs(log), allow_list(), hostile)]
 
     def victim_state(self) -> dict[str, bytes]:
         return {item.name: item.read_bytes() for item in sorted(self.victim.iterdir())}
@@ -73,6 +85,7 @@ class Runner:
         assert self.victim_state() == before and before["keep"] == b"the host's own\n"
         assert SECRET not in result.stdout + result.stderr
         assert "Traceback" not in result.stderr
+        assert self.audit() == []
 
 
 @pytest.fixture
@@ -316,3 +329,24 @@ def test_a_trusted_run_after_the_hostile_ones_is_clean(
     assert status == 0
     assert json.loads((plan.reports / "env.json").read_text())["trust"] == "trusted"
     assert plan.reports.stat().st_uid == os.getuid()
+
+
+def test_the_host_audit_names_what_the_host_should_never_start(tmp_path: Path) -> None:
+    """The audit can fail: a program run from the checkout, one off the list, and git started outside its seam
+    (discovering a repository from a folder the pull request chose) are each named."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "hook.sh").write_text("#!/bin/sh\ntrue\n")
+    (checkout / "hook.sh").chmod(0o755)
+    log = tmp_path / "execve.log"
+    script = (
+        "import subprocess, sys\n"
+        f"subprocess.run([{str(checkout / 'hook.sh')!r}])\n"
+        "subprocess.run(['sh', '-c', 'true'])\n"
+        f"subprocess.run(['git', 'ls-files'], cwd={str(checkout)!r}, capture_output=True)\n"
+    )
+    subprocess.run(traced([sys.executable, "-c", script], log), check=True)
+    problems = violations(read_execs(log), allow_list(), [checkout])
+    assert any("hook.sh" in problem and "a folder the pull request writes" in problem for problem in problems)
+    assert any(problem.startswith(("/bin/sh", "/usr/bin/sh")) and "allow-list" in problem for problem in problems)
+    assert any("git" in problem and "started without --git-dir=" in problem for problem in problems)

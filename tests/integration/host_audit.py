@@ -1,0 +1,115 @@
+"""The host audit: every program a torchyard command's process tree starts on the host, as the kernel saw it
+(`strace -f -e trace=execve`), held against a short allow-list. A route that makes the host run something
+of the pull request's (git's fsmonitor in a folder it chose, a build backend, a hook, a binary in the
+checkout) shows up here as an exec nobody listed, whether or not anyone thought of that route.
+
+The allow-list is data: each entry names a program by where it lies and says why the host may start it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from torchyard.util.proc import own_uv
+
+
+@dataclass(frozen=True)
+class Allowed:
+    path: str  # the program's resolved path
+    why: str
+    argv_must_hold: tuple[str, ...] = ()  # options every start must carry (git's seam: its git dir named)
+
+
+def _resolved(program: str | None) -> str:
+    return str(Path(program).resolve()) if program else ""
+
+
+CLIENT_WHY = (
+    "a docker client on PATH: torchyard asks each whether it builds with BuildKit, then runs every build and "
+    "container through the one that does"
+)
+
+
+def allow_list() -> tuple[Allowed, ...]:
+    """What the host side may start, on this machine."""
+    clients = {_resolved(folder + "/docker") for folder in os.environ.get("PATH", "").split(os.pathsep) if folder}
+    plugins = ("/usr/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins", str(Path.home() / ".docker"))
+    return (
+        Allowed(_resolved(sys.executable), "torchyard itself (the interpreter that runs it)"),
+        *(Allowed(client, CLIENT_WHY) for client in sorted(clients) if Path(client).is_file()),
+        *(Allowed(folder, "the docker client's own plugins, which it lists before a command") for folder in plugins),
+        Allowed(
+            _resolved(shutil.which("git")),
+            "git, through torchyard.util.git only: the checkout's own git dir named, never discovered",
+            argv_must_hold=("--git-dir=", "--literal-pathspecs"),
+        ),
+        Allowed(_resolved(own_uv()), "torchyard's own uv: the lock's freshness check asks its version; lock resolves"),
+    )
+
+
+@dataclass(frozen=True)
+class Exec:
+    path: str
+    argv: str
+    succeeded: bool
+
+
+_LINE = re.compile(r'^(?P<pid>\d+)\s+execve\("(?P<path>(?:[^"\\]|\\.)*)", (?P<argv>\[.*?\]), .*?= (?P<result>-?\d+)')
+_UNFINISHED = re.compile(r'^(?P<pid>\d+)\s+execve\("(?P<path>(?:[^"\\]|\\.)*)", (?P<argv>\[.*?\]).*<unfinished \.\.\.>')
+_RESUMED = re.compile(r"^(?P<pid>\d+)\s+<\.\.\. execve resumed>.*= (?P<result>-?\d+)")
+
+
+def read_execs(log: Path) -> list[Exec]:
+    """Every execve in an `strace -f -o` log, a call split across lines (another process between) joined."""
+    found, pending = [], {}
+    for line in log.read_text(errors="replace").splitlines():
+        if (match := _LINE.match(line)) is not None:
+            found.append(Exec(match["path"], match["argv"], match["result"] == "0"))
+        elif (match := _UNFINISHED.match(line)) is not None:
+            pending[match["pid"]] = (match["path"], match["argv"])
+        elif (match := _RESUMED.match(line)) is not None and match["pid"] in pending:
+            path, argv = pending.pop(match["pid"])
+            found.append(Exec(path, argv, match["result"] == "0"))
+    return found
+
+
+def _inside(path: str, folder: Path) -> bool:
+    return Path(os.path.abspath(path)).is_relative_to(os.path.abspath(folder))  # noqa: PTH100 (lexical)
+
+
+def violations(execs: Sequence[Exec], allowed: Sequence[Allowed], hostile: Sequence[Path]) -> list[str]:
+    """What the audit refuses: any exec (attempted, even) of a path inside a folder the pull request writes
+    (`hostile`: the checkout, the reports, the caches), and any started program not on the allow-list or
+    started without the options its entry requires."""
+    refused = []
+    for item in execs:
+        where = next((folder for folder in hostile if _inside(item.path, folder)), None)
+        if where is not None:
+            refused.append(f"{item.path} {item.argv[:200]}: executed from {where}, a folder the pull request writes")
+            continue
+        if not item.succeeded:
+            continue  # a PATH search's misses
+        resolved = _resolved(item.path)
+        entry = next(
+            (rule for rule in allowed if rule.path and (resolved == rule.path or _inside(resolved, Path(rule.path)))),
+            None,
+        )
+        if entry is None:
+            refused.append(f"{item.path} {item.argv[:200]}: not on the host's allow-list")
+        elif any(option not in item.argv for option in entry.argv_must_hold):
+            refused.append(f"{item.path} {item.argv[:200]}: started without {', '.join(entry.argv_must_hold)}")
+    return refused
+
+
+def traced(args: Sequence[str], log: Path) -> list[str]:
+    """`args` under strace, following every child, recording each execve (arguments up to 400 characters)."""
+    strace = shutil.which("strace")
+    if strace is None:
+        raise AssertionError("strace is missing: the host audit needs Debian's strace (.ci/run installs it)")
+    return [strace, "-f", "-qq", "-s", "400", "-e", "trace=execve", "-e", "signal=none", "-o", str(log), *args]
