@@ -36,6 +36,18 @@ def test_keeps_the_newest_per_project_and_entry_and_what_containers_use() -> Non
     assert plan.volumes == (f"torchyard-cache-{ROBOT}-gone",)
 
 
+def test_a_container_running_past_its_deadline_goes_and_one_within_it_stays() -> None:
+    """A run killed outright whose container's own bound was stopped (SIGSTOP on its `timeout`): prune removes
+    it once its deadline label has passed, and frees the image it held."""
+    containers = [
+        ContainerFacts("c1", "torchyard-cpu-1", "sha256:a1", running=True, ends_at=1_000),
+        ContainerFacts("c2", "torchyard-cpu-2", "sha256:a2", running=True, ends_at=3_000),
+        ContainerFacts("c3", "torchyard-cpu-3", "sha256:a3", running=True),
+    ]
+    plan = plan_prune([], containers, {}, keep=1, now=2_000)
+    assert [c.name for c in plan.containers] == ["torchyard-cpu-1"]
+
+
 def test_two_projects_entries_of_one_name_are_kept_and_removed_apart() -> None:
     """Two adopters' `cpu` on one runner: each keeps its newest, and its cache while it has an image left."""
     images = [

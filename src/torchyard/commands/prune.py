@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -22,7 +23,8 @@ import docker.errors
 from torchyard.host.engine import engine
 from torchyard.image.layers import image_keys
 from torchyard.image.plan import ALIASES, DEPENDENCY_REPOSITORY
-from torchyard.run.scopes import SCOPE_LABEL, TRUST_LABEL
+from torchyard.run.scopes import DEADLINE_LABEL, SCOPE_LABEL, TRUST_LABEL
+from torchyard.run.staging import staging_root, sweep_stages
 from torchyard.util.markdown import markdown_table
 
 LABEL = "dev.torchyard.entry"
@@ -50,6 +52,7 @@ class ContainerFacts:
     image_id: str
     running: bool
     owner: Owner = ("", "")  # its project and entry, as its labels say
+    ends_at: int = 0  # its deadline label (`run.container.DEADLINE_LABEL`); 0: none
 
 
 @dataclass(frozen=True)
@@ -67,12 +70,14 @@ def plan_prune(
     keep: int,
     in_use: frozenset[str] = frozenset(),
     untrusted: frozenset[str] = frozenset(),
+    now: float = 0.0,
 ) -> PrunePlan:
     """What to remove. `containers` are torchyard's, `in_use` the images of every other container on the
     engine, `volumes` maps each torchyard volume to its project and entry, and `untrusted` names the volumes
-    of untrusted runs' scopes."""
-    stopped = tuple(container for container in containers if not container.running)
-    in_use = in_use | {container.image_id for container in containers if container.running}
+    of untrusted runs' scopes. A container still running past its deadline (`now`: a run killed outright, whose
+    own bound was stopped) goes as a stopped one does."""
+    stopped = tuple(c for c in containers if not c.running or 0 < c.ends_at < now)
+    in_use = in_use | {container.image_id for container in containers if container not in stopped}
     groups: dict[Owner, list[ImageFacts]] = {}
     for image in images:
         if not image.dependency:
@@ -179,7 +184,12 @@ def _facts(
     ]
     containers = [
         ContainerFacts(
-            str(c.id), str(c.name), str(c.attrs.get("Image", "")), c.status == "running", _owner(c.labels or {})
+            str(c.id),
+            str(c.name),
+            str(c.attrs.get("Image", "")),
+            c.status == "running",
+            _owner(c.labels or {}),
+            _deadline(c.labels or {}),
         )
         for c in client.containers.list(all=True, filters={"label": LABEL})
     ]
@@ -198,6 +208,11 @@ def _facts(
         if LABEL not in (container.labels or {})
     )
     return images, containers, volumes, others, untrusted
+
+
+def _deadline(labels: Mapping[str, str]) -> int:
+    value = labels.get(DEADLINE_LABEL, "")
+    return int(value) if value.isdigit() else 0
 
 
 def _owner(labels: Mapping[str, str]) -> Owner:
@@ -228,7 +243,7 @@ def prune(
 
     scoped = bool(entries) or project is not None
     images, containers, volumes = in_scope(images, containers, volumes, entries=entries, project=project)
-    plan = plan_prune(images, containers, volumes, keep=keep, in_use=others, untrusted=untrusted)
+    plan = plan_prune(images, containers, volumes, keep=keep, in_use=others, untrusted=untrusted, now=time.time())
     if project is not None:
         print(f"project {project} only (its images, cache volumes and containers; the build cache is shared)")
     rows = [("container", container.name, "-") for container in plan.containers]
@@ -241,7 +256,10 @@ def prune(
         print("dry run: nothing removed")
         return 0
     for container in plan.containers:
-        client.containers.get(container.id).remove(force=False)
+        client.containers.get(container.id).remove(force=container.running)  # only one past its deadline runs
+    alive = {str(container.name) for container in client.containers.list(all=True)}
+    for name in sweep_stages(staging_root(), alive):
+        print(f"removed the staging folder of {name} (a run killed outright)")
     for image in plan.images:
         try:
             client.images.remove(image.id, force=True, noprune=False)

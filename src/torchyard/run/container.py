@@ -39,7 +39,15 @@ from torchyard.run.handback import (
     hand_back,
     read_report,
 )
-from torchyard.run.scopes import CacheScope, cache_scope, prime_volume, seed_args, seed_image, sibling_filters
+from torchyard.run.scopes import (
+    DEADLINE_LABEL,
+    CacheScope,
+    cache_scope,
+    prime_volume,
+    seed_args,
+    seed_image,
+    sibling_filters,
+)
 from torchyard.run.staging import make_stage, publish, remove_stage, staging_root, sweep_stages
 from torchyard.run.stamp import stamp_reports
 from torchyard.seal import IMAGE_USER, Seal, check_matrix_flags, check_untrusted_seal, run_user, sealing_args
@@ -51,7 +59,6 @@ TIMEOUT_STATUS = 124  # as timeout(1) exits
 WATCH_INTERVAL_S = 1.0
 IN_CONTAINER_GRACE_S = 60  # the most the container's own bound lies past the host's deadline
 KILL_AFTER_S = 30  # then SIGKILL, as `docker stop` would
-DEADLINE_LABEL = "dev.torchyard.ends-at"  # a container still there past it is removed by the next run or prune
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ ENTRY_LABEL = "dev.torchyard.entry"
 SCOPE_LABEL = "dev.torchyard.scope"
 TRUST_LABEL = "dev.torchyard.trust"
 STACK_LABEL = "dev.torchyard.stack"
+DEADLINE_LABEL = "dev.torchyard.ends-at"  # a container still there past it is removed by the next run or prune
 SEED_TARGET = "/seed"
 
 
