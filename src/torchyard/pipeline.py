@@ -234,7 +234,7 @@ def run_containers(request: Request, progress: Progress) -> None:
     for entry, image in zip(progress.contained, progress.built, strict=True):
         plan = plan_run(
             entry, image.tag, client=client, reports=progress.folders[entry.name], project=request.project,
-            trust=tests.trust, machine=request.machine, memory=memory,
+            trust=tests.trust, machine=request.machine, memory=memory, env=request.env,
         )  # fmt: skip
         print(
             f"running {entry.name} in {plan.name} ({tests.trust.level}; cache {plan.scope.volume}); reports in "

@@ -218,3 +218,18 @@ def test_the_seed_copies_in_the_trusted_base_never_the_runs_own_image(tmp_path: 
         runner=lambda args, **kwargs: commands.append(tuple(args)), env={},  # type: ignore[arg-type]
     )  # fmt: skip
     assert commands == []
+
+
+def test_the_deadline_fits_inside_the_jobs_timeout(capsys: pytest.CaptureFixture[str]) -> None:
+    from torchyard.matrix.machine import Limits
+    from torchyard.run.container import JOB_MARGIN_S, _timeout
+
+    entry = dataclasses.replace(PLAN.entry("cpu"), timeout="5h")
+    assert _timeout(entry, Limits(), {}) == 5 * 3600
+    assert _timeout(entry, Limits(), {"TORCHYARD_JOB_TIMEOUT": "120m"}) == 120 * 60 - JOB_MARGIN_S
+    assert "capped at 105m, inside the job's 120m" in capsys.readouterr().out
+    short = dataclasses.replace(entry, timeout="30m")
+    assert _timeout(short, Limits(), {"TORCHYARD_JOB_TIMEOUT": "120m"}) == 30 * 60
+    for bad in ("2 hours", "10m", "0m"):
+        with pytest.raises(ConfigError, match="TORCHYARD_JOB_TIMEOUT"):
+            _timeout(entry, Limits(), {"TORCHYARD_JOB_TIMEOUT": bad})

@@ -469,3 +469,23 @@ def test_a_job_with_a_writing_token_never_leaves_it_in_the_checkout(workflow: Pa
 def test_the_refresh_job_is_the_one_that_writes() -> None:
     document: dict[str, Any] = yaml.safe_load((REPO / ".github" / "workflows" / "refresh.yml").read_text())
     assert writes(document["jobs"]["refresh"]["permissions"])
+
+
+def _runs_suites(job: dict[str, Any]) -> bool:
+    lines = "\n".join(str(step.get("run", "")) for step in job.get("steps", []))
+    return bool(re.search(r"torchyard test|nox -s (test-|ops|\$\{\{ matrix\.session)", lines))
+
+
+def test_every_job_that_runs_suites_tells_torchyard_its_timeout() -> None:
+    """Issue 57, route 2: an entry's timeout could outlast the job's, which the runner then ended mid-run (no
+    hand-back, the container left running). The job's timeout-minutes reaches torchyard as TORCHYARD_JOB_TIMEOUT,
+    and the run's deadline is computed inside it."""
+    documents = [*WORKFLOWS, REPO / "src" / "torchyard" / "templates" / "torchyard.yml"]
+    checked = 0
+    for path in documents:
+        for name, job in yaml.safe_load(path.read_text())["jobs"].items():
+            if not _runs_suites(job):
+                continue
+            checked += 1
+            assert job.get("env", {}).get("TORCHYARD_JOB_TIMEOUT") == f"{job['timeout-minutes']}m", (path.name, name)
+    assert checked >= 4

@@ -27,7 +27,7 @@ from torchyard.accelerators import ACCELERATORS
 from torchyard.accelerators.protocol import HostFacts
 from torchyard.errors import CommandError, ConfigError, DeviceUnavailableError, TorchyardError
 from torchyard.image.layers import stack_of
-from torchyard.matrix.machine import Limits, Machine, duration_seconds, size_bytes
+from torchyard.matrix.machine import DURATION, Limits, Machine, duration_seconds, size_bytes
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
 from torchyard.run.handback import (
@@ -57,6 +57,8 @@ from torchyard.util import proc
 OOM_STATUS = 137
 TIMEOUT_STATUS = 124  # as timeout(1) exits
 WATCH_INTERVAL_S = 1.0
+JOB_TIMEOUT_ENV = "TORCHYARD_JOB_TIMEOUT"  # the CI job's timeout-minutes, as the workflows set it
+JOB_MARGIN_S = 15 * 60  # the job's checkout, install, image build and hand-back around the run
 IN_CONTAINER_GRACE_S = 60  # the most the container's own bound lies past the host's deadline
 KILL_AFTER_S = 30  # then SIGKILL, as `docker stop` would
 
@@ -100,11 +102,25 @@ def _network(entry: Entry, trust: RunTrust, machine: Machine) -> bool:
     return trust.trusted
 
 
-def _timeout(entry: Entry, limits: Limits) -> int:
+def _timeout(entry: Entry, limits: Limits, env: Mapping[str, str]) -> int:
+    """The entry's `timeout`, within this machine's cap and within the CI job's own time (TORCHYARD_JOB_TIMEOUT,
+    which the workflows set beside `timeout-minutes`) less what the job spends around the run: a run whose
+    job ends first would be killed with it, before any hand-back."""
     wanted, cap = duration_seconds(entry.timeout), duration_seconds(limits.timeout)
     if wanted > cap:
         print(f"torchyard: entry {entry.name!r}: timeout {entry.timeout} capped at this machine's {limits.timeout}")
-    return min(wanted, cap)
+    job = env.get(JOB_TIMEOUT_ENV, "")
+    if not job:
+        return min(wanted, cap)
+    if not DURATION.fullmatch(job) or duration_seconds(job) <= JOB_MARGIN_S:
+        raise ConfigError(
+            f"{JOB_TIMEOUT_ENV}={job!r}: expected the job's timeout-minutes as a duration longer than "
+            f'{JOB_MARGIN_S // 60}m (such as "120m"), which the run\'s deadline must fit inside'
+        )
+    room = duration_seconds(job) - JOB_MARGIN_S
+    if room < min(wanted, cap):
+        print(f"torchyard: entry {entry.name!r}: timeout capped at {format_duration(room)}, inside the job's {job}")
+    return min(wanted, cap, room)
 
 
 def plan_run(
@@ -117,6 +133,7 @@ def plan_run(
     trust: RunTrust,
     machine: Machine,
     memory: str,
+    env: Mapping[str, str] = os.environ,
 ) -> RunPlan:
     """One entry's container run: a fresh name, the cache scope of its project and trust, this user, the seal
     (a network only where the machine and the run's trust both allow one) and the deadline."""
@@ -131,7 +148,7 @@ def plan_run(
         user=run_user(os.getuid(), os.getgid()),
         seal=Seal(machine.limits, memory, network=_network(entry, trust, machine)),
         image_id=str(found.id),
-        timeout_s=_timeout(entry, machine.limits),
+        timeout_s=_timeout(entry, machine.limits, env),
         seed_image=seed_image(entry, machine.base_overrides),
     )
 
