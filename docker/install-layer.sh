@@ -19,11 +19,18 @@
 # every module it imports (~6 s a run).
 # `install-layer.sh --wheels <file>...` installs the project's wheels (already in the image) the same way.
 set -e -o pipefail
+# A fixed PATH and uv by its path: the venv's bin folder holds what the lock's packages put there (a `sed`, a
+# `grep`), which must never run here, as root, with the build's network.
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+uv=/opt/torchyard/tools/bin/uv
 venv=/opt/torchyard/venv
 base="$(cat /opt/torchyard/base-python)"
+case "${base}" in
+    "${venv}"/*) echo "install-layer.sh: the base interpreter ${base} lies in the venv: refusing to start it" >&2; exit 1 ;;
+esac
 
 install() {
-    uv pip install --python "${base}" --prefix "${venv}" --no-deps --no-config "$@"
+    "${uv}" pip install --python "${base}" --prefix "${venv}" --no-deps --no-config "$@"
     for script in "${venv}"/bin/*; do
         if [ -f "${script}" ] && [ ! -L "${script}" ] && IFS= read -r first < "${script}" && [ "${first}" = "#!${base}" ]; then
             sed -i "1s|.*|#!${venv}/bin/python|" "${script}"

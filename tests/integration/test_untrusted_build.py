@@ -126,6 +126,9 @@ def test_an_untrusted_build_of_a_changed_project_installs_nothing_of_the_lock(
 # group or the project's wheel is installed after it. An installer that starts the venv's Python with site runs
 # that `.pth` as root in a build step with the network; the marker says whether any step did.
 LOCK_PTH_MARKER = "/opt/torchyard/lock-pth-ran-in-a-build-step"
+# And programs it puts in the venv's bin folder (`.data/scripts`), named as what build steps call by name.
+SCRIPT_MARKER = "/opt/torchyard/lock-script-ran-in-a-build-step"
+PLANTED_PROGRAMS = ("bash", "sed", "grep", "cat", "mkdir", "chmod", "getent", "useradd", "uv")
 
 
 def _wheel(folder: Path, name: str, version: str, files: dict[str, str]) -> None:
@@ -155,7 +158,11 @@ def test_an_untrusted_build_runs_no_pth_of_its_lock_in_a_build_step(
     wheels.mkdir()
     hook = f"import os; open({LOCK_PTH_MARKER!r}, 'w').close()\n"
     # mpmath is the numeric group's; `later` is the rest group's, installed in a later layer.
-    _wheel(wheels, "mpmath", "99.0", {"mpmath/__init__.py": "", "mpmath_hook.pth": hook})
+    scripts = {
+        f"mpmath-99.0.data/scripts/{name}": f'#!/bin/sh\ntouch {SCRIPT_MARKER}\nexec /bin/{name} "$@"\n'
+        for name in PLANTED_PROGRAMS
+    }
+    _wheel(wheels, "mpmath", "99.0", {"mpmath/__init__.py": "", "mpmath_hook.pth": hook, **scripts})
     _wheel(wheels, "later", "1.0", {"later/__init__.py": "VALUE = 1\n"})
     root = tmp_path / "project"
     root.mkdir()
@@ -178,11 +185,16 @@ def test_an_untrusted_build_runs_no_pth_of_its_lock_in_a_build_step(
         image = client.images.get(f"{repository}:untrusted")
         looked = client.containers.run(
             image,
-            ["-c", f"test -e {LOCK_PTH_MARKER} && echo ran || echo never; head -1 /opt/torchyard/venv/bin/* | "
-             "grep -c '^#!/opt/torchyard/venv/bin/python$' || true"],
+            ["-c", f"test -e {LOCK_PTH_MARKER} && echo ran || echo never; "
+             f"test -e {SCRIPT_MARKER} && echo ran || echo never; "
+             "read -r base < /opt/torchyard/base-python; echo \"$base\"; "
+             "test -x /opt/torchyard/venv/bin/sed && echo planted"],
             entrypoint=["/bin/bash"], remove=True, network_mode="none",
         )  # fmt: skip
-        assert looked.decode().split()[0] == "never"
+        pth, script, base, planted = looked.decode().split()
+        assert (pth, script) == ("never", "never")  # neither the lock's .pth nor its programs ran in a build step
+        assert not base.startswith("/opt/torchyard/venv/")  # uv was told the base's interpreter, not the venv's
+        assert planted == "planted"  # the programs were installed, where only the final image's PATH finds them
         # Installed and compiled all the same: the hook runs where Python starts in the image, as it should.
         words = client.containers.run(
             image, ["-c", "import later, mpmath; print(later.VALUE)"],

@@ -65,7 +65,7 @@ def test_every_dependency_layer_installs_wheels_only_for_an_untrusted_build() ->
     docker = Path(__file__).parents[2] / "docker"
     script = (docker / "install-layer.sh").read_text()
     assert 'if [ -n "${WHEELS_ONLY}" ]; then hashes+=(--no-build); fi' in script
-    assert script.count("uv pip install") == 1
+    assert script.count('"${uv}" pip install') == 1
     dockerfile = (docker / "Dockerfile").read_text()
     assert "ARG WHEELS_ONLY" in dockerfile.partition("install-layer.sh")[0]  # in scope for every group
     dependencies = dockerfile.partition("FROM toolchain AS dependencies")[2]
@@ -114,9 +114,34 @@ def test_the_installer_never_starts_the_venvs_python_and_compiles_without_site()
     docker = Path(__file__).parents[2] / "docker"
     script = (docker / "install-layer.sh").read_text()
     code = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
-    assert 'uv pip install --python "${base}" --prefix "${venv}"' in code
+    assert '"${uv}" pip install --python "${base}" --prefix "${venv}"' in code
     assert "--compile-bytecode" not in code and "-I -S -m compileall" in code
     dockerfile = (docker / "Dockerfile").read_text()
     runs = [line for line in dockerfile.splitlines() if not line.lstrip().startswith("#")]
     assert not any("--python /opt/torchyard/venv/bin/python" in line for line in runs)
     assert "install-layer.sh --wheels" in dockerfile.partition("COPY project")[2]
+
+
+def test_no_build_step_finds_a_program_the_lock_put_in_the_venv() -> None:
+    """A package of the lock, or the project's wheel through `.data/scripts`, can put a `sed`, `grep` or `bash`
+    in the venv's bin folder: build steps never have it on PATH (only the final image does, after the last
+    RUN), the installer sets a fixed PATH and names uv by its path, and the interpreter it tells uv is the
+    base's, read before the venv exists (it had named the venv's own: every layer then started it with site)."""
+    docker = Path(__file__).parents[2] / "docker"
+    dockerfile = (docker / "Dockerfile").read_text()
+    before_last_run, _, after = dockerfile.rpartition("\nRUN ")
+    assert "venv/bin" not in "".join(
+        line for line in before_last_run.splitlines() if line.lstrip().startswith(("ENV", "PATH="))
+    )
+    assert (
+        "PATH=/opt/torchyard/venv/bin:${PATH}" in after.partition("\n\n")[2] or "PATH=/opt/torchyard/venv/bin" in after
+    )
+    runs = [
+        line for line in dockerfile.splitlines() if "install-layer.sh" in line and not line.lstrip().startswith("#")
+    ]
+    assert runs and all("/bin/bash /opt/torchyard/install-layer.sh" in line for line in runs if "COPY" not in line)
+    record = dockerfile.partition("vendor.py record")[0].rpartition("RUN ")[2]
+    assert "> /opt/torchyard/base-python" in record  # written before `vendor.py venv` makes the venv
+    script = (docker / "install-layer.sh").read_text()
+    assert "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" in script
+    assert "uv=/opt/torchyard/tools/bin/uv" in script and "lies in the venv: refusing" in script

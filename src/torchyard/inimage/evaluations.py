@@ -12,6 +12,7 @@ from torchyard.inimage.cases import Case
 from torchyard.inimage.options import RunSettings
 from torchyard.inimage.parity.artifacts import ArtifactCache, entry_cache
 from torchyard.inimage.parity.errors import describe_error
+from torchyard.inimage.parity.factory import factory_differs
 from torchyard.inimage.parity.harness import REFERENCE_FAILED, Reference, Result, Status, case_reference, evaluate
 from torchyard.inimage.parity.localize import Localization, localize, localize_train, localizes
 from torchyard.inimage.parity.training import (
@@ -96,7 +97,8 @@ class Evaluations:
             dtype_name = str(self.dtype).removeprefix("torch.")
             if case.name not in self._untrainable:
                 try:
-                    self._untrainable[case.name] = untrainable(case)
+                    differs = factory_differs(case)  # the step's reference and each backend build one each
+                    self._untrainable[case.name] = f"{REFERENCE_FAILED}{differs}" if differs else untrainable(case)
                 except Exception as error:  # its forward fails: no reference, as for the inference suites
                     self._untrainable[case.name] = f"{REFERENCE_FAILED}eager on cpu fails: {describe_error(error)}"
             why = self._untrainable[case.name]

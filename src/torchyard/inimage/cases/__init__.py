@@ -125,6 +125,7 @@ class Case:
     The train suite takes one optimizer step with it unless `train=False`; its loss is the mean square of
     the floating output leaves unless `loss(outputs, call)` says otherwise; `scaler` sets fp16's
     `torch.amp.GradScaler` (`init_scale`, `growth_interval`, `growth_factor`, `backoff_factor`).
+    `cache=False` lowers it afresh every run, never from the artifact cache (a note in the report says so).
     """
 
     name: str
@@ -141,6 +142,7 @@ class Case:
     loss: Callable[[Any, Call], torch.Tensor] | None = None
     scaler: Mapping[str, float] = field(default_factory=dict)
     input_files: InputFiles | None = None
+    cache: bool = True
 
     def __post_init__(self) -> None:
         if self.make_inputs is None and self.input_files is None:

@@ -20,7 +20,7 @@ from torchyard.inimage.cases import Call, Case
 from torchyard.inimage.parity.artifacts import ArtifactCache
 from torchyard.inimage.parity.backends import NO_CACHE, BackendRun, Runner, runner_for, unavailable_reason
 from torchyard.inimage.parity.errors import RecordedFailure, describe_error, error_types
-from torchyard.inimage.parity.keys import why_unkeyable
+from torchyard.inimage.parity.factory import nondeterministic
 from torchyard.inimage.parity.metrics import Comparison, compare_objects, compare_statistics, compare_values
 from torchyard.inimage.parity.tolerances import Bounds, Tolerances
 from torchyard.inimage.parity.trees import Leaf, leaf_paths, leaves, to_device
@@ -49,7 +49,7 @@ class Result:
     error_types: list[str] = field(default_factory=list)  # the exception's class and bases, for known failures
     error_message: str = ""
     cache: str = ""  # what the artifact cache did: hit, miss, rebuilt, off, unkeyable ("" when no artifact)
-    cache_why: str = ""  # why the case could not be keyed, where it was unkeyable
+    cache_why: str = ""  # why the cache was not used for the case: it could not be keyed, or it opts out
     # The outputs meet what the case's known failure says this backend computes instead (they may meet the
     # case's reference too, where the precision's bounds cannot tell the two apart).
     known_values: bool = False
@@ -76,8 +76,10 @@ class Reference:
     floors: list[float] = field(default_factory=list)  # per leaf, the magnitude errors are measured against
 
 
-def _eager_cpu(case: Case, calls: list[Call], dtype: torch.dtype) -> tuple[list[list[Leaf]], list[str]]:
-    module = case.module().to(dtype)
+def _eager_cpu(
+    case: Case, calls: list[Call], dtype: torch.dtype, module: torch.nn.Module | None = None
+) -> tuple[list[list[Leaf]], list[str]]:
+    module = (case.module() if module is None else module).to(dtype)
     with torch.no_grad():
         results = [module(*call.args, **call.kwargs) for call in (to_device(c, CPU, dtype) for c in calls)]
     return [leaves(result) for result in results], leaf_paths(results[0])
@@ -99,9 +101,21 @@ def case_reference(case: Case, *, device: torch.device, dtype: torch.dtype) -> R
 
 def make_reference(case: Case, calls: list[Call], *, device: torch.device, dtype: torch.dtype) -> Reference:
     """float64 on the CPU, else float32 on the CPU (saying why); eager on the device gives the dtypes. A float64
-    reference that eager at the run's precision meets exactly is said to be that precision in effect."""
+    reference that eager at the run's precision meets exactly is said to be that precision in effect. The
+    factory's two models (one for the device, one for the reference) must hold the same weights: where they
+    do not, the factory is to blame, not eager, and there is no reference."""
     try:
-        module = case.fresh_module().to(dtype=dtype).to(device)
+        # Built first and held while the other is: its memory cannot be handed out again, so an uninitialized
+        # weight (torch.empty) is not the same garbage twice by chance.
+        again = case.module()
+        built = case.fresh_module()
+    except Exception as error:
+        return Reference([], [], [], "none", f"eager on {device.type} fails: {describe_error(error)}")
+    differs = nondeterministic(case.name, built, again)
+    if differs:
+        return Reference([], [], [], "none", differs)
+    try:
+        module = built.to(dtype=dtype).to(device)
         with torch.no_grad():
             first = to_device(calls[0], device, dtype)
             results = leaves(module(*first.args, **first.kwargs))
@@ -109,7 +123,7 @@ def make_reference(case: Case, calls: list[Call], *, device: torch.device, dtype
     except Exception as error:
         return Reference([], [], [], "none", f"eager on {device.type} fails: {describe_error(error)}")
     try:
-        outputs, paths = _eager_cpu(case, calls, torch.float64)
+        outputs, paths = _eager_cpu(case, calls, torch.float64, again)
         return Reference(outputs, paths, expected, _float64_kind(results, outputs[0], dtype))
     except Exception as float64_error:
         why = describe_error(float64_error)
@@ -252,8 +266,7 @@ def evaluate(
     result.compile_seconds, result.run_seconds, result.latency_ms = run.compile_seconds, run.run_seconds, run.latency_ms
     result.artifact = str(run.artifact) if run.artifact else None
     result.cache = str(run.notes.get("cache", ""))
-    if result.cache == "unkeyable":
-        result.cache_why = why_unkeyable(module)
+    result.cache_why = str(run.notes.get("cache_why", ""))
     counts = [len(outputs) for outputs in run.outputs]
     if counts != [len(expected) for expected in reference.outputs]:
         result.status = "failed"

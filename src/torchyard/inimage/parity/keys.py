@@ -5,12 +5,14 @@ case's name, dynamic shapes and first input tree, the module's weights and buffe
 and what each submodule holds beyond its weights. docs/concepts/running.md lists what counts and how.
 
 Code whose source cannot be read (made at run time outside any released distribution) gives no key: that
-case is never cached, and the report says why (`why_unkeyable`).
+case is never cached, and the report says why (`why_unkeyable`). So does anything else that stops the key
+code: an error in it is torchyard's, never the model's (`Unkeyable` names torchyard's file and the error), and
+the case runs uncached. Objects are read as the interpreter stores them, never through their `__getattr__`.
 """
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import dataclasses
 import enum
 import functools
@@ -28,6 +30,8 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+from torchyard.inimage.parity.digests import NoDigest, tensor_digest
+from torchyard.inimage.parity.errors import torchyards_fault
 from torchyard.names import BACKEND_DISTRIBUTIONS, module_name
 
 DISTRIBUTIONS = (*BACKEND_DISTRIBUTIONS, "numpy")
@@ -37,7 +41,23 @@ FORMAT = 2  # 2: instance attributes, non-persistent buffers, released code by v
 
 
 class Unkeyable(Exception):
-    """The module's code cannot be read (defined interactively, say): it is not cached."""
+    """The case cannot be keyed (code defined interactively, say, or an error in the key code): it is not
+    cached, and its results say why."""
+
+
+@contextlib.contextmanager
+def _key_code() -> Iterator[None]:
+    """Any error inside but `Unkeyable` is the key code's own: torchyard's, not the case's."""
+    try:
+        yield
+    except Unkeyable:
+        raise
+    except NoDigest as error:
+        raise Unkeyable(f"torchyard's key code cannot read {error}") from error
+    except Exception as error:
+        raise Unkeyable(
+            f"torchyard's key code failed, a fault of torchyard's, not the model's: {torchyards_fault(error)}"
+        ) from error
 
 
 def versions() -> dict[str, str | None]:
@@ -127,13 +147,25 @@ def _candidates(top: str) -> Iterator[str]:
     yield from _top_level_distributions().get(top, [])
 
 
+def _loaded_file(module_name: str) -> str | None:
+    """The file of `module_name`, or of the nearest package above it that is loaded: a compiled class often
+    names a module that is not one (`pkg._native.Handle`, made by `pkg/_native.so`)."""
+    parts = module_name.split(".")
+    for end in range(len(parts), 0, -1):
+        module = sys.modules.get(".".join(parts[:end]))
+        if module is not None:
+            where = vars(module).get("__file__")  # the module's own, never its `__getattr__`'s answer
+            return where if isinstance(where, str) else None
+    return None
+
+
 @functools.cache
 def released(module_name: str) -> str | None:
     """`name==version` of the distribution whose installed files hold `module_name`, where it came from an
     index (no `direct_url.json`, PEP 610): a released version's code does not change, so it counts by its
     version, not its source. None for code from a path (the project itself, an editable or local install,
     a checkout on `sys.path`) or from no distribution: that counts by its source."""
-    where = getattr(sys.modules.get(module_name), "__file__", None)
+    where = _loaded_file(module_name)
     if not where or not {"site-packages", "dist-packages"} & set(Path(where).parts):
         return None  # not installed (the project's own code, a checkout on the path): no distribution to ask
     top = module_name.split(".", maxsplit=1)[0]
@@ -225,7 +257,7 @@ class _CodeWalk:
         elif _versioned(klass.__module__):
             return
         else:
-            attributes = dict(getattr(obj, "__dict__", None) or {})
+            attributes = _instance_attributes(obj)
         for name, value in sorted(attributes.items()):
             self.parts.append(f".{name}")
             self.add(value)
@@ -311,6 +343,21 @@ class _CodeWalk:
                 continue
 
 
+def _instance_attributes(obj: object) -> dict[str, object]:
+    """An object's own attributes, as the interpreter keeps them: never through its class's `__getattr__`,
+    which a native library's handle answers for every name, `__dict__` included. An object without a
+    `__dict__` (slots, a compiled type) counts by its class."""
+    try:
+        held = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        return {}
+    if type(held) is not dict:
+        raise Unkeyable(
+            f"a {type(obj).__qualname__} answers `__dict__` with a {type(held).__qualname__}, not its attributes"
+        )
+    return {name: value for name, value in held.items() if isinstance(name, str)}
+
+
 @functools.cache  # a class's source is found by parsing its whole file: once a run, not once a backend
 def _source(obj: Any) -> str:
     try:
@@ -318,19 +365,14 @@ def _source(obj: Any) -> str:
     except (OSError, TypeError) as error:
         name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", repr(obj))
         module = getattr(obj, "__module__", None) or name
+        made = (
+            "compiled code outside any released distribution has none"
+            if isinstance(error, TypeError) and "built-in" in str(error)
+            else "code made at run time, by exec or in a notebook, has none"
+        )
         raise Unkeyable(
-            f"no source for {name!r} in {module} (code made at run time, by exec or in a notebook, has none; "
-            "from an installed release it counts by version)"
+            f"no source for {name!r} in {module} ({made}; from an installed release it counts by version)"
         ) from error
-
-
-def tensor_digest(tensor: torch.Tensor) -> str:
-    """sha256 of a tensor's dtype, shape and bytes (read straight from memory: numpy is not required)."""
-    data = tensor.detach().to("cpu").contiguous()
-    digest = hashlib.sha256(f"{data.dtype}{tuple(tensor.shape)}".encode())
-    if data.numel():
-        digest.update(ctypes.string_at(data.data_ptr(), data.numel() * data.element_size()))
-    return digest.hexdigest()
 
 
 def _input_spec(call_args: object) -> list[Any]:
@@ -355,33 +397,35 @@ def artifact_key(
     device: torch.device,
     dtype: torch.dtype,
 ) -> str:
-    """The content key of one lowering; raises `Unkeyable` when the module's code cannot be read."""
-    state = module.state_dict(keep_vars=False)
-    weights = [(name, tensor_digest(value)) for name, value in state.items()]
-    weights += [(name, tensor_digest(value)) for name, value in module.named_buffers() if name not in state]
-    document = {
-        "format": FORMAT,
-        "case": case_name,
-        "backend": backend,
-        "options": options,
-        "versions": versions(),
-        "python": platform.python_version(),
-        "device": device_identity(device),
-        "dtype": str(dtype),
-        "inputs": _input_spec(inputs),
-        "dynamic-shapes": repr(dynamic_shapes),
-        "weights": weights,
-        "code": code_digest(module),
-    }
-    return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()
+    """The content key of one lowering; raises `Unkeyable` when the case cannot be keyed."""
+    with _key_code():
+        state = module.state_dict(keep_vars=False)
+        weights = [(name, tensor_digest(value)) for name, value in state.items()]
+        weights += [(name, tensor_digest(value)) for name, value in module.named_buffers() if name not in state]
+        document = {
+            "format": FORMAT,
+            "case": case_name,
+            "backend": backend,
+            "options": options,
+            "versions": versions(),
+            "python": platform.python_version(),
+            "device": device_identity(device),
+            "dtype": str(dtype),
+            "inputs": _input_spec(inputs),
+            "dynamic-shapes": repr(dynamic_shapes),
+            "weights": weights,
+            "code": code_digest(module),
+        }
+        return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def code_digest(module: torch.nn.Module) -> str:
     """sha256 of what decides the module's behaviour beyond its weights (`_CodeWalk`); raises `Unkeyable`."""
-    walk = _CodeWalk(registered=module.modules())
-    for sub in module.modules():
-        walk.add(sub)
-    return hashlib.sha256("\0\0".join(walk.parts).encode()).hexdigest()
+    with _key_code():
+        walk = _CodeWalk(registered=module.modules())
+        for sub in module.modules():
+            walk.add(sub)
+        return hashlib.sha256("\0\0".join(walk.parts).encode()).hexdigest()
 
 
 def why_unkeyable(module: torch.nn.Module) -> str:

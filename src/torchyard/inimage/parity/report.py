@@ -180,8 +180,8 @@ def where_it_diverges(diverges: Mapping[str, Any]) -> str:
 
 
 def notes(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]) -> str:
-    """What qualifies the table: references other than float64, cases the artifact cache could not key,
-    and speed figures a loaded machine cannot support."""
+    """What qualifies the table: references other than float64, cases the artifact cache could not key (or
+    that opt out of it), and speed figures a loaded machine cannot support."""
     lines = sorted(
         {
             f"- reference for `{r['case']}`: {r['reference']}"
@@ -193,7 +193,7 @@ def notes(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]) -> 
         {
             f"- artifact cache not used for `{r['case']}` ({r['backend']}): {r.get('cache_why') or 'not keyable'}"
             for r in records
-            if r.get("cache") == "unkeyable"
+            if r.get("cache") == "unkeyable" or r.get("cache_why")
         }
     )
     loaded = loaded_why(manifest)

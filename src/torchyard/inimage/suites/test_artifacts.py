@@ -3,6 +3,7 @@ used, concurrent writers leave one whole entry, and a change to what decides a p
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -17,12 +18,14 @@ import torch
 from torchyard import contract
 from torchyard.inimage.cases import Case, KnownFailure
 from torchyard.inimage.cases.builtin import CASES
+from torchyard.inimage.parity import keys
 from torchyard.inimage.parity.artifacts import ArtifactCache, file_digest
 from torchyard.inimage.parity.backends import Runner, runner_for, tensorrt, unavailable_reason
 from torchyard.inimage.parity.backends.running import lowering_key
+from torchyard.inimage.parity.digests import tensor_digest
 from torchyard.inimage.parity.errors import RecordedFailure
 from torchyard.inimage.parity.harness import Result, evaluate
-from torchyard.inimage.parity.keys import artifact_key, tensor_digest
+from torchyard.inimage.parity.keys import artifact_key
 from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.parity.trees import to_device
 from torchyard.inimage.probe import torch_device
@@ -90,7 +93,7 @@ def plant_wrong_mlp(
     """An MLP with its weights off by 1%, exported for `device`, stored under the right MLP's key for
     `backend` (with its `options`)."""
     call = to_device(MLP.calls()[0], device, torch.float32)
-    key = lowering_key(MLP, backend, MLP.module().to(device), call, device, options=options)
+    key = lowering_key(MLP, backend, MLP.module().to(device), call, device, options=options).digest
     assert key is not None
     poisoned = MLP.module().to(device)
     with torch.no_grad():
@@ -350,7 +353,7 @@ def test_keys_need_no_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.Tensor, "numpy", refuse)
     weights = torch.arange(6, dtype=torch.float32).reshape(2, 3)
     assert tensor_digest(weights) == tensor_digest(weights.clone()) != tensor_digest(weights + 1)
-    assert lowering_key(MLP, "export", MLP.module(), MLP.calls()[0], CPU, options={}) is not None
+    assert lowering_key(MLP, "export", MLP.module(), MLP.calls()[0], CPU, options={}).digest is not None
 
 
 class StandInTensorRT(ModuleType):
@@ -410,3 +413,29 @@ def test_a_tensorrt_program_that_cannot_be_saved_is_still_compared(
     assert result.status == "passed", result.reason
     assert result.cache.startswith("unsaved: RuntimeError: the Python runtime cannot serialize this program")
     assert result.artifact is None and not list((tmp_path / "cache").glob("*.ep"))
+
+
+def uncached(workdir: Path) -> tuple[list[Result], list[str]]:
+    """The MLP opting out of the cache, lowered twice; then with a bug planted in the key code; and what the
+    cache holds after."""
+    cache = ArtifactCache(workdir / "cache")
+    opted_out = dataclasses.replace(MLP, cache=False)
+    results = [run(opted_out, "export", cache, workdir / name) for name in ("first", "second")]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(keys, "SIMPLE", "no type")  # `isinstance(obj, SIMPLE)` raises inside keys.py
+        results.append(run(MLP, "export", cache, workdir / "faulty"))
+    return results, sorted(path.name for path in cache.root.glob("*")) if cache.root and cache.root.exists() else []
+
+
+@pytest.mark.beside.with_args(uncached)
+def test_a_case_that_opts_out_or_that_the_key_code_fails_on_runs_uncached(
+    beside: tuple[list[Result], list[str]],
+) -> None:
+    """Neither is the case's failure: it passes, uncached, and its result says why (the report's notes list it)."""
+    (first, second, faulty), stored = beside
+    for result in (first, second):
+        assert (result.status, result.cache, result.cache_why) == ("passed", "off", "case 'mlp' sets cache=False")
+    assert (faulty.status, faulty.cache) == ("passed", "unkeyable"), faulty.reason
+    assert faulty.cache_why.startswith("torchyard's key code failed, a fault of torchyard's, not the model's: ")
+    assert "TypeError" in faulty.cache_why and "(at torchyard/inimage/parity/keys.py:" in faulty.cache_why
+    assert stored == []

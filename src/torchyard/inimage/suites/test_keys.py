@@ -1,7 +1,8 @@
 """The artifact cache keys models as real ones are written: a dataclass config, a named tuple made by
-`collections.namedtuple`, a `functools.partial`, code from a released package (made by exec, as einx's is)
-each count by what decides them; a change to any of them changes the key; what still cannot be keyed says
-why."""
+`collections.namedtuple`, a `functools.partial`, code from a released package (made by exec, as einx's is),
+a sparse buffer, a native handle that answers every name each count by what decides them; a change to any of
+them changes the key; what still cannot be keyed says why, and an error of the key code's own is torchyard's:
+the case runs uncached."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import importlib.metadata
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,9 @@ import sympy  # type: ignore[import-untyped]
 import torch
 
 from torchyard import contract
+from torchyard.inimage.cases import Case
 from torchyard.inimage.parity import keys
+from torchyard.inimage.parity.backends.running import lowering_key
 from torchyard.inimage.parity.keys import Unkeyable, code_digest, released, why_unkeyable
 
 pytestmark = pytest.mark.harness
@@ -179,3 +183,128 @@ def test_a_model_whose_state_is_made_from_a_set_keys_alike_in_every_run_under_th
     assert len({digest(seed) for seed in ("1", "2", "3", "4")}) > 1  # the premise: the seed changes the key
     fixed = contract.HASH_SEED["PYTHONHASHSEED"]
     assert digest(fixed) == digest(fixed)
+
+
+class Lookup(torch.nn.Module):
+    """A model that keeps a table its forward never reads, in a layout `.contiguous()` refuses (`unsupported
+    memory format option Contiguous`), as a speech model's sparse alignment buffer was."""
+
+    def __init__(self, table: torch.Tensor) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.register_buffer("table", table)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.linear(x)
+        return out
+
+
+def test_a_buffer_in_any_layout_is_keyed_by_its_values() -> None:
+    """Each failed the key with a RuntimeError before, which the report showed as the case's failure."""
+    eye = torch.eye(4)
+    tables: dict[str, Callable[[float], torch.Tensor]] = {
+        "sparse": lambda scale: (eye * scale).to_sparse(),
+        "sparse_csr": lambda scale: (eye * scale).to_sparse_csr(),
+        "sparse_bsc": lambda scale: (eye * scale).to_sparse_bsc((2, 2)),
+        "mkldnn": lambda scale: (eye * scale).to_mkldnn(),
+        "quantized": lambda scale: torch.quantize_per_tensor(eye * scale, 0.1, 0, torch.qint8),
+    }
+    for layout, table in tables.items():
+        torch.manual_seed(0)
+        one = key(Lookup(table(1.0)))
+        torch.manual_seed(0)
+        assert key(Lookup(table(1.0))) == one, layout
+        torch.manual_seed(0)
+        assert key(Lookup(table(2.0))) != one, layout  # a change to the values the layout holds
+    metas = [
+        torch.empty(4, 4, device="meta"),
+        torch.empty(4, 4, device="meta"),
+        torch.empty(4, 4, device="meta").double(),
+    ]
+    keyed = []
+    for meta in metas:  # no values: its shape and dtype
+        torch.manual_seed(0)
+        keyed.append(key(Lookup(meta)))
+    assert keyed[0] == keyed[1] != keyed[2]
+
+
+class Handle:
+    """As a native library's function handle behind a JIT compiler: no `__dict__` of its own, and a
+    `__getattr__` that answers every name, `__dict__` included, with something that is no mapping."""
+
+    __slots__ = ("symbol",)
+
+    def __init__(self, symbol: str) -> None:
+        self.symbol = symbol
+
+    def __getattr__(self, name: str) -> Handle:
+        return Handle(f"{self.symbol}.{name}")
+
+    def __call__(self, *args: object) -> object:
+        raise RuntimeError(f"{self.symbol} is a native function")
+
+
+class Jitted:
+    """A JIT compiler's wrapper of a function: it holds the compiled handle; its `__getattr__` answers every name."""
+
+    def __init__(self) -> None:
+        self.handle = Handle("dtw")
+        self.options = {"nopython": True}
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.handle, name)
+
+    def __call__(self, *args: object) -> object:
+        return self.handle(*args)
+
+
+def make_aligner() -> Any:
+    aligner = Jitted()
+
+    def align(x: torch.Tensor) -> object:  # a method's closure, as a model's `@jit`-wrapped helper's
+        return aligner(x)
+
+    return align
+
+
+class Aligns(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.handle = Handle("timing")
+        self.align = make_aligner()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.linear(x)
+        return out
+
+
+def test_an_object_that_answers_every_name_is_read_as_it_is_stored() -> None:
+    """Walking a closure into a handle whose `__getattr__` answers `__dict__` failed the key (`'Handle' object is
+    not callable` or `not iterable`): an object is read as the interpreter keeps it, never through __getattr__."""
+    assert why_unkeyable(Aligns()) == ""
+    assert code_digest(Aligns()) == code_digest(Aligns())
+
+
+def test_an_error_in_the_key_code_is_torchyards_and_the_case_runs_uncached(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever stops the key code, the case runs uncached, and the note names torchyard's file and the error:
+    never a failure of the case's."""
+
+    monkeypatch.setattr(keys, "SIMPLE", "no type")  # a bug planted in keys.py: `isinstance(obj, SIMPLE)` raises
+    case = Case("policy", Policy, lambda generator: (torch.randn(2, 4, generator=generator),))
+    lowered = lowering_key(case, "export", Policy(), case.calls()[0], torch.device("cpu"), options={})
+    assert lowered.digest is None
+    assert lowered.why.startswith(
+        "torchyard's key code failed, a fault of torchyard's, not the model's: TypeError: isinstance() arg 2 must "
+        "be a type"
+    ), lowered.why
+    assert "(at torchyard/inimage/parity/keys.py:" in lowered.why
+    assert lowered.notes("unkeyable") == {"cache": "unkeyable", "cache_why": lowered.why}
+
+
+def test_a_case_can_opt_out_of_the_cache() -> None:
+    case = Case("policy", Policy, lambda generator: (torch.randn(2, 4, generator=generator),), cache=False)
+    lowered = lowering_key(case, "export", Policy(), case.calls()[0], torch.device("cpu"), options={})
+    assert (lowered.digest, lowered.why) == (None, "case 'policy' sets cache=False")
+    assert lowered.notes("unkeyable") == {"cache": "off", "cache_why": "case 'policy' sets cache=False"}
+    assert lowered.notes("off") == {"cache": "off"}  # the run turned the cache off: nothing of the case's to say

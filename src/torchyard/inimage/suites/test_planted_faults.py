@@ -1,8 +1,10 @@
-"""The comparison can fail: planted faults in a backend's outputs are caught, each metric at its bound."""
+"""The comparison can fail: planted faults in a backend's outputs are caught, each metric at its bound; a
+factory that builds other weights each call is caught before any comparison."""
 
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 from pathlib import Path
 
@@ -12,7 +14,8 @@ import torch
 from torchyard.inimage.cases import Call, Case
 from torchyard.inimage.cases.builtin import Attention
 from torchyard.inimage.parity.backends import BackendRun
-from torchyard.inimage.parity.harness import evaluate, make_reference
+from torchyard.inimage.parity.factory import factory_differs
+from torchyard.inimage.parity.harness import REFERENCE_FAILED, evaluate, make_reference
 from torchyard.inimage.parity.metrics import beyond_bounds, compare_values
 from torchyard.inimage.parity.tolerances import Bounds, load_tolerances
 from torchyard.inimage.parity.trees import leaves
@@ -261,3 +264,59 @@ def test_a_model_that_cannot_be_copied_is_used_as_built_and_a_shared_one_is_refu
             "holding the same weights, and it cannot be copied (copy.deepcopy: TypeError: cannot pickle "
             "'staticmethod' object): make the factory build a new model"
         ), result.reason
+
+
+class Uninitialized(torch.nn.Module):
+    """A positional embedding left as `torch.empty` made it, as a speech decoder's was: whatever the memory held
+    (NaN at times), another each model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.position = torch.nn.Parameter(torch.empty(2, 4))
+        self.register_buffer("mask", torch.full((4,), float("nan")))  # NaN each time alike: deterministic
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.linear(x) + self.position
+        return out
+
+
+CALLS = itertools.count(1)
+
+
+def uninitialized() -> Uninitialized:
+    """What the memory held, planted: a count of the calls in the first element, so that no two models are
+    alike whatever the allocator hands out (uninitialized memory, alike by chance, would only pass)."""
+    model = Uninitialized()
+    with torch.no_grad():
+        model.position.nan_to_num_(0.0, 0.0, 0.0)[0, 0] = next(CALLS)
+    return model
+
+
+def initialized() -> Uninitialized:
+    """The fix: every weight initialized (its NaN mask is still NaN, alike in each model)."""
+    model = Uninitialized()
+    with torch.no_grad():
+        model.position.zero_()
+    return model
+
+
+def test_a_factory_that_builds_other_weights_each_call_is_named_not_the_backend(tmp_path: Path) -> None:
+    """It failed eager against its own reference before ("relative L2 ..."): two models, two sets of weights."""
+
+    def inputs(g: torch.Generator) -> tuple[torch.Tensor]:
+        return (torch.randn(2, 4, generator=g),)
+
+    case = Case("uninitialized", uninitialized, inputs)
+    expected = (
+        "case 'uninitialized': its factory builds different weights each call (parameter position differs "
+        "between two models built under the same seed): make it deterministic"
+    )
+    for backend in ("eager", "export"):
+        result = evaluate(case, backend, device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+        assert result.status == "error" and result.reason.startswith(REFERENCE_FAILED + expected), result.reason
+    assert factory_differs(case).startswith(expected)  # the train suite's check
+    fixed = Case("initialized", initialized, inputs)  # a NaN in the same place in both models is alike
+    assert factory_differs(fixed) == ""
+    result = evaluate(fixed, "eager", device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+    assert result.status == "passed", result.reason

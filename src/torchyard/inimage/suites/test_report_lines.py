@@ -1,6 +1,7 @@
 """What a run says reads at a glance: a pass that rests on a rule names it, a float64 reference that is the
-run's precision in effect says so, model output types save, and torch's noise (its structured trace under
-pytest, a failing export's graph printed twice) is kept out of the output."""
+run's precision in effect says so, model output types save, a failure names the stack's step and frame where
+it failed (ExecuTorch's lowering, torch.export), and torch's noise (its structured trace under pytest, a
+failing export's graph printed twice) is kept out of the output."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import collections
 import dataclasses
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
-from torchyard.inimage.cases import Case
+from torchyard.inimage.cases import Call, Case
 from torchyard.inimage.cases.builtin import CASES
+from torchyard.inimage.parity.backends import Job, unavailable_reason
+from torchyard.inimage.parity.backends.executorch import Delegate, ExecuTorch
 from torchyard.inimage.parity.backends.running import export_program
 from torchyard.inimage.parity.harness import FLOAT64, Result, evaluate, failure_reason, make_reference
 from torchyard.inimage.parity.metrics import Comparison, compare_values
@@ -27,6 +31,7 @@ pytestmark = pytest.mark.harness
 CPU = torch.device("cpu")
 FLOAT32 = Bounds(max_scaled_error=1e-4, max_rel_l2=1e-5, min_cosine=0.9999999)
 MLP = next(case for case in CASES if case.name == "mlp")
+NO_EXECUTORCH = unavailable_reason("executorch-portable", CPU)
 
 
 def test_a_pass_of_a_suite_that_does_not_judge_values_says_so() -> None:
@@ -148,3 +153,83 @@ def test_a_step_with_many_leaves_out_of_bounds_names_the_worst_first_and_counts_
     assert failure_reason(few, bounds) == (
         "output grad[w0]: relative L2 error 2e-05 > 1e-05; output grad[w2]: relative L2 error 9e-05 > 1e-05"
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusing(Delegate):
+    """A delegate whose partitioner fails inside ExecuTorch's lowering, as ExecuTorch's own passes do
+    (1.5.1's `convert_constant_dim_order_pass` calls `.contiguous()` on a sparse constant)."""
+
+    def partitioners(self) -> list[Any]:
+        from executorch.exir.backend.partitioner import Partitioner
+
+        class RefusingPartitioner(Partitioner):  # type: ignore[misc]
+            def partition(self, exported_program: Any) -> Any:
+                raise RuntimeError("the delegate refuses the program")
+
+        return [RefusingPartitioner()]
+
+
+class Branches(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y: torch.Tensor = self.linear(x)
+        return y * 2 if y.sum() > 0 else y  # data-dependent: torch.export refuses to guard on it
+
+
+class SparseTable(torch.nn.Module):
+    """Keeps a sparse table its forward never reads: torch.export takes it, ExecuTorch 1.5.1's lowering does not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.register_buffer("table", torch.eye(4).to_sparse())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y: torch.Tensor = self.linear(x)
+        return y
+
+
+def failures_by_stage(workdir: Path) -> dict[str, str]:
+    """Each result's reason: a failure inside ExecuTorch's lowering, one at torch.export on the way there, and
+    the sparse table on ExecuTorch's portable kernels."""
+
+    def inputs(generator: torch.Generator) -> tuple[torch.Tensor]:
+        return (torch.randn(2, 4, generator=generator),)
+
+    refusing = ExecuTorch(Refusing("executorch-portable", None, frozenset({"cpu"})))
+
+    def runner(case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, where: Path) -> Any:
+        return refusing.run(Job(case, module, calls, device, where))
+
+    def reason(case: Case, **given: Any) -> str:
+        result = evaluate(
+            case, "executorch-portable", device=CPU, dtype=torch.float32, tolerances=load_tolerances(),
+            workdir=workdir / case.name, **given,
+        )  # fmt: skip
+        return result.reason
+
+    return {
+        "lowering": reason(MLP, runner=runner),
+        "export": reason(Case("branches", Branches, inputs)),
+        "sparse": reason(Case("sparse_table", SparseTable, inputs)),
+    }
+
+
+@(pytest.mark.skip(reason=NO_EXECUTORCH) if NO_EXECUTORCH else pytest.mark.beside.with_args(failures_by_stage))
+def test_a_failure_inside_executorchs_lowering_is_executorchs(beside: dict[str, str]) -> None:
+    """A failure past torch.export names ExecuTorch's step and its frame; one at the export names torch.export;
+    neither reads as torchyard's or as the other's."""
+    assert beside["lowering"].startswith(
+        "RuntimeError: the delegate refuses the program (in ExecuTorch's to_edge_transform_and_lower, at "
+        "executorch/exir/"
+    ), beside["lowering"]
+    assert "; raised at test_report_lines.py:" in beside["lowering"]  # the partitioner's own line, after ExecuTorch's
+    assert "(in torch.export, at " in beside["export"], beside["export"]
+    # Where this ExecuTorch fails on a sparse constant (1.5.1 does), it is its failure, at its pass; the key of
+    # the sparse buffer is not.
+    assert not beside["sparse"] or "(in ExecuTorch's to_edge_transform_and_lower, at executorch/" in beside["sparse"]
+    assert "keys.py" not in beside["sparse"], beside["sparse"]

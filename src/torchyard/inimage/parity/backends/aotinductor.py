@@ -42,7 +42,7 @@ def run(job: Job) -> BackendRun:
     program's output tree: its leaves are compared as export's are."""
     case, module, calls, device = job.case, job.module, job.calls, job.device
     artifact = job.workdir / f"{case.name}{ARTIFACT.suffix}"
-    state: list[str] = []
+    state: list[dict[str, str]] = []
 
     def package(path: Path) -> dict[str, Any]:
         # A str: torch checks that the path it returns is the one it was given, and returns a str.
@@ -51,12 +51,13 @@ def run(job: Job) -> BackendRun:
 
     def build() -> Any:
         key = lowering_key(case, NAME, module, calls[0], device, options={})
-        state.append(job.cache.materialize(key, ARTIFACT.suffix, artifact, package, known=case.known_failure(NAME))[1])
+        _, done = job.cache.materialize(key.digest, ARTIFACT.suffix, artifact, package, known=case.known_failure(NAME))
+        state.append(key.notes(done))
         # -1: the current device, where the entry's device names no index.
         return torch._inductor.aoti_load_package(artifact, device_index=-1 if device.index is None else device.index)
 
     program, compile_seconds = timed(build, device)
     with torch.no_grad():
         outputs, seconds, latency = run_all(called(program), calls, device)
-    notes = {"package_bytes": artifact.stat().st_size, "cache": state[0]}
+    notes = {"package_bytes": artifact.stat().st_size, **state[0]}
     return BackendRun(outputs, compile_seconds, seconds, artifact, notes, latency_ms=latency)

@@ -17,6 +17,7 @@ from torch.utils import _pytree as pytree
 from torchyard.inimage.cases import Call
 from torchyard.inimage.parity.backends.protocol import Artifact, BackendRun, Job, Localizes
 from torchyard.inimage.parity.backends.running import export_program, lowering_key, run_all, timed
+from torchyard.inimage.parity.errors import stage
 from torchyard.inimage.parity.trees import to_device
 from torchyard.inimage.parity.xnnpack_patterns import prime, store_for
 from torchyard.names import TORCH_DEVICES, BackendName
@@ -145,7 +146,7 @@ class ExecuTorch:
         artifact = job.workdir / f"{case.name}-{delegate.backend.removeprefix('executorch-')}{self.ARTIFACT.suffix}"
         cpu_calls = [to_device(call, CPU) for call in job.calls]
         module = job.module.cpu()
-        lowered: list[tuple[dict[str, Any], str]] = []
+        lowered: list[tuple[dict[str, Any], dict[str, str]]] = []
 
         def lower(path: Path) -> dict[str, Any]:
             # The compiler is imported only to lower: a run whose programs all come from the cache never pays
@@ -153,14 +154,19 @@ class ExecuTorch:
             from executorch.exir import to_edge_transform_and_lower
 
             exported = export_program(case, module, cpu_calls[0])
-            program = to_edge_transform_and_lower(exported, partitioner=delegate.partitioners())
-            path.write_bytes(program.to_executorch().buffer)
+            # A failure past the export is ExecuTorch's (its passes, its partitioner, its emitter), named at
+            # its own frame: `convert_constant_dim_order_pass` calling `.contiguous()` on a sparse constant.
+            with stage("ExecuTorch's to_edge_transform_and_lower", "executorch"):
+                program = to_edge_transform_and_lower(exported, partitioner=delegate.partitioners())
+            with stage("ExecuTorch's to_executorch", "executorch"):
+                path.write_bytes(program.to_executorch().buffer)
             return {"keyword-order": keyword_order(exported, cpu_calls[0])}
 
         def build() -> Callable[[list[Any]], Any]:
             key = lowering_key(case, delegate.backend, module, cpu_calls[0], CPU, options=delegate.options())
             known = case.known_failure(delegate.backend)
-            lowered.append(job.cache.materialize(key, self.ARTIFACT.suffix, artifact, lower, known=known))
+            meta, done = job.cache.materialize(key.digest, self.ARTIFACT.suffix, artifact, lower, known=known)
+            lowered.append((meta, key.notes(done)))
             # The runtime reads the file back: the .pte on disk is what is tested, not an in-memory copy.
             return load_pte(artifact)
 
@@ -172,5 +178,5 @@ class ExecuTorch:
             return forward(flat_inputs(order, call))
 
         outputs, seconds, latency = run_all(invoke, cpu_calls, CPU)
-        notes = {"pte_bytes": artifact.stat().st_size, "cache": state}
+        notes = {"pte_bytes": artifact.stat().st_size, **state}
         return BackendRun(outputs, compile_seconds, seconds, artifact, notes, latency_ms=latency)

@@ -9,6 +9,7 @@ import torch
 
 from torchyard.inimage.parity.backends.protocol import Artifact, BackendRun, Job, Localizes
 from torchyard.inimage.parity.backends.running import called, export_program, lowering_key, run_all, timed
+from torchyard.inimage.parity.errors import stage
 
 NAME: Literal["export"] = "export"
 ARTIFACT = Artifact(".pt2")
@@ -26,18 +27,21 @@ def run(job: Job) -> BackendRun:
     """The .pt2 comes from the artifact cache when nothing that decides it changed."""
     case, module, calls, device = job.case, job.module, job.calls, job.device
     artifact = job.workdir / f"{case.name}{ARTIFACT.suffix}"
-    state: list[str] = []
+    state: list[dict[str, str]] = []
 
     def save(path: Path) -> dict[str, Any]:
-        torch.export.save(export_program(case, module, calls[0]), path)
+        program = export_program(case, module, calls[0])
+        with stage("torch.export.save", "torch"):
+            torch.export.save(program, path)
         return {}
 
     def build() -> torch.nn.Module:
         key = lowering_key(case, NAME, module, calls[0], device, options={})
-        state.append(job.cache.materialize(key, ARTIFACT.suffix, artifact, save, known=case.known_failure(NAME))[1])
+        _, done = job.cache.materialize(key.digest, ARTIFACT.suffix, artifact, save, known=case.known_failure(NAME))
+        state.append(key.notes(done))
         return torch.export.load(artifact).module()
 
     program, compile_seconds = timed(build, device)
     with torch.no_grad():
         outputs, seconds, latency = run_all(called(program), calls, device)
-    return BackendRun(outputs, compile_seconds, seconds, artifact, {"cache": state[0]}, latency_ms=latency)
+    return BackendRun(outputs, compile_seconds, seconds, artifact, state[0], latency_ms=latency)

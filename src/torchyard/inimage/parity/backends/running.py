@@ -9,11 +9,13 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
 
 from torchyard.inimage.cases import Call, Case
+from torchyard.inimage.parity.errors import stage, torchyards_fault
 from torchyard.inimage.parity.keys import Unkeyable, artifact_key
 from torchyard.inimage.parity.trees import Leaf, leaves
 
@@ -75,7 +77,7 @@ def export_program(case: Case, module: torch.nn.Module, call: Call) -> torch.exp
     repeats dropped."""
     held, graph = io.StringIO(), None
     try:
-        with contextlib.redirect_stderr(held):
+        with contextlib.redirect_stderr(held), stage("torch.export"):
             return torch.export.export(module, call.args, kwargs=dict(call.kwargs), dynamic_shapes=dynamic_shapes(case))
     except Exception as error:
         graph = getattr(error, "partial_fx_graph", None)
@@ -92,21 +94,47 @@ def printed_once(printed: str, graph: object) -> str:
     return printed.replace(repeated, "", max(printed.count(repeated) - 1, 0))
 
 
+@dataclass(frozen=True)
+class LoweringKey:
+    """The artifact cache's key of one lowering (`digest`), or why there is none: the case opts out
+    (`Case(cache=False)`: the cache is "off" for it) or cannot be keyed ("unkeyable")."""
+
+    digest: str | None
+    why: str = ""
+    opted_out: bool = False
+
+    def notes(self, state: str) -> dict[str, str]:
+        """What a run's notes say of the cache, which did `state` (`ArtifactCache.materialize`'s)."""
+        if self.digest is not None or state == "off":  # keyed, or the whole run turned the cache off
+            return {"cache": state}
+        return {"cache": "off" if self.opted_out else "unkeyable", "cache_why": self.why}
+
+
 def lowering_key(
     case: Case, backend: str, module: torch.nn.Module, call: Call, device: torch.device, *, options: dict[str, Any]
-) -> str | None:
-    """The artifact cache's key for lowering `module` for `call` (None when its code cannot be read)."""
-    dtype = next((value.dtype for value in module.state_dict().values() if value.is_floating_point()), torch.float32)
+) -> LoweringKey:
+    """The artifact cache's key for lowering `module` for `call`; none where the case opts out, or where it
+    cannot be keyed (the key code's own errors included: the case runs uncached, saying why)."""
+    if not case.cache:
+        return LoweringKey(None, f"case {case.name!r} sets cache=False", opted_out=True)
+    shapes = dynamic_shapes(case)  # the case's own code: its error is the case's, as torch.export would meet it
     try:
-        return artifact_key(
-            case_name=case.name,
-            backend=backend,
-            options=options,
-            module=module,
-            inputs=(call.args, dict(call.kwargs)),
-            dynamic_shapes=dynamic_shapes(case),
-            device=device,
-            dtype=dtype,
+        dtype = next(
+            (value.dtype for value in module.state_dict().values() if value.is_floating_point()), torch.float32
         )
-    except Unkeyable:
-        return None
+        return LoweringKey(
+            artifact_key(
+                case_name=case.name,
+                backend=backend,
+                options=options,
+                module=module,
+                inputs=(call.args, dict(call.kwargs)),
+                dynamic_shapes=shapes,
+                device=device,
+                dtype=dtype,
+            )
+        )
+    except Unkeyable as error:
+        return LoweringKey(None, str(error))
+    except Exception as error:  # around the key code: reading the module's dtype
+        return LoweringKey(None, f"torchyard could not key it, a fault of torchyard's: {torchyards_fault(error)}")

@@ -50,7 +50,7 @@ def run(job: Job) -> BackendRun:
     case, module, calls, device, cache = job.case, job.module, job.calls, job.device, job.cache
     artifact = job.workdir / f"{case.name}.trt{ARTIFACT.suffix}"
     compiled: list[Any] = []
-    state: list[str] = []
+    state: list[dict[str, str]] = []
 
     def save(path: Path) -> dict[str, Any]:
         program = export_program(case, module, calls[0])
@@ -63,12 +63,13 @@ def run(job: Job) -> BackendRun:
     def build() -> Any:
         key = lowering_key(case, NAME, module, calls[0], device, options=OPTIONS)
         try:
-            state.append(cache.materialize(key, ARTIFACT.suffix, artifact, save, known=case.known_failure(NAME))[1])
+            _, done = cache.materialize(key.digest, ARTIFACT.suffix, artifact, save, known=case.known_failure(NAME))
+            state.append(key.notes(done))
         except Exception as error:
             if not compiled:
                 raise  # the compile itself failed: that is the result
             artifact.unlink(missing_ok=True)  # whatever the failed save left is no program
-            state.append(f"unsaved: {describe_error(error)}")
+            state.append({"cache": f"unsaved: {describe_error(error)}"})
             return compiled[0]
         if compiled:  # built here: run what was compiled, as the user's process would
             return compiled[0]
@@ -79,4 +80,4 @@ def run(job: Job) -> BackendRun:
     with torch.no_grad():
         outputs, seconds, latency = run_all(called(program), calls, device)
     saved = artifact if artifact.is_file() else None
-    return BackendRun(outputs, compile_seconds, seconds, saved, {"cache": state[0]}, latency_ms=latency)
+    return BackendRun(outputs, compile_seconds, seconds, saved, state[0], latency_ms=latency)
