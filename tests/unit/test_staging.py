@@ -220,16 +220,22 @@ def test_the_seed_copies_in_the_trusted_base_never_the_runs_own_image(tmp_path: 
     assert commands == []
 
 
-def test_the_deadline_fits_inside_the_jobs_timeout(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_deadline_fits_inside_what_is_left_of_the_jobs_time(capsys: pytest.CaptureFixture[str]) -> None:
+    """The job's end is a moment, not a length: a run that starts late in its job (a slow cold build) gets what
+    is left, less the hand-back's margin, and one that has no time left stops in one line."""
+    from torchyard.errors import DeviceUnavailableError
     from torchyard.matrix.machine import Limits
     from torchyard.run.container import JOB_MARGIN_S, _timeout
 
     entry = dataclasses.replace(PLAN.entry("cpu"), timeout="5h")
+    ends = {"TORCHYARD_JOB_ENDS_AT": str(10_000 + 120 * 60)}
     assert _timeout(entry, Limits(), {}) == 5 * 3600
-    assert _timeout(entry, Limits(), {"TORCHYARD_JOB_TIMEOUT": "120m"}) == 120 * 60 - JOB_MARGIN_S
-    assert "capped at 105m, inside the job's 120m" in capsys.readouterr().out
+    assert _timeout(entry, Limits(), ends, now=10_000) == 120 * 60 - JOB_MARGIN_S
+    assert _timeout(entry, Limits(), ends, now=10_000 + 65 * 60) == 55 * 60 - JOB_MARGIN_S
+    assert "inside the CI job's time" in capsys.readouterr().out
     short = dataclasses.replace(entry, timeout="30m")
-    assert _timeout(short, Limits(), {"TORCHYARD_JOB_TIMEOUT": "120m"}) == 30 * 60
-    for bad in ("2 hours", "10m", "0m"):
-        with pytest.raises(ConfigError, match="TORCHYARD_JOB_TIMEOUT"):
-            _timeout(entry, Limits(), {"TORCHYARD_JOB_TIMEOUT": bad})
+    assert _timeout(short, Limits(), ends, now=10_000) == 30 * 60
+    with pytest.raises(DeviceUnavailableError, match=r"the CI job ends in .*raise the job's timeout-minutes"):
+        _timeout(entry, Limits(), ends, now=10_000 + 118 * 60)
+    with pytest.raises(ConfigError, match="TORCHYARD_JOB_ENDS_AT"):
+        _timeout(entry, Limits(), {"TORCHYARD_JOB_ENDS_AT": "soon"})

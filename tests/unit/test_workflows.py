@@ -476,10 +476,11 @@ def _runs_suites(job: dict[str, Any]) -> bool:
     return bool(re.search(r"torchyard test|nox -s (test-|ops|\$\{\{ matrix\.session)", lines))
 
 
-def test_every_job_that_runs_suites_tells_torchyard_its_timeout() -> None:
-    """Issue 57, route 2: an entry's timeout could outlast the job's, which the runner then ended mid-run (no
-    hand-back, the container left running). The job's timeout-minutes reaches torchyard as TORCHYARD_JOB_TIMEOUT,
-    and the run's deadline is computed inside it."""
+def test_every_job_that_runs_suites_tells_torchyard_when_it_ends() -> None:
+    """Issue 57, route 2, and its review: an entry's timeout could outlast the job, which the runner then ended
+    mid-run (no hand-back, the container left running), and a deadline counted from the run's start ignored
+    the job's time already spent. Each job that runs suites writes its end (its start plus timeout-minutes)
+    first, as TORCHYARD_JOB_ENDS_AT, and the run's deadline fits inside what is left."""
     documents = [*WORKFLOWS, REPO / "src" / "torchyard" / "templates" / "torchyard.yml"]
     checked = 0
     for path in documents:
@@ -487,5 +488,7 @@ def test_every_job_that_runs_suites_tells_torchyard_its_timeout() -> None:
             if not _runs_suites(job):
                 continue
             checked += 1
-            assert job.get("env", {}).get("TORCHYARD_JOB_TIMEOUT") == f"{job['timeout-minutes']}m", (path.name, name)
+            first = str(job["steps"][0].get("run", ""))
+            wanted = f'echo "TORCHYARD_JOB_ENDS_AT=$(( $(date +%s) + {job["timeout-minutes"]} * 60 ))" >> "$GITHUB_ENV"'
+            assert first == wanted, (path.name, name)
     assert checked >= 4

@@ -222,6 +222,6 @@ ENVIRONMENT: tuple[Variable, ...] = (
     Variable("TORCHYARD_TRUST", "`trusted` or `untrusted`: the run's trust when `--trust` is not given"),
     Variable("TORCHYARD_TRUSTED_MATRIX", "the trusted matrix.toml: an untrusted run's bases, indexes, runner labels"),
     Variable("TORCHYARD_DOCKER", "the `docker` client to build with, when several are on `PATH`"),
-    Variable("TORCHYARD_JOB_TIMEOUT", "the CI job's `timeout-minutes` (`120m`): a run's deadline fits 15 minutes inside it"),
+    Variable("TORCHYARD_JOB_ENDS_AT", "the CI job's end, a Unix time (start + timeout-minutes): runs end before it"),
     Variable("TORCHYARD_ARTIFACT_CACHE", "`off`: lower every program again (no artifact cache, no stored patterns)"),
 )  # fmt: skip

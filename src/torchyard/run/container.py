@@ -27,7 +27,7 @@ from torchyard.accelerators import ACCELERATORS
 from torchyard.accelerators.protocol import HostFacts
 from torchyard.errors import CommandError, ConfigError, DeviceUnavailableError, TorchyardError
 from torchyard.image.layers import stack_of
-from torchyard.matrix.machine import DURATION, Limits, Machine, duration_seconds, size_bytes
+from torchyard.matrix.machine import Limits, Machine, duration_seconds, size_bytes
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
 from torchyard.run.handback import (
@@ -48,7 +48,7 @@ from torchyard.run.scopes import (
     seed_image,
     sibling_filters,
 )
-from torchyard.run.staging import make_stage, publish, remove_stage, staging_root, sweep_stages
+from torchyard.run.staging import holding, make_stage, publish, remove_stage, staging_root, sweep_stages
 from torchyard.run.stamp import stamp_reports
 from torchyard.seal import IMAGE_USER, Seal, check_matrix_flags, check_untrusted_seal, run_user, sealing_args
 from torchyard.trust import TRUST_ENV, RunTrust
@@ -57,8 +57,8 @@ from torchyard.util import proc
 OOM_STATUS = 137
 TIMEOUT_STATUS = 124  # as timeout(1) exits
 WATCH_INTERVAL_S = 1.0
-JOB_TIMEOUT_ENV = "TORCHYARD_JOB_TIMEOUT"  # the CI job's timeout-minutes, as the workflows set it
-JOB_MARGIN_S = 15 * 60  # the job's checkout, install, image build and hand-back around the run
+JOB_ENDS_ENV = "TORCHYARD_JOB_ENDS_AT"  # the CI job's start plus its timeout-minutes, written by its first step
+JOB_MARGIN_S = 5 * 60  # the hand-back, the container's removal and the upload after the run
 IN_CONTAINER_GRACE_S = 60  # the most the container's own bound lies past the host's deadline
 KILL_AFTER_S = 30  # then SIGKILL, as `docker stop` would
 
@@ -102,24 +102,27 @@ def _network(entry: Entry, trust: RunTrust, machine: Machine) -> bool:
     return trust.trusted
 
 
-def _timeout(entry: Entry, limits: Limits, env: Mapping[str, str]) -> int:
-    """The entry's `timeout`, within this machine's cap and within the CI job's own time (TORCHYARD_JOB_TIMEOUT,
-    which the workflows set beside `timeout-minutes`) less what the job spends around the run: a run whose
-    job ends first would be killed with it, before any hand-back."""
+def _timeout(entry: Entry, limits: Limits, env: Mapping[str, str], now: float | None = None) -> int:
+    """The entry's `timeout`, within this machine's cap and within what is left of the CI job's own time
+    (TORCHYARD_JOB_ENDS_AT: the job's start plus its `timeout-minutes`, which the workflows write in their first
+    step) less the hand-back's margin: a run the job outlives by nothing would be killed with it, its container
+    left running."""
     wanted, cap = duration_seconds(entry.timeout), duration_seconds(limits.timeout)
     if wanted > cap:
         print(f"torchyard: entry {entry.name!r}: timeout {entry.timeout} capped at this machine's {limits.timeout}")
-    job = env.get(JOB_TIMEOUT_ENV, "")
-    if not job:
+    ends = env.get(JOB_ENDS_ENV, "")
+    if not ends:
         return min(wanted, cap)
-    if not DURATION.fullmatch(job) or duration_seconds(job) <= JOB_MARGIN_S:
-        raise ConfigError(
-            f"{JOB_TIMEOUT_ENV}={job!r}: expected the job's timeout-minutes as a duration longer than "
-            f'{JOB_MARGIN_S // 60}m (such as "120m"), which the run\'s deadline must fit inside'
+    if not ends.isdigit():
+        raise ConfigError(f"{JOB_ENDS_ENV}={ends!r}: expected the CI job's end as a Unix time in seconds")
+    room = int(ends) - int(time.time() if now is None else now) - JOB_MARGIN_S
+    if room < 60:
+        raise DeviceUnavailableError(
+            f"entry {entry.name!r}: the CI job ends in {format_duration(max(room + JOB_MARGIN_S, 0))}, too soon for "
+            f"a run and its hand-back ({format_duration(JOB_MARGIN_S)}): raise the job's timeout-minutes"
         )
-    room = duration_seconds(job) - JOB_MARGIN_S
     if room < min(wanted, cap):
-        print(f"torchyard: entry {entry.name!r}: timeout capped at {format_duration(room)}, inside the job's {job}")
+        print(f"torchyard: entry {entry.name!r}: timeout capped at {format_duration(room)}, inside the CI job's time")
     return min(wanted, cap, room)
 
 
@@ -242,7 +245,8 @@ def staged_reports(plan: RunPlan, uid: int) -> Iterator[Path]:
         image_uid, image_gid = (int(part) for part in IMAGE_USER.split(":"))
         stage = make_stage(plan.stage, (image_uid, image_gid) if uid == 0 else None)
         try:
-            yield stage
+            with holding(stage):
+                yield stage
         finally:
             remove_stage(stage)
 

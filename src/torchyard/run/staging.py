@@ -9,11 +9,12 @@ stamped them. A staging folder whose container is gone is removed by the next ru
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 from torchyard.errors import UsageError
@@ -45,6 +46,32 @@ def make_stage(stage: Path, owner: tuple[int, int] | None) -> Path:
     if owner is not None:
         os.lchown(stage, *owner)
     return stage
+
+
+@contextlib.contextmanager
+def holding(stage: Path) -> Iterator[None]:
+    """Hold the staging folder for the run that made it (an exclusive lock on the folder itself, released when
+    the run ends or dies): a concurrent run's sweep leaves a held folder alone."""
+    handle = os.open(stage, DIRECTORY_FLAGS)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)
+
+
+def _held(stage: Path) -> bool:
+    try:
+        handle = os.open(stage, DIRECTORY_FLAGS)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(handle)
+    return False
 
 
 def remove_stage(stage: Path) -> None:
@@ -80,11 +107,13 @@ def publish(stage: Path, reports: Path) -> None:
 
 
 def sweep_stages(root: Path, alive: Collection[str]) -> list[str]:
-    """Remove the staging folders under `root` whose container is not in `alive` (a run killed outright left
-    them); returns their names."""
+    """Remove the staging folders under `root` whose container is not in `alive` and whose run no longer holds
+    them (a run killed outright left them; a run between making its folder and starting its container, or
+    handing its reports over, still holds its own); returns their names."""
     if not root.is_dir() or root.is_symlink():
         return []
-    gone = sorted(entry.name for entry in os.scandir(root) if entry.name not in alive)
+    names = sorted(entry.name for entry in os.scandir(root) if entry.name not in alive)
+    gone = [name for name in names if not _held(root / name)]
     for name in gone:
         remove_stage(root / name)
     return gone

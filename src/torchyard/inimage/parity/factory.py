@@ -10,6 +10,8 @@ import torch
 from torchyard.inimage.cases import Case
 from torchyard.inimage.parity.digests import tensor_digest
 
+BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32}  # else int64 (complex128's 16 bytes: two each)
+
 
 def _tensors(module: torch.nn.Module) -> dict[str, tuple[str, torch.Tensor]]:
     """Each parameter and buffer by name (non-persistent buffers too), with which of the two it is."""
@@ -25,9 +27,14 @@ def _same(one: torch.Tensor, other: torch.Tensor) -> bool:
     if (one.layout, one.dtype, one.shape, one.device) != (other.layout, other.dtype, other.shape, other.device):
         return False
     if one.layout == torch.strided and not one.is_quantized and not one.is_meta:
-        bits = [tensor.detach().reshape(-1).contiguous().view(torch.uint8) for tensor in (one, other)]
-        return torch.equal(*bits)
+        return torch.equal(_bits(one), _bits(other))
     return tensor_digest(one) == tensor_digest(other)
+
+
+def _bits(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes as integers of its element's size (NaN is then a value like any other)."""
+    flat = tensor.detach().reshape(-1).contiguous()
+    return flat.view(BITS.get(flat.element_size(), torch.int64))
 
 
 def first_difference(built: torch.nn.Module, again: torch.nn.Module) -> str:

@@ -351,7 +351,7 @@ def _instance_attributes(obj: object) -> dict[str, object]:
         held = object.__getattribute__(obj, "__dict__")
     except AttributeError:
         return {}
-    if type(held) is not dict:
+    if not isinstance(held, dict):
         raise Unkeyable(
             f"a {type(obj).__qualname__} answers `__dict__` with a {type(held).__qualname__}, not its attributes"
         )
