@@ -24,6 +24,7 @@ class Allowed:
     path: str  # the program's resolved path
     why: str
     argv_must_hold: tuple[str, ...] = ()  # options every start must carry (git's seam: its git dir named)
+    argv_pattern: str = ""  # what its arguments must read as, from the start (a regular expression), if set
 
 
 def _resolved(program: str | None) -> str:
@@ -39,9 +40,15 @@ CLIENT_WHY = (
 def allow_list() -> tuple[Allowed, ...]:
     """What the host side may start, on this machine."""
     clients = {_resolved(folder + "/docker") for folder in os.environ.get("PATH", "").split(os.pathsep) if folder}
-    plugins = ("/usr/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins", str(Path.home() / ".docker"))
+    plugins = (
+        "/usr/libexec/docker/cli-plugins", "/usr/lib/docker/cli-plugins", str(Path.home() / ".docker" / "cli-plugins"),
+    )  # fmt: skip
     return (
-        Allowed(_resolved(sys.executable), "torchyard itself (the interpreter that runs it)"),
+        Allowed(
+            _resolved(sys.executable),
+            "torchyard itself (the interpreter that runs it): `-m torchyard` only, never a file of the checkout's",
+            argv_pattern=r'\["[^"]+", "-m", "torchyard"',
+        ),
         *(Allowed(client, CLIENT_WHY) for client in sorted(clients) if Path(client).is_file()),
         *(Allowed(folder, "the docker client's own plugins, which it lists before a command") for folder in plugins),
         Allowed(
@@ -49,7 +56,11 @@ def allow_list() -> tuple[Allowed, ...]:
             "git, through torchyard.util.git only: the checkout's own git dir named, never discovered",
             argv_must_hold=("--git-dir=", "--literal-pathspecs"),
         ),
-        Allowed(_resolved(own_uv()), "torchyard's own uv: the lock's freshness check asks its version; lock resolves"),
+        Allowed(
+            _resolved(own_uv()),
+            "torchyard's own uv: the lock's check asks its version, a lock resolves (never `uv build`, `uv run`)",
+            argv_pattern=r'\["[^"]+", "(--version"|pip", "compile")',
+        ),
     )
 
 
@@ -104,6 +115,8 @@ def violations(execs: Sequence[Exec], allowed: Sequence[Allowed], hostile: Seque
             refused.append(f"{item.path} {item.argv[:200]}: not on the host's allow-list")
         elif any(option not in item.argv for option in entry.argv_must_hold):
             refused.append(f"{item.path} {item.argv[:200]}: started without {', '.join(entry.argv_must_hold)}")
+        elif entry.argv_pattern and re.match(entry.argv_pattern, item.argv) is None:
+            refused.append(f"{item.path} {item.argv[:200]}: started with arguments its entry does not allow")
     return refused
 
 

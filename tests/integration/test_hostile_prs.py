@@ -343,6 +343,7 @@ def test_the_host_audit_names_what_the_host_should_never_start(tmp_path: Path) -
         "import subprocess, sys\n"
         f"subprocess.run([{str(checkout / 'hook.sh')!r}])\n"
         "subprocess.run(['sh', '-c', 'true'])\n"
+        f"subprocess.run([sys.executable, {str(checkout / 'setup.py')!r}], capture_output=True)\n"
         f"subprocess.run(['git', 'ls-files'], cwd={str(checkout)!r}, capture_output=True)\n"
     )
     subprocess.run(traced([sys.executable, "-c", script], log), check=True)
@@ -350,3 +351,4 @@ def test_the_host_audit_names_what_the_host_should_never_start(tmp_path: Path) -
     assert any("hook.sh" in problem and "a folder the pull request writes" in problem for problem in problems)
     assert any(problem.startswith(("/bin/sh", "/usr/bin/sh")) and "allow-list" in problem for problem in problems)
     assert any("git" in problem and "started without --git-dir=" in problem for problem in problems)
+    assert any("setup.py" in problem and "arguments its entry does not allow" in problem for problem in problems)

@@ -170,3 +170,24 @@ def test_the_seam_check_finds_a_planted_git_command(tmp_path: Path) -> None:
     """The check above can fail: a module that starts git is named."""
     tree = ast.parse('import subprocess\nsubprocess.run(["git", "status"], cwd=project)\n')
     assert any(_starts_git(node) for node in ast.walk(tree))
+
+
+def test_a_filter_driver_the_repository_defines_runs_for_no_file_the_pull_request_names(
+    tmp_path: Path, marker: Path
+) -> None:
+    """Review of round three: the runner's checkout defines a filter driver (git-lfs's, with `lfs: true`), and the
+    pull request's `.gitattributes` sends every file through it; `ls-files --modified` re-hashes a file whose
+    stat changed, running the driver's clean command on the host."""
+    root = tmp_path / "checkout"
+    root.mkdir()
+    sh(root, "init", "--quiet")
+    (root / ".gitattributes").write_text("* filter=lfs\n")
+    (root / "f.txt").write_text("data\n")
+    sh(root, "add", ".")
+    sh(root, "commit", "--quiet", "-m", "pr")
+    sh(root, "config", "filter.lfs.clean", f"sh -c 'touch {marker}; cat'")
+    sh(root, "config", "filter.lfs.process", f"sh -c 'touch {marker}; exit 1'")
+    os.utime(root / "f.txt", (978307200, 978307200))  # stat changed: git compares the content again
+    files = {item.path: item.data for item in read_project(root)}
+    assert not marker.exists()
+    assert files["f.txt"] == b"data\n"

@@ -80,6 +80,10 @@ def test_every_dependency_layer_installs_wheels_only_for_an_untrusted_build() ->
         ("https://pypi.fury.io/AbCdEf0123456789GhIjKl/team/", "a path segment that reads as a token"),
         ("https://mirror.internal/t/glpat-AbCdEfGhIjKlMnOpQrSt/simple", "a path segment that reads as a token"),
         ("https://mirror.internal/t/ghp_AbCdEfGhIjKlMnOpQrStUvWx/simple", "a path segment that reads as a token"),
+        ("https://dl.cloudsmith.io/AbCd1234EfGh5678/acme/torch/python/simple/", "a path segment that reads as a token"),
+        ("https://mirror.internal/6f1e2d3c-0a9b-4c8d-9e7f-112233445566/simple", "a path segment that reads as a token"),
+        ("https://mirror.internal/t%3Ds3cret/simple", "a path segment that reads as a token"),
+        ("https://mirror.internal/simple;token=s3cret", "a path segment that reads as a token"),
     ],
 )
 def test_an_untrusted_build_gets_no_index_url_that_may_carry_a_secret(url: str, where: str) -> None:

@@ -83,7 +83,9 @@ def without_credentials(sources: Sequence[Source]) -> list[Source]:
 # long, one word of token characters with letters and digits both; or a token's published prefix (GitHub's,
 # GitLab's, npm's, PyPI's macaroons), never a word such as a `pypi-proxy` repository.
 TOKEN_SEGMENT = re.compile(
-    r"(?=[A-Za-z0-9_.~]{20,}$)(?=.*[0-9])(?=.*[A-Za-z]).*"
+    r"(?=[A-Za-z0-9_.~]{16,}$)(?=.*[0-9])(?=.*[A-Za-z]).*"  # a 16-character entitlement key or longer
+    r"|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"  # a UUID key
+    r"|.*%[0-9a-fA-F]{2}.*|.*;.*"  # an escaped or parametrized segment: a name needs neither
     r"|(?:gh[pousr]_|github_pat_|glpat-|npm_)[A-Za-z0-9_-]{16,}|pypi-AgE[A-Za-z0-9_-]+"
 )
 

@@ -90,20 +90,27 @@ def git_command(checkout: Checkout, args: Sequence[str]) -> tuple[str, ...]:
     )  # fmt: skip
 
 
-def git_environment(env: Mapping[str, str]) -> dict[str, str]:
+def git_environment(env: Mapping[str, str], drivers: Sequence[str] = ()) -> dict[str, str]:
     """What git sees of the environment: the caller's PATH and locale only (a `GIT_DIR`, `GIT_CONFIG_*` or
     `GIT_EXEC_PATH` of the caller's would otherwise steer it), no system or global configuration, and no
     optional lock (reading never rewrites the index). `SAFE_CONFIG` goes in as `GIT_CONFIG_COUNT` pairs,
-    which git ranks with `-c`: above the repository's own configuration."""
+    which git ranks with `-c`: above the repository's own configuration. So are the filter `drivers` the
+    repository's configuration defines (git-lfs's, written by a checkout with LFS): the pull request's
+    `.gitattributes` picks which one a file goes through, and a read of git's must run none."""
     kept = {key: env[key] for key in ("PATH", "LANG", "LC_ALL") if key in env}
+    settings = [
+        *SAFE_CONFIG,
+        *((f"filter.{name}.{part}", "") for name in drivers for part in ("clean", "smudge", "process")),
+        *((f"filter.{name}.required", "false") for name in drivers),
+    ]
     config = {
-        **{f"GIT_CONFIG_KEY_{index}": key for index, (key, _) in enumerate(SAFE_CONFIG)},
-        **{f"GIT_CONFIG_VALUE_{index}": value for index, (_, value) in enumerate(SAFE_CONFIG)},
+        **{f"GIT_CONFIG_KEY_{index}": key for index, (key, _) in enumerate(settings)},
+        **{f"GIT_CONFIG_VALUE_{index}": value for index, (_, value) in enumerate(settings)},
     }
     return {
         **kept,
         **config,
-        "GIT_CONFIG_COUNT": str(len(SAFE_CONFIG)),
+        "GIT_CONFIG_COUNT": str(len(settings)),
         "GIT_CONFIG_NOSYSTEM": "1",
         "GIT_CONFIG_GLOBAL": os.devnull,
         "GIT_ATTR_NOSYSTEM": "1",
@@ -122,8 +129,24 @@ def git(
     runner: proc.DataRunner = proc.data,
     env: Mapping[str, str] = os.environ,
 ) -> bytes:
-    """Run git `args` on `checkout` from its top and return its stdout (a `CommandError` on failure)."""
-    return runner(git_command(checkout, args), cwd=checkout.top, stdin=stdin, env=git_environment(env))
+    """Run git `args` on `checkout` from its top and return its stdout (a `CommandError` on failure), every
+    filter driver of the repository's configuration off."""
+    drivers = filter_drivers(checkout, runner=runner, env=env)
+    return runner(git_command(checkout, args), cwd=checkout.top, stdin=stdin, env=git_environment(env, drivers))
+
+
+def filter_drivers(
+    checkout: Checkout, *, runner: proc.DataRunner = proc.data, env: Mapping[str, str] = os.environ
+) -> tuple[str, ...]:
+    """The names of the filter drivers the repository's own configuration file defines (and what it includes)."""
+    config = checkout.git_dir / "config"
+    asked = ["config", "--file", str(config), "--includes", "--name-only", "--get-regexp", r"^filter\."]
+    try:
+        listing = runner(git_command(checkout, asked), cwd=checkout.top, env=git_environment(env))
+    except CommandError:  # none defined (git says so with status 1), or no config file
+        return ()
+    names = {line.partition(".")[2].rpartition(".")[0] for line in listing.decode(errors="replace").splitlines()}
+    return tuple(sorted(name for name in names if name))
 
 
 def head_fact(folder: Path, args: Sequence[str], fallback: str, runner: proc.DataRunner = proc.data) -> str:
