@@ -24,7 +24,7 @@ from torchyard.matrix import parse_plan
 from torchyard.matrix.machine import load_machine
 from torchyard.pipeline import build_images
 from torchyard.run.container import RunPlan, container_name, run_entry
-from torchyard.run.scopes import cache_scope
+from torchyard.run.scopes import cache_scope, seed_image
 from torchyard.seal import Seal, run_user
 
 pytestmark = pytest.mark.integration
@@ -86,6 +86,7 @@ def _run_with_mounted_test(
         user=run_user(os.getuid(), os.getgid()),
         seal=run.get("seal") or Seal(load_machine(machine_env).limits, "4g"),
         timeout_s=run.get("timeout_s", 0),
+        seed_image=seed_image(entry, load_machine(machine_env).base_overrides),  # as plan_run sets it
     )
     status = run_entry(
         entry, plan, client=client, docker_path="/usr/bin/docker", host=gather_host_facts(client),

@@ -38,6 +38,7 @@ DISTRIBUTIONS = (*BACKEND_DISTRIBUTIONS, "numpy")
 VERSIONED = tuple(module_name(name) for name in DISTRIBUTIONS)  # their top-level modules
 SIMPLE = (int, float, str, bool, bytes, type(None))
 FORMAT = 2  # 2: instance attributes, non-persistent buffers, released code by version
+UNKEYED_BY_FAULT = "torchyard's key code failed, a fault of torchyard's, not the model's: "  # then the error
 
 
 class Unkeyable(Exception):
@@ -55,9 +56,7 @@ def _key_code() -> Iterator[None]:
     except NoDigest as error:
         raise Unkeyable(f"torchyard's key code cannot read {error}") from error
     except Exception as error:
-        raise Unkeyable(
-            f"torchyard's key code failed, a fault of torchyard's, not the model's: {torchyards_fault(error)}"
-        ) from error
+        raise Unkeyable(f"{UNKEYED_BY_FAULT}{torchyards_fault(error)}") from error
 
 
 def versions() -> dict[str, str | None]:
@@ -379,7 +378,9 @@ def _input_spec(call_args: object) -> list[Any]:
     flat, spec = pytree.tree_flatten(call_args)
     described: list[Any] = [str(spec)]
     for leaf in flat:
-        if isinstance(leaf, torch.Tensor):
+        if isinstance(leaf, torch.Tensor) and leaf.layout != torch.strided:  # no strides to have
+            described.append([str(leaf.dtype), list(leaf.shape), str(leaf.layout)])
+        elif isinstance(leaf, torch.Tensor):
             described.append([str(leaf.dtype), list(leaf.shape), leaf.is_contiguous(), leaf.stride()])
         else:
             described.append(repr(leaf))

@@ -16,7 +16,7 @@ import torch
 
 from torchyard.inimage.cases import Call, Case
 from torchyard.inimage.parity.errors import stage, torchyards_fault
-from torchyard.inimage.parity.keys import Unkeyable, artifact_key
+from torchyard.inimage.parity.keys import UNKEYED_BY_FAULT, Unkeyable, artifact_key
 from torchyard.inimage.parity.trees import Leaf, leaves
 
 T = TypeVar("T")
@@ -137,4 +137,4 @@ def lowering_key(
     except Unkeyable as error:
         return LoweringKey(None, str(error))
     except Exception as error:  # around the key code: reading the module's dtype
-        return LoweringKey(None, f"torchyard could not key it, a fault of torchyard's: {torchyards_fault(error)}")
+        return LoweringKey(None, f"{UNKEYED_BY_FAULT}{torchyards_fault(error)}")
