@@ -92,8 +92,8 @@ def _dependency_layer_files(client: docker.DockerClient, tag: str, scratch: Path
         assert len(steps) == len(manifest["Layers"])
         found: dict[str, set[str]] = {}
         for created_by, layer in zip(steps, manifest["Layers"], strict=True):
-            if "bash /opt/torchyard/install-layer.sh " not in created_by:
-                continue
+            if "bash /opt/torchyard/install-layer.sh " not in created_by or "install-layer.sh --wheels" in created_by:
+                continue  # not a dependency layer (the project's wheel is installed by the same script)
             group = created_by.rsplit("install-layer.sh ", 1)[1].split()[0]
             with tarfile.open(fileobj=archive.extractfile(layer)) as inner:
                 # uv's empty lock file of the venv is touched by every install (a few bytes of metadata).
