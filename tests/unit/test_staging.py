@@ -13,7 +13,6 @@ import pytest
 
 from torchyard.errors import ConfigError, UsageError
 from torchyard.run.container import (
-    DEADLINE_LABEL,
     RunPlan,
     container_bound,
     docker_run_args,
@@ -22,6 +21,7 @@ from torchyard.run.container import (
     run_entry,
     staged_reports,
 )
+from torchyard.run.scopes import DEADLINE_LABEL
 from torchyard.run.staging import make_stage, sweep_stages
 
 from .test_run import HOST, PLAN, run_plan
