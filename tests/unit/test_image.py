@@ -274,6 +274,15 @@ def test_an_unreachable_registry_is_one_line_with_the_fix(tree: Path) -> None:
     absent = f"#3 [internal] load metadata for {base}\n#3 ERROR: {base}: not found\n"
     missing = explain_build_failure(entry, plan, CommandError("docker failed", 1, absent))
     assert "is not in its registry" in missing and "`nox -s refresh`" in missing
+    # A RUN step that fails for a missing command prints "not found": that step's, never the base's.
+    step_missing = (
+        f"#2 [internal] load metadata for {base}\n#2 DONE 0.0s\n#5 [toolchain 1/3] FROM {base}\n#5 CACHED\n"
+        "#17 [dependencies 9/10] RUN /bin/bash /opt/torchyard/install-layer.sh rest\n"
+        "#17 0.215 /opt/torchyard/install-layer.sh: line 33: /opt/torchyard/tools/bin/uv: not found\n"
+        "#17 ERROR: executor failed running [/bin/bash -c install-layer.sh rest]: exit code: 127\n"
+    )
+    blamed = explain_build_failure(entry, plan, CommandError("docker failed", 1, step_missing))
+    assert "is not in its registry" not in blamed and "tools/bin/uv: not found" in blamed
     other = explain_build_failure(entry, plan, CommandError("docker failed", 1, "#9 ERROR: process did not complete\n"))
     assert other == "entry 'cpu': the image build failed: #9 ERROR: process did not complete"
     # The failing step's own last line, not BuildKit's echo of the whole command (which names the messages

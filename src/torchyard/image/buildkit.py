@@ -62,6 +62,16 @@ def failed_step_line(output: str) -> str:
     return proc.redact(printed[-1].strip())[:400] if printed else ""
 
 
+def failed_step_header(output: str) -> str:
+    """What the failing step is (`[internal] load metadata for ...`, `[dependencies 3/10] RUN ...`): the first
+    line BuildKit printed for the step its last ERROR names; "" where none did."""
+    failed = re.findall(r"^#(\d+) ERROR:", output, re.MULTILINE)
+    if not failed:
+        return ""
+    found = re.search(rf"^#{failed[-1]} (?!\d+\.\d+ )(?!ERROR:)(.*\S.*)$", output, re.MULTILINE)
+    return found[1] if found else ""
+
+
 def explain_build_failure(entry: Entry, plan: BuildPlan, error: CommandError) -> str:
     """One line, cause first, with what to do; the build's own output is above it."""
     output = error.output
@@ -70,7 +80,14 @@ def explain_build_failure(entry: Entry, plan: BuildPlan, error: CommandError) ->
     guard = STEP_MESSAGE.search(output)
     if guard:
         return f"entry {entry.name!r}: the image build failed: {guard[1]}"
-    base_step = plan.base_image in output and ("load metadata for" in output or "FROM" in output)
+    header = failed_step_header(output)
+    # The base is to blame only where the failing step is its own (its metadata, its FROM): a RUN step that
+    # failed printing "not found" (a command missing, status 127) is that step's.
+    base_step = plan.base_image in output and (
+        "load metadata for" in header or "FROM" in header
+        if header
+        else ("load metadata for" in output or "FROM" in output)
+    )
     if base_step and UNREACHABLE.search(output):
         return (
             f"entry {entry.name!r}: cannot pull base image {plan.base_image}: the registry is unreachable "
