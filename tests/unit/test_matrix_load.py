@@ -446,6 +446,10 @@ def test_the_shipped_xpu_entry_takes_torch_from_the_xpu_index_alone() -> None:
         ('["--cpus=1", "torchyard/cpu:latest"]', '"torchyard/cpu:latest" is neither a flag nor'),
         ('["--init", "attacker/img"]', '"attacker/img" is neither a flag nor'),
         ('["attacker/img"]', '"attacker/img" is neither a flag nor'),
+        # read as docker's parser reads it: a flag's value may start with "-" (the label's value here is
+        # "--cpus"), so the next word is no flag's and docker would run it as the image
+        ('["--label", "--cpus", "evil.example/x:1", "--shm-size", "64m"]', '"evil.example/x:1" is neither a flag nor'),
+        ('["--label", "-e", "evil.example/x:1"]', '"evil.example/x:1" is neither a flag nor'),
     ],
 )
 def test_matrix_docker_run_can_only_tighten_the_seal(flags: str, message: str) -> None:

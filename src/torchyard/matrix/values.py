@@ -95,26 +95,38 @@ BOOLEAN_DOCKER_RUN = frozenset(
 )  # fmt: skip
 
 
-def flag_values(flags: tuple[str, ...]) -> Iterator[tuple[int, str, str]]:
-    """(position, flag, value) for each `--flag value`, `--flag=value` or value-less flag in a docker-run list."""
-    for position, item in enumerate(flags):
+def _tokens(flags: tuple[str, ...]) -> Iterator[tuple[int, str, str, bool]]:
+    """(position, flag, value, is_flag) read as docker's parser (spf13/pflag) reads them: a flag that takes a
+    value and has no `=` takes the next item as its value whatever it is, `--cpus` or `-x` included; a word no
+    flag took is a stray one (docker would run it as the image)."""
+    position = 0
+    while position < len(flags):
+        item = flags[position]
         if not item.startswith("-"):
+            yield position, item, "", False
+            position += 1
             continue
         flag, separator, value = item.partition("=")
         if not separator and flag not in BOOLEAN_DOCKER_RUN:
             value = flags[position + 1] if position + 1 < len(flags) else ""
-        yield position, flag, value
+            yield position, flag, value, True
+            position += 2
+            continue
+        yield position, flag, value, True
+        position += 1
+
+
+def flag_values(flags: tuple[str, ...]) -> Iterator[tuple[int, str, str]]:
+    """(position, flag, value) for each `--flag value`, `--flag=value` or value-less flag in a docker-run list."""
+    for position, flag, value, is_flag in _tokens(flags):
+        if is_flag:
+            yield position, flag, value
 
 
 def stray_words(flags: tuple[str, ...]) -> list[int]:
     """The positions of words that are neither a flag nor the value after one: docker run would take the
     first as the image to run (pulled if missing) and torchyard's own flags and image as its arguments."""
-    values = {
-        position + 1
-        for position, item in enumerate(flags)
-        if item.startswith("-") and "=" not in item and item not in BOOLEAN_DOCKER_RUN
-    }
-    return [p for p, item in enumerate(flags) if not item.startswith("-") and p not in values]
+    return [position for position, _, _, is_flag in _tokens(flags) if not is_flag]
 
 
 def docker_run(table: Table, key: str, flags: tuple[str, ...], allowed: Collection[str]) -> None:
