@@ -80,15 +80,15 @@ def test_every_backends_distribution_goes_with_torch_or_the_deployment_stack(nam
 LOCK = """\
 # torchyard-inputs: {}
 pytest==9.1.1 \\
-    --hash=sha256:aaaa
+    --hash=sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa
     # via -r requirements
 six==1.17.0 \\
-    --hash=sha256:bbbb
+    --hash=sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb
     # via
     #   torch
 torch==2.14.1 \\
-    --hash=sha256:cccc \\
-    --hash=sha256:dddd
+    --hash=sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc \\
+    --hash=sha256:dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd
     # via executorch
 """
 
@@ -96,9 +96,9 @@ torch==2.14.1 \\
 def test_a_layer_key_changes_only_with_its_group_or_an_earlier_one() -> None:
     first = keyed(split_lock(LOCK), "below")
     bumped = keyed(split_lock(LOCK.replace("six==1.17.0", "six==1.16.0")), "below")
-    moved = keyed(split_lock(LOCK.replace("cccc", "eeee")), "below")
+    moved = keyed(split_lock(LOCK.replace("c" * 64, "e" * 64)), "below")
     rebased = keyed(split_lock(LOCK), "another base")
-    assert first[0].text == "torch==2.14.1 \\\n    --hash=sha256:cccc \\\n    --hash=sha256:dddd\n"
+    assert first[0].text == f"torch==2.14.1 \\\n    --hash=sha256:{'c' * 64} \\\n    --hash=sha256:{'d' * 64}\n"
     assert [a.key == b.key for a, b in zip(first, bumped, strict=True)] == [True, True, True, False]
     assert [a.key == b.key for a, b in zip(first, moved, strict=True)] == [False, False, False, False]
     assert not {layer.key for layer in first} & {layer.key for layer in rebased}
@@ -153,3 +153,23 @@ def test_a_build_takes_the_groups_up_to_the_first_whose_key_differs() -> None:
     assert kept_groups(GROUPS, labelled("")) == []
     assert kept_groups(GROUPS, image_keys(None)) == []  # an image without labels
     assert kept_groups(GROUPS, labelled("torch=not-a-key")) == []  # a label is not trusted input
+
+
+HASH = "    --hash=sha256:" + "a" * 64
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        f"evil==1.0 \\\n{HASH}\n    --find-links /tmp/wheels\n",  # an option uv would read as a line of its own
+        f"evil==1.0 \\\n{HASH}\n    --extra-index-url https://evil.example/simple\n",
+        f"evil==1.0 --find-links /tmp/wheels \\\n{HASH}\n",  # an option on the pin's own line
+        f"evil==1.0 \\\n{HASH} \\\n",  # the last hash continues into whatever follows
+        f"evil==1.0 \\\n{HASH}\n{HASH}\n",  # a hash after the requirement ended
+    ],
+)
+def test_a_lock_line_that_is_not_a_pin_or_its_hash_is_refused(body: str) -> None:
+    """Review of round three: split_lock copied every indented line into the layer's requirements file, where
+    one not joined by a `\\` to the line before is an option of uv's: an index the trusted matrix never named."""
+    with pytest.raises(ValueError, match=r"continuation line|option on a requirement|continues into|after the end"):
+        split_lock(body)

@@ -100,8 +100,14 @@ class Layer:
         return f"layers/{self.name}.txt"
 
 
+HASH_LINE = re.compile(r"\s+--hash=sha256:[0-9a-f]{64}(?:\s*\\)?")
+
+
 def _blocks(body: str) -> list[list[str]]:
-    """The lock body's requirement blocks: a pin line and its continuation (hash) lines, comments dropped."""
+    r"""The lock body's requirement blocks: a pin line and its `--hash` lines, comments dropped. Nothing else
+    passes: the body reaches uv as requirements files, where a line uv does not join to the one before (no `\`
+    there) is an option of its own (`--find-links`, `--extra-index-url`), an index the trusted matrix never
+    named; a pull request recomputes the body's digest as easily as it writes the line."""
     blocks: list[list[str]] = []
     for line in body.splitlines():
         stripped = line.strip()
@@ -110,9 +116,18 @@ def _blocks(body: str) -> list[list[str]]:
         if line[0].isspace():
             if not blocks:
                 raise ValueError(f"a continuation line before any requirement: {line!r}")
+            if HASH_LINE.fullmatch(line) is None:
+                raise ValueError(f"a continuation line that is not a sha256 hash: {line!r}")
+            if not blocks[-1][-1].rstrip().endswith("\\"):
+                raise ValueError(f"a line after the end of its requirement (no \\ before it): {line!r}")
             blocks[-1].append(line)
         else:
+            if re.search(r"\s-", line.rstrip().removesuffix("\\")):
+                raise ValueError(f"an option on a requirement's line: {line!r}")
             blocks.append([line])
+    for block in blocks:
+        if block[-1].rstrip().endswith("\\"):
+            raise ValueError(f"a requirement whose last line continues into the next: {block[-1]!r}")
     return blocks
 
 
