@@ -13,7 +13,7 @@
 # where to install, and the venv's, with site, would run the `.pth` files of the packages earlier layers put
 # there (the lock's: a pull request's, in an untrusted build), as root, in a step with the network. uv writes the
 # base's path into the scripts it installs; they are pointed at the venv's Python after.
-# Bytecode is compiled here, once, by the venv's Python without site (-I -S: nothing installed is imported):
+# Bytecode is compiled here, once, by the base's Python without site (-I -S: nothing installed is imported):
 # compileall skips a file whose bytecode is up to date, so no file of an earlier layer is written again. The
 # suites run as a user who cannot write next to the sources: without it every container start would compile
 # every module it imports (~6 s a run).
@@ -29,15 +29,36 @@ case "${base}" in
     "${venv}"/*) echo "install-layer.sh: the base interpreter ${base} lies in the venv: refusing to start it" >&2; exit 1 ;;
 esac
 
+site="${venv}/lib/$("${base}" -I -S -c 'import sys; print("python%d.%d" % sys.version_info[:2])')/site-packages"
+
+# What an install may change in the venv: site-packages, bin/ (scripts, never run in a build step), include/ and
+# uv's own lock file.
+# A wheel's `.data/data` lands at the venv's root, where a `pyvenv.cfg` or a `lib/pythonX.Y/os.py` would make
+# the venv's interpreter load the wheel's own standard library when it starts (in the final image: inside the
+# seal, where the project's code runs anyway); such an install is refused here.
+outside() {
+    find "${venv}" -mindepth 1 \( -path "${site}" -o -path "${venv}/bin" -o -path "${venv}/include" \
+        -o -path "${venv}/.lock" \) -prune \
+        -o -printf '%y %p %s %T@\n' | sort
+}
+
 install() {
+    before="$(outside)"
     "${uv}" pip install --python "${base}" --prefix "${venv}" --no-deps --no-config "$@"
+    after="$(outside)"
+    if [ "${before}" != "${after}" ]; then
+        echo "install-layer.sh: a package wrote outside the venv's site-packages, bin and include:" >&2
+        diff <(echo "${before}") <(echo "${after}") | grep '^>' | head -5 >&2 || true
+        exit 1
+    fi
     for script in "${venv}"/bin/*; do
         if [ -f "${script}" ] && [ ! -L "${script}" ] && IFS= read -r first < "${script}" && [ "${first}" = "#!${base}" ]; then
             sed -i "1s|.*|#!${venv}/bin/python|" "${script}"
         fi
     done
-    sites=("${venv}"/lib/python3*/site-packages)
-    if ! "${venv}/bin/python" -I -S -m compileall -q -j 0 "${sites[0]}" >/dev/null; then
+    # Compiled by the base's interpreter (the venv's version and cache tag), never the venv's: a build step starts
+    # no interpreter whose files the lock could have written.
+    if ! "${base}" -I -S -m compileall -q -j 0 "${site}" >/dev/null; then
         echo "some installed files did not compile (a package's templates or Python 2 files); they are left as they are"
     fi
 }

@@ -208,3 +208,46 @@ def test_an_untrusted_build_runs_no_pth_of_its_lock_in_a_build_step(
         assert b".pyc" in compiled
     finally:
         remove_images(client, f"/{entry}:")
+
+
+def test_a_wheel_that_writes_the_venvs_own_files_is_refused_and_runs_nothing(
+    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient
+) -> None:
+    """Review of round three: a wheel's `.data/data` lands at the venv's root; a `pyvenv.cfg` and a
+    `lib/pythonX.Y/os.py` there made the venv's interpreter, started by the installer to compile bytecode, load
+    the wheel's own standard library (its `encodings` ran as root with the network). The install is refused, and
+    no step starts the venv's interpreter."""
+    entry = f"venvcfg-{uuid.uuid4().hex[:8]}"
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    payload = f"import os\nopen({LOCK_PTH_MARKER!r}, 'w').close()\n"
+    _wheel(
+        wheels, "mpmath", "99.0",
+        {
+            "mpmath/__init__.py": "",
+            "mpmath-99.0.data/data/pyvenv.cfg": "home = /opt/torchyard/venv/bin\n",
+            "mpmath-99.0.data/data/lib/python3.11/os.py": "# the standard library's landmark\n",
+            "mpmath-99.0.data/data/lib/python3.11/encodings/__init__.py": payload,
+        },
+    )  # fmt: skip
+    root = tmp_path / "project"
+    root.mkdir()
+    matrix = one_entry_matrix(entry, DEBIAN, ["mpmath==99.0"]) + 'suites = ["export"]\n'
+    (root / "matrix.toml").write_text(matrix)
+    (tmp_path / "trusted-matrix.toml").write_text(matrix)
+    proc.run(["git", "init", "--quiet"], cwd=root)
+    env = {**machine_env, "TORCHYARD_MIRRORS": f"pypi={wheels}"}
+    try:
+        locked = _torchyard(root, env, "lock")
+        assert locked.returncode == 0, locked.stderr[-3000:]
+        untrusted_env = {
+            **env,
+            "TORCHYARD_TRUST": "untrusted",
+            "TORCHYARD_TRUSTED_MATRIX": str(tmp_path / "trusted-matrix.toml"),
+        }
+        built = _torchyard(root, untrusted_env, "build", entry)
+        assert built.returncode != 0
+        assert "a package wrote outside the venv's site-packages, bin and include" in built.stderr
+        assert "pyvenv.cfg" in built.stderr and "Traceback" not in built.stderr
+    finally:
+        remove_images(client, f"/{entry}:")
