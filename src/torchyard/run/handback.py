@@ -227,25 +227,23 @@ def summarize(report_dir: Path, env: Mapping[str, str]) -> None:
 
 
 def folder_bytes(path: Path) -> int:
-    """The bytes of the regular files under `path` as the run writes them: links not followed, no recursion
-    (a chain thousands of folders deep is walked like a flat one), and what vanishes or cannot be reached on
-    the way skipped (the hand-back counts again, exactly, at the end)."""
+    """The bytes of the regular files under `path` as the run writes them, walked through folder descriptors
+    (`os.fwalk`: each folder opened without following a link and checked to be the one listed, so a folder the
+    container swaps for a link to / mid-walk is never entered); what vanishes, cannot be reached, or lies
+    deeper than the walk can hold open is skipped (the hand-back counts again, exactly, and cuts what is deeper
+    than MAX_DEPTH)."""
     total = 0
-    pending = [str(path)]
-    while pending:
-        folder = pending.pop()
-        try:
-            with os.scandir(folder) as children:
-                for child in children:
-                    try:
-                        if child.is_dir(follow_symlinks=False):
-                            pending.append(child.path)
-                        elif child.is_file(follow_symlinks=False):
-                            total += child.stat(follow_symlinks=False).st_size
-                    except OSError:
-                        continue
-        except OSError:
-            continue
+    try:
+        for _, _, files, handle in os.fwalk(path, onerror=lambda error: None, follow_symlinks=False):
+            for name in files:
+                try:
+                    info = os.stat(name, dir_fd=handle, follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(info.st_mode):
+                    total += info.st_size
+    except (OSError, RecursionError):
+        pass
     return total
 
 
