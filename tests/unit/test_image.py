@@ -110,14 +110,18 @@ def test_tag_is_content_addressed(tree: Path, monkeypatch: pytest.MonkeyPatch) -
 
 def test_two_projects_entries_of_one_name_share_no_tag_no_alias_and_no_uv_cache(tree: Path) -> None:
     """Two adopters with a `cpu` entry on one runner: neither reuses, moves or reads the other's image (a trusted
-    build reads its alias for the base check and the layer cache), nor its uv cache: the cache mount's id is part
-    of the builder's key for each dependency layer, so each project's layers are its own (issue 57, route 8)."""
+    build reads its alias for the base check and the layer cache), nor its uv cache: the cache mount's id, the
+    project's, is part of the builder's key for each dependency layer (issue 57, route 8). The layers' own keys
+    name the pins and what lies below them, not the project: the same pins hold the same bytes, so an untrusted
+    build of either stands on a trusted dependency image of those pins."""
     ours, theirs = make_plan(tree), make_plan(tree, project="nanogpt-89ab01234567")
     assert ours.tag.partition(":")[0] == f"torchyard/{PROJECT}/cpu"
     assert theirs.tag.partition(":")[0] == "torchyard/nanogpt-89ab01234567/cpu"
     assert theirs.alias == "torchyard/nanogpt-89ab01234567/cpu:latest" != ours.alias
-    assert all(a.key != b.key for a, b in zip(theirs.layers, ours.layers, strict=True))
-    assert theirs.dependency_tag != ours.dependency_tag
+    assert b"id=torchyard-uv-trusted-nanogpt-89ab01234567," in dict(theirs.context)["Dockerfile"]
+    assert b"id=torchyard-uv-trusted-nanogpt-89ab01234567," not in dict(ours.context)["Dockerfile"]
+    assert [a.key for a in theirs.layers] == [b.key for b in ours.layers]
+    assert theirs.dependency_tag == ours.dependency_tag
 
 
 def test_base_override_by_entry_then_accelerator() -> None:

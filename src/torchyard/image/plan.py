@@ -42,7 +42,8 @@ def trusted_alias_of(plan: BuildPlan) -> str:
 
 # A trusted build also tags its dependencies stage here, by the key of its last dependency group (which
 # covers every group and what lies below them): an untrusted build of the same pins stands on it. Shared by
-# every project: the key is the pins' (with their hashes) and what lies below them, nothing of a project's.
+# every project: the key is the pins' (with their hashes) and what lies below them, nothing of a project's (not
+# the cache mount's name, which is the project's and changes no byte the layers hold).
 DEPENDENCY_REPOSITORY = f"{REPOSITORY}/dependencies"
 # The build arguments in scope for the dependency layers (the rest label the image).
 LAYER_ARGS = frozenset(
@@ -220,8 +221,10 @@ def plan_build(
     )
     # What decides the image below the first dependency layer; the label-only arguments (entry, lock
     # digest, versions) come after the groups in the Dockerfile, so they stay out.
-    # Standing on a trusted dependency image, the groups are that image's: keyed as a trusted build keys them.
-    below_dockerfile = scoped_dockerfile(dockerfile(), "trusted", project) if stands_on else image_dockerfile
+    # The keys name the pins and what lies below them, never the project or the run: the cache mount's name changes
+    # no byte a layer holds, so a trusted build's dependency image is found by any project's untrusted build of the
+    # same pins (standing on it, the groups are that image's, keyed as a trusted build keys them).
+    below_dockerfile = dockerfile() if stands_on or policy.trusted else scoped_dockerfile(dockerfile(), scope)
     below = hashlib.sha256(below_dockerfile + image_file("install-layer.sh"))
     for name, node in inimage_files():
         if name.endswith("/inimage/vendor.py"):
