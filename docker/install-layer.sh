@@ -31,23 +31,22 @@ esac
 
 site="${venv}/lib/$("${base}" -I -S -c 'import sys; print("python%d.%d" % sys.version_info[:2])')/site-packages"
 
-# What an install may change in the venv: site-packages, bin/ (scripts, never run in a build step), include/ and
-# uv's own lock file.
-# A wheel's `.data/data` lands at the venv's root, where a `pyvenv.cfg` or a `lib/pythonX.Y/os.py` would make
-# the venv's interpreter load the wheel's own standard library when it starts (in the final image: inside the
-# seal, where the project's code runs anyway); such an install is refused here.
-outside() {
-    find "${venv}" -mindepth 1 \( -path "${site}" -o -path "${venv}/bin" -o -path "${venv}/include" \
-        -o -path "${venv}/.lock" \) -prune \
-        -o -printf '%y %p %s %T@\n' | sort
+# What decides how the venv's interpreter starts: its pyvenv.cfg and lib/ outside site-packages. A wheel's
+# `.data/data` lands at the venv's root, where a `pyvenv.cfg` and a `lib/pythonX.Y/os.py` would make that
+# interpreter load the wheel's own standard library when it starts (in the final image: inside the seal, where
+# the project's code runs anyway); an install that changes them is refused here. Other data (share/man, etc/)
+# is a package's own business.
+startup() {
+    { find "${venv}/pyvenv.cfg" "${venv}/lib" "${venv}/lib64" -path "${site}" -prune -o -printf '%y %p %s %T@\n' \
+        2>/dev/null || true; } | sort
 }
 
 install() {
-    before="$(outside)"
+    before="$(startup)"
     "${uv}" pip install --python "${base}" --prefix "${venv}" --no-deps --no-config "$@"
-    after="$(outside)"
+    after="$(startup)"
     if [ "${before}" != "${after}" ]; then
-        echo "install-layer.sh: a package wrote outside the venv's site-packages, bin and include:" >&2
+        echo "install-layer.sh: a package wrote the venv's pyvenv.cfg or its lib/ outside site-packages:" >&2
         diff <(echo "${before}") <(echo "${after}") | grep '^>' | head -5 >&2 || true
         exit 1
     fi
