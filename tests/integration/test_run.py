@@ -234,7 +234,9 @@ def test_ctrl_c_leaves_no_container(machine_env: dict[str, str], client: docker.
     try:
         process = subprocess.Popen(
             [sys.executable, "-m", "torchyard", "test", "cpu", "-q"],
-            cwd=REPO, env=machine_env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=log, text=True,
+            # the project the image above was built for, so the command finds it rather than building its own
+            cwd=REPO, env={**machine_env, "GITHUB_REPOSITORY": "torchyard-tests/integration"},
+            start_new_session=True, stdout=subprocess.DEVNULL, stderr=log, text=True,
         )  # fmt: skip
     finally:
         signal.signal(signal.SIGINT, inherited)
