@@ -43,7 +43,7 @@ startup() {
 
 install() {
     before="$(startup)"
-    "${uv}" pip install --python "${base}" --prefix "${venv}" --no-deps --no-config "$@"
+    "${uv}" pip install --python "${base}" --prefix "${venv}" --no-deps --no-config --no-cache "$@"
     after="$(startup)"
     if [ "${before}" != "${after}" ]; then
         echo "install-layer.sh: a package wrote the venv's pyvenv.cfg or its lib/ outside site-packages:" >&2

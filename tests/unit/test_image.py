@@ -14,7 +14,6 @@ import pytest
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.host.engine import DockerCli
 from torchyard.image import plan as image_plan
-from torchyard.image import policy as image_policy
 from torchyard.image.builder import cache_sources, docker_build_args
 from torchyard.image.buildkit import StepLines, explain_build_failure, failed_step_output, layer_steps
 from torchyard.image.check import check_image
@@ -25,7 +24,6 @@ from torchyard.image.outcome import Built, how_built, layer_outcomes, layers_sum
 from torchyard.image.plan import BuildOptions, BuildPlan, plan_build, resolve_base
 from torchyard.image.policy import BuildPolicy
 from torchyard.matrix import load_plan
-from torchyard.matrix.gate import NO_TRUSTED_CONFIG
 from torchyard.matrix.machine import Registry
 
 REPO = Path(__file__).parents[2]
@@ -64,9 +62,7 @@ def test_plan_carries_entry_python_lock_and_labels(tree: Path) -> None:
     assert context["Dockerfile"].startswith(b"# SHELL below")
     # docker/ is the one source of both (this checkout is an editable install: no copy in the package).
     docker = Path(__file__).parents[2] / "docker"
-    assert context["Dockerfile"] == image_plan.scoped_dockerfile(
-        (docker / "Dockerfile").read_bytes(), "trusted", PROJECT
-    )
+    assert context["Dockerfile"] == (docker / "Dockerfile").read_bytes()
     assert context[".dockerignore"] == (docker / ".dockerignore").read_bytes()
     allowed = [line[1:] for line in context[".dockerignore"].decode().splitlines() if line.startswith("!")]
     assert {name.split("/")[0] for name in context} - {"Dockerfile", ".dockerignore"} <= set(allowed)
@@ -118,8 +114,7 @@ def test_two_projects_entries_of_one_name_share_no_tag_no_alias_and_no_uv_cache(
     assert ours.tag.partition(":")[0] == f"torchyard/{PROJECT}/cpu"
     assert theirs.tag.partition(":")[0] == "torchyard/nanogpt-89ab01234567/cpu"
     assert theirs.alias == "torchyard/nanogpt-89ab01234567/cpu:latest" != ours.alias
-    assert b"id=torchyard-uv-trusted-nanogpt-89ab01234567," in dict(theirs.context)["Dockerfile"]
-    assert b"id=torchyard-uv-trusted-nanogpt-89ab01234567," not in dict(ours.context)["Dockerfile"]
+    assert b"--mount=type=cache" not in dict(theirs.context)["Dockerfile"]
     assert [a.key for a in theirs.layers] == [b.key for b in ours.layers]
     assert theirs.dependency_tag == ours.dependency_tag
 
@@ -373,10 +368,7 @@ def test_an_untrusted_build_has_its_own_cache_scope_tag_and_alias(tree: Path) ->
         base_id="sha256:" + "1" * 64, uv_version="0.13.9", revision="abc123", source_date_epoch="1700000000",
         policy=BuildPolicy(trusted=False),
     )  # fmt: skip
-    mine, theirs = dict(untrusted.context)["Dockerfile"], dict(trusted.context)["Dockerfile"]
-    assert mine.count(f"id=torchyard-uv-untrusted-{PROJECT},".encode()) == 4
-    assert theirs.count(f"id=torchyard-uv-trusted-{PROJECT},".encode()) == 4
-    assert b"torchyard-uv-trusted" not in mine
+    assert b"--mount=type=cache" not in dict(untrusted.context)["Dockerfile"]
     assert untrusted.tag != trusted.tag
     assert trusted.alias == f"torchyard/{PROJECT}/cpu:latest"
     assert untrusted.alias == f"torchyard/{PROJECT}/cpu:untrusted"
@@ -412,38 +404,17 @@ def test_an_untrusted_build_stands_on_the_trusted_dependency_image_of_the_same_p
     assert not re.search(r"install-layer\.sh (torch|pytorch|numeric|rest)\b", image_stage)  # no group of the lock
 
 
-def test_uv_cache_mounts_are_named_by_project_and_trust_and_by_run_when_untrusted(tree: Path) -> None:
-    """Route 8 of issue 57: one approved pull request's build must not fill the cache the next pull request's
-    build reads, and two projects' trusted builds on one engine must not share one."""
-    mine, other = make_plan(tree), make_plan(tree, project="other-0123abcd4567")
-    assert b"id=torchyard-uv-trusted-torchyard-0123abcd4567," in dict(mine.context)["Dockerfile"]
-    assert b"id=torchyard-uv-trusted-other-0123abcd4567," in dict(other.context)["Dockerfile"]
-    first, second = (
-        plan_build(
-            PLAN.entry("cpu"), tree / "lockfiles", project=PROJECT, base_image="torchyard/base:bookworm",
-            base_id="sha256:" + "1" * 64, uv_version="0.13.9", revision="abc123", source_date_epoch="1700000000",
-            policy=BuildPolicy(trusted=False, run=run),
-        )
-        for run in ("run1", "run2")
-    )  # fmt: skip
-    assert b"id=torchyard-uv-untrusted-torchyard-0123abcd4567-run1," in dict(first.context)["Dockerfile"]
-    assert b"id=torchyard-uv-untrusted-torchyard-0123abcd4567-run2," in dict(second.context)["Dockerfile"]
-    # the run's name is no input of the image: a later run of the same inputs finds the image an earlier built
-    assert first.tag == second.tag and [layer.key for layer in first.layers] == [layer.key for layer in second.layers]
-    assert image_plan.cache_id("trusted", PROJECT, "run1") == f"torchyard-uv-trusted-{PROJECT}"
-
-
-def test_an_untrusted_policy_names_a_run_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(image_policy, "load_trusted", lambda *args: NO_TRUSTED_CONFIG)
-    runs = {image_policy.build_policy({"TORCHYARD_TRUST": "untrusted"}).run for _ in range(3)}
-    assert len(runs) == 3 and "" not in runs
-    assert image_policy.build_policy({}).run == ""
-
-
-def test_a_cache_mount_without_a_scoped_id_is_refused() -> None:
-    planted = b"RUN --mount=type=cache,id=torchyard-uv-trusted,target=/a a\nRUN --mount=type=cache,target=/b b\n"
-    with pytest.raises(ImageBuildError, match="cache mount whose id does not name its trust scope"):
-        image_plan.scoped_dockerfile(planted, "untrusted")
+def test_no_build_mounts_a_uv_cache_and_uv_keeps_none_in_a_layer() -> None:
+    """Route 8 of issue 57: a uv cache mount shared by trust alone let one approved pull request's build fill the
+    cache the next pull request's build read, and every project's trusted builds on an engine shared one. No
+    step mounts a cache now (a planted one is refused), and uv keeps no cache in the layer it writes."""
+    docker = Path(__file__).parents[2] / "docker"
+    assert b"--mount=type=cache" not in (docker / "Dockerfile").read_bytes()
+    installer = (docker / "install-layer.sh").read_text()
+    assert '--no-deps --no-config --no-cache "$@"' in installer
+    planted = b"RUN --mount=type=cache,target=/root/.cache/uv true\n"
+    with pytest.raises(ImageBuildError, match="mounts a build cache"):
+        image_plan.checked_dockerfile(planted)
 
 
 class FakeImage:

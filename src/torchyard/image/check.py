@@ -3,7 +3,7 @@
 The vendor guard and the image check import what the lock and the project's wheel installed (a package's
 `.pth` file runs at every interpreter start), so they never run in a build step: this engine's BuildKit
 gives every RUN the network (its built-in frontend has no `RUN --network=none`), and a step runs as root
-beside the cache mounts and secrets. Instead the image is built untagged and checked here, as a test
+beside the secrets. Instead the image is built untagged and checked here, as a test
 container runs: no network, no capability, a read-only root, the unprivileged user, limits and a deadline.
 Both checks only read, so Python runs isolated (`-I`); site hooks stay on, as the vendor packages are found
 through a `.pth` file.

@@ -42,8 +42,7 @@ def trusted_alias_of(plan: BuildPlan) -> str:
 
 # A trusted build also tags its dependencies stage here, by the key of its last dependency group (which
 # covers every group and what lies below them): an untrusted build of the same pins stands on it. Shared by
-# every project: the key is the pins' (with their hashes) and what lies below them, nothing of a project's (not
-# the cache mount's name, which is the project's and changes no byte the layers hold).
+# every project: the key is the pins' (with their hashes) and what lies below them, nothing of a project's.
 DEPENDENCY_REPOSITORY = f"{REPOSITORY}/dependencies"
 # The build arguments in scope for the dependency layers (the rest label the image).
 LAYER_ARGS = frozenset(
@@ -73,23 +72,12 @@ def dockerfile() -> bytes:
     return image_file("Dockerfile")
 
 
-# Each cache mount's id, as the Dockerfile spells it for a trusted build.
-TRUSTED_CACHE_ID = b"id=torchyard-uv-trusted,"
-
-
-def cache_id(scope: Trust, project: str = "", run: str = "") -> str:
-    """A uv cache mount's id: named by trust and project, and by run for an untrusted build, so no project's
-    build reads what another's wrote, and no pull request's build reads what an earlier one wrote."""
-    return "-".join(part for part in ("torchyard-uv", scope, project, run if scope == "untrusted" else "") if part)
-
-
-def scoped_dockerfile(text: bytes, scope: Trust, project: str = "", run: str = "") -> bytes:
-    """The Dockerfile with every cache mount's id `cache_id(scope, project, run)`, so an untrusted build never
-    writes a cache a trusted one reads (written into the text: this engine's built-in BuildKit frontend does
-    not expand a build argument in a mount option). A cache mount without torchyard's id is refused."""
-    if text.count(b"--mount=type=cache,") != text.count(b"--mount=type=cache," + TRUSTED_CACHE_ID):
-        raise ImageBuildError("torchyard's Dockerfile has a cache mount whose id does not name its trust scope")
-    return text.replace(TRUSTED_CACHE_ID, f"id={cache_id(scope, project, run)},".encode())
+def checked_dockerfile(text: bytes) -> bytes:
+    """torchyard's Dockerfile, refused if any step mounts a cache: a cache shared between builds is a channel from
+    one build (an approved pull request's) to the next, and from one project to another (issue 57, route 8)."""
+    if b"--mount=type=cache" in text:
+        raise ImageBuildError("torchyard's Dockerfile mounts a build cache, which builds would share")
+    return text
 
 
 @dataclass(frozen=True)
@@ -167,15 +155,12 @@ def plan_build(
     git: proc.DataRunner = proc.data,
 ) -> BuildPlan:
     """Everything the build needs, decided without touching Docker; `project` names the project on this runner
-    (`torchyard.trust.project_scope`), in the image's name and label. An untrusted `policy` gets a cache
-    scope, a content tag and an alias of its own: nothing it builds is what a trusted build reads.
+    (`torchyard.trust.project_scope`), in the image's name and label. An untrusted `policy` gets a
+    content tag and an alias of its own: nothing it builds is what a trusted build reads.
     `stands_on` (a dependency image's tag and ID, from a trusted build of the same pins) makes the image
     stage start from that image: the untrusted build then installs no package of the lock."""
     scope: Trust = "trusted" if policy.trusted else "untrusted"
-    # The run's own cache id is staged; the tag and the layer keys read the Dockerfile without it, so a later
-    # run of the same inputs finds the image an earlier one built.
-    image_dockerfile = scoped_dockerfile(dockerfile(), scope, project)
-    staged_dockerfile = scoped_dockerfile(dockerfile(), scope, project, policy.run)
+    image_dockerfile = checked_dockerfile(dockerfile())
     lock_bytes = _read_lock(entry, lockdir)
     fields, _ = read_header(lock_bytes.decode("utf-8", errors="replace"))
     vendor = tuple(pin.name for pin in entry.accelerator.vendor)
@@ -221,11 +206,9 @@ def plan_build(
     )
     # What decides the image below the first dependency layer; the label-only arguments (entry, lock
     # digest, versions) come after the groups in the Dockerfile, so they stay out.
-    # The keys name the pins and what lies below them, never the project or the run: the cache mount's name changes
-    # no byte a layer holds, so a trusted build's dependency image is found by any project's untrusted build of the
-    # same pins (standing on it, the groups are that image's, keyed as a trusted build keys them).
-    below_dockerfile = dockerfile() if stands_on or policy.trusted else scoped_dockerfile(dockerfile(), scope)
-    below = hashlib.sha256(below_dockerfile + image_file("install-layer.sh"))
+    # The keys name the pins and what lies below them, never the project: a trusted build's dependency image is
+    # found by any project's untrusted build of the same pins (standing on it, the groups are that image's).
+    below = hashlib.sha256(image_dockerfile + image_file("install-layer.sh"))
     for name, node in inimage_files():
         if name.endswith("/inimage/vendor.py"):
             below.update(node.read_bytes())
@@ -262,7 +245,7 @@ def plan_build(
         alias=f"{image_repository(project, entry.name)}:{ALIASES[scope]}",
         vendor=vendor,
         python=entry.python,
-        context=tuple((name, staged_dockerfile if name == "Dockerfile" else data) for name, data in context),
+        context=tuple(context),
         project_root=entry.project.root if entry.project is not None and packaged else None,
         project_files=sources if packaged else (),
         workspace=workspace,

@@ -12,7 +12,6 @@ tag), which no trusted run ever reuses.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +29,6 @@ from torchyard.trust import level_of
 class BuildPolicy:
     trusted: bool = True
     trusted_config: TrustedConfig = NO_TRUSTED_CONFIG
-    run: str = ""  # an untrusted run's own name for its uv cache (`torchyard.image.plan.cache_id`)
 
     @property
     def build_args(self) -> tuple[tuple[str, str], ...]:
@@ -48,7 +46,7 @@ def build_policy(env: Mapping[str, str], *, allowed_docker_run: Collection[str] 
     if level_of(env) == "trusted":
         return BuildPolicy()
     trusted_config = load_trusted(Path("matrix.toml"), allowed_docker_run, env)
-    return BuildPolicy(trusted=False, trusted_config=trusted_config, run=os.urandom(6).hex())
+    return BuildPolicy(trusted=False, trusted_config=trusted_config)
 
 
 def check_untrusted_build(entry: Entry, policy: BuildPolicy) -> None:
