@@ -150,6 +150,28 @@ def _wheel(folder: Path, name: str, version: str, files: dict[str, str]) -> None
         archive.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
 
 
+def _untrusted_build_of_wheels(
+    tmp_path: Path, machine_env: dict[str, str], entry: str, wheels: Path, pins: list[str]
+) -> tuple[subprocess.CompletedProcess[str], Path, dict[str, str]]:
+    """A project whose lock pins `pins` from the folder `wheels` (its only index), locked, then built untrusted
+    with that matrix as the trusted one: the build's result, the project's folder and the lock's environment."""
+    root = tmp_path / "project"
+    root.mkdir()
+    matrix = one_entry_matrix(entry, DEBIAN, pins) + 'suites = ["export"]\n'
+    (root / "matrix.toml").write_text(matrix)
+    (tmp_path / "trusted-matrix.toml").write_text(matrix)
+    proc.run(["git", "init", "--quiet"], cwd=root)
+    env = {**machine_env, "TORCHYARD_MIRRORS": f"pypi={wheels}"}
+    locked = _torchyard(root, env, "lock")
+    assert locked.returncode == 0, locked.stderr[-3000:]
+    untrusted_env = {
+        **env,
+        "TORCHYARD_TRUST": "untrusted",
+        "TORCHYARD_TRUSTED_MATRIX": str(tmp_path / "trusted-matrix.toml"),
+    }
+    return _torchyard(root, untrusted_env, "build", entry), root, env
+
+
 def test_an_untrusted_build_runs_no_pth_of_its_lock_in_a_build_step(
     tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient
 ) -> None:
@@ -164,22 +186,9 @@ def test_an_untrusted_build_runs_no_pth_of_its_lock_in_a_build_step(
     }
     _wheel(wheels, "mpmath", "99.0", {"mpmath/__init__.py": "", "mpmath_hook.pth": hook, **scripts})
     _wheel(wheels, "later", "1.0", {"later/__init__.py": "VALUE = 1\n"})
-    root = tmp_path / "project"
-    root.mkdir()
-    matrix = one_entry_matrix(entry, DEBIAN, ["mpmath==99.0", "later==1.0"]) + 'suites = ["export"]\n'
-    (root / "matrix.toml").write_text(matrix)
-    (tmp_path / "trusted-matrix.toml").write_text(matrix)
-    proc.run(["git", "init", "--quiet"], cwd=root)
-    env = {**machine_env, "TORCHYARD_MIRRORS": f"pypi={wheels}"}
     try:
-        locked = _torchyard(root, env, "lock")
-        assert locked.returncode == 0, locked.stderr[-3000:]
-        untrusted_env = {
-            **env,
-            "TORCHYARD_TRUST": "untrusted",
-            "TORCHYARD_TRUSTED_MATRIX": str(tmp_path / "trusted-matrix.toml"),
-        }
-        built = _torchyard(root, untrusted_env, "build", entry)
+        pins = ["mpmath==99.0", "later==1.0"]
+        built, root, env = _untrusted_build_of_wheels(tmp_path, machine_env, entry, wheels, pins)
         assert built.returncode == 0, built.stderr[-3000:]
         repository = image_repository(project_scope(root / "matrix.toml", env), entry)
         image = client.images.get(f"{repository}:untrusted")
@@ -230,22 +239,8 @@ def test_a_wheel_that_writes_the_venvs_own_files_is_refused_and_runs_nothing(
             "mpmath-99.0.data/data/lib/python3.11/encodings/__init__.py": payload,
         },
     )  # fmt: skip
-    root = tmp_path / "project"
-    root.mkdir()
-    matrix = one_entry_matrix(entry, DEBIAN, ["mpmath==99.0"]) + 'suites = ["export"]\n'
-    (root / "matrix.toml").write_text(matrix)
-    (tmp_path / "trusted-matrix.toml").write_text(matrix)
-    proc.run(["git", "init", "--quiet"], cwd=root)
-    env = {**machine_env, "TORCHYARD_MIRRORS": f"pypi={wheels}"}
     try:
-        locked = _torchyard(root, env, "lock")
-        assert locked.returncode == 0, locked.stderr[-3000:]
-        untrusted_env = {
-            **env,
-            "TORCHYARD_TRUST": "untrusted",
-            "TORCHYARD_TRUSTED_MATRIX": str(tmp_path / "trusted-matrix.toml"),
-        }
-        built = _torchyard(root, untrusted_env, "build", entry)
+        built, _, _ = _untrusted_build_of_wheels(tmp_path, machine_env, entry, wheels, ["mpmath==99.0"])
         assert built.returncode != 0
         assert "a package wrote the venv's pyvenv.cfg or its lib/ outside site-packages" in built.stderr
         assert "pyvenv.cfg" in built.stderr and "Traceback" not in built.stderr
