@@ -13,8 +13,8 @@
 # where to install, and the venv's, with site, would run the `.pth` files of the packages earlier layers put
 # there (the lock's: a pull request's, in an untrusted build), as root, in a step with the network. uv writes the
 # base's path into the scripts it installs; they are pointed at the venv's Python after.
-# Bytecode is compiled here, once, by the base's Python without site (-I -S: nothing installed is imported):
-# compileall skips a file whose bytecode is up to date, so no file of an earlier layer is written again. The
+# Bytecode is compiled here, once, by the base's Python without site (-I -S: nothing installed is imported),
+# for the files this install wrote, so no file of an earlier layer is written again. The
 # suites run as a user who cannot write next to the sources: without it every container start would compile
 # every module it imports (~6 s a run).
 # `install-layer.sh --wheels <file>...` installs the project's wheels (already in the image) the same way.
@@ -42,6 +42,7 @@ startup() {
 }
 
 install() {
+    stamp="$(mktemp)"
     before="$(startup)"
     "${uv}" pip install --python "${base}" --prefix "${venv}" --no-deps --no-config --no-cache "$@"
     after="$(startup)"
@@ -56,10 +57,13 @@ install() {
         fi
     done
     # Compiled by the base's interpreter (the venv's version and cache tag), never the venv's: a build step starts
-    # no interpreter whose files the lock could have written.
-    if ! "${base}" -I -S -m compileall -q -j 0 "${site}" >/dev/null; then
+    # no interpreter whose files the lock could have written. Only what this install wrote (uv writes every file
+    # anew): the earlier layers' files are neither written again nor read (a project's wheel costs its own files).
+    if ! find "${site}" -path '*[[:cntrl:]]*' -prune -o -newer "${stamp}" -name '*.py' -print \
+        | "${base}" -I -S -m compileall -q -j 0 -i - >/dev/null; then
         echo "some installed files did not compile (a package's templates or Python 2 files); they are left as they are"
     fi
+    rm -f "${stamp}"
 }
 
 if [ "$1" = "--wheels" ]; then
