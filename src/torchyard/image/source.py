@@ -21,7 +21,7 @@ from typing import Literal
 
 from torchyard.errors import CommandError, CommandNotFoundError, ImageBuildError
 from torchyard.util import proc
-from torchyard.util.git import Checkout, find_checkout, git
+from torchyard.util.git import Checkout, filter_drivers, find_checkout, git
 
 Mode = Literal["file", "executable", "link"]
 # git's modes; 160000 (a submodule: another repository's commit) is not a file of this project.
@@ -51,12 +51,14 @@ def _check_path(path: str) -> str:
     return path
 
 
-def _objects(checkout: Checkout, blobs: Sequence[tuple[str, str]], runner: proc.DataRunner) -> list[bytes]:
+def _objects(
+    checkout: Checkout, blobs: Sequence[tuple[str, str]], runner: proc.DataRunner, drivers: Sequence[str]
+) -> list[bytes]:
     """The contents of `blobs` (each file's path and blob), in order, from one `git cat-file --batch`."""
     if not blobs:
         return []
     asked = "".join(f"{blob}\n" for _, blob in blobs).encode()
-    output = git(checkout, ["cat-file", "--batch"], stdin=asked, runner=runner)
+    output = git(checkout, ["cat-file", "--batch"], stdin=asked, runner=runner, drivers=drivers)
     contents, position = [], 0
     for path, blob in blobs:
         end = output.index(b"\n", position)
@@ -134,10 +136,14 @@ def _git_files(root: Path, runner: proc.DataRunner) -> list[ProjectFile] | None:
         return None
     prefix = checkout.relative(root)
     listing = ["ls-files", "-z", "--full-name"]
+    drivers = filter_drivers(checkout, runner=runner)  # once for the four calls below
     try:
-        staged = git(checkout, [*listing, "-s", "--", prefix], runner=runner)
-        changed = set(_under(git(checkout, [*listing, "--modified", "--", prefix], runner=runner), prefix))
-        unseen = git(checkout, [*listing, "--others", "--exclude-standard", "--", prefix], runner=runner)
+        staged = git(checkout, [*listing, "-s", "--", prefix], runner=runner, drivers=drivers)
+        modified = git(checkout, [*listing, "--modified", "--", prefix], runner=runner, drivers=drivers)
+        changed = set(_under(modified, prefix))
+        unseen = git(
+            checkout, [*listing, "--others", "--exclude-standard", "--", prefix], runner=runner, drivers=drivers
+        )
         others = _under(unseen, prefix)
     except (CommandError, CommandNotFoundError):
         return None
@@ -155,7 +161,7 @@ def _git_files(root: Path, runner: proc.DataRunner) -> list[ProjectFile] | None:
     files = [
         ProjectFile(path, mode, data)
         for (path, mode, _), data in zip(
-            tracked, _objects(checkout, [(p, b) for p, _, b in tracked], runner), strict=True
+            tracked, _objects(checkout, [(p, b) for p, _, b in tracked], runner, drivers), strict=True
         )
     ]
     read = (read_nofollow(root, path) for path in sorted(changed | set(others)))

@@ -128,10 +128,13 @@ def git(
     stdin: bytes = b"",
     runner: proc.DataRunner = proc.data,
     env: Mapping[str, str] = os.environ,
+    drivers: Sequence[str] | None = None,
 ) -> bytes:
     """Run git `args` on `checkout` from its top and return its stdout (a `CommandError` on failure), every
-    filter driver of the repository's configuration off."""
-    drivers = filter_drivers(checkout, runner=runner, env=env)
+    filter driver of the repository's configuration off (`drivers`: as `filter_drivers` found them, for a caller
+    that runs git several times; else found here)."""
+    if drivers is None:
+        drivers = filter_drivers(checkout, runner=runner, env=env)
     return runner(git_command(checkout, args), cwd=checkout.top, stdin=stdin, env=git_environment(env, drivers))
 
 
