@@ -23,7 +23,7 @@ from torchyard.commands.refresh import refresh
 from torchyard.commands.report import report
 from torchyard.commands.sessions import run_nox
 from torchyard.commands.test import test_entries
-from torchyard.contract import OPS_SHARD_OPTION, RERUN_SELF_TESTS_OPTION, REUSE_RESULTS, parse_shard
+from torchyard.contract import OPS_SHARD_OPTION, RERUN_OPTION, RERUN_SELF_TESTS_OPTION, REUSE_RESULTS, parse_shard
 from torchyard.errors import TorchyardError, UsageError
 from torchyard.image.debootstrap import DEBIAN_SUITES, base_tag
 from torchyard.image.plan import BuildOptions
@@ -118,6 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--rerun-self-tests",
         action="store_true",
         help="run every harness self-test, even those a run on this stack and device already passed",
+    )
+    test.add_argument(
+        "--rerun",
+        action="store_true",
+        help="evaluate every result, none replayed from the result cache (and none kept in it)",
     )
     test.add_argument("--keep", action="store_true", help="keep the container afterwards, for debugging")
     test.add_argument(
@@ -295,6 +300,7 @@ def _on_this_machine(args: argparse.Namespace, passthrough: list[str], machine: 
                 *passthrough,
                 *([f"{OPS_SHARD_OPTION}={args.ops_shard}"] if args.ops_shard else []),
                 *([RERUN_SELF_TESTS_OPTION] if args.rerun_self_tests else []),
+                *([RERUN_OPTION] if args.rerun else []),
             ],
             machine=machine,
             keep=args.keep,

@@ -39,6 +39,8 @@ UNLOCKED = "TORCHYARD_UNLOCKED"
 INDUCTOR_CACHE = "TORCHYARD_INDUCTOR_CACHE"
 ARTIFACT_CACHE = "TORCHYARD_ARTIFACT_CACHE"
 REUSE_RESULTS = "TORCHYARD_REUSE_RESULTS"
+RERUN = "TORCHYARD_RERUN"
+RERUN_OPTION = "--torchyard-rerun"  # `torchyard test --rerun` passes it
 SELF_TEST_PROOF = "TORCHYARD_SELF_TEST_PROOF"
 LOCALIZE_SECONDS = "TORCHYARD_LOCALIZE_SECONDS"
 STACK = "TORCHYARD_STACK"
@@ -119,6 +121,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(ARTIFACT_CACHE, None, None, "string", verdicts=False, means='"off": lower every program again'),
     Setting(REUSE_RESULTS, None, None, "bool", verdicts=False, default="0",
             means="replay the last verdicts when nothing deciding them changed"),
+    Setting(RERUN, None, RERUN_OPTION, "bool", verdicts=False, default="0",
+            means="evaluate every result: none replayed from the result cache, none kept in it"),
     Setting(STACK, None, None, "string", verdicts=False,
             means="the image's stack: its base's digest and its lock's layer keys (the image sets it)"),
     Setting(SELF_TEST_PROOF, None, None, "string", verdicts=False,

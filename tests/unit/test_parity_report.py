@@ -219,3 +219,20 @@ def test_a_backend_skipped_for_some_cases_only_keeps_its_rows(tmp_path: Path) ->
     text = write_reports(tmp_path, records, {}, {})["markdown"].read_text()
     assert "skipped for every case" not in text and "| conv | tensorrt |" in " ".join(text.split())
     assert "`cache`: what the artifact cache did with a saved program" in text
+
+
+def test_replayed_results_are_counted_and_marked_where_their_verdicts_are_read(tmp_path: Path) -> None:
+    records = [
+        _result("mlp", "eager", "parity", "passed", replayed="2026-12-06T09:10:00+00:00"),
+        _result("mlp", "inductor", "parity", "passed", replayed="2026-12-05T08:00:00+00:00"),
+        _result("conv", "eager", "parity", "passed"),
+    ]
+    text = write_reports(tmp_path, records, {"accelerator": "cpu"}, {})["markdown"].read_text()
+    assert (
+        "**Replayed**: 2 of 3 results, kept by earlier runs in which they passed; nothing that decides them has "
+        "changed since (the oldest evaluated 2026-12-05 08:00:00 UTC)" in text
+    )
+    rows = {line.split("|")[1].strip() + line.split("|")[2].strip(): line for line in text.splitlines() if "| " in line}
+    assert "pass, replayed" in rows["mlpinductor"] and "replayed" not in rows["conveager"]
+    fresh = write_reports(tmp_path, records[2:], {"accelerator": "cpu"}, {})["markdown"].read_text()
+    assert "Replayed" not in fresh

@@ -15,6 +15,7 @@ from torchyard.inimage.parity.errors import describe_error
 from torchyard.inimage.parity.factory import factory_differs
 from torchyard.inimage.parity.harness import REFERENCE_FAILED, Reference, Result, Status, case_reference, evaluate
 from torchyard.inimage.parity.localize import Localization, localize, localize_train, localizes
+from torchyard.inimage.parity.result_cache import ResultCache
 from torchyard.inimage.parity.training import (
     TrainBackend,
     TrainReference,
@@ -31,17 +32,27 @@ def artifact_cache(settings: RunSettings) -> ArtifactCache:
     return entry_cache(os.environ, contract.cache_root(os.environ, settings.report_dir))
 
 
+def result_cache(settings: RunSettings) -> ResultCache:
+    """Passing results by the key of what decides them, beside the artifacts (off with the artifact cache)."""
+    off = os.environ.get(contract.ARTIFACT_CACHE) == "off"
+    root = None if off else contract.cache_root(os.environ, settings.report_dir) / "verdicts"
+    return ResultCache(root, rerun=settings.rerun)
+
+
 class Evaluations:
     """Each case x backend runs once per process (the compile and parity suites read the same result),
     and each case's reference is made once."""
 
-    def __init__(self, settings: RunSettings, workdir: Path) -> None:
+    def __init__(self, settings: RunSettings, workdir: Path, kept: ResultCache | None = None) -> None:
+        """`kept`: the entry's result cache (`result_cache`), which only the run's own suites are given: a
+        self-test that plants a fault outside what the key sees must neither replay nor keep a verdict."""
         self.settings = settings
         self.device = torch_device(settings.accelerator)
         self.dtype = DTYPES[settings.precision]
         self.workdir = workdir
         self._results: dict[tuple[str, str], Result] = {}
         self.cache = artifact_cache(settings)
+        self.kept = kept or ResultCache(None)
         self._references: dict[str, Reference] = {}
         self._train_references: dict[tuple[str, str], TrainReference] = {}
         self._untrainable: dict[str, str | None] = {}  # per case: its module built and run once, not per backend
@@ -49,6 +60,11 @@ class Evaluations:
     def result(self, case: Case, backend: str) -> Result:
         key = (case.name, backend)
         if key not in self._results:
+            kept = self.kept.key(case, backend, self.device, kind="inference", **self._decides())
+            replayed = self.kept.lookup(kept)
+            if replayed is not None:
+                self._results[key] = replayed
+                return replayed
             if case.name not in self._references:
                 self._references[case.name] = case_reference(case, device=self.device, dtype=self.dtype)
             self._results[key] = evaluate(
@@ -62,7 +78,16 @@ class Evaluations:
                 cache=self.cache,
             )
             self._localize(case, self._results[key])
+            self.kept.keep(kept, self._results[key])
         return self._results[key]
+
+    def _decides(self) -> dict[str, object]:
+        """What of the run's settings decides every result (the result cache's key has the case's own)."""
+        return {
+            "dtype": str(self.dtype),
+            "tolerances": self.settings.tolerances.as_dict(),
+            "precision": self.settings.precision_settings,
+        }
 
     def _localize(self, case: Case, result: Result) -> None:
         """Where a failing backend diverges, for a failure no known failure explains: a known wrong value says
@@ -95,6 +120,13 @@ class Evaluations:
         key = (case.name, backend)
         if key not in self._results:
             dtype_name = str(self.dtype).removeprefix("torch.")
+            kept = self.kept.key(
+                case, backend, self.device, kind="train", train_backends=self.settings.train_backends, **self._decides()
+            )
+            replayed = self.kept.lookup(kept)
+            if replayed is not None:
+                self._results[key] = replayed
+                return replayed
             if case.name not in self._untrainable:
                 try:
                     differs = factory_differs(case)  # the step's reference and each backend build one each
@@ -131,6 +163,7 @@ class Evaluations:
                 runner=train_runner(backend, self.dtype, made.frozen),
             )
             self._localize_train(case, self._results[key], made)
+            self.kept.keep(kept, self._results[key])
         return self._results[key]
 
     def _eager_misses_alike(self, case: Case, result: Result) -> str:

@@ -70,6 +70,7 @@ class RunSettings:
     vendor_record: Path | None
     precision_settings: dict[str, object]
     localize_seconds: int = LOCALIZE_SECONDS_DEFAULT  # 0: failures are not localized
+    rerun: bool = False  # evaluate every result: the result cache neither replays nor keeps
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunSettings:
@@ -99,6 +100,7 @@ class RunSettings:
             vendor_record=Path(record) if record else None,
             precision_settings=pin_precision(),
             localize_seconds=seconds,
+            rerun=values.enabled(contract.RERUN),
         )
 
     @property

@@ -21,7 +21,7 @@ from torchyard import contract
 from torchyard.inimage import proofs
 from torchyard.inimage.cases import Case, CaseLoadError, load_cases
 from torchyard.inimage.collection import MARKERS, mark_items, parametrize
-from torchyard.inimage.evaluations import Evaluations
+from torchyard.inimage.evaluations import Evaluations, result_cache
 from torchyard.inimage.fail_closed import COLLECTOR, Collector, conclude_run
 from torchyard.inimage.first_use import import_first_use
 from torchyard.inimage.freezer import Freezer
@@ -120,7 +120,7 @@ def evaluations(request: pytest.FixtureRequest) -> Iterator[Evaluations]:
     over the machine's limit is emptied. The entry's artifact cache keeps them, by content."""
     settings = request.config.stash[RUN_SETTINGS]
     with tempfile.TemporaryDirectory(prefix=f"torchyard-programs-{worker_id(request.config)}-") as scratch:
-        yield Evaluations(settings, Path(scratch))
+        yield Evaluations(settings, Path(scratch), result_cache(settings))
 
 
 @pytest.hookimpl(trylast=True)

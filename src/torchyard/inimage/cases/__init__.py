@@ -125,7 +125,7 @@ class Case:
     The train suite takes one optimizer step with it unless `train=False`; its loss is the mean square of
     the floating output leaves unless `loss(outputs, call)` says otherwise; `scaler` sets fp16's
     `torch.amp.GradScaler` (`init_scale`, `growth_interval`, `growth_factor`, `backoff_factor`).
-    `cache=False` lowers it afresh every run, never from the artifact cache (a note in the report says so).
+    `cache=False` lowers and evaluates it afresh every run: no artifact, no kept result (a note in the report says so).
     """
 
     name: str

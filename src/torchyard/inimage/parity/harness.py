@@ -56,6 +56,8 @@ class Result:
     # Where a failing backend first leaves the reference (`parity.localize`'s `Localization.as_dict()`); None
     # where nothing was localized (it passed, or its failure is known).
     diverges: dict[str, Any] | None = None
+    # When the result kept and replayed here was evaluated ("" where this run evaluated it: `result_cache`).
+    replayed: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)

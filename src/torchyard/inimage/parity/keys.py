@@ -400,9 +400,7 @@ def artifact_key(
 ) -> str:
     """The content key of one lowering; raises `Unkeyable` when the case cannot be keyed."""
     with _key_code():
-        state = module.state_dict(keep_vars=False)
-        weights = [(name, tensor_digest(value)) for name, value in state.items()]
-        weights += [(name, tensor_digest(value)) for name, value in module.named_buffers() if name not in state]
+        weights = weight_digests(module)
         document = {
             "format": FORMAT,
             "case": case_name,
@@ -420,13 +418,24 @@ def artifact_key(
         return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def code_digest(module: torch.nn.Module) -> str:
-    """sha256 of what decides the module's behaviour beyond its weights (`_CodeWalk`); raises `Unkeyable`."""
+def code_digest(module: torch.nn.Module, *also: object) -> str:
+    """sha256 of what decides the module's behaviour beyond its weights (`_CodeWalk`), and of the code of
+    `also` (a case's loss function, say); raises `Unkeyable`."""
     with _key_code():
         walk = _CodeWalk(registered=module.modules())
         for sub in module.modules():
             walk.add(sub)
+        for obj in also:
+            walk.add(obj)
         return hashlib.sha256("\0\0".join(walk.parts).encode()).hexdigest()
+
+
+def weight_digests(module: torch.nn.Module) -> list[tuple[str, str]]:
+    """Each weight and buffer of `module`, non-persistent buffers too, by name and digest."""
+    with _key_code():
+        state = module.state_dict(keep_vars=False)
+        weights = [(name, tensor_digest(value)) for name, value in state.items()]
+        return weights + [(name, tensor_digest(value)) for name, value in module.named_buffers() if name not in state]
 
 
 def why_unkeyable(module: torch.nn.Module) -> str:

@@ -109,7 +109,7 @@ def _row(record: Mapping[str, Any]) -> tuple[str, ...]:
         f"{record.get('compile_seconds', 0.0):.2f}",
         f"{latency:.3f}" if latency is not None else "-",
         str(record.get("cache") or "-"),
-        VERDICTS.get(record["outcome"], record["outcome"]),
+        VERDICTS.get(record["outcome"], record["outcome"]) + (", replayed" if record.get("replayed") else ""),
         _shortened(str(record.get("reason", ""))),
     )
 
@@ -133,6 +133,19 @@ def summary(records: Sequence[Mapping[str, Any]], tests: Mapping[str, int] | Non
             for r in first
         )
     return text
+
+
+def replayed_line(records: Sequence[Mapping[str, Any]]) -> str:
+    """How many results the result cache replayed, and since when ("" where none was)."""
+    times = sorted(str(r["replayed"]) for r in records if r.get("replayed"))
+    if not times:
+        return ""
+    oldest = times[0].replace("T", " ").replace("+00:00", " UTC")
+    return (
+        f"**Replayed**: {len(times)} of {len(records)} results, kept by earlier runs in which they passed; nothing "
+        f"that decides them has changed since (the oldest evaluated {oldest}). `torchyard test --rerun` evaluates "
+        "them again.\n\n"
+    )
 
 
 def _pytest_count(tests: Mapping[str, int] | None) -> str:
@@ -229,6 +242,7 @@ def markdown(
         title
         + self_test_line(self_tests)
         + "".join(f"**Not collected**: {where}\n\n" for where in not_collected)
+        + replayed_line(records)
         + summary(records, pytest_tests)
         + (f"\n{noted}" if noted else "")
         + "\n#### Every result\n\n"

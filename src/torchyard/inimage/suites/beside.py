@@ -86,7 +86,9 @@ class WholeRun:
 def whole_run_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The environment a whole run gets, taken from `environ` as pytester changes it for a subprocess run."""
     dropped = {"PYTEST_ADDOPTS", "TOX_ENV_DIR", proofs.PROOF}  # a whole run keeps no proof of the run's
-    return {**{k: v for k, v in environ.items() if k not in dropped}, "PY_COLORS": "0", **ISOLATED}
+    # Nor replays or keeps a result: its planted faults lie outside what the result cache's key sees.
+    kept = {contract.RERUN: "1"}
+    return {**{k: v for k, v in environ.items() if k not in dropped}, "PY_COLORS": "0", **ISOLATED, **kept}
 
 
 def _lines(path: Path) -> list[str]:

@@ -1,0 +1,161 @@
+"""Each passing result kept under the key of everything that decides it, so a run replays what did not change
+and evaluates only what did, as Bazel caches test results.
+
+The key (`ResultCache.key`): the case (its module's weights and buffers byte for byte, its code and its loss's
+as the artifact key counts code, every input's values, its comparison and bounds), the backend and its bounds,
+the run's precision and device, the stack (an image's base and lock, or a venv's distributions), the Python,
+and torchyard's own code byte for byte. A case that cannot be keyed, or opts out (`Case(cache=False)`), is
+evaluated every run; so is every result that did not pass, and every result of a case that declares a known
+failure for its backend: a failure is looked at again, never replayed. `torchyard test --rerun` evaluates
+everything and keeps nothing, as a run without the cache would (the harness's whole runs are such runs).
+The cache lives with the entry's other caches, so it is scoped by trust as they are: an untrusted run reads
+the trusted entries, and what it writes is thrown away with its scope.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import functools
+import hashlib
+import json
+import os
+import platform
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from torch.utils import _pytree as pytree
+
+import torchyard
+from torchyard import contract
+from torchyard.inimage.cases import Case
+from torchyard.inimage.parity.digests import tensor_digest
+from torchyard.inimage.parity.harness import Result
+from torchyard.inimage.parity.keys import Unkeyable, code_digest, device_identity, versions, weight_digests
+from torchyard.inimage.parity.metrics import Comparison
+from torchyard.util.atomic import replace_atomically
+
+FORMAT = 1
+TORCHYARD = Path(torchyard.__file__).resolve().parent
+
+
+@functools.cache
+def harness_digest() -> str:
+    """torchyard's own code, every file byte for byte: a change to the harness reruns every result."""
+    digest = hashlib.sha256()
+    for path in sorted(TORCHYARD.rglob("*.py")):
+        digest.update(f"{path.relative_to(TORCHYARD).as_posix()}\0".encode() + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+@functools.cache
+def _stack(identity: str) -> object:
+    """The image's stack where a container has one, else every installed distribution and its version."""
+    if identity:
+        return identity
+    from torchyard.inimage.replay import installed_distributions  # a venv's: read once, only where needed
+
+    return installed_distributions()
+
+
+def _inputs_digest(case: Case) -> str:
+    """Every input of every call, by value: tensors by their bytes, anything else by its repr."""
+    digest = hashlib.sha256()
+    for call in case.calls():
+        for leaf in pytree.tree_leaves((call.args, dict(call.kwargs))):
+            digest.update((tensor_digest(leaf) if isinstance(leaf, torch.Tensor) else repr(leaf)).encode() + b"\0")
+    return digest.hexdigest()
+
+
+class ResultCache:
+    """`<key>.json` files under `root`; `root=None` or `rerun`: nothing replayed, nothing kept."""
+
+    def __init__(self, root: Path | None, *, rerun: bool = False, env: Mapping[str, str] = os.environ) -> None:
+        self.root = None if rerun else root
+        self.stack = env.get(contract.STACK, "")
+        self._cases: dict[str, str | None] = {}
+
+    def _case_digest(self, case: Case) -> str | None:
+        """What the case is, once per case and process; None where it cannot be keyed or opts out."""
+        if case.name not in self._cases:
+            self._cases[case.name] = None
+            if case.cache:
+                try:
+                    module = case.module()
+                    document = {
+                        "weights": weight_digests(module),
+                        "code": code_digest(module, case.loss, case.make_inputs, case.extra_batch, case.dynamic_shapes),
+                        "inputs": _inputs_digest(case),
+                        "compare": case.compare,
+                        "tolerances": case.tolerances,
+                        "backends": case.backends,
+                        "train": case.train,
+                        "scaler": dict(case.scaler),
+                        "labels": case.batch_labels(),
+                    }
+                    self._cases[case.name] = _digest(document)
+                except Unkeyable:
+                    pass  # the artifact cache's note says why, for the same code
+                except Exception:  # the case's own code fails: its evaluation says how, uncached
+                    pass
+        return self._cases[case.name]
+
+    def key(self, case: Case, backend: str, device: torch.device, **decides: object) -> str | None:
+        """The key of `case` on `backend` (`decides`: the bounds, dtypes and whatever else the caller's result
+        depends on); None where there is no cache or the case has no key."""
+        if self.root is None or case.known_failure(backend) is not None:
+            return None
+        case_digest = self._case_digest(case)
+        if case_digest is None:
+            return None
+        document = {
+            "format": FORMAT,
+            "case": case.name,
+            "case-digest": case_digest,
+            "backend": backend,
+            "decides": decides,
+            "device": device_identity(device),
+            "versions": versions(),
+            "stack": _stack(self.stack),
+            "python": platform.python_version(),
+            "torchyard": harness_digest(),
+        }
+        return _digest(document)
+
+    def lookup(self, key: str | None) -> Result | None:
+        """The kept result for `key`, marked with when it was evaluated; None on a miss (or a `--rerun`)."""
+        if key is None or self.root is None:
+            return None
+        try:
+            data = json.loads((self.root / f"{key}.json").read_text())
+            fields = dict(data["result"])
+            fields["comparisons"] = [
+                Comparison(**{name: value for name, value in comparison.items() if name != "passed"})
+                for comparison in fields["comparisons"]
+            ]
+            result = Result(**fields)
+            result.replayed = str(data["evaluated"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # none, torn or from another format: evaluated again and kept anew
+        return result if result.status == "passed" else None
+
+    def keep(self, key: str | None, result: Result) -> None:
+        """Keep a passing result under `key`; a failed write only loses the replay."""
+        if key is None or self.root is None or result.status != "passed" or result.replayed:
+            return
+        data = {
+            "format": FORMAT,
+            "evaluated": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "result": dataclasses.replace(result, diverges=None).as_dict(),
+        }
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            encoded = json.dumps(data, default=str, sort_keys=True).encode()
+            replace_atomically(self.root / f"{key}.json", lambda stream: stream.write(encoded), durable=False)
+        except OSError:
+            pass
+
+
+def _digest(document: object) -> str:
+    return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()

@@ -1,0 +1,149 @@
+"""The result cache replays a passing result only while nothing that decides it changed: the case's weights,
+inputs, code and bounds, the run's settings, the stack and torchyard's own code each move its key; a failure,
+a known failure and a case that opts out are evaluated every run; `--rerun` neither replays nor keeps."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from torchyard import contract
+from torchyard.inimage import evaluations as evaluations_module
+from torchyard.inimage.cases import Case, KnownFailure
+from torchyard.inimage.cases.builtin import CASES
+from torchyard.inimage.evaluations import Evaluations
+from torchyard.inimage.options import RunSettings
+from torchyard.inimage.parity import result_cache
+from torchyard.inimage.parity.harness import Result
+from torchyard.inimage.parity.result_cache import ResultCache
+from torchyard.inimage.parity.tolerances import load_tolerances
+from torchyard.inimage.suites.beside import whole_run_environment
+
+pytestmark = pytest.mark.harness("parity", "train")
+
+MLP = next(case for case in CASES if case.name == "mlp")
+CPU = torch.device("cpu")
+
+
+def settings(root: Path, **changes: object) -> RunSettings:
+    made = RunSettings("cpu", "fp32", root, load_tolerances(), (), True, ("parity", "train"), ("inductor",), None, {})
+    return dataclasses.replace(made, **changes)  # type: ignore[arg-type]
+
+
+def evaluate(root: Path, case: Case, backend: str = "eager", *, rerun: bool = False, train: bool = False) -> Result:
+    """`case` on `backend` as a fresh run's suites evaluate it, with the entry's result cache under `root`."""
+    run = settings(root, rerun=rerun)
+    kept = ResultCache(root / "verdicts", rerun=rerun)
+    evaluations = Evaluations(run, root / "scratch", kept)
+    return evaluations.train_result(case, backend) if train else evaluations.result(case, backend)
+
+
+def kept_files(root: Path) -> list[Path]:
+    return sorted((root / "verdicts").glob("*.json")) if (root / "verdicts").is_dir() else []
+
+
+def no_reference(*args: object, **kwargs: object) -> object:
+    raise AssertionError("a replayed result made its reference again")
+
+
+def test_an_unchanged_result_replays_unevaluated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = evaluate(tmp_path, MLP)
+    assert first.status == "passed" and not first.replayed and len(kept_files(tmp_path)) == 1
+    monkeypatch.setattr(evaluations_module, "case_reference", no_reference)
+    again = evaluate(tmp_path, MLP)
+    assert again.replayed and again.status == "passed"
+    assert [c.as_dict() for c in again.comparisons] == [c.as_dict() for c in first.comparisons]
+
+
+def scaled_weights() -> torch.nn.Module:
+    module = MLP.make_module()
+    with torch.no_grad():
+        next(iter(module.parameters())).mul_(1.5)
+    return module
+
+
+def doubled_inputs(generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+    (call,) = dataclasses.replace(MLP, extra_batch=None).calls()
+    return tuple(2 * x for x in call.args)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param({"make_module": scaled_weights}, id="weights"),
+        pytest.param({"make_inputs": doubled_inputs}, id="inputs"),
+        pytest.param({"tolerances": {"float32.eager": {"max-rel-l2": 1e-3}}}, id="bounds"),
+        pytest.param({"compare": "statistics"}, id="comparison"),
+    ],
+)
+def test_a_change_to_what_decides_a_result_evaluates_it_again(tmp_path: Path, change: dict[str, object]) -> None:
+    evaluate(tmp_path, MLP)
+    changed = evaluate(tmp_path, dataclasses.replace(MLP, **change))  # type: ignore[arg-type]
+    assert not changed.replayed and changed.status == "passed"
+    assert len(kept_files(tmp_path)) == 2
+
+
+def test_torchyards_own_code_and_the_backend_are_in_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    evaluate(tmp_path, MLP)
+    assert not evaluate(tmp_path, MLP, "export").replayed  # another backend: its own result
+    monkeypatch.setattr(result_cache, "harness_digest", lambda: "another torchyard")
+    assert not evaluate(tmp_path, MLP).replayed
+
+
+def test_rerun_evaluates_and_keeps_nothing(tmp_path: Path) -> None:
+    assert not evaluate(tmp_path, MLP, rerun=True).replayed
+    assert kept_files(tmp_path) == []
+    evaluate(tmp_path, MLP)
+    (kept,) = kept_files(tmp_path)
+    before = kept.read_text()
+    assert not evaluate(tmp_path, MLP, rerun=True).replayed
+    assert kept.read_text() == before
+    assert evaluate(tmp_path, MLP).replayed
+
+
+def test_whole_runs_of_the_self_tests_neither_replay_nor_keep() -> None:
+    assert whole_run_environment({})[contract.RERUN] == "1"
+
+
+def test_a_failure_is_never_kept(tmp_path: Path) -> None:
+    tight = dataclasses.replace(MLP, tolerances={"float32.eager": {"max-scaled-error": 1e-30, "max-rel-l2": 1e-30}})
+    for _ in range(2):
+        assert evaluate(tmp_path, tight).status == "failed"
+    assert kept_files(tmp_path) == []
+
+
+def test_a_case_with_a_known_failure_or_that_opts_out_is_evaluated_every_run(tmp_path: Path) -> None:
+    known = dataclasses.replace(MLP, known_failures={"eager": KnownFailure("planted", computes=MLP.make_module)})
+    opted_out = dataclasses.replace(MLP, cache=False)
+    for case in (known, opted_out, known, opted_out):
+        assert not evaluate(tmp_path, case).replayed
+    assert kept_files(tmp_path) == []
+
+
+def test_a_torn_entry_is_a_miss_and_is_kept_anew(tmp_path: Path) -> None:
+    evaluate(tmp_path, MLP)
+    (kept,) = kept_files(tmp_path)
+    kept.write_text('{"result": {"case": "mlp", "status": "pas')
+    assert not evaluate(tmp_path, MLP).replayed
+    assert evaluate(tmp_path, MLP).replayed
+
+
+def test_an_entry_that_says_anything_but_passed_is_not_replayed(tmp_path: Path) -> None:
+    evaluate(tmp_path, MLP)
+    (kept,) = kept_files(tmp_path)
+    kept.write_text(kept.read_text().replace('"status": "passed"', '"status": "failed"'))
+    assert not evaluate(tmp_path, MLP).replayed
+
+
+def test_a_training_step_replays_without_its_float64_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = evaluate(tmp_path, MLP, "train-eager-sgd", train=True)
+    assert first.status == "passed", first.reason
+
+    def no_step(*args: object, **kwargs: object) -> object:
+        raise AssertionError("a replayed step made its float64 step again")
+
+    monkeypatch.setattr(evaluations_module, "make_train_reference", no_step)
+    assert evaluate(tmp_path, MLP, "train-eager-sgd", train=True).replayed
