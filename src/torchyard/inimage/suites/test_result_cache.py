@@ -21,8 +21,10 @@ from torchyard.inimage.parity.harness import Result
 from torchyard.inimage.parity.result_cache import ResultCache
 from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.suites.beside import whole_run_environment
+from torchyard.names import SUITE_NAMES
 
-pytestmark = pytest.mark.harness("parity", "train")
+# Every suite that evaluates cases keeps its results; the ops suite's samples are not kept.
+pytestmark = pytest.mark.harness(*(suite for suite in SUITE_NAMES if suite != "ops"))
 
 MLP = next(case for case in CASES if case.name == "mlp")
 CPU = torch.device("cpu")
