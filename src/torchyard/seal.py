@@ -17,7 +17,7 @@ from torchyard import contract
 from torchyard.errors import ConfigError
 from torchyard.matrix.machine import Limits, size_bytes
 from torchyard.matrix.schema import Entry
-from torchyard.matrix.values import flag_values
+from torchyard.matrix.values import flag_values, stray_words
 
 SCRATCH = "rw,exec,nosuid,nodev,mode=1777"
 LOG_BYTES = "16m"
@@ -130,7 +130,11 @@ def loosening(args: Sequence[str]) -> list[str]:
 
 
 def check_untrusted_seal(args: Sequence[str], trusted: bool) -> None:
-    """An untrusted run's container keeps every namespace and filter, whatever asked to open one."""
+    """An untrusted run's container keeps every namespace and filter, whatever asked to open one; and `args`,
+    every option before the image, read as docker reads them, hold no word docker would take for the image."""
+    stray = stray_words(tuple(args))
+    if stray:
+        raise ConfigError(f"docker run's options end early: {args[stray[0]]!r} would be taken for the image")
     opened = loosening(args)
     if opened and not trusted:
         raise ConfigError(

@@ -79,7 +79,7 @@ def test_an_untrusted_run_starts_warm_and_reaches_no_later_trusted_run(
                 "dev.torchyard.stack": plan.scope.stack,
             }
         }
-        assert re.fullmatch(r"[0-9a-f]{16}", plan.scope.stack)
+        assert re.fullmatch(r"[0-9a-f]{64}", plan.scope.stack)
         assert plan.scope.volume != trusted_volume
         status, _ = _run_with_mounted_test(tmp_path / "3", machine_env, client, TRUSTED_AFTER, project=project)
         assert status == 0, capsys.readouterr()

@@ -9,6 +9,7 @@ import pytest
 
 from torchyard.accelerators import ACCELERATORS, HostFacts
 from torchyard.accelerators.cuda import selected_gpus
+from torchyard.accelerators.protocol import NO_NVIDIA_DEVICES
 from torchyard.host.facts import cdi_devices, engine_cdi, gpu_vendors
 from torchyard.names import ACCELERATOR_NAMES
 
@@ -28,8 +29,19 @@ def test_every_accelerator_has_a_module() -> None:
 
 
 def test_cpu_has_no_device_flags() -> None:
-    assert ACCELERATORS["cpu"].docker_run_args(HOST, {"CUDA_VISIBLE_DEVICES": "1"}) == ()
+    assert ACCELERATORS["cpu"].docker_run_args(HOST, {"CUDA_VISIBLE_DEVICES": "1"}) == NO_NVIDIA_DEVICES
     assert ACCELERATORS["cpu"].host_problems(HostFacts(), {}) == ()
+
+
+def test_every_entry_but_cudas_tells_nvidias_runtime_it_gets_no_gpu() -> None:
+    """A runner whose engine runs NVIDIA's runtime by default hands a container every GPU its environment
+    names: every accelerator but cuda names none, last among its flags."""
+    for name, module in ACCELERATORS.items():
+        flags = module.docker_run_args(HOST, {})
+        if name == "cuda":
+            assert "NVIDIA_VISIBLE_DEVICES=void" not in flags
+        else:
+            assert flags[-2:] == NO_NVIDIA_DEVICES, name
 
 
 def test_cuda_uses_cdi_only_when_the_engine_has_it_on() -> None:
@@ -133,7 +145,7 @@ def rocm_host(tmp_path: Path) -> HostFacts:
     return dataclasses.replace(HOST, sysfs=sysfs)
 
 
-ROCM_REST = ("--group-add", "44", "--group-add", "993", "--shm-size", "16g")
+ROCM_REST = ("--group-add", "44", "--group-add", "993", "--shm-size", "16g", *NO_NVIDIA_DEVICES)
 
 
 @pytest.mark.parametrize(
@@ -156,7 +168,9 @@ def test_rocm_gets_the_render_nodes_of_the_jobs_gpus_only(
     nodes = tuple(arg for minor in minors for arg in ("--device", f"/dev/dri/renderD{minor}"))
     args = ACCELERATORS["rocm"].docker_run_args(host, env)
     assert args == ("--device", "/dev/kfd", *nodes, *ROCM_REST)
-    assert "/dev/dri" not in args and not any("VISIBLE" in arg for arg in args)
+    assert "/dev/dri" not in args and not any(
+        arg.startswith(("HIP_VISIBLE", "ROCR_VISIBLE", "CUDA_VISIBLE")) for arg in args
+    )
     assert ACCELERATORS["rocm"].host_problems(host, env) == ()
 
 
@@ -218,7 +232,7 @@ def test_xpu_gets_the_render_nodes_of_the_jobs_gpus_only(
     nodes = tuple(arg for minor in minors for arg in ("--device", f"/dev/dri/renderD{minor}"))
     masked = ("--env", f"ZE_AFFINITY_MASK={mask}") if mask else ()
     assert ACCELERATORS["xpu"].docker_run_args(host, {**env, "HOME": "/root"}) == (
-        *nodes, "--group-add", "993", "--shm-size", "16g", *masked,
+        *nodes, "--group-add", "993", "--shm-size", "16g", *masked, *NO_NVIDIA_DEVICES,
     )  # fmt: skip
     assert ACCELERATORS["xpu"].host_problems(host, env) == ()
 
@@ -237,7 +251,9 @@ def test_an_xpu_selection_this_host_lacks_is_one_line_and_no_gpu(
     host = xpu_host(tmp_path)
     (problem,) = ACCELERATORS["xpu"].host_problems(host, env)
     assert problem.startswith(message)
-    assert ACCELERATORS["xpu"].docker_run_args(host, env) == ("--group-add", "993", "--shm-size", "16g")
+    assert ACCELERATORS["xpu"].docker_run_args(host, env) == (
+        "--group-add", "993", "--shm-size", "16g", *NO_NVIDIA_DEVICES,
+    )  # fmt: skip
 
 
 def test_image_checks_name_what_each_accelerator_needs() -> None:

@@ -23,6 +23,7 @@ from torchyard.image.layers import Layer, layer_sizes
 from torchyard.image.outcome import Built, how_built, layer_outcomes, layers_summary
 from torchyard.image.plan import BuildOptions, BuildPlan, plan_build, resolve_base
 from torchyard.image.policy import BuildPolicy
+from torchyard.image.registry import PLAN_LABELS
 from torchyard.matrix import load_plan
 from torchyard.matrix.machine import Registry
 
@@ -73,7 +74,7 @@ def test_plan_carries_entry_python_lock_and_labels(tree: Path) -> None:
     assert args["VENDOR_PACKAGES"] == ""
     assert args["LOCK_DIGEST"].startswith("sha256:")
     assert args["GIT_REVISION"] == "abc123" and args["SOURCE_DATE_EPOCH"] == "1700000000"
-    assert plan.tag.startswith(f"torchyard/{PROJECT}/cpu:") and len(plan.tag.split(":")[1]) == 16
+    assert plan.tag.startswith(f"torchyard/{PROJECT}/cpu:") and len(plan.tag.split(":")[1]) == 64
     assert plan.alias == f"torchyard/{PROJECT}/cpu:latest"
     assert args["PROJECT_SCOPE"] == PROJECT  # its label: prune keeps images per project and entry
     # The lock's groups, one file each, and their keys as the image's label.
@@ -418,9 +419,10 @@ def test_no_build_mounts_a_uv_cache_and_uv_keeps_none_in_a_layer() -> None:
 
 
 class FakeImage:
-    def __init__(self) -> None:
+    def __init__(self, labels: dict[str, str] | None = None) -> None:
         self.tags: list[str] = []
         self.attrs = {"Size": 1}
+        self.labels = labels or {}
 
     def tag(self, repository: str, tag: str | None = None) -> None:
         self.tags.append(repository if tag is None else f"{repository}:{tag}")
@@ -439,13 +441,41 @@ class FakeClient:
         self.images = FakeImages(image)
 
 
+def plan_labels(plan: BuildPlan) -> dict[str, str]:
+    """The labels the Dockerfile gives an image of `plan` that a run checks before reusing it."""
+    args = dict(plan.build_args)
+    return {label: args.get(arg, "") for label, arg in PLAN_LABELS}
+
+
 def test_an_untrusted_run_reuses_a_trusted_image_without_moving_its_alias(tree: Path) -> None:
-    plan, image = make_plan(tree), FakeImage()
+    plan = make_plan(tree)
+    image = FakeImage(plan_labels(plan))
     client: Any = FakeClient(image)
     assert find_local(PLAN.entry("cpu"), [plan], client, policy=BuildPolicy(trusted=False)) is not None
     assert image.tags == []
     find_local(PLAN.entry("cpu"), [plan], client)
     assert image.tags == [f"torchyard/{PROJECT}/cpu:latest"]
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {},  # an image of someone else's, tagged with the plan's tag (the review tagged a bare base so)
+        {"dev.torchyard.wheels-only": "1"},  # an untrusted build's, under a tag that collides with a trusted one
+        {"dev.torchyard.content": "0" * 64},  # another content whose shortened digest is the plan's
+    ],
+)
+def test_an_image_under_the_plans_tag_is_run_only_where_its_labels_say_it_is_the_plans(
+    tree: Path, forged: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = make_plan(tree)
+    image = FakeImage({**plan_labels(plan), **forged} if forged else {})
+    client: Any = FakeClient(image)
+    for policy in (BuildPolicy(trusted=True), BuildPolicy(trusted=False)):
+        assert find_local(PLAN.entry("cpu"), [plan], client, policy=policy) is None
+    assert image.tags == []  # no alias moved onto it
+    assert "is not what its plan builds" in capsys.readouterr().err
+    assert dict(plan.build_args)["CONTENT_DIGEST"] == plan.tag.rpartition(":")[2]  # the tag is the digest, whole
 
 
 def test_the_built_images_checks_run_sealed_and_fail_in_their_own_words() -> None:

@@ -139,17 +139,17 @@ def test_a_rebuild_that_keeps_the_dependency_layers_needs_only_what_lies_above_t
     assert rebuilt_bytes(HISTORY, size, ["pytorch"]) == size  # a group the history lacks: assume nothing
 
 
-GROUPS = [Layer("torch", ("torch==2.14.1",), "", "a" * 16), Layer("rest", ("numpy==2.3.0",), "", "b" * 16)]
+GROUPS = [Layer("torch", ("torch==2.14.1",), "", "a" * 64), Layer("rest", ("numpy==2.3.0",), "", "b" * 64)]
 
 
 def test_a_build_takes_the_groups_up_to_the_first_whose_key_differs() -> None:
     def labelled(value: str) -> Mapping[str, str]:
         return image_keys({LAYERS_LABEL: value})
 
-    assert kept_groups(GROUPS, labelled(f"torch={'a' * 16} rest={'b' * 16}")) == ["torch", "rest"]
-    assert kept_groups(GROUPS, labelled(f"torch={'a' * 16} rest={'c' * 16}")) == ["torch"]
+    assert kept_groups(GROUPS, labelled(f"torch={'a' * 64} rest={'b' * 64}")) == ["torch", "rest"]
+    assert kept_groups(GROUPS, labelled(f"torch={'a' * 64} rest={'c' * 64}")) == ["torch"]
     # Keys chain: a matching key above a new one is another layer.
-    assert kept_groups(GROUPS, labelled(f"torch={'c' * 16} rest={'b' * 16}")) == []
+    assert kept_groups(GROUPS, labelled(f"torch={'c' * 64} rest={'b' * 64}")) == []
     assert kept_groups(GROUPS, labelled("")) == []
     assert kept_groups(GROUPS, image_keys(None)) == []  # an image without labels
     assert kept_groups(GROUPS, labelled("torch=not-a-key")) == []  # a label is not trusted input

@@ -450,6 +450,14 @@ def test_the_shipped_xpu_entry_takes_torch_from_the_xpu_index_alone() -> None:
         # "--cpus"), so the next word is no flag's and docker would run it as the image
         ('["--label", "--cpus", "evil.example/x:1", "--shm-size", "64m"]', '"evil.example/x:1" is neither a flag nor'),
         ('["--label", "-e", "evil.example/x:1"]', '"evil.example/x:1" is neither a flag nor'),
+        # a flag that takes a value, last: docker would take torchyard's own next flag for its value
+        ('["--shm-size", "8g", "--label"]', '"--label" takes a value and has none'),
+        ('["--cpus"]', '"--cpus" takes a value and has none'),
+        # what a device runtime reads: NVIDIA's hands the container every GPU it names
+        ('["--env", "NVIDIA_VISIBLE_DEVICES=all"]', "a device runtime reads it to hand the container GPUs"),
+        ('["--env=NVIDIA_DRIVER_CAPABILITIES=all"]', "a device runtime reads it"),
+        ('["-e", "nvidia_visible_devices=0"]', "a device runtime reads it"),
+        ('["--env", "AMD_VISIBLE_DEVICES=all"]', "a device runtime reads it"),
     ],
 )
 def test_matrix_docker_run_can_only_tighten_the_seal(flags: str, message: str) -> None:

@@ -50,7 +50,7 @@ def tree(tmp_path: Path) -> Path:
 
 def _labels(plan: BuildPlan) -> dict[str, str]:
     args = dict(plan.build_args)
-    return {label: args[arg] for label, arg in image_registry.PLAN_LABELS}
+    return {label: args.get(arg, "") for label, arg in image_registry.PLAN_LABELS}
 
 
 def test_a_pulled_image_whose_labels_differ_from_its_plan_is_refused_and_removed(

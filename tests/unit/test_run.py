@@ -13,14 +13,15 @@ import pytest
 
 from tests.unit.test_accelerators import fake_drm, fake_kfd
 from torchyard.accelerators import ACCELERATORS, HostFacts
-from torchyard.errors import DeviceUnavailableError, UsageError
+from torchyard.accelerators.protocol import NO_NVIDIA_DEVICES
+from torchyard.errors import ConfigError, DeviceUnavailableError, UsageError
 from torchyard.matrix import load_plan
 from torchyard.matrix.machine import Limits
 from torchyard.run.container import RunPlan, docker_run_args, require_device_runtime
 from torchyard.run.inplace import require_stack, run_in_place
 from torchyard.run.scopes import cache_scope, seed_args
 from torchyard.run.venv import stage_inimage, sync_venv
-from torchyard.seal import Seal, helper_args, loosening
+from torchyard.seal import Seal, check_untrusted_seal, helper_args, loosening
 from torchyard.trust import Trust
 
 PLAN = load_plan(Path(__file__).parents[2] / "matrix.toml")
@@ -99,7 +100,7 @@ ALL = "export or compile or runtime or parity or train or harness"
 
 def test_cpu_run_args() -> None:
     args = docker_run_args(PLAN.entry("cpu"), run_plan("cpu"), HOST, {}, ["-q"])
-    assert args == (*common("cpu"), *tail("cpu", ALL))
+    assert args == (*common("cpu"), *NO_NVIDIA_DEVICES, *tail("cpu", ALL))
 
 
 def test_every_run_names_its_image_so_a_later_reuse_finds_what_a_plain_run_kept() -> None:
@@ -144,7 +145,7 @@ def test_rocm_run_args(tmp_path: Path) -> None:
         *common("rocm"),
         "--device", "/dev/kfd", "--device", "/dev/dri/renderD129",
         "--group-add", "44", "--group-add", "993",
-        "--shm-size", "16g",
+        "--shm-size", "16g", *NO_NVIDIA_DEVICES,
         *tail("rocm", "export or compile or runtime or parity or harness", "export,compile,runtime,parity"),
     )  # fmt: skip
 
@@ -155,7 +156,7 @@ def test_xpu_run_args_follow_its_suites(tmp_path: Path) -> None:
     assert args == (
         *common("xpu"),
         "--device", "/dev/dri/renderD128", "--group-add", "993", "--shm-size", "16g",
-        "--env", "ZE_AFFINITY_MASK=0.0",
+        "--env", "ZE_AFFINITY_MASK=0.0", *NO_NVIDIA_DEVICES,
         *tail("xpu", "export or compile or parity or harness", "export,compile,parity"),
     )  # fmt: skip
 
@@ -308,6 +309,18 @@ def test_torchyards_own_variables_come_after_every_flag_that_could_set_them() ->
 def test_no_accelerator_opens_the_seal(name: str) -> None:
     args = docker_run_args(PLAN.entry(name), run_plan(name, "untrusted"), HOST, {}, [])
     assert loosening(args[: args.index(run_plan(name).image)]) == []
+
+
+@pytest.mark.parametrize("name", ["rocm", "xpu", "cuda", "cpu"])
+def test_every_accelerators_options_pass_the_seal_check_and_a_stray_word_does_not(name: str) -> None:
+    """The check reads the options as docker does: a word no flag takes would be the image, the rest its
+    arguments; torchyard's own options never hold one, and options that end early are refused whoever made them."""
+    args = docker_run_args(PLAN.entry(name), run_plan(name, "untrusted"), HOST, {}, [])
+    options = args[1 : args.index(run_plan(name).image)]
+    check_untrusted_seal(options, trusted=False)
+    for cut in (("--label",), ("--label", "x=1", "attacker/img:1")):
+        with pytest.raises(ConfigError, match="would be taken for the image"):
+            check_untrusted_seal((*cut, *options), trusted=True)
 
 
 def test_a_venv_has_torchyards_in_image_side_on_its_path_and_a_source_folder_after_it(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
-from torchyard.accelerators.protocol import HostFacts
+from torchyard.accelerators.protocol import NO_NVIDIA_DEVICES, HostFacts
 from torchyard.names import NATIVE_ACCELERATORS
 
 NAME: Literal["mps"] = "mps"
@@ -15,7 +15,7 @@ IMAGE_CHECKS: tuple[str, ...] = ()  # no image
 
 
 def docker_run_args(host: HostFacts, env: Mapping[str, str]) -> tuple[str, ...]:
-    return ()
+    return NO_NVIDIA_DEVICES
 
 
 def host_problems(host: HostFacts, env: Mapping[str, str]) -> tuple[str, ...]:

@@ -9,6 +9,10 @@ from typing import Protocol
 
 from torchyard.names import AcceleratorName
 
+# An entry that asks for no NVIDIA GPU says so to NVIDIA's runtime, which a runner may have made the engine's
+# default: it hands every GPU to a container whose environment names them, whatever image or flag set that.
+NO_NVIDIA_DEVICES = ("--env", "NVIDIA_VISIBLE_DEVICES=void")
+
 # PCI vendor ids (sysfs `vendor`) of the GPU makers torchyard targets, and the names doctor prints.
 PCI_VENDORS = {"0x10de": "NVIDIA", "0x1002": "AMD", "0x8086": "Intel"}
 

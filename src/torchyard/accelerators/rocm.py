@@ -18,6 +18,7 @@ from typing import Literal
 
 from torchyard.accelerators.protocol import (
     COMMON_IMAGE_CHECKS,
+    NO_NVIDIA_DEVICES,
     HostFacts,
     UnresolvedSelection,
     group_add_args,
@@ -83,6 +84,7 @@ def docker_run_args(host: HostFacts, env: Mapping[str, str]) -> tuple[str, ...]:
         *render_node_args(minors),
         *group_add_args(host, GROUPS),
         "--shm-size", "16g",
+        *NO_NVIDIA_DEVICES,
     )  # fmt: skip
 
 

@@ -15,6 +15,7 @@ from typing import Literal
 
 from torchyard.accelerators.protocol import (
     COMMON_IMAGE_CHECKS,
+    NO_NVIDIA_DEVICES,
     HostFacts,
     UnresolvedSelection,
     group_add_args,
@@ -83,6 +84,7 @@ def docker_run_args(host: HostFacts, env: Mapping[str, str]) -> tuple[str, ...]:
         *group_add_args(host, ("render",)),
         "--shm-size", "16g",  # PyTorch's workers share tensors through /dev/shm: its own, never the host's
         *(("--env", f"{MASK}={mask}") if mask is not None else ()),
+        *NO_NVIDIA_DEVICES,
     )  # fmt: skip
 
 

@@ -4,6 +4,7 @@ its pins, every torchyard image's layer keys)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from torchyard.image.layers import LAYERS_LABEL, image_keys
 from torchyard.image.outcome import Built
 from torchyard.image.plan import BuildPlan, trusted_alias_of
 from torchyard.image.policy import TRUSTED, BuildPolicy
-from torchyard.image.registry import DIGEST
+from torchyard.image.registry import DIGEST, plan_mismatch
 from torchyard.matrix.schema import Entry
 
 
@@ -77,12 +78,21 @@ def look(client: docker.DockerClient, plan: BuildPlan) -> Held:
 def find_local(
     entry: Entry, plans: Sequence[BuildPlan], client: docker.DockerClient, *, policy: BuildPolicy = TRUSTED
 ) -> Built | None:
-    """The first of `plans`' images this runner has, by its content-addressed tag; None when none is here. An
-    untrusted run uses a trusted image as it is, and moves no tag of it (the alias a trusted build reads stays
-    where trusted builds put it)."""
+    """The first of `plans`' images this runner has, by its content-addressed tag and labels that say it is
+    the plan's (the whole content digest, who built it); None when none is here. An untrusted run uses a
+    trusted image as it is, and moves no tag of it (the alias a trusted build reads stays where trusted builds
+    put it)."""
     for plan in plans:
         existing = local_image(client, plan.tag)
         if existing is None:
+            continue
+        mismatch = plan_mismatch(existing.labels, plan)
+        if mismatch:  # made by something else under the plan's tag: rebuilt, never run
+            print(
+                f"torchyard: {plan.tag} on this runner is not what its plan builds (its {mismatch} label differs): "
+                "not used; building it",
+                file=sys.stderr,
+            )
             continue
         if policy.trusted:
             existing.tag(plan.alias)

@@ -157,7 +157,7 @@ def keyed(layers: Sequence[Layer], below: str) -> tuple[Layer, ...]:
     result = []
     for layer in layers:
         digest.update(b"\0" + layer.name.encode() + b"\0" + layer.text.encode())
-        result.append(replace(layer, key=digest.hexdigest()[:16]))
+        result.append(replace(layer, key=digest.hexdigest()))
     return tuple(result)
 
 
@@ -169,7 +169,7 @@ def keys_label(layers: Sequence[Layer]) -> str:
 def read_keys_label(value: str) -> Mapping[str, str]:
     """`keys_label`'s value read back (anything malformed is skipped: labels are not trusted input)."""
     pairs = (item.partition("=") for item in value.split())
-    return {name: key for name, sep, key in pairs if sep and name in GROUP_NAMES and re.fullmatch(r"[0-9a-f]{16}", key)}
+    return {name: key for name, sep, key in pairs if sep and name in GROUP_NAMES and re.fullmatch(r"[0-9a-f]{64}", key)}
 
 
 def image_keys(labels: Mapping[str, str] | None) -> Mapping[str, str]:

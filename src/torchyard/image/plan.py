@@ -232,6 +232,7 @@ def plan_build(
     # cache was pruned (it is passed as --cache-from then).
     build_args = (
         *content_args,
+        ("CONTENT_DIGEST", digest.hexdigest()),
         ("GIT_REVISION", revision),
         ("SOURCE_DATE_EPOCH", source_date_epoch),
         ("BUILDKIT_INLINE_CACHE", "1"),
@@ -241,7 +242,7 @@ def plan_build(
         entry=entry.name,
         base_image=base_image,
         build_args=build_args,
-        tag=f"{image_repository(project, entry.name)}:{digest.hexdigest()[:16]}",
+        tag=f"{image_repository(project, entry.name)}:{digest.hexdigest()}",
         alias=f"{image_repository(project, entry.name)}:{ALIASES[scope]}",
         vendor=vendor,
         python=entry.python,

@@ -85,6 +85,8 @@ PLAN_LABELS = (
     ("dev.torchyard.lock-digest", "LOCK_DIGEST"),
     ("dev.torchyard.layers", "LAYER_KEYS"),
     ("org.opencontainers.image.base.digest", "BASE_DIGEST"),
+    ("dev.torchyard.content", "CONTENT_DIGEST"),
+    ("dev.torchyard.wheels-only", "WHEELS_ONLY"),
 )
 
 

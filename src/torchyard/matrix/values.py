@@ -32,6 +32,9 @@ SAFE_DOCKER_RUN = frozenset(
 )  # fmt: skip
 # The prefix of the variables torchyard sets in its containers (the run's trust among them).
 OWN_VARIABLES = "TORCHYARD_"
+# What a device runtime reads to decide which GPUs a container gets (NVIDIA's container toolkit, AMD's):
+# set in a container's environment they hand it devices no `--gpus` or `--device` asked for.
+RUNTIME_VARIABLES = ("NVIDIA_", "AMD_VISIBLE_DEVICES")
 TOLERANCE_BACKENDS = (
     *BACKEND_NAMES,
     *(f"inductor:{mode}" for mode in COMPILE_MODES if mode != "default"),
@@ -123,6 +126,16 @@ def flag_values(flags: tuple[str, ...]) -> Iterator[tuple[int, str, str]]:
             yield position, flag, value
 
 
+def missing_values(flags: tuple[str, ...]) -> list[int]:
+    """The positions of flags that take a value and end the list without one: docker would take torchyard's
+    next argument as their value."""
+    return [
+        position
+        for position, flag, _, is_flag in _tokens(flags)
+        if is_flag and position == len(flags) - 1 and "=" not in flags[position] and flag not in BOOLEAN_DOCKER_RUN
+    ]
+
+
 def stray_words(flags: tuple[str, ...]) -> list[int]:
     """The positions of words that are neither a flag nor the value after one: docker run would take the
     first as the image to run (pulled if missing) and torchyard's own flags and image as its arguments."""
@@ -139,6 +152,12 @@ def docker_run(table: Table, key: str, flags: tuple[str, ...], allowed: Collecti
             f"{describe(flags[position])} is neither a flag nor a flag's value: docker run would take it for "
             "the image to run",
         )
+    for position in missing_values(flags):
+        raise table.error(
+            f"{key}[{position}]",
+            f"{describe(flags[position])} takes a value and has none: docker would take torchyard's next "
+            "argument for it",
+        )
     for position, flag, value in flag_values(flags):
         item = flags[position]
         if flag not in SAFE_DOCKER_RUN and flag not in allowed:
@@ -152,6 +171,12 @@ def docker_run(table: Table, key: str, flags: tuple[str, ...], allowed: Collecti
                 f"{key}[{position}]",
                 f"{flag} {describe(value)}: {OWN_VARIABLES}* variables are torchyard's own (the run's trust "
                 "among them), set by the host alone",
+            )
+        if flag in ("--env", "-e") and value.upper().startswith(RUNTIME_VARIABLES):
+            raise table.error(
+                f"{key}[{position}]",
+                f"{flag} {describe(value)}: a device runtime reads it to hand the container GPUs; the devices "
+                "an entry gets are its accelerator's, given by torchyard",
             )
         if flag in allowed:
             continue
