@@ -14,8 +14,11 @@ import docker.types
 import pytest
 
 from torchyard import contract
+from torchyard.errors import ConfigError
 from torchyard.host.engine import build_client
-from torchyard.run.scopes import SEED_TARGET, CacheScope, prime_volume, seed_args
+from torchyard.matrix import load_plan
+from torchyard.run.container import _volume_exists
+from torchyard.run.scopes import SEED_TARGET, CacheScope, cache_scope, prime_volume, seed_args
 from torchyard.util import proc
 
 pytestmark = pytest.mark.integration
@@ -87,3 +90,33 @@ def test_the_seed_copies_the_trusted_volume_into_the_runs_own_in_the_base(
     proc.run((build_client().path, *args))
     assert _volume_files(client, volumes.volume, local_base) == sorted(["kept", planted])
     assert _volume_files(client, str(volumes.seed), local_base) == ["kept"]
+
+
+@pytest.mark.parametrize(
+    ("found", "trust"),
+    [
+        ({"dev.torchyard.trust": "untrusted"}, "trusted"),  # an untrusted run's leftover under the trusted name
+        ({"dev.torchyard.entry": "other"}, "trusted"),  # another entry's
+        ({}, "trusted"),  # made by hand, or by anything else
+        ({"dev.torchyard.trust": "untrusted"}, "untrusted"),  # the seed an untrusted run would copy from
+    ],
+)
+def test_a_volume_under_the_scopes_name_that_its_labels_do_not_say_is_the_scopes_is_refused(
+    client: docker.DockerClient, found: dict[str, str], trust: str
+) -> None:
+    """The engine hands back an existing volume on create, labels as they were: a volume named as this
+    scope's (or as the trusted scope an untrusted run is seeded from) is used only where its labels say so."""
+    entry = load_plan(Path(__file__).parents[2] / "matrix.toml").entry("cpu")
+    project = f"test{uuid.uuid4().hex[:8]}"
+    scope = cache_scope(entry, project, trust, "1")  # type: ignore[arg-type]
+    trusted_scope = cache_scope(entry, project, "trusted", "1")
+    planted = trusted_scope.volume
+    labels = {**trusted_scope.labels(entry), **found} if found else {}
+    client.volumes.create(planted, labels=labels)
+    try:
+        wanted = {**scope.labels(entry), "dev.torchyard.trust": "trusted"}
+        with pytest.raises(ConfigError, match=f"the volume {planted} is not this scope's cache"):
+            _volume_exists(client, planted, wanted)
+        assert _volume_exists(client, f"{planted}-absent", wanted) is False
+    finally:
+        client.volumes.get(planted).remove(force=True)

@@ -198,6 +198,8 @@ def test_root_is_read_only_and_scratch_is_private():
 
 def test_a_link_out_of_the_reports_is_planted():
     Path("/reports/escape").symlink_to("/etc/hostname")
+    # a special file whose name would write to the runner's terminal and log, as the host names what it removes
+    os.mkfifo("/reports/\\x1b]0;pwned\\x07\\ntorchyard: trusted run")
 """
 
 
@@ -209,7 +211,9 @@ def test_the_test_container_is_sealed(
     as root, where following it could hand a host file over)."""
     status, plan = _run_with_mounted_test(tmp_path, machine_env, client, HOSTILE)
     assert status == 0, capsys.readouterr()
-    assert "removed escape from the reports" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "removed escape from the reports" in err
+    assert "removed \\x1b]0;pwned\\x07\\ntorchyard: trusted run from the reports" in err and "\x1b" not in err
     assert not (plan.reports / "escape").is_symlink() and Path("/etc/hostname").stat().st_uid == 0
     assert (plan.reports / "junit.xml").stat().st_uid == os.getuid()  # handed back to the caller
 

@@ -26,7 +26,7 @@ def describe(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        shown = value if len(value) <= 60 else value[:57] + "..."
+        shown = one_line(value if len(value) <= 60 else value[:57] + "...")
         return '"' + shown.replace('"', '\\"') + '"'
     if isinstance(value, dict):
         return "a table"

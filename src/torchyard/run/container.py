@@ -28,6 +28,7 @@ from torchyard.accelerators.protocol import HostFacts
 from torchyard.errors import CommandError, ConfigError, DeviceUnavailableError, TorchyardError
 from torchyard.image.layers import stack_of
 from torchyard.matrix.machine import Limits, Machine, duration_seconds, size_bytes
+from torchyard.matrix.reader import one_line
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
 from torchyard.run.handback import (
@@ -41,6 +42,8 @@ from torchyard.run.handback import (
 )
 from torchyard.run.scopes import (
     DEADLINE_LABEL,
+    STACK_LABEL,
+    TRUST_LABEL,
     CacheScope,
     cache_scope,
     prime_volume,
@@ -256,8 +259,8 @@ def hand_over(stage: Path, plan: RunPlan, facts: Mapping[str, str]) -> None:
     error), stamp the host's facts over it, then copy it into the reports folder. A stamp that fails for
     any reason leaves the reports empty and fails the run in one line."""
     removed = hand_back(stage, os.getuid(), os.getgid(), limit_bytes=size_bytes(plan.seal.limits.reports))
-    for name in removed[:10]:
-        print(f"torchyard: removed {name} from the reports: not a regular file or folder", file=sys.stderr)
+    for name in removed[:10]:  # names the container chose: their control characters escaped, never sent
+        print(f"torchyard: removed {one_line(name)} from the reports: not a regular file or folder", file=sys.stderr)
     if len(removed) > 10:
         print(f"torchyard: removed {len(removed) - 10} more such entries from the reports", file=sys.stderr)
     stamp_reports(stage, facts)  # fails closed: the stage emptied, nothing published
@@ -290,11 +293,20 @@ def _remove(client: docker.DockerClient, name: str) -> int | None:
     return OOM_STATUS if state.get("OOMKilled") else None
 
 
-def _volume_exists(client: docker.DockerClient, name: str) -> bool:
+def _volume_exists(client: docker.DockerClient, name: str, labels: Mapping[str, str] | None = None) -> bool:
+    """Whether the engine has volume `name`; with `labels`, one it has must carry them (the engine hands back
+    an existing volume on create, its labels as they were): one made by anything else is refused."""
     try:
-        client.volumes.get(name)
+        volume = client.volumes.get(name)
     except docker.errors.NotFound:
         return False
+    held = volume.attrs.get("Labels") or {}
+    differs = [key for key, value in (labels or {}).items() if key != STACK_LABEL and held.get(key) != value]
+    if differs:
+        raise ConfigError(
+            f"the volume {name} is not this scope's cache (its {differs[0]} label says "
+            f"{held.get(differs[0])!r}): it was not made by a run of this entry; remove it (docker volume rm {name})"
+        )
     return True
 
 
@@ -312,9 +324,10 @@ def prepare_cache(
     with no trusted scope) starts as a copy of a trusted cache of the project's on the same stack that no
     container is using, if any. A copy that fails leaves a new volume empty, never half-copied."""
     scope = plan.scope
-    new = not _volume_exists(client, scope.volume)
+    new = not _volume_exists(client, scope.volume, scope.labels(entry))
     client.volumes.create(scope.volume, labels=scope.labels(entry))
-    if scope.seed is not None and _volume_exists(client, scope.seed):
+    trusted_labels = {**scope.labels(entry), TRUST_LABEL: "trusted"}
+    if scope.seed is not None and _volume_exists(client, scope.seed, trusted_labels):
         source, why = scope.seed, "untrusted run: the cache starts as a copy of the trusted scope"
     elif new and scope.stack:
         siblings = sorted(str(volume.name) for volume in client.volumes.list(filters=sibling_filters(scope)))

@@ -2,9 +2,9 @@
 
 The reports come from the code under test: a conftest can rewrite env.json or parity.md after torchyard's
 plugin and call an untrusted run trusted. Once the reports are handed back, the host sets the run's trust,
-entry and image in env.json and in parity.json's environment, puts its own first line on parity.md (a
-line claiming to be the host's, written in the container, is dropped, however it is spelled) and sets the
-trust its title names.
+entry and image in env.json and in parity.json's environment, puts its own first line on parity.md and sets
+the trust its title names; an untrusted run's parity.md follows that line as a code block (`as_text`), so
+nothing the container wrote renders as anything, a line that looks like the host's included.
 """
 
 from __future__ import annotations
@@ -74,4 +74,17 @@ def _stamp(folder: Path, facts: Mapping[str, str]) -> None:
     titles = [index for index, line in enumerate(kept) if line.startswith("#")][:1]
     for index in titles:
         kept[index] = _TITLE_TRUST.sub(f"{facts['trust']} run", kept[index])
-    write_atomically(folder / contract.PARITY_MARKDOWN, host_line(facts) + "\n" + "".join(kept))
+    body = "".join(kept) if facts["trust"] == "trusted" else as_text("".join(kept))
+    write_atomically(folder / contract.PARITY_MARKDOWN, host_line(facts) + "\n" + body)
+
+
+UNTRUSTED_TEXT = "What follows is the run's own report, shown as text: code of the pull request's wrote it.\n\n"
+
+
+def as_text(markdown: str) -> str:
+    """An untrusted run's Markdown as a code block, which nothing inside can close (its fence is longer than
+    any run of backticks there) and GitHub renders as text: no line of it can look like the host's, however
+    it is spelled (entities, zero-width characters, comments, HTML)."""
+    longest = max((len(run) for run in re.findall(r"`+|~+", markdown)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{UNTRUSTED_TEXT}{fence}text\n{markdown.rstrip(chr(10))}\n{fence}\n"
