@@ -159,18 +159,22 @@ def test_a_deadline_in_the_past_is_what_sweeping_reads() -> None:
 
 
 class FakeVolumes:
-    def __init__(self, existing: set[str]) -> None:
+    """Volumes by name, with the labels the engine keeps: those of the scope a test makes them for."""
+
+    def __init__(self, existing: dict[str, dict[str, str]]) -> None:
         self.existing = existing
+        self.attrs: dict[str, object] = {}
 
     def get(self, name: str) -> object:
         import docker.errors
 
         if name not in self.existing:
             raise docker.errors.NotFound(name)
+        self.attrs = {"Labels": self.existing[name]}
         return self
 
-    def create(self, name: str, labels: object) -> None:
-        self.existing.add(name)
+    def create(self, name: str, labels: dict[str, str]) -> None:
+        self.existing.setdefault(name, labels)
 
     def remove(self, force: bool = False) -> None:
         return None
@@ -189,7 +193,7 @@ class FakeContainers:
 
 
 class FakeClient:
-    def __init__(self, existing: set[str]) -> None:
+    def __init__(self, existing: dict[str, dict[str, str]]) -> None:
         self.volumes = FakeVolumes(existing)
         self.containers = FakeContainers()
 
@@ -201,7 +205,8 @@ def test_the_seed_copies_in_the_trusted_base_never_the_runs_own_image(tmp_path: 
     from torchyard.run.container import prepare_cache
 
     plan = dataclasses.replace(plan_in(tmp_path), seed_image="debian@sha256:" + "1" * 64)
-    client = FakeClient({plan.scope.seed or ""})
+    trusted = {**plan.scope.labels(PLAN.entry("cpu")), "dev.torchyard.trust": "trusted"}
+    client = FakeClient({plan.scope.seed or "": trusted})
     commands: list[tuple[str, ...]] = []
     prepare_cache(
         PLAN.entry("cpu"), plan, client=client, docker_path="docker",  # type: ignore[arg-type]
@@ -214,7 +219,7 @@ def test_the_seed_copies_in_the_trusted_base_never_the_runs_own_image(tmp_path: 
     unseeded = dataclasses.replace(plan, seed_image="")
     commands.clear()
     prepare_cache(
-        PLAN.entry("cpu"), unseeded, client=FakeClient({plan.scope.seed or ""}), docker_path="docker",  # type: ignore[arg-type]
+        PLAN.entry("cpu"), unseeded, client=FakeClient({plan.scope.seed or "": trusted}), docker_path="docker",  # type: ignore[arg-type]
         runner=lambda args, **kwargs: commands.append(tuple(args)), env={},  # type: ignore[arg-type]
     )  # fmt: skip
     assert commands == []
