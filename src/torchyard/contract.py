@@ -43,6 +43,8 @@ RERUN = "TORCHYARD_RERUN"
 RERUN_OPTION = "--torchyard-rerun"  # `torchyard test --rerun` passes it
 SELF_TEST_PROOF = "TORCHYARD_SELF_TEST_PROOF"
 LOCALIZE_SECONDS = "TORCHYARD_LOCALIZE_SECONDS"
+TESTS_MARKERS = "TORCHYARD_TESTS_MARKERS"
+TESTS_KEYWORD = "TORCHYARD_TESTS_KEYWORD"
 STACK = "TORCHYARD_STACK"
 IMAGE_ID = "TORCHYARD_IMAGE_ID"
 TRUST = "TORCHYARD_TRUST"
@@ -109,6 +111,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(OPS_SAMPLES, "ops_samples", "--torchyard-ops-samples", "int", verdicts=True,
             default=str(OPS_SAMPLES_DEFAULT),
             means="samples of each operator the ops suite runs"),
+    Setting(TESTS_MARKERS, "tests_markers", "--torchyard-tests-markers", "string", verdicts=True,
+            means="a pytest marker expression that selects among the project's own tests (`-m`)"),
+    Setting(TESTS_KEYWORD, "tests_keyword", "--torchyard-tests-keyword", "string", verdicts=True,
+            means="a pytest keyword expression that selects among the project's own tests (`-k`)"),
     Setting(LOCALIZE_SECONDS, "localize_seconds", "--torchyard-localize-seconds", "int", verdicts=False,
             default=str(LOCALIZE_SECONDS_DEFAULT),
             means="the longest localization may take for one failing result, in seconds (0: none)"),
@@ -237,7 +243,10 @@ def pytest_args(
     project_tests: Sequence[str] = (),
     extra: Sequence[str] = (),
 ) -> tuple[str, ...]:
-    """The arguments after `python -m torchyard.inimage` (that is, pytest's), container and venv alike."""
+    """The arguments after `python -m torchyard.inimage` (that is, pytest's), container and venv alike. A
+    caller's own `-m` selects among the project's tests (`CALLER_MARKERS_OPTION`, and-ed with the entry's
+    `tests-markers`): it never replaces the expression that selects torchyard's suites and self-tests."""
+    rest, markers = caller_markers(extra)
     return (
         suites_dir,
         *project_tests,
@@ -245,8 +254,31 @@ def pytest_args(
         "-p", "no:cacheprovider",
         "-m", marker_expression(suites, project_tests=bool(project_tests)),
         f"--junitxml={report_dir}/{JUNIT}",
-        *extra,
+        *rest,
+        *((f"{CALLER_MARKERS_OPTION}={markers}",) if markers else ()),
     )  # fmt: skip
+
+
+CALLER_MARKERS_OPTION = "--torchyard-caller-markers"  # the plugin ands it with the entry's `tests-markers`
+
+
+def caller_markers(extra: Sequence[str]) -> tuple[list[str], str]:
+    """`extra` without its `-m EXPR` (`-mEXPR`, `-m=EXPR`), and those expressions and-ed ("" where none)."""
+    rest: list[str] = []
+    found: list[str] = []
+    items = iter(extra)
+    for item in items:
+        if item == "--":
+            rest += [item, *items]
+            break
+        if item == "-m":
+            found.append(next(items, ""))
+        elif item.startswith("-m") and not item.startswith("--"):
+            found.append(item[2:].removeprefix("="))
+        else:
+            rest.append(item)
+    expressions = [expression for expression in found if expression.strip()]
+    return rest, " and ".join(f"({expression})" for expression in expressions)
 
 
 def plugin_environment(*, project_tests: Sequence[str], extra: Sequence[str]) -> dict[str, str]:

@@ -71,6 +71,8 @@ def test_the_run_environment_carries_each_setting_an_entry_gives() -> None:
         contract.OPS: "quick",
         contract.OPS_SAMPLES: "2",
         contract.LOCALIZE_SECONDS: "60",
+        contract.TESTS_MARKERS: "",
+        contract.TESTS_KEYWORD: "",
     }
 
 
@@ -87,10 +89,13 @@ def test_the_image_reads_back_what_the_host_wrote() -> None:
             "ops_operators": "nn.functional.gelu,add",
             "ops_samples": 4,
             "localize_seconds": 300,
+            "tests_markers": "not slow",
+            "tests_keyword": "not dtw",
         },
         report_dir="/r",
     )
     read = Values(written)
+    assert read.text(contract.TESTS_MARKERS) == "not slow" and read.text(contract.TESTS_KEYWORD) == "not dtw"
     assert read.text(contract.OPS) == "nn.functional.gelu,add" and read.text(contract.OPS_SAMPLES) == "4"
     assert read.text(contract.LOCALIZE_SECONDS) == "300"
     assert read.text(contract.PRECISION) == "bf16" and read.text(contract.REPORT_DIR) == "/r"
@@ -146,3 +151,24 @@ def test_a_shard_is_k_of_n(text: str, shard: tuple[int, int]) -> None:
 def test_a_shard_that_is_not_k_of_n_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match=r"^expected K/N with 1 <= K <= N"):
         contract.parse_shard(text)
+
+
+@pytest.mark.parametrize(
+    ("extra", "rest", "markers"),
+    [
+        (["-m", "not slow", "-x"], ["-x"], "(not slow)"),
+        (["-mnot slow"], [], "(not slow)"),
+        (["-m=gpu", "-k", "dtw", "-m", "fast"], ["-k", "dtw"], "(gpu) and (fast)"),
+        (["-x", "--maxfail=2"], ["-x", "--maxfail=2"], ""),
+        (["--", "-m", "literal"], ["--", "-m", "literal"], ""),  # after `--` nothing is an option
+    ],
+)
+def test_a_callers_markers_select_among_the_projects_tests_never_replacing_torchyards_own(
+    extra: list[str], rest: list[str], markers: str
+) -> None:
+    """Issue 58: a user's `-m` replaced the expression that selects torchyard's suites (the last `-m` wins)."""
+    args = contract.pytest_args(suites_dir="s", report_dir="/r", suites=("parity",), project_tests=("t",), extra=extra)
+    options = args[: args.index("--")] if "--" in args else args
+    assert [options[i + 1] for i, arg in enumerate(options) if arg == "-m"] == ["parity or harness or project"]
+    assert contract.caller_markers(extra) == (rest, markers)
+    assert (f"{contract.CALLER_MARKERS_OPTION}={markers}" in args) == bool(markers)

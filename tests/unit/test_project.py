@@ -425,3 +425,36 @@ def test_a_package_is_not_put_on_the_import_path(tmp_path: Path, monkeypatch: py
         source_date_epoch="0",
     )  # fmt: skip
     assert dict(plan.build_args)["WORKSPACE_ON_PATH"] == "" and plan.project_root == root
+
+
+def test_tests_take_node_ids_and_a_selection_as_users_write_it(tmp_path: Path) -> None:
+    """Issue 58: `tests/test_model.py::test_gpt` was refused as a path that does not exist, and no key carried
+    pytest's `-m` or `-k`."""
+    root = source_tree(tmp_path / "nanoGPT")
+    entry_text = SOURCE_ENTRY.format(project='{ source = "." }').replace(
+        'tests = ["tests"]',
+        'tests = ["tests/test_model.py::test_gpt", "tests/test_model.py::TestX::test_y"]\n'
+        'tests-markers = "not slow"\ntests-keyword = "not dtw"',
+    )
+    (root / "matrix.toml").write_text(VALID + entry_text)
+    entry = load_plan(root / "matrix.toml").entry("gpt")
+    assert entry.tests == ("tests/test_model.py::test_gpt", "tests/test_model.py::TestX::test_y")
+    assert entry.test_paths == ("tests/test_model.py",)
+    assert (entry.tests_markers, entry.tests_keyword) == ("not slow", "not dtw")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ('tests = ["tests/test_gone.py::test_gpt"]', '"tests/test_gone.py" does not exist'),
+        ('tests = ["tests"]\ntests-markers = "not\\nslow"', "tests-markers: \"not\\nslow\": one line of printable"),
+        ("tests-keyword = \"dtw\"", "tests-keyword: selects among the entry's own `tests`, and it has none"),
+    ],
+)
+def test_a_node_id_or_selection_that_cannot_be_is_one_line(tmp_path: Path, change: str, message: str) -> None:
+    root = source_tree(tmp_path / "nanoGPT")
+    text = SOURCE_ENTRY.format(project='{ source = "." }').replace('tests = ["tests"]', change)
+    (root / "matrix.toml").write_text(VALID + text)
+    with pytest.raises(ConfigError) as caught:
+        load_plan(root / "matrix.toml")
+    assert message in str(caught.value) and "\n" not in str(caught.value)

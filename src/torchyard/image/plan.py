@@ -184,7 +184,7 @@ def plan_build(
         sources = project_files(entry.project.root, git)
         check_case_modules(entry.name, entry.cases, (item.path for item in sources))
     if packaged:
-        workspace = select(sources, [*entry.tests, *PYTEST_CONFIG]) if entry.tests else ()
+        workspace = select(sources, [*entry.test_paths, *PYTEST_CONFIG]) if entry.tests else ()
         build_requires = build_requirements(sources)  # checked here: before any build or container starts
     elif entry.project is not None:  # a source folder is the workspace, whole: no wheel, no build backend
         workspace = sources

@@ -71,6 +71,8 @@ class RunSettings:
     precision_settings: dict[str, object]
     localize_seconds: int = LOCALIZE_SECONDS_DEFAULT  # 0: failures are not localized
     rerun: bool = False  # evaluate every result: the result cache neither replays nor keeps
+    tests_markers: str = ""  # the entry's selection among the project's own tests (`selection`)
+    tests_keyword: str = ""
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> RunSettings:
@@ -101,6 +103,8 @@ class RunSettings:
             precision_settings=pin_precision(),
             localize_seconds=seconds,
             rerun=values.enabled(contract.RERUN),
+            tests_markers=values.text(contract.TESTS_MARKERS),
+            tests_keyword=values.text(contract.TESTS_KEYWORD),
         )
 
     @property

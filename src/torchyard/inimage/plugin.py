@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from torchyard import contract
-from torchyard.inimage import proofs
+from torchyard.inimage import proofs, selection
 from torchyard.inimage.cases import Case, CaseLoadError, load_cases
 from torchyard.inimage.collection import MARKERS, mark_items, parametrize
 from torchyard.inimage.evaluations import Evaluations, result_cache
@@ -28,6 +28,7 @@ from torchyard.inimage.freezer import Freezer
 from torchyard.inimage.options import RUN_SETTINGS, RunSettings, add_options
 from torchyard.inimage.outcomes import PARITY_EAGER, parity_eager_tests
 from torchyard.inimage.running import Running
+from torchyard.inimage.selection import select_project_tests
 from torchyard.inimage.startup import probe_run
 from torchyard.inimage.torch_trace import detach_pytest_from_torch_trace
 from torchyard.inimage.workers import is_controller, pin_worker_device, worker_id
@@ -39,6 +40,7 @@ _FREEZER = Freezer()
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
     proofs.add_option(parser)
+    selection.add_option(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -69,6 +71,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """First of the hook's implementations: an xdist worker reads the `xdist_group` marks in its own
     (registered later, so called earlier unless this one goes first), and a mark added after it groups nothing."""
     mark_items(config, items)
+    settings = config.stash[RUN_SETTINGS]
+    select_project_tests(config, items, settings.tests_markers, settings.tests_keyword)
     proofs.mark_self_tests(items)  # in every run: parity.md counts them, a proof leaves them out
 
 

@@ -120,9 +120,16 @@ MATRIX_KEYS: tuple[Key, ...] = (
         "the project under test, relative to matrix.toml: a package (a folder with pyproject.toml), built into a "
         "wheel in a sealed container, its dependencies joining the lock; or a source folder (`source`)",
         ".", "nowhere"),
-    Key("entry", "tests", "array of paths", "`[]`",
-        "the project's own pytest paths, run in the image beside the suites (needs `project`)",
-        ["tests"], "tests", alongside={"project": "."}),
+    Key("entry", "tests", "array of pytest node ids", "`[]`",
+        "the project's own tests, run in the image beside the suites (needs `project`): paths, or "
+        "`path::test` node ids", ["tests"], "tests", alongside={"project": "."}),
+    Key("entry", "tests-markers", "string", "none",
+        "a pytest marker expression (as `-m` takes it) that selects among the project's own tests; torchyard's "
+        "suites and self-tests are selected apart, never by it", "not slow", ["not slow"],
+        alongside={"project": ".", "tests": ["tests"]}),
+    Key("entry", "tests-keyword", "string", "none",
+        "a pytest keyword expression (as `-k` takes it) that selects among the project's own tests",
+        "not dtw", ["not dtw"], alongside={"project": ".", "tests": ["tests"]}),
     Key("entry", "builtin-cases", "boolean", "`true`", "`false` leaves torchyard's built-in corpus out",
         False, "no"),
     Key("entry", "compile-modes", "array of `torch.compile` modes", "`[\"default\"]`",

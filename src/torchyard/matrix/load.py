@@ -26,6 +26,7 @@ from torchyard.matrix.schema import (
     Project,
     Tolerance,
     VendorPin,
+    test_path,
 )
 from torchyard.names import (
     ACCELERATOR_NAMES,
@@ -306,7 +307,8 @@ def _entry(
         raise table.error("timeout", f'expected a duration such as "2h", "90m" or "600s", got {describe(timeout)}')
     localize_seconds = _localize_seconds(table)
     tests = table.string_list("tests", required=False) or ()
-    project = _project(table, folder, tests)
+    tests_markers, tests_keyword = (_selection(table, key, tests) for key in ("tests-markers", "tests-keyword"))
+    project = _project(table, folder, tuple(dict.fromkeys(test_path(node) for node in tests)))
     builtin_cases = table.boolean("builtin-cases", default=True)
     lock_on_runner = table.boolean("lock-on-runner", default=False)
     compile_modes = table.string_list("compile-modes", required=False, non_empty=True) or ("default",)
@@ -328,6 +330,8 @@ def _entry(
         precision=cast(Precision, precision),
         project=project,
         tests=tests,
+        tests_markers=tests_markers,
+        tests_keyword=tests_keyword,
         builtin_cases=builtin_cases,
         compile_modes=compile_modes,
         network=network,
@@ -339,6 +343,17 @@ def _entry(
     )
     table.finish()
     return entry
+
+
+def _selection(table: Table, key: str, tests: tuple[str, ...]) -> str:
+    """`tests-markers` or `tests-keyword`: a pytest expression (as `-m` or `-k` takes it) for the project's own
+    tests, on one line; pytest reads it in the image, where a malformed one stops the run in one line."""
+    value = table.optional_string(key) or ""
+    if value and not tests:
+        raise table.error(key, "selects among the entry's own `tests`, and it has none")
+    if any(not char.isprintable() for char in value):
+        raise table.error(key, f"{describe(value)}: one line of printable characters")
+    return value
 
 
 def _localize_seconds(table: Table) -> int:
@@ -414,13 +429,13 @@ def _project(table: Table, folder: Path, tests: tuple[str, ...]) -> Project | No
 def _root(table: Table, where: Table, key: str, folder: Path, path: str, *, tests: tuple[str, ...]) -> Path:
     """The project's folder (`where > key`), and its tests inside it: in the checkout, reached through no link."""
     root = values.checkout_path(where, key, folder, path).resolve()
-    for position, test_path in enumerate(tests):
-        values.checkout_path(table, f"tests[{position}]", root, test_path)
+    for position, tested in enumerate(tests):
+        values.checkout_path(table, f"tests[{position}]", root, tested)
     if not root.is_dir():
         what = "a folder" if key == "source" else "a folder holding pyproject.toml"
         raise where.error(key, f"expected {what}, got {describe(path)} ({root})")
     if key == "source":  # a package's tests are checked with its pyproject.toml, which names them
-        for position, test_path in enumerate(tests):
-            if not (root / test_path).exists():
-                raise table.error(f"tests[{position}]", f"{describe(test_path)} does not exist in {root}")
+        for position, tested in enumerate(tests):
+            if not (root / tested).exists():
+                raise table.error(f"tests[{position}]", f"{describe(tested)} does not exist in {root}")
     return root

@@ -113,7 +113,11 @@ class Entry:
     cases: tuple[str, ...]
     precision: Precision = "fp32"
     project: Project | None = None
-    tests: tuple[str, ...] = ()
+    tests: tuple[str, ...] = ()  # pytest node ids: paths, or `path::test` (`test_paths` has the paths)
+    # pytest's selection of the project's own tests, as users write it (`-m`, `-k`); torchyard's suites and
+    # self-tests are selected apart, never by these.
+    tests_markers: str = ""
+    tests_keyword: str = ""
     builtin_cases: bool = True
     compile_modes: tuple[str, ...] = ("default",)
     network: str | None = None  # why this entry's tests need the network; None keeps them off it
@@ -128,6 +132,16 @@ class Entry:
     @property
     def indexes(self) -> tuple[Index, ...]:
         return self.accelerator.indexes
+
+    @property
+    def test_paths(self) -> tuple[str, ...]:
+        """The files and folders the `tests` node ids name (what the image's workspace needs)."""
+        return tuple(dict.fromkeys(test_path(node) for node in self.tests))
+
+
+def test_path(node: str) -> str:
+    """The path of a pytest node id (`tests/test_x.py::TestY::test_z` -> `tests/test_x.py`)."""
+    return node.split("::", 1)[0]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,55 @@
+"""The project's own tests, selected as users select them: the entry's `tests-markers` and `tests-keyword`, and a
+caller's `-m` (`contract.CALLER_MARKERS_OPTION`), each read as pytest reads `-m` and `-k`, over the project's
+tests alone. torchyard's suites and self-tests are selected by their own expression, which none of these touches."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from _pytest.mark import KeywordMatcher, MarkMatcher
+from _pytest.mark.expression import Expression
+
+from torchyard import contract
+from torchyard.names import PROJECT  # the marker `collection.mark_items` puts on the project's own tests
+
+
+def add_option(parser: pytest.Parser) -> None:
+    parser.getgroup("torchyard").addoption(
+        contract.CALLER_MARKERS_OPTION, default="", help="the caller's -m: selects among the project's own tests"
+    )
+
+
+def _compiled(expression: str, what: str) -> Expression:
+    try:
+        return Expression.compile(expression)
+    except SyntaxError as error:
+        raise pytest.UsageError(f"torchyard: {what} {expression!r} is not a pytest expression: {error.msg}") from None
+
+
+def _markers(item: pytest.Item) -> Callable[..., bool]:
+    marks = list(item.iter_markers())
+    if hasattr(MarkMatcher, "from_markers"):  # pytest 8.2 and later
+        return MarkMatcher.from_markers(marks)
+    return MarkMatcher.from_item(item)  # type: ignore[attr-defined,no-any-return]
+
+
+def select_project_tests(config: pytest.Config, items: list[pytest.Item], markers: str, keyword: str) -> None:
+    """Deselect the project's tests that `markers` (with the caller's `-m`) or `keyword` leave out."""
+    caller = str(config.getoption(contract.CALLER_MARKERS_OPTION, default="") or "")
+    expressions = [f"({text})" for text in (markers, caller) if text.strip()]
+    by_marker = _compiled(" and ".join(expressions), "the project tests' marker expression") if expressions else None
+    by_keyword = _compiled(keyword, "the project tests' keyword expression") if keyword.strip() else None
+    if by_marker is None and by_keyword is None:
+        return
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        chosen = item.get_closest_marker(PROJECT) is None or (
+            (by_marker is None or by_marker.evaluate(_markers(item)))
+            and (by_keyword is None or by_keyword.evaluate(KeywordMatcher.from_item(item)))
+        )
+        (kept if chosen else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
