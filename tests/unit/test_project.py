@@ -447,8 +447,8 @@ def test_tests_take_node_ids_and_a_selection_as_users_write_it(tmp_path: Path) -
     ("change", "message"),
     [
         ('tests = ["tests/test_gone.py::test_gpt"]', '"tests/test_gone.py" does not exist'),
-        ('tests = ["tests"]\ntests-markers = "not\\nslow"', "tests-markers: \"not\\nslow\": one line of printable"),
-        ("tests-keyword = \"dtw\"", "tests-keyword: selects among the entry's own `tests`, and it has none"),
+        ('tests = ["tests"]\ntests-markers = "not\\nslow"', 'tests-markers: "not\\nslow": one line of printable'),
+        ('tests-keyword = "dtw"', "tests-keyword: selects among the entry's own `tests`, and it has none"),
     ],
 )
 def test_a_node_id_or_selection_that_cannot_be_is_one_line(tmp_path: Path, change: str, message: str) -> None:

@@ -31,6 +31,7 @@ from packaging.utils import canonicalize_name
 
 from torchyard import __version__
 from torchyard.errors import ConfigError, UsageError
+from torchyard.lock.pairs import pairs
 from torchyard.matrix.project import read_pyproject, read_requirements
 from torchyard.matrix.schema import ProjectKind
 from torchyard.names import BACKEND_DISTRIBUTIONS
@@ -160,6 +161,28 @@ def _torch(lines: Sequence[object], where: str) -> str:
         if canonicalize_name(requirement.name) == "torch":
             return f'"torch{requirement.specifier}"'
     return '"torch"'
+
+
+def executorch_comment(torch: str) -> str:
+    """What the template says of ExecuTorch: the release built for the newest torch series the entry's torch
+    requirement (`"torch..."`, as the template writes it) allows, from torchyard's table of pairs."""
+    specifier = Requirement(json.loads(torch)).specifier
+    allowed = sorted(
+        ((tuple(int(part) for part in pair[0].split(".")), release) for release, pair in pairs().items()),
+        reverse=True,
+    )
+    for torch_series, release in allowed:
+        series_text = ".".join(str(part) for part in torch_series)
+        if specifier.contains(f"{series_text}.0", prereleases=True):
+            return (
+                "# ExecuTorch's runtime suite needs ExecuTorch in requirements, the release built for your torch:\n"
+                f'# "executorch=={release}.*" for torch {series_text}, the newest torch your requirement allows in\n'
+                "# torchyard's table of pairs (`torchyard lock` and every image build refuse a pair it knows is wrong)."
+            )
+    return (
+        "# ExecuTorch's runtime suite needs ExecuTorch in requirements, the release built for your torch (torchyard's\n"
+        "# table of pairs knows none for this one; `torchyard lock` refuses a pair it knows to be wrong)."
+    )
 
 
 def _names(table: object) -> list[str]:
@@ -370,6 +393,7 @@ def render(root: Path, today: dt.date, spec: str) -> dict[str, str]:
         "@TODAY@": today.isoformat(),
         "@PYTHON@": facts.python,
         "@TORCH@": facts.requirements_value,
+        "@EXECUTORCH@": executorch_comment(facts.torch),
         "@PROJECT_COMMENT@": PROJECT_COMMENTS[facts.kind],
         "@PROJECT_VALUE@": facts.project_value,
         "@CASES_MODULE@": CASES_MODULES[facts.kind],

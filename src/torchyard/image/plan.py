@@ -24,6 +24,7 @@ from torchyard.image.policy import TRUSTED, BuildPolicy
 from torchyard.image.source import ProjectFile
 from torchyard.image.wheel import build_requirements
 from torchyard.lock.lockfile import lock_path, read_header
+from torchyard.lock.pairs import mismatched_pair
 from torchyard.matrix.schema import Entry
 from torchyard.trust import Trust
 from torchyard.util import proc
@@ -174,6 +175,9 @@ def plan_build(
         layers = split_lock(lock_bytes.decode("utf-8", errors="replace"))
     except ValueError as error:
         raise ImageBuildError(f"entry {entry.name!r}: {lock_path(lockdir, entry)}: {error}") from None
+    mismatch = mismatched_pair(pin for layer in layers for pin in layer.pins)
+    if mismatch:  # a lock written by hand, or by a torchyard without the pair's row: before anything is built
+        raise ImageBuildError(f"entry {entry.name!r}: {lock_path(lockdir, entry)}: {mismatch}")
     context += [(layer.path, layer.text.encode()) for layer in layers]
     context += [(f"inimage/{name}", node.read_bytes()) for name, node in inimage_files()]
     sources: tuple[ProjectFile, ...] = ()

@@ -17,6 +17,7 @@ from pathlib import Path
 from torchyard.errors import CommandError, LockError
 from torchyard.lock.inputs import LockInputs, compile_args, requirements_in, uv_environment
 from torchyard.lock.lockfile import lock_path, render_lockfile
+from torchyard.lock.pairs import mismatched_pair
 from torchyard.lock.standins import write_wheel
 from torchyard.matrix.machine import Source, sources_for
 from torchyard.matrix.schema import Entry, Index
@@ -119,6 +120,9 @@ def lock_entry(
             reason = unreachable or f"uv could not lock it: {_uv_explanation(error.output)}"
             raise LockError(f"entry {entry.name!r}: {reason}") from None
         body = output.read_text(encoding="utf-8")
+    mismatch = mismatched_pair(line.split()[0] for line in body.splitlines() if "==" in line and line[:1].isalnum())
+    if mismatch:
+        raise LockError(f"entry {entry.name!r}: {mismatch}")
     through = [name for name, url in inputs.indexes if name in mirrors and mirrors[name] != Source(name, "index", url)]
     if through:
         shown = ", ".join(f"{name}={proc.redact(mirrors[name].location)}" for name in through)
