@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import concurrent.futures
 import json
+import os
 import re
 import shlex
 import shutil
@@ -216,9 +218,13 @@ def main(argv: list[str] | None = None) -> int:
     rows, survivors = [], []
     for target in targets:
         print(f"mutants: {target.name} ({target.module}: {', '.join(target.functions)})", flush=True)
-        ran, survived, seconds = run_target(target, str(Path(args.stack).absolute()), args.workdir.absolute())
-        if ran == 0:
-            survived = [f"{target.name}: no mutant was made (the filters left nothing)"]
+    # Each target has its own scratch copy and cosmic-ray session: targets run side by side, one per core (a
+    # mutant's run is one process, most of it importing torch), and their lines name their modules.
+    stack, workdir = str(Path(args.stack).absolute()), args.workdir.absolute()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(targets), os.cpu_count() or 1))) as pool:
+        outcomes = list(pool.map(lambda target: run_target(target, stack, workdir), targets))
+    for target, (ran, alive, seconds) in zip(targets, outcomes, strict=True):
+        survived = alive if ran else [f"{target.name}: no mutant was made (the filters left nothing)"]
         rows.append(f"| {target.name} | {ran} | {ran - len(survived)} | {seconds:.0f} s |")
         survivors += survived
     print("\n| target | mutants | killed | time |\n|---|---|---|---|\n" + "\n".join(rows))
