@@ -233,6 +233,12 @@ def register(config: pytest.Config) -> None:
     if path:
         config.stash[PROOFS] = proofs = Proofs.load(Path(path), rerun=config.getoption(RERUN_OPTION))
         config.pluginmanager.register(proofs, "torchyard-proofs")
+        if not Path(path).is_file() and not hasattr(config, "workerinput"):  # said once, by the controller
+            print(
+                "torchyard: first run on this stack and device: the harness's self-tests run beside the suites "
+                "(they prove torchyard's own comparisons; later runs on this stack leave them out)",
+                flush=True,
+            )
 
 
 def has_proof(config: pytest.Config) -> bool:
