@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -67,16 +68,15 @@ class Evaluations:
                 return replayed
             if case.name not in self._references:
                 self._references[case.name] = case_reference(case, device=self.device, dtype=self.dtype)
-            self._results[key] = evaluate(
-                case,
-                backend,
-                device=self.device,
-                dtype=self.dtype,
-                tolerances=self.settings.tolerances,
-                workdir=self.workdir / case.name,
-                reference=self._references[case.name],
-                cache=self.cache,
-            )
+            reference = self._references[case.name]
+
+            def evaluated(workdir: Path) -> Result:
+                return evaluate(
+                    case, backend, device=self.device, dtype=self.dtype, tolerances=self.settings.tolerances,
+                    workdir=workdir, reference=reference, cache=self.cache,
+                )  # fmt: skip
+
+            self._results[key] = again_on_failure(case, evaluated(self.workdir / case.name), evaluated, self.workdir)
             self._localize(case, self._results[key])
             self.kept.keep(kept, self._results[key])
         return self._results[key]
@@ -151,17 +151,15 @@ class Evaluations:
                     case, optimizer, device=self.device, dtype=self.dtype, gradient_bound=gradient_bound
                 )
             made = self._train_references[case.name, optimizer]
-            self._results[key] = evaluate(
-                case,
-                backend,
-                device=self.device,
-                dtype=self.dtype,
-                weights=torch.float32,
-                tolerances=self.settings.tolerances,
-                workdir=self.workdir / case.name,
-                reference=made.reference,
-                runner=train_runner(backend, self.dtype, made.frozen),
-            )
+
+            def stepped(workdir: Path) -> Result:
+                return evaluate(
+                    case, backend, device=self.device, dtype=self.dtype, weights=torch.float32,
+                    tolerances=self.settings.tolerances, workdir=workdir, reference=made.reference,
+                    runner=train_runner(backend, self.dtype, made.frozen),
+                )  # fmt: skip
+
+            self._results[key] = again_on_failure(case, stepped(self.workdir / case.name), stepped, self.workdir)
             self._localize_train(case, self._results[key], made)
             self.kept.keep(kept, self._results[key])
         return self._results[key]
@@ -211,6 +209,19 @@ class Evaluations:
 
 
 EAGER_ALIKE = 10.0  # a compiled step within this factor of eager's own miss is float32's, not the compiler's
+
+
+def again_on_failure(case: Case, first: Result, evaluated: Callable[[Path], Result], workdir: Path) -> Result:
+    """A result whose values missed (no known failure explains it) is evaluated once more: where the second
+    evaluation passes, the result is flaky, and says so with both outcomes. It still fails: a program that
+    computes a wrong value only some of the time is wrong."""
+    if first.status != "failed" or case.known_failure(first.backend) is not None:
+        return first
+    second = evaluated(workdir / case.name / "again")
+    if second.status == "passed":
+        first.flaky = f"flaky: it failed ({first.reason}), then passed when evaluated again in the same run"
+        first.reason = f"{first.reason} [flaky: it passed when evaluated again]"
+    return first
 
 
 def _worst_rel_l2(result: Result) -> float:

@@ -58,6 +58,8 @@ class Result:
     diverges: dict[str, Any] | None = None
     # When the result kept and replayed here was evaluated ("" where this run evaluated it: `result_cache`).
     replayed: str = ""
+    # Both outcomes of a failure that passed when evaluated again (`evaluations.again_on_failure`); "" otherwise.
+    flaky: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
