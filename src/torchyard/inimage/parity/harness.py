@@ -19,6 +19,7 @@ import torch
 from torchyard.inimage.cases import Call, Case
 from torchyard.inimage.parity.artifacts import ArtifactCache
 from torchyard.inimage.parity.backends import NO_CACHE, BackendRun, Runner, runner_for, unavailable_reason
+from torchyard.inimage.parity.casts import first_narrowing
 from torchyard.inimage.parity.errors import RecordedFailure, describe_error, error_types
 from torchyard.inimage.parity.factory import nondeterministic
 from torchyard.inimage.parity.metrics import Comparison, compare_objects, compare_statistics, compare_values
@@ -128,7 +129,8 @@ def make_reference(case: Case, calls: list[Call], *, device: torch.device, dtype
         return Reference([], [], [], "none", f"eager on {device.type} fails: {describe_error(error)}")
     try:
         outputs, paths = _eager_cpu(case, calls, torch.float64, again)
-        return Reference(outputs, paths, expected, _float64_kind(results, outputs[0], dtype))
+        kind = _float64_kind(results, outputs[0], dtype)
+        return Reference(outputs, paths, expected, kind + (_where_it_narrows(case, calls) if kind != FLOAT64 else ""))
     except Exception as float64_error:
         why = describe_error(float64_error)
     try:
@@ -137,7 +139,22 @@ def make_reference(case: Case, calls: list[Call], *, device: torch.device, dtype
         return Reference(
             [], [], [], "none", f"no CPU reference: float64 fails ({why}); float32 fails ({describe_error(error)})"
         )
-    return Reference(outputs, paths, expected, f"float32 on cpu (float64 fails: {why})")
+    kind = f"float32 on cpu (float64 fails: {why})"
+    return Reference(outputs, paths, expected, kind + _where_it_narrows(case, calls))
+
+
+def _where_it_narrows(case: Case, calls: list[Call]) -> str:
+    """Where a model given float64 computes in a narrower float (`casts.first_narrowing`), and the remedy; ""
+    where that cannot be found."""
+    module = case.module().to(torch.float64)
+    call = to_device(calls[0], CPU, torch.float64)
+    found = first_narrowing(module, lambda model: model(*call.args, **call.kwargs))
+    if not found:
+        return ""
+    return (
+        f"; it narrows at {found}: keep that computation in its input's dtype (`x.to(x.dtype)`, not `x.float()`) "
+        "to be held to float64"
+    )
 
 
 def _float64_kind(eager: list[Leaf], reference: list[Leaf], dtype: torch.dtype) -> str:

@@ -79,6 +79,40 @@ def test_a_float64_reference_that_is_float32_in_effect_says_so() -> None:
     assert make_reference(MLP, MLP.calls(), device=CPU, dtype=torch.float32).kind == FLOAT64
 
 
+NARROWING = """
+import torch
+
+
+class Narrowing(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.norm = torch.nn.LayerNorm(8)
+
+    def forward(self, x):
+        h = self.linear(x)
+        return self.norm(h.float())
+"""
+
+
+def test_a_reference_that_is_not_float64_names_the_models_line_that_narrows_and_the_remedy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 58: a LayerNorm fed `x.float()` made the reference float32, and the report named torch's
+    functional.py for it, neither the model's line nor what to do."""
+    (tmp_path / "narrowing_model.py").write_text(NARROWING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import narrowing_model  # type: ignore[import-not-found]
+
+    case = Case("narrowing", narrowing_model.Narrowing, lambda g: (torch.randn(2, 8, generator=g),))
+    kind = make_reference(case, case.calls(), device=CPU, dtype=torch.float32).kind
+    assert kind.startswith("float32 on cpu (float64 fails: RuntimeError: mixed dtype")
+    assert kind.endswith(
+        "; it narrows at narrowing_model.py:13 in forward: `return self.norm(h.float())` (float): keep that "
+        "computation in its input's dtype (`x.to(x.dtype)`, not `x.float()`) to be held to float64"
+    )
+
+
 Heads = collections.namedtuple("Heads", ["action", "value"])
 
 
