@@ -11,7 +11,6 @@ the mutation session (`nox -s mutants`) all go through (`passes`).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import assert_never
 
 from torchyard.inimage.parity.backends import BACKENDS
@@ -30,7 +29,9 @@ def ran(result: Result) -> bool:
 
 
 def on_disk(result: Result) -> bool:
-    return result.artifact is not None and bool(Path(result.artifact).stat().st_size)
+    """The program was saved to a file that holds something, as the run left it (`Result.artifact_bytes`, so
+    a replayed result is judged as its evaluation was)."""
+    return result.artifact is not None and result.artifact_bytes > 0
 
 
 # Each suite's rule in words, for a pass the reader could otherwise take for a failure.

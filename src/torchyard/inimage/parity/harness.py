@@ -44,6 +44,7 @@ class Result:
     run_seconds: float = 0.0
     latency_ms: float | None = None
     artifact: str | None = None
+    artifact_bytes: int = 0  # the program file's size as the run left it (what the suites' on-disk rule reads)
     shapes_match: bool = False
     bounds: dict[str, float] = field(default_factory=dict)
     reference: str = ""
@@ -286,6 +287,7 @@ def evaluate(
         return result
     result.compile_seconds, result.run_seconds, result.latency_ms = run.compile_seconds, run.run_seconds, run.latency_ms
     result.artifact = str(run.artifact) if run.artifact else None
+    result.artifact_bytes = _file_bytes(run.artifact)
     result.cache = str(run.notes.get("cache", ""))
     result.cache_why = str(run.notes.get("cache_why", ""))
     counts = [len(outputs) for outputs in run.outputs]
@@ -305,6 +307,14 @@ def evaluate(
             case, known.computes, calls, run, bounds=bounds, device=device, dtype=dtype
         )
     return result
+
+
+def _file_bytes(path: Path | None) -> int:
+    """A program file's size, where the run left one (a replayed result keeps what its evaluation saw)."""
+    try:
+        return Path(path).stat().st_size if path else 0
+    except OSError:
+        return 0
 
 
 def _computes_instead(

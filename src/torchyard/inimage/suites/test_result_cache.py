@@ -5,6 +5,7 @@ a known failure and a case that opts out are evaluated every run; `--rerun` neit
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from torchyard.inimage.parity.harness import Result
 from torchyard.inimage.parity.result_cache import ResultCache
 from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.suites.beside import whole_run_environment
+from torchyard.inimage.verdicts import passes
 from torchyard.names import SUITE_NAMES
 
 # Every suite that evaluates cases keeps its results; the ops suite's samples are not kept.
@@ -149,3 +151,13 @@ def test_a_training_step_replays_without_its_float64_step(tmp_path: Path, monkey
 
     monkeypatch.setattr(evaluations_module, "make_train_reference", no_step)
     assert evaluate(tmp_path, MLP, "train-eager-sgd", train=True).replayed
+
+
+def test_a_replayed_lowering_passes_the_suites_that_judged_its_file_when_it_was_evaluated(tmp_path: Path) -> None:
+    """The export and runtime suites ask that the program was saved to a file that holds something: a replay's
+    program file went with its run's scratch folder, and what its evaluation saw is what decides."""
+    first = evaluate(tmp_path, MLP, "export")
+    assert first.artifact is not None and first.artifact_bytes > 0 and passes("export", first)
+    shutil.rmtree(tmp_path / "scratch")  # as the run's scratch folder goes when its session ends
+    again = evaluate(tmp_path, MLP, "export")
+    assert again.replayed and passes("export", again) and again.artifact_bytes == first.artifact_bytes
