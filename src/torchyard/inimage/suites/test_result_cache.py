@@ -161,3 +161,18 @@ def test_a_replayed_lowering_passes_the_suites_that_judged_its_file_when_it_was_
     shutil.rmtree(tmp_path / "scratch")  # as the run's scratch folder goes when its session ends
     again = evaluate(tmp_path, MLP, "export")
     assert again.replayed and passes("export", again) and again.artifact_bytes == first.artifact_bytes
+
+
+def test_a_change_to_the_built_in_corpus_is_keyed_by_case_and_any_other_file_by_the_harness(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "inimage" / "cases").mkdir(parents=True)
+    (tmp_path / "inimage" / "cases" / "builtin.py").write_text("CASES = []\n")
+    (tmp_path / "contract.py").write_text("A = 1\n")
+    monkeypatch.setattr(result_cache, "TORCHYARD", tmp_path)
+    digest = result_cache.harness_digest.__wrapped__
+    before = digest()
+    (tmp_path / "inimage" / "cases" / "builtin.py").write_text("CASES = ['changed']\n")
+    assert digest() == before  # each built-in case's own code is in its case digest
+    (tmp_path / "contract.py").write_text("A = 2\n")
+    assert digest() != before
