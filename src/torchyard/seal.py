@@ -161,12 +161,13 @@ def check_matrix_flags(entry: Entry, seal: Seal) -> None:
 
 
 def _bytes(value: str) -> int:
-    """A size in bytes; -1 (unlimited) and anything unreadable count as above any limit."""
+    """A size in bytes; -1 and 0 (both unlimited to docker: 0 unsets the limit, and `--memory-swap 0` is
+    twice the memory) and anything unreadable count as above any limit."""
     try:
         size = size_bytes(value.lower())
     except (ValueError, KeyError, IndexError):
         return 1 << 62
-    return size if size >= 0 else 1 << 62
+    return size if size > 0 else 1 << 62
 
 
 def default_memory(limits: Limits, engine_memory: int, share: float) -> str:

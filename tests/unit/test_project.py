@@ -449,6 +449,9 @@ def test_tests_take_node_ids_and_a_selection_as_users_write_it(tmp_path: Path) -
         ('tests = ["tests/test_gone.py::test_gpt"]', '"tests/test_gone.py" does not exist'),
         ('tests = ["tests"]\ntests-markers = "not\\nslow"', 'tests-markers: "not\\nslow": one line of printable'),
         ('tests-keyword = "dtw"', "tests-keyword: selects among the entry's own `tests`, and it has none"),
+        # a committed file named like an option: pytest would read it as one (`-p no:torchyard.inimage.plugin`)
+        ('tests = ["tests", "-p", "no:torchyard.inimage.plugin"]', 'tests[1]: "-p" is not a pytest node id'),
+        ('tests = ["::test_gpt"]', 'tests[0]: "::test_gpt" is not a pytest node id'),
     ],
 )
 def test_a_node_id_or_selection_that_cannot_be_is_one_line(tmp_path: Path, change: str, message: str) -> None:

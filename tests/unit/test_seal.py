@@ -79,6 +79,10 @@ def test_root_runs_as_the_image_user() -> None:
         (("--memory-swap=-1",), "docker-run[0]: --memory-swap -1 is above this machine's 12g"),
         (("--pids-limit=-1",), "docker-run[0]: --pids-limit -1 is above this machine's 4096"),
         (("--shm-size", "1g", "--pids-limit", "100000"), "docker-run[2]: --pids-limit 100000 is above"),
+        # 0 unsets docker's memory limit, and 0 of swap is twice the memory: neither lowers anything
+        (("--memory", "0", "--memory-swap", "0"), "docker-run[0]: --memory 0 is above this machine's 12g"),
+        (("--memory", "2g", "--memory-swap", "0k"), "docker-run[2]: --memory-swap 0k is above this machine's 12g"),
+        (("--memory=0b",), "docker-run[0]: --memory 0b is above"),
     ],
 )
 def test_a_matrix_flag_may_lower_a_machine_limit_never_raise_it(flags: tuple[str, ...], message: str) -> None:

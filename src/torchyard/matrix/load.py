@@ -307,6 +307,9 @@ def _entry(
         raise table.error("timeout", f'expected a duration such as "2h", "90m" or "600s", got {describe(timeout)}')
     localize_seconds = _localize_seconds(table)
     tests = table.string_list("tests", required=False) or ()
+    for position, node in enumerate(tests):
+        if node.startswith("-") or not test_path(node):  # pytest would read it as an option of its own
+            raise table.error(f"tests[{position}]", f"{describe(node)} is not a pytest node id (a path, or path::test)")
     tests_markers, tests_keyword = (_selection(table, key, tests) for key in ("tests-markers", "tests-keyword"))
     project = _project(table, folder, tuple(dict.fromkeys(test_path(node) for node in tests)))
     builtin_cases = table.boolean("builtin-cases", default=True)
