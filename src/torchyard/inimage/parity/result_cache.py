@@ -3,10 +3,12 @@ and evaluates only what did, as Bazel caches test results.
 
 The key (`ResultCache.key`): the case (its module's weights and buffers byte for byte, its code and its loss's
 as the artifact key counts code, every input's values, its comparison and bounds), the backend and its bounds,
-the run's precision and device, the stack (an image's base and lock, or a venv's distributions), the Python,
-and torchyard's own code byte for byte. A case that cannot be keyed, or opts out (`Case(cache=False)`), is
-evaluated every run; so is every result that did not pass, and every result of a case that declares a known
-failure for its backend: a failure is looked at again, never replayed. `torchyard test --rerun` evaluates
+the run's precision and device, the stack (an image's base and lock, or a venv's distributions), the variables
+of the environment the stack reads, the Python, torchyard's own code byte for byte, and the project's loaded
+files whole (`project_files`: code the walk of a case does not reach still moves every key). A case that
+cannot be keyed, or opts out (`Case(cache=False)`), is evaluated every run; so is every result that did not
+pass, and every result of a case that declares a known failure for its backend: a failure is looked at again,
+never replayed. `torchyard test --rerun` evaluates
 everything and keeps nothing, as a run without the cache would (the harness's whole runs are such runs).
 The cache lives with the entry's other caches, so it is scoped by trust as they are: an untrusted run reads
 the trusted entries, and what it writes is thrown away with its scope.
@@ -14,6 +16,7 @@ the trusted entries, and what it writes is thrown away with its scope.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import functools
@@ -21,22 +24,25 @@ import hashlib
 import json
 import os
 import platform
+import sys
+import sysconfig
+import types
 from collections.abc import Mapping
 from pathlib import Path
 
 import torch
-from torch.utils import _pytree as pytree
 
 import torchyard
 from torchyard import contract
 from torchyard.inimage.cases import Case
 from torchyard.inimage.parity.digests import tensor_digest
 from torchyard.inimage.parity.harness import Result
-from torchyard.inimage.parity.keys import Unkeyable, code_digest, device_identity, versions, weight_digests
+from torchyard.inimage.parity.keys import Unkeyable, code_digest, device_identity, released, versions, weight_digests
 from torchyard.inimage.parity.metrics import Comparison
+from torchyard.inimage.parity.trees import leaves
 from torchyard.util.atomic import replace_atomically
 
-FORMAT = 1
+FORMAT = 2  # 2: the project's files whole, the stack's environment, inputs by value only
 TORCHYARD = Path(torchyard.__file__).resolve().parent
 
 
@@ -67,13 +73,89 @@ def _stack(identity: str) -> object:
     return installed_distributions()
 
 
+SIMPLE = (int, float, complex, str, bytes, bool, type(None))
+
+
 def _inputs_digest(case: Case) -> str:
-    """Every input of every call, by value: tensors by their bytes, anything else by its repr."""
+    """Every input of every call, by value: tensors by their bytes, Python scalars by their repr, in the trees
+    torchyard flattens outputs into (dataclasses and named tuples registered); any other leaf is `Unkeyable`,
+    since a repr may leave values out (a tensor's shows its corners)."""
     digest = hashlib.sha256()
     for call in case.calls():
-        for leaf in pytree.tree_leaves((call.args, dict(call.kwargs))):
-            digest.update((tensor_digest(leaf) if isinstance(leaf, torch.Tensor) else repr(leaf)).encode() + b"\0")
+        for leaf in leaves((call.args, dict(call.kwargs))):
+            if isinstance(leaf, torch.Tensor):
+                digest.update(tensor_digest(leaf).encode() + b"\0")
+            elif isinstance(leaf, SIMPLE):
+                digest.update(f"{type(leaf).__name__}:{leaf!r}".encode() + b"\0")
+            else:
+                raise Unkeyable(f"an input of type {type(leaf).__qualname__} has no value the key can read")
     return digest.hexdigest()
+
+
+# What of the environment reaches the stack's numerics: variables torch, its backends and the math libraries
+# read (a matrix.toml `--env` among them); caches' folders and torchyard's own settings aside.
+STACK_VARIABLES = (
+    "TORCH",
+    "PYTORCH",
+    "CUDA",
+    "CUBLAS",
+    "CUDNN",
+    "NVIDIA",
+    "HIP",
+    "ROCM",
+    "HSA",
+    "MIOPEN",
+    "ZE_",
+    "SYCL",
+    "ONEAPI",
+    "OMP_",
+    "MKL",
+    "KMP_",
+    "DNNL",
+    "ONEDNN",
+    "OPENBLAS",
+    "TRITON",
+    "INDUCTOR",
+    "XNNPACK",
+    "EXECUTORCH",
+    "ATEN",
+    "NCCL",
+    "TENSORRT",
+    "TRT_",
+    "PYTHONHASHSEED",
+)
+
+
+def stack_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables of `env` that can change what the stack computes (`STACK_VARIABLES`)."""
+    return {
+        name: value
+        for name, value in sorted(env.items())
+        if name.upper().startswith(STACK_VARIABLES)
+        and not name.upper().startswith("TORCHYARD_")  # torchyard's settings: the key has those it needs
+        and not name.upper().endswith("_DIR")  # where a cache lives (each xdist worker's inductor cache its own)
+    }
+
+
+def project_files() -> list[tuple[str, str]]:
+    """Every loaded module's file that is neither the standard library's, torchyard's, nor a distribution's from
+    an index (`keys.released`), by digest: the project's code whole, so that code the key's walk of a case
+    does not reach (a helper module two imports away, a patch of torch made on import) still moves it."""
+    stdlib = {Path(sysconfig.get_path(name)).resolve() for name in ("stdlib", "platstdlib")}
+    found = []
+    for name, module in sorted(sys.modules.items()):
+        where = vars(module).get("__file__") if isinstance(module, types.ModuleType) else None
+        if not isinstance(where, str) or not where.endswith(".py"):
+            continue
+        path = Path(where).resolve()
+        if path.is_relative_to(TORCHYARD) or any(path.is_relative_to(root) for root in stdlib):
+            continue
+        installed = {"site-packages", "dist-packages"} & set(path.parts)
+        if installed and released(name) is not None:
+            continue
+        with contextlib.suppress(OSError):
+            found.append((str(path), hashlib.sha256(path.read_bytes()).hexdigest()))
+    return found
 
 
 class ResultCache:
@@ -82,7 +164,9 @@ class ResultCache:
     def __init__(self, root: Path | None, *, rerun: bool = False, env: Mapping[str, str] = os.environ) -> None:
         self.root = None if rerun else root
         self.stack = env.get(contract.STACK, "")
+        self.environment = stack_environment(env)
         self._cases: dict[str, str | None] = {}
+        self._project: list[tuple[str, str]] | None = None
 
     def _case_digest(self, case: Case) -> str | None:
         """What the case is, once per case and process; None where it cannot be keyed or opts out."""
@@ -117,10 +201,14 @@ class ResultCache:
         case_digest = self._case_digest(case)
         if case_digest is None:
             return None
+        if self._project is None:  # once a process: by the first case's key, collection imported the project
+            self._project = project_files()
         document = {
             "format": FORMAT,
             "case": case.name,
             "case-digest": case_digest,
+            "project": self._project,
+            "environment": self.environment,
             "backend": backend,
             "decides": decides,
             "device": device_identity(device),

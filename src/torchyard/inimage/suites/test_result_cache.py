@@ -176,3 +176,56 @@ def test_a_change_to_the_built_in_corpus_is_keyed_by_case_and_any_other_file_by_
     assert digest() == before  # each built-in case's own code is in its case digest
     (tmp_path / "contract.py").write_text("A = 2\n")
     assert digest() != before
+
+
+def test_a_change_anywhere_in_the_projects_loaded_code_moves_every_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attacker's review (issue 57, third round): a helper two imports away from the model, a default
+    argument from a module constant, a patch of torch made on import: code the case's walk does not reach
+    changed what the model computes and its pass was replayed. The project's loaded files count whole."""
+    (tmp_path / "deep_helper.py").write_text("SCALE = 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import deep_helper  # type: ignore[import-not-found]  # noqa: F401
+
+    before = dict(result_cache.project_files())
+    assert str((tmp_path / "deep_helper.py").resolve()) in before
+    assert not any("site-packages/torch/" in path for path in before)  # a release counts by its version
+    first = ResultCache(tmp_path / "verdicts").key(MLP, "eager", CPU)
+    (tmp_path / "deep_helper.py").write_text("SCALE = 2.0\n")
+    assert ResultCache(tmp_path / "verdicts").key(MLP, "eager", CPU) != first
+
+
+@dataclasses.dataclass
+class Observation:
+    frame: torch.Tensor
+    step: int
+
+
+class Opaque:
+    def __init__(self, value: torch.Tensor) -> None:
+        self.value = value
+
+
+def test_inputs_count_by_every_value_and_an_input_the_key_cannot_read_is_not_kept(tmp_path: Path) -> None:
+    def observed(middle: float) -> Case:
+        def inputs(generator: torch.Generator) -> tuple[Observation]:
+            frame = torch.zeros(4, 1000)
+            frame[2, 500] = middle  # a tensor's repr shows its corners, never this
+            return (Observation(frame, 3),)
+
+        return dataclasses.replace(MLP, name="observed", make_inputs=inputs)
+
+    cache = ResultCache(tmp_path / "verdicts")
+    assert cache.key(observed(0.0), "eager", CPU) != ResultCache(tmp_path / "verdicts").key(observed(1.0), "eager", CPU)
+    opaque = dataclasses.replace(MLP, name="opaque", make_inputs=lambda g: (Opaque(torch.zeros(2)),))
+    assert cache.key(opaque, "eager", CPU) is None
+
+
+def test_what_of_the_environment_reaches_the_stack_is_in_the_key(tmp_path: Path) -> None:
+    keys = [
+        ResultCache(tmp_path, env=env).key(MLP, "eager", CPU)
+        for env in ({}, {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}, {"OMP_NUM_THREADS": "1"}, {"HOME": "/x"})
+    ]
+    assert len(set(keys[:3])) == 3 and keys[3] == keys[0]
+    assert result_cache.stack_environment({"TORCHINDUCTOR_CACHE_DIR": "/c/gw0", "TORCHYARD_TRUST": "x"}) == {}
