@@ -39,6 +39,8 @@ UNLOCKED = "TORCHYARD_UNLOCKED"
 INDUCTOR_CACHE = "TORCHYARD_INDUCTOR_CACHE"
 ARTIFACT_CACHE = "TORCHYARD_ARTIFACT_CACHE"
 REUSE_RESULTS = "TORCHYARD_REUSE_RESULTS"
+# Every variable of torchyard's own begins so (a tuple: the settings' test reads this module's strings as variables).
+OWN_PREFIXES = ("TORCHYARD_",)
 RERUN = "TORCHYARD_RERUN"
 RERUN_OPTION = "--torchyard-rerun"  # `torchyard test --rerun` passes it
 SELF_TEST_PROOF = "TORCHYARD_SELF_TEST_PROOF"

@@ -25,6 +25,7 @@ HOST_ONLY = {
     "name",
     "python",
     "requirements",
+    "exclude",
     "exclude_newer",
     "project",
     "tests",

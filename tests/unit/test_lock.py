@@ -139,10 +139,11 @@ def test_every_lock_input_reaches_the_digest_and_uv() -> None:
     inputs = LockInputs.of(vendored, "0.13.9")
     sources = (Source("pypi", "index", "https://pypi.example/simple"),)
 
-    def asked(candidate: LockInputs) -> tuple[tuple[str, ...], str, dict[str, str]]:
+    def asked(candidate: LockInputs) -> tuple[tuple[str, ...], str, dict[str, str], tuple[str, ...]]:
         urls = [f"file:///standin/{name}" for name, _ in candidate.pinned_vendor()]
         args = compile_args(candidate, sources, Path("/o"), excludes=None, interpreter="/py")
-        return args, requirements_in(candidate, urls), uv_environment(candidate)
+        # what the excludes file handed to uv (`--excludes`) lists
+        return args, requirements_in(candidate, urls), uv_environment(candidate), candidate.excluded()
 
     changed_values: dict[str, Any] = {
         "entry": "other",
@@ -157,6 +158,7 @@ def test_every_lock_input_reaches_the_digest_and_uv() -> None:
         "project": ("mypkg-dep>=1",),
         "deployment_target": "14.0",
         "binary_only": True,
+        "exclude": ("triton",),
     }
     assert set(changed_values) == {field.name for field in dataclasses.fields(LockInputs)}
     for name, value in changed_values.items():
@@ -168,6 +170,7 @@ def test_every_lock_input_reaches_the_digest_and_uv() -> None:
         "project",
         "deployment-target",
         "binary-only",
+        "exclude",
     }  # recorded only where set, so other entries' locks keep their digests
 
 

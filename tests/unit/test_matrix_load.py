@@ -494,3 +494,20 @@ def test_an_entry_may_build_on_a_base_of_its_own() -> None:
     assert error_of(native) == (
         'matrix.toml: entry "mac" > base-image: mps runs natively (no container reaches its device): remove it'
     )
+
+
+def test_an_entry_can_keep_a_dependency_it_does_not_need_out_of_its_lock(tmp_path: Path) -> None:
+    """Issue 58: 1 GB of triton came into a CPU entry's image with torch from PyPI, and nothing said how to
+    leave it out. `exclude` hands the names to uv's `--excludes`, recorded in the lock's inputs."""
+    from torchyard.lock.inputs import LockInputs
+    from torchyard.lock.resolve import _stage
+
+    text = VALID.replace('name = "cuda"', 'name = "cuda"\nexclude = ["triton", "nvidia-nccl-cu13"]', 1)
+    entry = parse(text).entry("cuda")
+    assert entry.exclude == ("triton", "nvidia-nccl-cu13")
+    inputs = LockInputs.of(entry, "0.13.9")
+    assert inputs.record()["exclude"] == ["triton", "nvidia-nccl-cu13"]
+    excludes = _stage(inputs, tmp_path)
+    assert excludes is not None and excludes.read_text().splitlines()[-2:] == ["triton", "nvidia-nccl-cu13"]
+    for bad, message in (('["Torch"]', '"Torch" is the stack itself'), ('["tri ton"]', '"tri ton" is not a package')):
+        assert message in error_of(text.replace('exclude = ["triton", "nvidia-nccl-cu13"]', f"exclude = {bad}"))

@@ -33,6 +33,7 @@ class LockInputs:
     deployment_target: str | None = None  # MACOSX_DEPLOYMENT_TARGET: which macOS wheels are acceptable
     # lock-on-runner: resolved on a self-hosted runner, where no sdist may be built (its metadata runs its code)
     binary_only: bool = False
+    exclude: tuple[str, ...] = ()  # packages left out of the lock (the entry's `exclude`)
 
     @classmethod
     def of(cls, entry: Entry, uv_version: str) -> LockInputs:
@@ -49,6 +50,7 @@ class LockInputs:
             project=entry.project.requirements if entry.project else (),
             deployment_target=entry.accelerator.deployment_target,
             binary_only=entry.lock_on_runner,
+            exclude=entry.exclude,
         )
 
     def record(self) -> dict[str, Any]:
@@ -74,6 +76,8 @@ class LockInputs:
             record["deployment-target"] = self.deployment_target
         if self.binary_only:
             record["binary-only"] = True
+        if self.exclude:
+            record["exclude"] = list(self.exclude)
         return record
 
     def digest(self) -> str:
@@ -84,6 +88,11 @@ class LockInputs:
 
     def unpinned_vendor(self) -> tuple[str, ...]:
         return tuple(name for name, version in self.vendor if version == "*")
+
+    def excluded(self) -> tuple[str, ...]:
+        """What uv leaves out of the resolution: the vendor's unpinned packages (the base image has them) and
+        the entry's `exclude`."""
+        return (*self.unpinned_vendor(), *self.exclude)
 
 
 def digest_of(data: object) -> str:

@@ -86,10 +86,10 @@ def _stage(inputs: LockInputs, workdir: Path) -> Path | None:
     """Write `requirements.in` (with the vendor stand-ins) and the excludes file; return the latter."""
     standins = [write_wheel(workdir / "vendor", name, version).as_uri() for name, version in inputs.pinned_vendor()]
     (workdir / "requirements.in").write_text(requirements_in(inputs, standins))
-    if not inputs.unpinned_vendor():
+    if not inputs.excluded():
         return None
     excludes = workdir / "excludes.txt"
-    excludes.write_text("".join(f"{name}\n" for name in inputs.unpinned_vendor()))
+    excludes.write_text("".join(f"{name}\n" for name in inputs.excluded()))
     return excludes
 
 

@@ -120,6 +120,9 @@ MATRIX_KEYS: tuple[Key, ...] = (
         "the project under test, relative to matrix.toml: a package (a folder with pyproject.toml), built into a "
         "wheel in a sealed container, its dependencies joining the lock; or a source folder (`source`)",
         ".", "nowhere"),
+    Key("entry", "exclude", "array of package names", "`[]`",
+        "packages the lock leaves out whatever requires them (uv's `--excludes`), for a dependency's dependency the "
+        "image does not need (triton on a CPU entry); torch cannot be", ["triton"], ["torch"]),
     Key("entry", "tests", "array of pytest node ids", "`[]`",
         "the project's own tests, run in the image beside the suites (needs `project`): paths, or "
         "`path::test` node ids", ["tests"], "tests", alongside={"project": "."}),

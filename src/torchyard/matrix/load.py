@@ -10,6 +10,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any, cast
 
+from packaging.utils import canonicalize_name
+
 from torchyard.errors import ConfigError, UsageError
 from torchyard.matrix import values
 from torchyard.matrix.machine import DURATION, duration_seconds
@@ -288,6 +290,7 @@ def _entry(
         raise table.error("python", f'expected "3.N", got {describe(python)}')
     values.python(table, "python", python)
     requirements = table.string_list("requirements", non_empty=True)
+    exclude = _exclude(table)
     assert requirements is not None
     for position, line in enumerate(requirements):
         values.requirement(table, f"requirements[{position}]", line)
@@ -326,6 +329,7 @@ def _entry(
         accelerator=accelerator,
         python=python,
         requirements=requirements,
+        exclude=exclude,
         suites=cast(tuple[SuiteName, ...], suites),
         exclude_newer=exclude_newer or cast(str, default_exclude_newer),
         tolerances=_tolerances(table),
@@ -346,6 +350,22 @@ def _entry(
     )
     table.finish()
     return entry
+
+
+# What an image cannot be without: excluding one leaves a stack that the image check then refuses.
+NOT_EXCLUDED = frozenset({"torch"})
+PACKAGE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # PEP 508's name
+
+
+def _exclude(table: Table) -> tuple[str, ...]:
+    """`exclude`: package names (PEP 503) the lock leaves out, whatever requires them."""
+    names = table.string_list("exclude", required=False) or ()
+    for position, name in enumerate(names):
+        if not PACKAGE_NAME.fullmatch(name):
+            raise table.error(f"exclude[{position}]", f"{describe(name)} is not a package name")
+        if canonicalize_name(name) in NOT_EXCLUDED:
+            raise table.error(f"exclude[{position}]", f"{describe(name)} is the stack itself: it cannot be left out")
+    return names
 
 
 def _selection(table: Table, key: str, tests: tuple[str, ...]) -> str:

@@ -113,6 +113,8 @@ class Entry:
     cases: tuple[str, ...]
     precision: Precision = "fp32"
     project: Project | None = None
+    # Packages left out of the lock (uv's `--excludes`): a dependency's dependency the image does not need.
+    exclude: tuple[str, ...] = ()
     tests: tuple[str, ...] = ()  # pytest node ids: paths, or `path::test` (`test_paths` has the paths)
     # pytest's selection of the project's own tests, as users write it (`-m`, `-k`); torchyard's suites and
     # self-tests are selected apart, never by these.

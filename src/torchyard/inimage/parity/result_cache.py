@@ -132,7 +132,7 @@ def stack_environment(env: Mapping[str, str]) -> dict[str, str]:
         name: value
         for name, value in sorted(env.items())
         if name.upper().startswith(STACK_VARIABLES)
-        and not name.upper().startswith("TORCHYARD_")  # torchyard's settings: the key has those it needs
+        and not name.upper().startswith(contract.OWN_PREFIXES)  # torchyard's: the key has the settings it needs
         and not name.upper().endswith("_DIR")  # where a cache lives (each xdist worker's inductor cache its own)
     }
 
