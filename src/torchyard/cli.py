@@ -23,7 +23,14 @@ from torchyard.commands.refresh import refresh
 from torchyard.commands.report import report
 from torchyard.commands.sessions import run_nox
 from torchyard.commands.test import test_entries
-from torchyard.contract import OPS_SHARD_OPTION, RERUN_OPTION, RERUN_SELF_TESTS_OPTION, REUSE_RESULTS, parse_shard
+from torchyard.contract import (
+    OPS_SHARD_OPTION,
+    RERUN_OPTION,
+    RERUN_SELF_TESTS_OPTION,
+    REUSE_RESULTS,
+    gives_markers,
+    parse_shard,
+)
 from torchyard.errors import TorchyardError, UsageError
 from torchyard.image.debootstrap import DEBIAN_SUITES, base_tag
 from torchyard.image.plan import BuildOptions
@@ -291,6 +298,13 @@ def _on_this_machine(args: argparse.Namespace, passthrough: list[str], machine: 
     elif args.command == "test":
         trust = resolve_trust(args.trust, os.environ)
         selected = _selected(args, machine, passthrough, trust.level)
+        if gives_markers(passthrough):
+            print(
+                "torchyard: your -m replaces the expression that selects torchyard's suites and self-tests, as "
+                "pytest's last -m does (a selected suite that then passes nothing fails the run); matrix.toml's "
+                "tests-markers selects among your own tests alone",
+                file=sys.stderr,
+            )
         return test_entries(
             selected,
             mode="local" if args.local else "in-place" if args.in_place else "container",

@@ -246,9 +246,8 @@ def pytest_args(
     extra: Sequence[str] = (),
 ) -> tuple[str, ...]:
     """The arguments after `python -m torchyard.inimage` (that is, pytest's), container and venv alike. A
-    caller's own `-m` selects among the project's tests (`CALLER_MARKERS_OPTION`, and-ed with the entry's
-    `tests-markers`): it never replaces the expression that selects torchyard's suites and self-tests."""
-    rest, markers = caller_markers(extra)
+    caller's own `-m` comes after torchyard's and so replaces it, as pytest's last `-m` does (the CLI says so:
+    `gives_markers`); the entry's `tests-markers` selects among the project's own tests alone."""
     return (
         suites_dir,
         *project_tests,
@@ -256,31 +255,18 @@ def pytest_args(
         "-p", "no:cacheprovider",
         "-m", marker_expression(suites, project_tests=bool(project_tests)),
         f"--junitxml={report_dir}/{JUNIT}",
-        *rest,
-        *((f"{CALLER_MARKERS_OPTION}={markers}",) if markers else ()),
+        *extra,
     )  # fmt: skip
 
 
-CALLER_MARKERS_OPTION = "--torchyard-caller-markers"  # the plugin ands it with the entry's `tests-markers`
-
-
-def caller_markers(extra: Sequence[str]) -> tuple[list[str], str]:
-    """`extra` without its `-m EXPR` (`-mEXPR`, `-m=EXPR`), and those expressions and-ed ("" where none)."""
-    rest: list[str] = []
-    found: list[str] = []
-    items = iter(extra)
-    for item in items:
+def gives_markers(extra: Sequence[str]) -> bool:
+    """Whether a caller's pytest arguments hold a `-m` of their own (`-m EXPR`, `-mEXPR`, `-m=EXPR`) before `--`."""
+    for item in extra:
         if item == "--":
-            rest += [item, *items]
-            break
-        if item == "-m":
-            found.append(next(items, ""))
-        elif item.startswith("-m") and not item.startswith("--"):
-            found.append(item[2:].removeprefix("="))
-        else:
-            rest.append(item)
-    expressions = [expression for expression in found if expression.strip()]
-    return rest, " and ".join(f"({expression})" for expression in expressions)
+            return False
+        if item.startswith("-m") and not item.startswith("--"):
+            return True
+    return False
 
 
 def plugin_environment(*, project_tests: Sequence[str], extra: Sequence[str]) -> dict[str, str]:

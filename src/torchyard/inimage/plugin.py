@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from torchyard import contract
-from torchyard.inimage import proofs, selection
+from torchyard.inimage import proofs
 from torchyard.inimage.cases import Case, CaseLoadError, load_cases
 from torchyard.inimage.collection import MARKERS, mark_items, parametrize
 from torchyard.inimage.evaluations import Evaluations, result_cache
@@ -40,7 +40,6 @@ _FREEZER = Freezer()
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
     proofs.add_option(parser)
-    selection.add_option(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,6 +1,6 @@
-"""The project's own tests, selected as users select them: the entry's `tests-markers` and `tests-keyword`, and a
-caller's `-m` (`contract.CALLER_MARKERS_OPTION`), each read as pytest reads `-m` and `-k`, over the project's
-tests alone. torchyard's suites and self-tests are selected by their own expression, which none of these touches."""
+"""The project's own tests, selected as users select them: the entry's `tests-markers` and `tests-keyword`, read
+as pytest reads `-m` and `-k`, over the project's tests alone. torchyard's suites and self-tests are selected
+by their own expression, which neither touches."""
 
 from __future__ import annotations
 
@@ -10,14 +10,7 @@ import pytest
 from _pytest.mark import KeywordMatcher, MarkMatcher
 from _pytest.mark.expression import Expression
 
-from torchyard import contract
 from torchyard.names import PROJECT  # the marker `collection.mark_items` puts on the project's own tests
-
-
-def add_option(parser: pytest.Parser) -> None:
-    parser.getgroup("torchyard").addoption(
-        contract.CALLER_MARKERS_OPTION, default="", help="the caller's -m: selects among the project's own tests"
-    )
 
 
 def _compiled(expression: str, what: str) -> Expression:
@@ -35,10 +28,8 @@ def _markers(item: pytest.Item) -> Callable[..., bool]:
 
 
 def select_project_tests(config: pytest.Config, items: list[pytest.Item], markers: str, keyword: str) -> None:
-    """Deselect the project's tests that `markers` (with the caller's `-m`) or `keyword` leave out."""
-    caller = str(config.getoption(contract.CALLER_MARKERS_OPTION, default="") or "")
-    expressions = [f"({text})" for text in (markers, caller) if text.strip()]
-    by_marker = _compiled(" and ".join(expressions), "the project tests' marker expression") if expressions else None
+    """Deselect the project's tests that `markers` or `keyword` leave out."""
+    by_marker = _compiled(markers, "the project tests' marker expression") if markers.strip() else None
     by_keyword = _compiled(keyword, "the project tests' keyword expression") if keyword.strip() else None
     if by_marker is None and by_keyword is None:
         return

@@ -1,11 +1,10 @@
-"""The project's own tests are selected as users select them (the entry's `tests-markers` and `tests-keyword`,
-a caller's `-m`), over the project's tests alone: the suites and self-tests a run selects stay selected."""
+"""The project's own tests are selected as users select them (the entry's `tests-markers` and `tests-keyword`),
+over the project's tests alone: the suites and self-tests a run selects stay selected."""
 
 from __future__ import annotations
 
 import pytest
 
-from torchyard import contract
 from torchyard.inimage.suites.whole_runs import REPORTS, whole_run
 
 pytestmark = pytest.mark.harness
@@ -52,16 +51,15 @@ def test_self_dtw():
     "--torchyard-suites=export",
     "--torchyard-tests-markers=not slow",
     "--torchyard-tests-keyword=not dtw",
-    f"{contract.CALLER_MARKERS_OPTION}=fast or slow",
     test_mine=PROJECT_TESTS,
     test_suites=SUITE_TESTS,
 )  # fmt: skip
 def test_the_projects_tests_are_selected_by_the_entrys_and_the_callers_expressions(beside: pytest.RunResult) -> None:
     assert beside.ret == 0, beside.stdout.lines[-20:]
     passed = sorted(line.split("::")[1].split()[0] for line in beside.stdout.lines if " PASSED" in line)
-    # (not slow) and (fast or slow), then not dtw: the project's test_fast alone; the suites' tests, whatever
-    # their names, are not the project's to select.
-    assert passed == ["test_export_slow_dtw", "test_fast", "test_self_dtw"]
+    # not slow, then not dtw: the project's test_fast and test_plain; the suites' tests, whatever their names,
+    # are not the project's to select.
+    assert passed == ["test_export_slow_dtw", "test_fast", "test_plain", "test_self_dtw"]
 
 
 @whole_run(REPORTS, "--torchyard-tests-keyword=not (", test_mine=PROJECT_TESTS)
