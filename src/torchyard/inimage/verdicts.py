@@ -31,7 +31,7 @@ def ran(result: Result) -> bool:
 def on_disk(result: Result) -> bool:
     """The program was saved to a file that holds something, as the run left it (`Result.artifact_bytes`, so
     a replayed result is judged as its evaluation was)."""
-    return result.artifact is not None and result.artifact_bytes > 0
+    return result.artifact is not None and bool(result.artifact_bytes)
 
 
 # Each suite's rule in words, for a pass the reader could otherwise take for a failure.
