@@ -25,7 +25,6 @@ import json
 import os
 import platform
 import sys
-import sysconfig
 import types
 from collections.abc import Mapping
 from pathlib import Path
@@ -141,14 +140,15 @@ def project_files() -> list[tuple[str, str]]:
     """Every loaded module's file that is neither the standard library's, torchyard's, nor a distribution's from
     an index (`keys.released`), by digest: the project's code whole, so that code the key's walk of a case
     does not reach (a helper module two imports away, a patch of torch made on import) still moves it."""
-    stdlib = {Path(sysconfig.get_path(name)).resolve() for name in ("stdlib", "platstdlib")}
+    # The standard library by its modules' names: in a venv sysconfig's `platstdlib` is the venv's own lib
+    # folder, site-packages and the project installed there included.
     found = []
     for name, module in sorted(sys.modules.items()):
         where = vars(module).get("__file__") if isinstance(module, types.ModuleType) else None
-        if not isinstance(where, str) or not where.endswith(".py"):
+        if not isinstance(where, str) or not where.endswith(".py") or name.split(".")[0] in sys.stdlib_module_names:
             continue
         path = Path(where).resolve()
-        if path.is_relative_to(TORCHYARD) or any(path.is_relative_to(root) for root in stdlib):
+        if path.is_relative_to(TORCHYARD):
             continue
         installed = {"site-packages", "dist-packages"} & set(path.parts)
         if installed and released(name) is not None:
