@@ -27,6 +27,7 @@ from torchyard.inimage.first_use import import_first_use
 from torchyard.inimage.freezer import Freezer
 from torchyard.inimage.options import RUN_SETTINGS, RunSettings, add_options
 from torchyard.inimage.outcomes import PARITY_EAGER, parity_eager_tests
+from torchyard.inimage.parity.result_cache import snapshot_project
 from torchyard.inimage.running import Running
 from torchyard.inimage.selection import select_project_tests
 from torchyard.inimage.startup import probe_run
@@ -79,6 +80,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_collection_finish(session: pytest.Session) -> None:
     settings = session.config.stash[RUN_SETTINGS]
     session.config.stash[PARITY_EAGER] = parity_eager_tests(session.items)
+    snapshot_project()  # what the result cache keys the project by: before any test imports more
     import_first_use(session.items, contract.cache_root(os.environ, settings.report_dir))
     _FREEZER.freeze(collect=gc.isenabled())  # off since start-up (`__main__`): see `Freezer`
 

@@ -158,6 +158,16 @@ def project_files() -> list[tuple[str, str]]:
     return found
 
 
+# The project's files as collection left them (`snapshot_project`), before any test ran: a self-test that
+# imports a module of its own from a temporary folder would otherwise move every key of the run after it.
+COLLECTED: dict[str, list[tuple[str, str]]] = {}
+
+
+def snapshot_project() -> None:
+    """Take `project_files` once collection has imported the project, its tests and its cases."""
+    COLLECTED["files"] = project_files()
+
+
 class ResultCache:
     """`<key>.json` files under `root`; `root=None` or `rerun`: nothing replayed, nothing kept."""
 
@@ -201,8 +211,8 @@ class ResultCache:
         case_digest = self._case_digest(case)
         if case_digest is None:
             return None
-        if self._project is None:  # once a process: by the first case's key, collection imported the project
-            self._project = project_files()
+        if self._project is None:  # once a process: as collection left it, where the plugin took it then
+            self._project = COLLECTED["files"] if "files" in COLLECTED else project_files()
         document = {
             "format": FORMAT,
             "case": case.name,

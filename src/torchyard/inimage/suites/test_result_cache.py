@@ -184,6 +184,7 @@ def test_a_change_anywhere_in_the_projects_loaded_code_moves_every_key(
     """The attacker's review (issue 57, third round): a helper two imports away from the model, a default
     argument from a module constant, a patch of torch made on import: code the case's walk does not reach
     changed what the model computes and its pass was replayed. The project's loaded files count whole."""
+    monkeypatch.setattr(result_cache, "COLLECTED", {})  # as a run whose plugin took none at collection
     (tmp_path / "deep_helper.py").write_text("SCALE = 1.0\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     import deep_helper  # type: ignore[import-not-found]  # noqa: F401
@@ -229,3 +230,16 @@ def test_what_of_the_environment_reaches_the_stack_is_in_the_key(tmp_path: Path)
     ]
     assert len(set(keys[:3])) == 3 and keys[3] == keys[0]
     assert result_cache.stack_environment({"TORCHINDUCTOR_CACHE_DIR": "/c/gw0", "TORCHYARD_TRUST": "x"}) == {}
+
+
+def test_the_project_is_keyed_as_collection_left_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A self-test that imports a module from a temporary folder while the run goes on moves no key of the run's
+    own results: the plugin takes the project's files when collection ends."""
+    monkeypatch.setattr(result_cache, "COLLECTED", {})
+    result_cache.snapshot_project()
+    first = ResultCache(tmp_path / "verdicts").key(MLP, "eager", CPU)
+    (tmp_path / "late_module.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import late_module  # type: ignore[import-not-found]  # noqa: F401
+
+    assert ResultCache(tmp_path / "verdicts").key(MLP, "eager", CPU) == first
