@@ -150,8 +150,7 @@ def project_files() -> list[tuple[str, str]]:
         path = Path(where).resolve()
         if path.is_relative_to(TORCHYARD):
             continue
-        installed = {"site-packages", "dist-packages"} & set(path.parts)
-        if installed and released(name) is not None:
+        if released(name) is not None:  # from an index: its version, in the key's versions and stack, decides
             continue
         with contextlib.suppress(OSError):
             found.append((str(path), hashlib.sha256(path.read_bytes()).hexdigest()))
@@ -197,10 +196,8 @@ class ResultCache:
                         "labels": case.batch_labels(),
                     }
                     self._cases[case.name] = _digest(document)
-                except Unkeyable:
-                    pass  # the artifact cache's note says why, for the same code
-                except Exception:  # the case's own code fails: its evaluation says how, uncached
-                    pass
+                except Exception:  # `Unkeyable` (the artifact cache's note says why), or the case's own code
+                    pass  # failing (its evaluation says how): either way the case runs uncached
         return self._cases[case.name]
 
     def key(self, case: Case, backend: str, device: torch.device, **decides: object) -> str | None:
