@@ -197,6 +197,7 @@ class _CodeWalk:
         self.parts: list[str] = []
         self.seen: dict[int, object] = {}  # each object walked, kept alive so that no other takes its id
         self.registered = {id(module) for module in registered}  # their weights are keyed apart
+        self.modules: set[str] = set()  # the project's modules reached (`project_code` keys their files)
 
     def add(self, obj: object) -> None:
         if id(obj) in self.seen:
@@ -276,6 +277,8 @@ class _CodeWalk:
             return
         pin = released(module.__name__)
         self.parts.append(f"module {module.__name__} {pin}" if pin else f"module {module.__name__}\0{_source(module)}")
+        if not pin:
+            self.modules.add(module.__name__)
 
     def _class(self, klass: type) -> None:
         if _versioned(klass.__module__):
@@ -285,6 +288,7 @@ class _CodeWalk:
         if pin:
             self.parts.append(f"{klass.__module__}.{klass.__qualname__} {pin}")
             return
+        self.modules.add(klass.__module__)
         unsourced = _unsourced_name(klass)
         try:
             self.parts.append(f"class {klass.__qualname__}\0{_source(klass)}")
@@ -324,6 +328,8 @@ class _CodeWalk:
             self.parts.append(f"{function.__module__}.{function.__qualname__} {pin}")
             return
         self.parts.append(f"function {function.__qualname__}\0{_source(function)}")
+        if function.__module__:
+            self.modules.add(function.__module__)
         self._names(function)
 
     def _names(self, function: types.FunctionType) -> None:
@@ -421,13 +427,18 @@ def artifact_key(
 def code_digest(module: torch.nn.Module, *also: object) -> str:
     """sha256 of what decides the module's behaviour beyond its weights (`_CodeWalk`), and of the code of
     `also` (a case's loss function, say); raises `Unkeyable`."""
+    return code_reach(module, *also)[0]
+
+
+def code_reach(module: torch.nn.Module, *also: object) -> tuple[str, frozenset[str]]:
+    """`code_digest`, and the names of the project's modules the walk reached; raises `Unkeyable`."""
     with _key_code():
         walk = _CodeWalk(registered=module.modules())
         for sub in module.modules():
             walk.add(sub)
         for obj in also:
             walk.add(obj)
-        return hashlib.sha256("\0\0".join(walk.parts).encode()).hexdigest()
+        return hashlib.sha256("\0\0".join(walk.parts).encode()).hexdigest(), frozenset(walk.modules)
 
 
 def weight_digests(module: torch.nn.Module) -> list[tuple[str, str]]:

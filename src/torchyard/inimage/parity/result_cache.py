@@ -4,8 +4,9 @@ and evaluates only what did, as Bazel caches test results.
 The key (`ResultCache.key`): the case (its module's weights and buffers byte for byte, its code and its loss's
 as the artifact key counts code, every input's values, its comparison and bounds), the backend and its bounds,
 the run's precision and device, the stack (an image's base and lock, or a venv's distributions), the variables
-of the environment the stack reads, the Python, torchyard's own code byte for byte, and the project's loaded
-files whole (`project_files`: code the walk of a case does not reach still moves every key). A case that
+of the environment the stack reads, the Python, torchyard's own code byte for byte, and the project's files
+the case reaches (`project_code`: a module the walk reaches counts whole, with what it imports, so a helper
+two imports away moves the key, and a change to one model moves that model's results only). A case that
 cannot be keyed, or opts out (`Case(cache=False)`), is evaluated every run; so is every result that did not
 pass, and every result of a case that declares a known failure for its backend: a failure is looked at again,
 never replayed. `torchyard test --rerun` evaluates
@@ -16,7 +17,6 @@ the trusted entries, and what it writes is thrown away with its scope.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as dt
 import functools
@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import platform
-import sys
 import types
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,14 +33,15 @@ import torch
 import torchyard
 from torchyard import contract
 from torchyard.inimage.cases import Case
+from torchyard.inimage.parity import project_code
 from torchyard.inimage.parity.digests import tensor_digest
 from torchyard.inimage.parity.harness import Result
-from torchyard.inimage.parity.keys import Unkeyable, code_digest, device_identity, released, versions, weight_digests
+from torchyard.inimage.parity.keys import Unkeyable, code_reach, device_identity, versions, weight_digests
 from torchyard.inimage.parity.metrics import Comparison
 from torchyard.inimage.parity.trees import leaves
 from torchyard.util.atomic import replace_atomically
 
-FORMAT = 2  # 2: the project's files whole, the stack's environment, inputs by value only
+FORMAT = 3  # 3: the project's files each case reaches; 2: the stack's environment, inputs by value only
 TORCHYARD = Path(torchyard.__file__).resolve().parent
 
 
@@ -136,35 +136,26 @@ def stack_environment(env: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def project_files() -> list[tuple[str, str]]:
-    """Every loaded module's file that is neither the standard library's, torchyard's, nor a distribution's from
-    an index (`keys.released`), by digest: the project's code whole, so that code the key's walk of a case
-    does not reach (a helper module two imports away, a patch of torch made on import) still moves it."""
-    # The standard library by its modules' names: in a venv sysconfig's `platstdlib` is the venv's own lib
-    # folder, site-packages and the project installed there included.
-    found = []
-    for name, module in sorted(sys.modules.items()):
-        where = vars(module).get("__file__") if isinstance(module, types.ModuleType) else None
-        if not isinstance(where, str) or not where.endswith(".py") or name.split(".")[0] in sys.stdlib_module_names:
-            continue
-        path = Path(where).resolve()
-        if path.is_relative_to(TORCHYARD):
-            continue
-        if released(name) is not None:  # from an index: its version, in the key's versions and stack, decides
-            continue
-        with contextlib.suppress(OSError):
-            found.append((str(path), hashlib.sha256(path.read_bytes()).hexdigest()))
-    return found
-
-
-# The project's files as collection left them (`snapshot_project`), before any test ran: a self-test that
-# imports a module of its own from a temporary folder would otherwise move every key of the run after it.
-COLLECTED: dict[str, list[tuple[str, str]]] = {}
+# The project modules that count for every case (`project_code.shared`), as collection left them: a
+# self-test that imports or patches a module of its own while the run goes on moves no key of the run's results.
+COLLECTED: dict[str, list[str]] = {}
 
 
 def snapshot_project() -> None:
-    """Take `project_files` once collection has imported the project, its tests and its cases."""
-    COLLECTED["files"] = project_files()
+    """Take `project_code.shared` once collection has imported the project, its tests and its cases."""
+    COLLECTED["shared"] = project_code.shared()
+
+
+def _case_callables(case: Case) -> set[str]:
+    """The modules of the functions that define the case (its factory, inputs, loss): keyed by the walk alone."""
+    functions = [case.make_module, case.make_inputs, case.extra_batch, case.dynamic_shapes, case.loss]
+    functions += [failure.computes for failure in case.known_failures.values()]
+    found = set()
+    for made in functions:
+        function = made.func if isinstance(made, functools.partial) else made
+        if isinstance(function, types.FunctionType) and function.__module__:
+            found.add(function.__module__)
+    return found
 
 
 class ResultCache:
@@ -175,7 +166,6 @@ class ResultCache:
         self.stack = env.get(contract.STACK, "")
         self.environment = stack_environment(env)
         self._cases: dict[str, str | None] = {}
-        self._project: list[tuple[str, str]] | None = None
 
     def _case_digest(self, case: Case) -> str | None:
         """What the case is, once per case and process; None where it cannot be keyed or opts out."""
@@ -184,9 +174,16 @@ class ResultCache:
             if case.cache:
                 try:
                     module = case.module()
+                    also = (case.loss, case.make_inputs, case.extra_batch, case.dynamic_shapes)
+                    code, reached = code_reach(module, *also)
+                    if "shared" not in COLLECTED:  # no plugin took it at collection: as the first key finds it
+                        COLLECTED["shared"] = project_code.shared()
+                    own = _case_callables(case)
                     document = {
                         "weights": weight_digests(module),
-                        "code": code_digest(module, case.loss, case.make_inputs, case.extra_batch, case.dynamic_shapes),
+                        "code": code,
+                        "project": project_code.closure(reached, by_walk=own),
+                        "shared": project_code.files(name for name in COLLECTED["shared"] if name not in own),
                         "inputs": _inputs_digest(case),
                         "compare": case.compare,
                         "tolerances": case.tolerances,
@@ -208,13 +205,10 @@ class ResultCache:
         case_digest = self._case_digest(case)
         if case_digest is None:
             return None
-        if self._project is None:  # once a process: as collection left it, where the plugin took it then
-            self._project = COLLECTED["files"] if "files" in COLLECTED else project_files()
         document = {
             "format": FORMAT,
             "case": case.name,
             "case-digest": case_digest,
-            "project": self._project,
             "environment": self.environment,
             "backend": backend,
             "decides": decides,

@@ -5,7 +5,11 @@ a known failure and a case that opts out are evaluated every run; `--rerun` neit
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import linecache
 import shutil
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +21,7 @@ from torchyard.inimage.cases import Case, KnownFailure
 from torchyard.inimage.cases.builtin import CASES
 from torchyard.inimage.evaluations import Evaluations
 from torchyard.inimage.options import RunSettings
-from torchyard.inimage.parity import result_cache
+from torchyard.inimage.parity import project_code, result_cache
 from torchyard.inimage.parity.harness import Result
 from torchyard.inimage.parity.result_cache import ResultCache
 from torchyard.inimage.parity.tolerances import load_tolerances
@@ -178,23 +182,106 @@ def test_a_change_to_the_built_in_corpus_is_keyed_by_case_and_any_other_file_by_
     assert digest() != before
 
 
-def test_a_change_anywhere_in_the_projects_loaded_code_moves_every_key(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The attacker's review (issue 57, third round): a helper two imports away from the model, a default
-    argument from a module constant, a patch of torch made on import: code the case's walk does not reach
-    changed what the model computes and its pass was replayed. The project's loaded files count whole."""
-    monkeypatch.setattr(result_cache, "COLLECTED", {})  # as a run whose plugin took none at collection
-    (tmp_path / "deep_helper.py").write_text("SCALE = 1.0\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import deep_helper  # type: ignore[import-not-found]  # noqa: F401
+PROJECT = {
+    "shop/__init__.py": "",
+    "shop/deep.py": "import torch\n\nSCALE = 1.0\n\nclass Block(torch.nn.Module):\n    pass\n",
+    "shop/helper.py": "from shop.deep import SCALE\n\ndef scaled(x):\n    return x * SCALE\n",
+    "shop/first.py": (
+        "import torch\nfrom shop import helper\nfrom shop.deep import SCALE\n\n"
+        "class First(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.linear = torch.nn.Linear(4, 4)\n\n"
+        "    def forward(self, x, gain=SCALE):\n        return helper.scaled(self.linear(x)) * gain\n"
+    ),
+    "shop/second.py": (
+        "import torch\n\nclass Second(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.linear = torch.nn.Linear(4, 4)\n\n"
+        "    def forward(self, x):\n        return self.linear(x)\n"
+    ),
+    "shop/cases.py": (
+        "import torch\nfrom shop.first import First\nfrom shop.second import Second\n"
+        "from torchyard.cases import Case\n\n"
+        "def inputs(generator):\n    return (torch.randn(2, 4, generator=generator),)\n\n"
+        "CASES = [Case('first', First, inputs), Case('second', lambda: Second(), inputs)]\n"
+    ),
+    "patcher.py": "import torch\n\ndef gelu(x, approximate='none'):\n    return x\n\ntorch.nn.functional.gelu = gelu\n",
+}
 
-    before = dict(result_cache.project_files())
-    assert str((tmp_path / "deep_helper.py").resolve()) in before
-    assert not any("site-packages/torch/" in path for path in before)  # a release counts by its version
-    first = ResultCache(tmp_path / "verdicts").key(MLP, "eager", CPU)
-    (tmp_path / "deep_helper.py").write_text("SCALE = 2.0\n")
-    assert ResultCache(tmp_path / "verdicts").key(MLP, "eager", CPU) != first
+
+@pytest.fixture
+def shop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A project of two models in their own files, one case file, a helper two imports away from the first
+    model, and a module that patches torch on import that no case reaches."""
+    for name, text in PROJECT.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(result_cache, "COLLECTED", {})
+    monkeypatch.setattr(torch.nn.functional, "gelu", torch.nn.functional.gelu)  # the patch undone after
+    _forget_shop()
+    yield tmp_path
+    _forget_shop()
+    sys.modules.pop("patcher", None)
+
+
+def _forget_shop() -> None:
+    """As a new process: the shop's modules imported again, its files read again."""
+    for name in [name for name in sys.modules if name == "shop" or name.startswith("shop.")]:
+        del sys.modules[name]
+    linecache.clearcache()
+    project_code._digest.cache_clear()
+
+
+def _shop_keys(root: Path) -> dict[str, str | None]:
+    """Each shop case's key as a fresh run sees the files now."""
+    _forget_shop()
+    cases = importlib.import_module("shop.cases").CASES
+    cache = ResultCache(root / "verdicts")
+    return {case.name: cache.key(case, "eager", CPU) for case in cases}
+
+
+def test_a_change_to_one_model_moves_that_models_keys_only(shop: Path) -> None:
+    """Issue 58: a one-line change to one model costs that model's results, not the project's."""
+    first = _shop_keys(shop)
+    assert None not in first.values()
+    (shop / "shop/second.py").write_text(
+        PROJECT["shop/second.py"].replace("return self.linear(x)", "return -self.linear(x)")
+    )
+    second = _shop_keys(shop)
+    assert second["first"] == first["first"] and second["second"] != first["second"]
+    # a case added to the file of cases moves no other case's key: the case's own code counts by its walk
+    (shop / "shop/cases.py").write_text(PROJECT["shop/cases.py"] + "CASES.append(Case('third', Second, inputs))\n")
+    third = _shop_keys(shop)
+    assert third["first"] == second["first"] and third["second"] == second["second"]
+
+
+def test_code_the_walk_does_not_name_still_moves_the_key(shop: Path) -> None:
+    """The attacker's review (issue 57, third round): a helper two imports away from the model, a default
+    argument from a module constant (here both are `deep.SCALE`), a patch of torch made on import by a module
+    no case reaches: each changes what the model computes, and a pass must not be replayed over it."""
+    before = _shop_keys(shop)
+    (shop / "shop/deep.py").write_text(PROJECT["shop/deep.py"].replace("SCALE = 1.0", "SCALE = 2.0"))
+    after = _shop_keys(shop)
+    assert after["first"] != before["first"] and after["second"] == before["second"]
+    (shop / "shop/helper.py").write_text(
+        PROJECT["shop/helper.py"] + "\nSHIFT = 0\n"
+    )  # defines no model: counts for all
+    shifted = _shop_keys(shop)
+    assert shifted["first"] != after["first"] and shifted["second"] != after["second"]
+    after = shifted
+    importlib.import_module("patcher")
+    result_cache.snapshot_project()
+    patched = _shop_keys(shop)
+    assert patched["first"] != after["first"] and patched["second"] != after["second"]
+    assert not any("site-packages/torch/" in path for path, _ in project_code.closure(["shop.first"]))
+
+
+def test_the_project_is_keyed_as_collection_left_it(shop: Path) -> None:
+    """A self-test that patches torch while the run goes on moves no key of the run's own results: the plugin
+    takes the patches when collection ends."""
+    result_cache.snapshot_project()
+    first = _shop_keys(shop)
+    importlib.import_module("patcher")
+    assert _shop_keys(shop) == first
 
 
 @dataclasses.dataclass
@@ -230,16 +317,3 @@ def test_what_of_the_environment_reaches_the_stack_is_in_the_key(tmp_path: Path)
     ]
     assert len(set(keys[:3])) == 3 and keys[3] == keys[0]
     assert result_cache.stack_environment({"TORCHINDUCTOR_CACHE_DIR": "/c/gw0", "TORCHYARD_TRUST": "x"}) == {}
-
-
-def test_the_project_is_keyed_as_collection_left_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A self-test that imports a module from a temporary folder while the run goes on moves no key of the run's
-    own results: the plugin takes the project's files when collection ends."""
-    monkeypatch.setattr(result_cache, "COLLECTED", {})
-    result_cache.snapshot_project()
-    first = ResultCache(tmp_path / "verdicts").key(MLP, "eager", CPU)
-    (tmp_path / "late_module.py").write_text("X = 1\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import late_module  # type: ignore[import-not-found]  # noqa: F401
-
-    assert ResultCache(tmp_path / "verdicts").key(MLP, "eager", CPU) == first

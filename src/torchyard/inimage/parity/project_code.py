@@ -1,0 +1,174 @@
+"""The project's files a case depends on, so a change to one model moves that model's results only.
+
+A case's walk (`keys.code_reach`) names the project modules its code reaches. Each such module counts by its
+file whole, with its packages' `__init__.py` and, transitively, every project module it imports (its `import`
+statements as written, and the modules its globals hold): a helper two imports away or a default taken from a
+module constant moves the key though the walk never named it. The modules that define the case itself (its
+factory, inputs, loss) count by the walk alone, so one file of many cases is not every case's dependency.
+Every other loaded project module that defines no model (no `nn.Module` subclass: a helper, a conftest, a
+module that registers a kernel or sets a flag on import) counts for every case, by its file (`shared`); so
+does a model's module whose objects sit in a released distribution's namespace (a patch of torch, `patches`).
+
+"Project" is what `keys.released` does not pin: code neither of the standard library, of torchyard, nor of a
+distribution installed from an index.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import functools
+import hashlib
+import sys
+import types
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+import torchyard
+from torchyard.inimage.parity.keys import released
+
+TORCHYARD = Path(torchyard.__file__).resolve().parent
+
+
+def _file(name: str) -> Path | None:
+    """The source file of loaded module `name` where it is the project's, else None."""
+    module = sys.modules.get(name)
+    if not isinstance(module, types.ModuleType) or name.split(".", maxsplit=1)[0] in sys.stdlib_module_names:
+        return None
+    where = vars(module).get("__file__")  # the module's own, never its `__getattr__`'s answer
+    if not isinstance(where, str) or not where.endswith(".py"):
+        return None
+    path = Path(where).resolve()
+    if path.is_relative_to(TORCHYARD) or released(name) is not None:
+        return None
+    return path
+
+
+@functools.cache
+def _digest(path: Path) -> str:
+    """Once a process: the run keys the files as it first read them."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return "unreadable"
+
+
+def _imported(name: str) -> set[str]:
+    """The loaded modules that module `name` imports: by its statements (relative ones resolved, names taken
+    from a package that are its submodules), and by the modules and the code its globals hold."""
+    module = sys.modules[name]
+    path = _file(name)
+    found: set[str] = set()
+    package = name if vars(module).get("__path__") is not None else name.rpartition(".")[0]
+    with contextlib.suppress(OSError, SyntaxError, ValueError):
+        tree = ast.parse(path.read_bytes()) if path else None
+        for node in ast.walk(tree) if tree else ():
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join([*parts[: len(parts) - node.level + 1], *([base] if base else [])])
+                found.add(base)
+                found.update(f"{base}.{alias.name}" for alias in node.names)
+    for value in list(vars(module).values()):
+        if issubclass(type(value), types.ModuleType):
+            # a package's submodules are set on it by whatever imported them: only its statements count
+            if not value.__name__.startswith(f"{name}."):
+                found.add(value.__name__)
+        elif issubclass(type(value), type) or type(value) is types.FunctionType:
+            found.add(str(_module_of(value) or ""))
+    return {item for item in found if item in sys.modules}
+
+
+def _with_packages(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:end]) for end in range(1, len(parts) + 1)]
+
+
+def closure(reached: Iterable[str], by_walk: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """The project files behind `reached` (module names) and what they import, by path and digest; the modules
+    in `by_walk` (the case's own) are keyed by the walk and neither counted nor followed."""
+    skip = set(by_walk)
+    todo = [package for name in reached for package in _with_packages(name)]
+    seen: set[str] = set()
+    files: dict[str, str] = {}
+    while todo:
+        name = todo.pop()
+        if name in seen or name in skip:
+            continue
+        seen.add(name)
+        path = _file(name)
+        if path is None:
+            continue
+        files[str(path)] = _digest(path)
+        todo += [package for imported in _imported(name) for package in _with_packages(imported)]
+    return sorted(files.items())
+
+
+def _module_of(obj: type | types.FunctionType) -> object:
+    """Where a class or function was defined, read as stored (a class's dict, a function's slot)."""
+    return vars(obj).get("__module__") if isinstance(obj, type) else obj.__module__
+
+
+def patches() -> list[str]:
+    """Project modules whose functions or classes sit in a released or standard module's namespace, or in one of
+    its classes (`torch.nn.functional.gelu = mine`, `torch.nn.Linear.forward = mine`): they change what every
+    case computes."""
+    found: set[str] = set()
+    known: dict[str, bool] = {}  # module name -> is the project's: thousands of objects name few modules
+
+    def project(obj: object) -> None:
+        # by `type()`, never `isinstance`, which asks a foreign object's `__class__` (a deprecation shim warns)
+        if not (issubclass(type(obj), type) or type(obj) is types.FunctionType):
+            return
+        owner = _module_of(obj)  # type: ignore[arg-type]
+        if isinstance(owner, str):
+            if owner not in known:
+                known[owner] = _file(owner) is not None
+            if known[owner]:
+                found.add(owner)
+
+    for name, module in list(sys.modules.items()):
+        if not issubclass(type(module), types.ModuleType) or name.startswith("torchyard"):
+            continue
+        if name not in known:
+            known[name] = _file(name) is not None
+        if known[name]:
+            continue
+        try:
+            namespace = dict(vars(module))
+        except TypeError:
+            continue
+        for value in namespace.values():
+            project(value)
+            if issubclass(type(value), type) and vars(value).get("__module__") == name:  # the module's own class
+                for member in list(vars(value).values()):
+                    project(member.__func__ if type(member) in (staticmethod, classmethod) else member)
+    return sorted(found)
+
+
+def _defines_a_model(name: str) -> bool:
+    for value in list(vars(sys.modules[name]).values()):
+        if (
+            issubclass(type(value), type)
+            and vars(value).get("__module__") == name
+            and issubclass(value, torch.nn.Module)
+        ):
+            return True
+    return False
+
+
+def shared() -> list[str]:
+    """The loaded project modules that count for every case: those that define no model, and those that patch
+    a released one."""
+    found = {name for name in list(sys.modules) if _file(name) is not None and not _defines_a_model(name)}
+    return sorted(found | set(patches()))
+
+
+def files(names: Iterable[str]) -> list[tuple[str, str]]:
+    """The files of the project modules `names`, by path and digest, without what they import."""
+    return sorted({str(path): _digest(path) for name in names if (path := _file(name)) is not None}.items())
