@@ -9,6 +9,7 @@ output must have is what eager gives on the device at the run's precision.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -62,6 +63,8 @@ class Result:
     replayed: str = ""
     # Both outcomes of a failure that passed when evaluated again (`evaluations.again_on_failure`); "" otherwise.
     flaky: str = ""
+    # What inductor's and AOTAutograd's own caches did while this result compiled (`compiler_cache_counts`).
+    compiler_caches: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -277,7 +280,9 @@ def evaluate(
     try:
         module = case.fresh_module().to(dtype=weights or dtype).to(device)
         device_calls = [to_device(call, device, weights or dtype) for call in calls]
+        before = compiler_cache_counts()
         run = (runner or runner_for(backend, cache or NO_CACHE))(case, module, device_calls, device, workdir)
+        result.compiler_caches = _since(before)
     except Exception as error:
         result.status = "error"
         result.reason = describe_error(error)
@@ -307,6 +312,28 @@ def evaluate(
             case, known.computes, calls, run, bounds=bounds, device=device, dtype=dtype
         )
     return result
+
+
+# The counters dynamo keeps for the compiler's own caches: inductor's compiled graphs (a forward and a backward
+# each) and AOTAutograd's joint graphs, which the compile and train suites reuse across runs.
+COMPILER_CACHES = {
+    "inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss"),
+    "aot_autograd": ("autograd_cache_hit", "autograd_cache_miss"),
+}
+
+
+def compiler_cache_counts() -> dict[str, int]:
+    """The compiler caches' hits and misses so far in this process (none before dynamo is loaded)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return {}
+    counters = utils.counters
+    return {name: int(counters[group][name]) for group, names in COMPILER_CACHES.items() for name in names}
+
+
+def _since(before: dict[str, int]) -> dict[str, int]:
+    after = compiler_cache_counts()
+    return {name: count - before.get(name, 0) for name, count in after.items() if count - before.get(name, 0)}
 
 
 def _file_bytes(path: Path | None) -> int:

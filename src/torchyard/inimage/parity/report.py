@@ -148,6 +148,25 @@ def replayed_line(records: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
+def compiler_caches_line(records: Sequence[Mapping[str, Any]]) -> str:
+    """How often inductor's and AOTAutograd's own caches served the compiles this run made ("" where it made
+    none): a result evaluated again after a change elsewhere still compiles from them."""
+    evaluated = [r.get("compiler_caches") or {} for r in records if not r.get("replayed")]
+    total = {name: sum(int(counts.get(name, 0)) for counts in evaluated) for name in COUNTED}
+    parts = [
+        f"{what} {total[hit]} of {total[hit] + total[miss]} hit"
+        for what, hit, miss in (
+            ("inductor's compiled graphs", "fxgraph_cache_hit", "fxgraph_cache_miss"),
+            ("AOTAutograd's", "autograd_cache_hit", "autograd_cache_miss"),
+        )
+        if total[hit] + total[miss]
+    ]
+    return f"**Compiler caches**: {', '.join(parts)}.\n\n" if parts else ""
+
+
+COUNTED = ("fxgraph_cache_hit", "fxgraph_cache_miss", "autograd_cache_hit", "autograd_cache_miss")
+
+
 def _pytest_count(tests: Mapping[str, int] | None) -> str:
     """Why pytest's last line counts otherwise: tests, not results, and tests that make no row here."""
     if not tests or not (tests.get("self-tests") or tests.get("others")):
@@ -243,6 +262,7 @@ def markdown(
         + self_test_line(self_tests)
         + "".join(f"**Not collected**: {where}\n\n" for where in not_collected)
         + replayed_line(records)
+        + compiler_caches_line(records)
         + summary(records, pytest_tests)
         + (f"\n{noted}" if noted else "")
         + "\n#### Every result\n\n"

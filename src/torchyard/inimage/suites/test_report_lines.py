@@ -16,6 +16,7 @@ import torch
 
 from torchyard.inimage.cases import Call, Case
 from torchyard.inimage.cases.builtin import CASES
+from torchyard.inimage.parity import report
 from torchyard.inimage.parity.backends import Job, unavailable_reason
 from torchyard.inimage.parity.backends.executorch import Delegate, ExecuTorch
 from torchyard.inimage.parity.backends.running import export_program
@@ -267,3 +268,19 @@ def test_a_failure_inside_executorchs_lowering_is_executorchs(beside: dict[str, 
     # the sparse buffer is not.
     assert not beside["sparse"] or "(in ExecuTorch's to_edge_transform_and_lower, at executorch/" in beside["sparse"]
     assert "keys.py" not in beside["sparse"], beside["sparse"]
+
+
+def test_a_compile_counts_what_the_compilers_own_caches_served(tmp_path: Path) -> None:
+    """Issue 58: a result evaluated again (after a change elsewhere) compiles from inductor's and AOTAutograd's
+    own caches; the run says how often they served, counting results it evaluated, not replayed ones."""
+    first = evaluate(MLP, "inductor", device=CPU, dtype=torch.float32, tolerances=load_tolerances(), workdir=tmp_path)
+    torch._dynamo.reset()  # as a new process: dynamo's in-memory code cache empty, inductor's on-disk one kept
+    again = evaluate(MLP, "inductor", device=CPU, dtype=torch.float32, tolerances=load_tolerances(), workdir=tmp_path)
+    assert first.status == again.status == "passed"
+    counts = again.compiler_caches
+    assert counts.get("fxgraph_cache_hit", 0) >= 1 and not counts.get("fxgraph_cache_miss"), counts
+    records = [again.as_dict(), {**first.as_dict(), "replayed": "2026-12-01T00:00:00+00:00"}]
+    line = report.compiler_caches_line(records)
+    hits = counts["fxgraph_cache_hit"]
+    assert line.startswith(f"**Compiler caches**: inductor's compiled graphs {hits} of {hits} hit"), line
+    assert report.compiler_caches_line([{**again.as_dict(), "compiler_caches": {}}]) == ""
