@@ -39,6 +39,16 @@ TREE_ITEMS = ("lockfiles", "matrix.toml")
 PROJECT = project_scope(Path("matrix.toml"), {"GITHUB_REPOSITORY": "torchyard-tests/integration"})
 
 
+# Tests that empty BuildKit's cache so that their first build starts cold: run first, so the builds after
+# them (the cpu image most tests share, and a runner's later jobs, such as `.ci/run`'s main job) reuse the
+# layers the engine keeps rather than building torch's again.
+EMPTIES_THE_BUILD_CACHE = ("test_layers.py", "test_registry.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path.name not in EMPTIES_THE_BUILD_CACHE)  # stable: the rest keep their order
+
+
 @pytest.fixture(scope="session")
 def client() -> docker.DockerClient:
     return engine()

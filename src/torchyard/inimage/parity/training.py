@@ -12,6 +12,8 @@ compared after unscaling).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import math
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +28,8 @@ from torchyard.inimage.parity.backends import BackendRun
 from torchyard.inimage.parity.backends.running import synchronize
 from torchyard.inimage.parity.errors import describe_error
 from torchyard.inimage.parity.harness import Reference
+from torchyard.inimage.parity.metrics import compare_values
+from torchyard.inimage.parity.tolerances import Bounds
 from torchyard.inimage.parity.trees import Leaf, leaves, to_device
 from torchyard.names import TRAIN_TIMED_STEPS
 
@@ -37,6 +41,10 @@ ADAMW_LR, ADAMW_WEIGHT_DECAY, ADAMW_EPS = 1e-2, 0.01, 1e-8
 STATE_KEYS = {"sgd": ("momentum_buffer",), "adamw": ("exp_avg", "exp_avg_sq")}
 SCALER_DEFAULTS = {"init_scale": 2.0**16, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}
 STEP_FAILS = "the eager training step fails"  # how a reference that fails in the step (not the forward) begins
+# How far past the eager step's own spread (`spread`) a leaf may miss the reference before it fails: a plain
+# model's eager float32 step misses float64 by up to six times that spread (a transformer under AdamW,
+# benchmarks/README.md), a wrong step by far more.
+SPREAD_FACTOR = 10
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,29 @@ def held_below(optimizer: str, largest: float, leaf_largest: float, gradient_bou
     return max(exact_zero, ADAMW_EPS, gradient_bound * max(leaf_largest, GROUP_FLOOR * largest))
 
 
+def _jittered(module: torch.nn.Module, call: Call, jitter: float) -> Call:
+    """Move `module`'s floating weights and buffers in place, and `call`'s floating inputs, each element by
+    `jitter` of itself, up or down (a fixed draw); as they are where `jitter` is 0."""
+    if not jitter:
+        return call
+    generator = torch.Generator().manual_seed(SPREAD_SEED)
+
+    def moved(leaf: Any) -> Any:
+        if not isinstance(leaf, torch.Tensor) or not leaf.is_floating_point():
+            return leaf
+        signs = torch.randint(0, 2, leaf.shape, generator=generator).to(device=leaf.device, dtype=leaf.dtype) * 2 - 1
+        return leaf * (1 + jitter * signs)
+
+    with torch.no_grad():
+        for tensor in [*module.parameters(), *module.buffers()]:
+            tensor.copy_(moved(tensor))
+    args, kwargs = pytree.tree_map(moved, (tuple(call.args), dict(call.kwargs)))
+    return Call(args, kwargs)
+
+
+SPREAD_SEED = 58
+
+
 @contextlib.contextmanager
 def _autocast(device: torch.device, dtype: torch.dtype) -> Iterator[None]:
     if dtype in (torch.bfloat16, torch.float16):
@@ -125,6 +156,7 @@ def step(
     frozen: dict[str, torch.Tensor] | None = None,
     timings: list[float] | None = None,
     gradient_bound: float = 0.0,
+    jitter: float = 0.0,
 ) -> tuple[list[Leaf], list[str], dict[str, torch.Tensor]]:
     """One step; the leaves in a fixed order with their names, and which elements it held still. Given
     `timings`, `TRAIN_TIMED_STEPS` more steps follow the compared one, each timed (device synchronized) into it.
@@ -135,11 +167,13 @@ def step(
     with AdamW, one below its eps or within `gradient_bound` of zero has no step its gradient's bounds decide
     (`held_below`): such elements (the reference's, when `frozen` is given) are not stepped. Their gradients
     are still compared, against their group's scale. AdamW's `exp_avg_sq` is compared as its square root, the
-    gradients' RMS that the step divides by: in the gradients' units, with their relative error."""
+    gradients' RMS that the step divides by: in the gradients' units, with their relative error. `jitter`
+    moves every floating weight, buffer and input by that relative amount, each element up or down at random
+    (`spread`)."""
     module = case.fresh_module().to(dtype=master).to(device).train()
     named = [(name, p) for name, p in module.named_parameters() if p.requires_grad and p.is_floating_point()]
     optimizer = _optimizer(backend.optimizer, [p for _, p in named])
-    call = to_device(case.calls()[0], device, master)
+    call = _jittered(module, to_device(case.calls()[0], device, master), jitter)
     loss_of = case.loss or default_loss
 
     # The module is compiled (forward, and backward through AOTAutograd), not a closure around it: dynamo
@@ -265,7 +299,9 @@ def make_train_reference(
             case, backend, device=CPU, dtype=torch.float64, master=torch.float64, gradient_bound=gradient_bound
         )
         made = Reference([outputs], names, expected, "float64 on cpu", floors=floors(outputs, names))
-        return TrainReference(made, frozen)
+        return TrainReference(
+            _with_spread(made, case=case, backend=backend, device=device, dtype=dtype, frozen=frozen), frozen
+        )
     except Exception as float64_error:
         why = describe_error(float64_error)
     try:
@@ -276,7 +312,56 @@ def make_train_reference(
         reason = f"{STEP_FAILS} on the CPU in float64 ({why}) and in float32 ({describe_error(error)})"
         return TrainReference(Reference([], [], [], "none", reason), {})
     kind = f"float32 on cpu (float64 fails: {why})"
-    return TrainReference(Reference([outputs], names, expected, kind, floors=floors(outputs, names)), frozen)
+    made = Reference([outputs], names, expected, kind, floors=floors(outputs, names))
+    return TrainReference(
+        _with_spread(made, case=case, backend=backend, device=device, dtype=dtype, frozen=frozen), frozen
+    )
+
+
+def spread(
+    case: Case,
+    backend: TrainBackend,
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    frozen: dict[str, torch.Tensor],
+    floors: list[float],
+) -> list[tuple[float, float, float]]:
+    """Per leaf, how far two eager steps at the run's precision land apart when every weight and input moves by
+    that precision's rounding (its unit roundoff, each element up or down): what the precision itself cannot
+    hold for this model and optimizer (AdamW's step turns a near-zero gradient's rounding into a step of the
+    learning rate's size). As the comparison measures a leaf: scaled max error, relative L2, 1 - cosine."""
+    unit = torch.finfo(dtype).eps / 2
+    here, names, _ = step(case, backend, device=device, dtype=dtype, master=torch.float32, frozen=frozen)
+    moved, _, _ = step(case, backend, device=device, dtype=dtype, master=torch.float32, frozen=frozen, jitter=unit)
+    unbounded = Bounds(math.inf, math.inf, -math.inf)
+    found = []
+    for name, one, other, floor in zip(names, here, moved, floors, strict=True):
+        if isinstance(one, torch.Tensor) and isinstance(other, torch.Tensor) and one.is_floating_point():
+            apart = compare_values(other, one, other.dtype, unbounded, name, floor=floor)
+            measured = (apart.scaled_max_error, apart.rel_l2_error, 1.0 - apart.cosine)
+            found.append(measured if all(map(math.isfinite, measured)) else (0.0, 0.0, 0.0))
+        else:
+            found.append((0.0, 0.0, 0.0))
+    return found
+
+
+def _with_spread(
+    made: Reference,
+    *,
+    case: Case,
+    backend: TrainBackend,
+    device: torch.device,
+    dtype: torch.dtype,
+    frozen: dict[str, torch.Tensor],
+) -> Reference:
+    """`made`, each leaf's bounds widened to `SPREAD_FACTOR` times the eager step's own spread where that is
+    wider; as made where the spread cannot be measured (the bounds alone decide then)."""
+    try:
+        spreads = spread(case, backend, device=device, dtype=dtype, frozen=frozen, floors=made.floors)
+    except Exception:  # the eager step ran once already: a second that fails leaves the plain bounds
+        return made
+    return dataclasses.replace(made, spreads=spreads, spread_factor=SPREAD_FACTOR)
 
 
 def floors(outputs: list[Leaf], names: list[str]) -> list[float]:

@@ -186,3 +186,42 @@ def test_a_compiled_step_with_dropout_draws_as_eager_does(tmp_path: Path, monkey
     torch._dynamo.reset()  # compiled again, without it
     own = train(case, "train-inductor-sgd", tmp_path / "own-generator")
     assert own.status == "failed", own.reason
+
+
+class VocabularyHead(nn.Module):
+    """Issue 58's item 7: a transformer encoder under a head of a vocabulary's size. The mean square of its logits
+    makes every gradient tiny, and AdamW's normalized first step turns float32's rounding of a gradient near its
+    eps into a parameter error of the learning rate's size: eager float32 missed float64 by 2e-3 (scaled) on a
+    LayerNorm's bias where the plain bound is 1e-4."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        self.blocks = nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(32), enable_nested_tensor=False)
+        self.head = nn.Linear(32, 51865)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits: torch.Tensor = self.head(self.blocks(x))
+        return logits
+
+
+def test_an_eager_step_is_held_to_what_its_precision_itself_holds_and_a_wrong_step_still_fails(tmp_path: Path) -> None:
+    case = Case("vocabulary_head", VocabularyHead, lambda generator: (torch.randn(1, 4, 32, generator=generator),))
+    tolerances = load_tolerances()
+    bound = tolerances.bounds("float32", "train-eager-adamw").max_scaled_error
+    made = make_train_reference(case, "adamw", device=CPU, dtype=torch.float32, gradient_bound=bound)
+
+    def stepped(**planted: Any) -> Result:
+        return evaluate(
+            case, "train-eager-adamw", device=CPU, dtype=torch.float32, weights=torch.float32, tolerances=tolerances,
+            workdir=tmp_path, reference=made.reference, runner=train_runner("train-eager-adamw", torch.float32,
+                                                                            made.frozen, **planted),
+        )  # fmt: skip
+
+    eager = stepped()
+    assert eager.status == "passed", eager.reason
+    ruled = [comparison for comparison in eager.comparisons if "precision-spread rule" in comparison.rule]
+    assert ruled and all("so bounds 10 times that" in comparison.rule for comparison in ruled)
+    # A step on gradients a thousandth off (what a wrong compiled backward gives) is past that spread.
+    wrong = stepped(scale_gradients=lambda grad: grad * (1 + 1e-3))
+    assert wrong.status == "failed" and "exp_avg" in wrong.reason, wrong.reason
