@@ -54,14 +54,33 @@ def client() -> docker.DockerClient:
     return engine()
 
 
-@pytest.fixture(autouse=True)
-def _remove_test_scopes(client: docker.DockerClient) -> Iterator[None]:
-    """The cache volumes of the tests' own projects (scope `test...`) are removed after each test."""
-    yield
+# The robot-policy example is adopted twice on this runner (the guide's venv, README's `uv tool install`) as one
+# project, named as Actions names it: the second adoption's run starts from the first's caches and kept results,
+# as a runner's next job of a project does. Its volumes go when the session ends.
+ROBOPOLICY = {"GITHUB_REPOSITORY": "torchyard-tests/testrobopolicy"}
+ROBOPOLICY_SCOPE = project_scope(Path("matrix.toml"), ROBOPOLICY)
+
+
+def _remove_scopes(client: docker.DockerClient, kept: tuple[str, ...]) -> None:
     for volume in client.volumes.list(filters={"label": "dev.torchyard.scope"}):
-        if str((volume.attrs.get("Labels") or {}).get("dev.torchyard.scope", "")).startswith("test"):
+        scope = str((volume.attrs.get("Labels") or {}).get("dev.torchyard.scope", ""))
+        if scope.startswith("test") and scope not in kept:
             with contextlib.suppress(docker.errors.APIError):
                 volume.remove(force=True)
+
+
+@pytest.fixture(autouse=True)
+def _remove_test_scopes(client: docker.DockerClient, _remove_shared_scopes: None) -> Iterator[None]:
+    """The cache volumes of the tests' own projects (scope `test...`) are removed after each test, the shared
+    robot-policy project's after the session."""
+    yield
+    _remove_scopes(client, (ROBOPOLICY_SCOPE,))
+
+
+@pytest.fixture(scope="session")
+def _remove_shared_scopes(client: docker.DockerClient) -> Iterator[None]:
+    yield
+    _remove_scopes(client, ())
 
 
 @pytest.fixture(scope="session")

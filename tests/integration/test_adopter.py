@@ -22,6 +22,7 @@ from docker.models.images import Image
 
 from tests.cpu_index import CPU_WHEELS, PUBLISHED_CPU_WHEELS
 from tests.docblocks import block
+from tests.integration.conftest import ROBOPOLICY
 from torchyard.image.buildkit import layer_steps
 from torchyard.image.plan import image_repository
 from torchyard.trust import project_scope
@@ -66,6 +67,7 @@ def assert_cpu_build(lock: str, image: Image, client: docker.DockerClient) -> No
 def test_adopter_project_end_to_end(
     wheel: Path, tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient
 ) -> None:
+    machine_env = {**machine_env, **ROBOPOLICY}  # README's adoption (test_install.py) starts from its caches
     project = tmp_path / "robot-policy"
     shutil.copytree(EXAMPLE, project)
     (project / "notes").mkdir()

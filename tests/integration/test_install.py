@@ -21,6 +21,7 @@ import docker
 import pytest
 
 from tests.docblocks import block
+from tests.integration.conftest import ROBOPOLICY
 from torchyard.host.engine import build_client
 from torchyard.util import proc
 
@@ -109,7 +110,8 @@ def test_readme_adoption_with_uv_tool_install(
     user_uv.mkdir()  # the user's own uv and Python, which install the tool (torchyard never runs that uv)
     (user_uv / "uv").symlink_to(Path(sys.executable).parent / "uv")  # a binary (PATH may hold a pyenv shim)
     (user_uv / "python3").symlink_to(Path(sys.base_prefix) / "bin" / "python3")
-    env = {**user_env, "UV_TOOL_DIR": str(tools), "UV_TOOL_BIN_DIR": str(bindir)}
+    # the project the guide's adoption (test_adopter.py) ran: its caches and kept results are this run's start
+    env = {**user_env, **ROBOPOLICY, "UV_TOOL_DIR": str(tools), "UV_TOOL_BIN_DIR": str(bindir)}
     env["PATH"] = os.pathsep.join((str(bindir), str(host_tools), str(user_uv)))
     assert shutil.which("nox", path=env["PATH"]) is None
     bash = shutil.which("bash")
