@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -9,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from torchyard import pipeline
-from torchyard.errors import DeviceUnavailableError, StaleLockError, UsageError
+from torchyard.errors import ConfigError, DeviceUnavailableError, StaleLockError, UsageError
 from torchyard.image.plan import BuildOptions
 from torchyard.matrix import load_plan
-from torchyard.matrix.machine import Machine
+from torchyard.matrix.machine import Limits, Machine
 from torchyard.trust import RunTrust, resolve_trust
 
 PLAN = load_plan(Path(__file__).parents[2] / "matrix.toml")
@@ -95,3 +96,16 @@ def test_each_runs_exit_status_is_in_the_step_summary(tmp_path: Path, capsys: py
     row = "| cpu   | torchyard/p/cpu:abc | 1           | reports/cpu |"
     assert row in capsys.readouterr().out
     assert summary.read_text().startswith("### torchyard runs\n\n| entry | image") and row in summary.read_text()
+
+
+def test_a_resource_flag_above_the_machines_limit_stops_the_run_before_any_build() -> None:
+    """Issue 59: refused with the devices, before a lock is checked or an image built (it was refused only
+    once the images were built)."""
+    entry = PLAN.entry("cpu")
+    flagged = dataclasses.replace(
+        entry, accelerator=dataclasses.replace(entry.accelerator, docker_run=("--memory", "64g"))
+    )
+    machine = Machine(limits=Limits(memory="12g"))
+    with pytest.raises(ConfigError, match=r"--memory 64g is above this machine's 12g"):
+        pipeline.check_limits([flagged], machine, 64 << 30)
+    pipeline.check_limits([entry], machine, 64 << 30)
