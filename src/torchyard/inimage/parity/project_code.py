@@ -5,9 +5,11 @@ file whole, with its packages' `__init__.py` and, transitively, every project mo
 statements as written, and the modules its globals hold): a helper two imports away or a default taken from a
 module constant moves the key though the walk never named it. The modules that define the case itself (its
 factory, inputs, loss) count by the walk alone, so one file of many cases is not every case's dependency.
-Every other loaded project module that defines no model (no `nn.Module` subclass: a helper, a conftest, a
-module that registers a kernel or sets a flag on import) counts for every case, by its file (`shared`); so
-does a model's module whose objects sit in a released distribution's namespace (a patch of torch, `patches`).
+Every loaded project module counts for every case by what of it runs on import or can act beyond the models
+it defines (`shared_parts`: all but its models' bodies, its undecorated functions its top-level code never
+names, and the statements that make cases), so a kernel registered, a flag set or torch patched on import
+moves every key while a change inside one model does not; a module whose functions sit in a released
+distribution's namespace (a patch of torch) counts whole for every case (`patches`).
 
 "Project" is what `keys.released` does not pin: code neither of the standard library, of torchyard, nor of a
 distribution installed from an index.
@@ -151,24 +153,73 @@ def patches() -> list[str]:
     return sorted(found)
 
 
-def _defines_a_model(name: str) -> bool:
-    for value in list(vars(sys.modules[name]).values()):
-        if (
-            issubclass(type(value), type)
-            and vars(value).get("__module__") == name
-            and issubclass(value, torch.nn.Module)
+def _model_class(module: types.ModuleType, name: str) -> bool:
+    value = vars(module).get(name)
+    return (
+        issubclass(type(value), type)
+        and vars(value).get("__module__") == module.__name__
+        and issubclass(value, torch.nn.Module)  # type: ignore[arg-type]
+    )
+
+
+def _builds_cases(node: ast.stmt) -> bool:
+    """A statement that makes `Case` objects (`CASES = [Case(...), ...]`): each case is keyed by its own walk."""
+    return any(
+        isinstance(call, ast.Call)
+        and ((isinstance(call.func, ast.Name) and call.func.id == "Case") or
+             (isinstance(call.func, ast.Attribute) and call.func.attr == "Case"))
+        for call in ast.walk(node)
+    )  # fmt: skip
+
+
+def _top_level_part(name: str, path: Path) -> str:
+    """What of module `name` runs on import or can act beyond the models it defines, as a digest of its syntax
+    tree: everything but the bodies of its models (`nn.Module` subclasses: the cases that reach one key it),
+    of its functions that are undecorated and never named by the module's top-level code (called, passed to a
+    registration, assigned over torch's), and the statements that make cases."""
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return "unreadable"
+    module = sys.modules[name]
+    named = {
+        node.id
+        for statement in tree.body
+        if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        for node in ast.walk(statement)
+        if isinstance(node, ast.Name)
+    }
+    kept: list[ast.stmt] = []
+    for statement in tree.body:
+        if _builds_cases(statement):
+            continue
+        if (isinstance(statement, ast.ClassDef) and _model_class(module, statement.name)) or (
+            isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef)
+            and not statement.decorator_list
+            and statement.name not in named
         ):
-            return True
-    return False
+            statement.body = [ast.Pass()]
+        kept.append(statement)
+    tree.body = kept
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
 
 
 def shared() -> list[str]:
-    """The loaded project modules that count for every case: those that define no model, and those that patch
-    a released one."""
-    found = {name for name in list(sys.modules) if _file(name) is not None and not _defines_a_model(name)}
-    return sorted(found | set(patches()))
+    """The loaded project modules (every one counts for every case by its top-level part, `shared_parts`), and
+    those that patch a released one (counted whole for every case)."""
+    return sorted(name for name in list(sys.modules) if _file(name) is not None)
+
+
+def shared_parts(names: Iterable[str]) -> list[tuple[str, str]]:
+    """Each of `names`' files by its top-level part (`_top_level_part`)."""
+    found = {}
+    for name in names:
+        path = _file(name)
+        if path is not None:
+            found[str(path)] = _top_level_part(name, path)
+    return sorted(found.items())
 
 
 def files(names: Iterable[str]) -> list[tuple[str, str]]:
-    """The files of the project modules `names`, by path and digest, without what they import."""
+    """The files of the project modules `names`, whole, by path and digest, without what they import."""
     return sorted({str(path): _digest(path) for name in names if (path := _file(name)) is not None}.items())

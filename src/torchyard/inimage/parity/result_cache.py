@@ -136,14 +136,16 @@ def stack_environment(env: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-# The project modules that count for every case (`project_code.shared`), as collection left them: a
+# The project's loaded modules and those that patch a released one (`project_code`), as collection left them: a
 # self-test that imports or patches a module of its own while the run goes on moves no key of the run's results.
 COLLECTED: dict[str, list[str]] = {}
 
 
 def snapshot_project() -> None:
-    """Take `project_code.shared` once collection has imported the project, its tests and its cases."""
+    """Take `project_code.shared` and `project_code.patches` once collection has imported the project, its
+    tests and its cases."""
     COLLECTED["shared"] = project_code.shared()
+    COLLECTED["patches"] = project_code.patches()
 
 
 def _case_callables(case: Case) -> set[str]:
@@ -166,6 +168,7 @@ class ResultCache:
         self.stack = env.get(contract.STACK, "")
         self.environment = stack_environment(env)
         self._cases: dict[str, str | None] = {}
+        self._shared: list[tuple[str, str]] | None = None
 
     def _case_digest(self, case: Case) -> str | None:
         """What the case is, once per case and process; None where it cannot be keyed or opts out."""
@@ -177,13 +180,15 @@ class ResultCache:
                     also = (case.loss, case.make_inputs, case.extra_batch, case.dynamic_shapes)
                     code, reached = code_reach(module, *also)
                     if "shared" not in COLLECTED:  # no plugin took it at collection: as the first key finds it
-                        COLLECTED["shared"] = project_code.shared()
-                    own = _case_callables(case)
+                        snapshot_project()
+                    if self._shared is None:  # once a process
+                        self._shared = project_code.shared_parts(COLLECTED["shared"])
                     document = {
                         "weights": weight_digests(module),
                         "code": code,
-                        "project": project_code.closure(reached, by_walk=own),
-                        "shared": project_code.files(name for name in COLLECTED["shared"] if name not in own),
+                        "project": project_code.closure(reached, by_walk=_case_callables(case)),
+                        "patches": project_code.files(COLLECTED["patches"]),
+                        "shared": self._shared,
                         "inputs": _inputs_digest(case),
                         "compare": case.compare,
                         "tolerances": case.tolerances,

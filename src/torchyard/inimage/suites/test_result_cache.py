@@ -184,8 +184,8 @@ def test_a_change_to_the_built_in_corpus_is_keyed_by_case_and_any_other_file_by_
 
 PROJECT = {
     "shop/__init__.py": "",
-    "shop/deep.py": "import torch\n\nSCALE = 1.0\n\nclass Block(torch.nn.Module):\n    pass\n",
-    "shop/helper.py": "from shop.deep import SCALE\n\ndef scaled(x):\n    return x * SCALE\n",
+    "shop/deep.py": "SCALE = 1.0\n\ndef factor():\n    return 1.0\n",
+    "shop/helper.py": "from shop.deep import factor\n\ndef scaled(x):\n    return x * factor()\n",
     "shop/first.py": (
         "import torch\nfrom shop import helper\nfrom shop.deep import SCALE\n\n"
         "class First(torch.nn.Module):\n"
@@ -256,22 +256,37 @@ def test_a_change_to_one_model_moves_that_models_keys_only(shop: Path) -> None:
 
 def test_code_the_walk_does_not_name_still_moves_the_key(shop: Path) -> None:
     """The attacker's review (issue 57, third round): a helper two imports away from the model, a default
-    argument from a module constant (here both are `deep.SCALE`), a patch of torch made on import by a module
-    no case reaches: each changes what the model computes, and a pass must not be replayed over it."""
-    before = _shop_keys(shop)
+    argument from a module constant, a patch of torch made on import by a module no case reaches: each changes
+    what the model computes, and a pass must not be replayed over it. So does what a model's module does on
+    import (a flag set, a kernel registered), though no other case reaches that model."""
+    keys = [_shop_keys(shop)]
+    # a function two imports away from `first` (first -> helper -> deep), its body only: `first` alone
+    (shop / "shop/deep.py").write_text(PROJECT["shop/deep.py"].replace("    return 1.0", "    return 2.0"))
+    keys.append(_shop_keys(shop))
+    assert keys[-1]["first"] != keys[-2]["first"] and keys[-1]["second"] == keys[-2]["second"]
+    # a module constant (`first`'s default argument): what runs on import, so every case
     (shop / "shop/deep.py").write_text(PROJECT["shop/deep.py"].replace("SCALE = 1.0", "SCALE = 2.0"))
-    after = _shop_keys(shop)
-    assert after["first"] != before["first"] and after["second"] == before["second"]
-    (shop / "shop/helper.py").write_text(
-        PROJECT["shop/helper.py"] + "\nSHIFT = 0\n"
-    )  # defines no model: counts for all
-    shifted = _shop_keys(shop)
-    assert shifted["first"] != after["first"] and shifted["second"] != after["second"]
-    after = shifted
+    keys.append(_shop_keys(shop))
+    assert keys[-1]["first"] != keys[-2]["first"] and keys[-1]["second"] != keys[-2]["second"]
+    # `second`'s module sets a flag on import, then registers a kernel (as `torch.library.impl` does): `first`,
+    # which never reaches `second`, moves with each
+    (shop / "shop/second.py").write_text(PROJECT["shop/second.py"] + "\nFLAG = True\n")
+    keys.append(_shop_keys(shop))
+    assert keys[-1]["first"] != keys[-2]["first"]
+    registry = (
+        "\nKERNELS = {}\n\ndef register(function):\n    KERNELS[function.__name__] = function\n    return function\n"
+    )
+    kernel = "\n@register\ndef gelu(x):\n    return x\n"
+    (shop / "shop/second.py").write_text(PROJECT["shop/second.py"] + registry + kernel)
+    keys.append(_shop_keys(shop))
+    (shop / "shop/second.py").write_text(PROJECT["shop/second.py"] + registry + kernel.replace("return x", "return -x"))
+    keys.append(_shop_keys(shop))
+    assert keys[-1]["first"] != keys[-2]["first"]
+    before_body = keys[-1]
     importlib.import_module("patcher")
     result_cache.snapshot_project()
     patched = _shop_keys(shop)
-    assert patched["first"] != after["first"] and patched["second"] != after["second"]
+    assert patched["first"] != before_body["first"] and patched["second"] != before_body["second"]
     assert not any("site-packages/torch/" in path for path, _ in project_code.closure(["shop.first"]))
 
 
