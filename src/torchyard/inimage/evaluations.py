@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -61,7 +61,7 @@ class Evaluations:
     def result(self, case: Case, backend: str) -> Result:
         key = (case.name, backend)
         if key not in self._results:
-            kept = self.kept.key(case, backend, self.device, kind="inference", **self._decides())
+            kept = self.kept.key(case, backend, self.device, kind="inference", **self._decides(case, [backend]))
             replayed = self.kept.lookup(kept)
             if replayed is not None:
                 self._results[key] = replayed
@@ -81,11 +81,16 @@ class Evaluations:
             self.kept.keep(kept, self._results[key])
         return self._results[key]
 
-    def _decides(self) -> dict[str, object]:
-        """What of the run's settings decides every result (the result cache's key has the case's own)."""
+    def _decides(self, case: Case, backends: Sequence[str]) -> dict[str, object]:
+        """What of the run's settings decides a result on `backends` (the result cache's key has the case's own):
+        the bounds those backends are held to, the case's overrides applied, not the whole table's, so a change
+        to a train bound moves no inference result."""
+        dtype_name = str(self.dtype).removeprefix("torch.")
         return {
             "dtype": str(self.dtype),
-            "tolerances": self.settings.tolerances.as_dict(),
+            "bounds": {
+                name: vars(self.settings.tolerances.bounds(dtype_name, name, case.tolerances)) for name in backends
+            },
             "precision": self.settings.precision_settings,
         }
 
@@ -120,9 +125,9 @@ class Evaluations:
         key = (case.name, backend)
         if key not in self._results:
             dtype_name = str(self.dtype).removeprefix("torch.")
-            kept = self.kept.key(
-                case, backend, self.device, kind="train", train_backends=self.settings.train_backends, **self._decides()
-            )
+            # every train backend's bounds: the loosest of the optimizer's decides what the step holds still
+            decides = self._decides(case, self.settings.train_backends)
+            kept = self.kept.key(case, backend, self.device, kind="train", train=case.train, **decides)
             replayed = self.kept.lookup(kept)
             if replayed is not None:
                 self._results[key] = replayed

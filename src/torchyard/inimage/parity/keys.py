@@ -21,6 +21,7 @@ import importlib.metadata
 import inspect
 import json
 import platform
+import re
 import sys
 import types
 from collections.abc import Iterable, Iterator, Mapping
@@ -184,6 +185,12 @@ def _unsourced_name(klass: type) -> str | None:
     return None
 
 
+# Where a released callable keeps the function it wraps: `functools.wraps`'s, numba's dispatchers', a partial's.
+WRAPPED = ("__wrapped__", "py_func", "func")
+# A value whose text names a memory address (`<object at 0x7f...>`) differs in every process: a key holding one
+# would never be found again, silently.
+ADDRESS = re.compile(r" at 0x[0-9a-fA-F]{6,}")
+
 # What every nn.Module holds (parameters, buffers and submodules are keyed as weights and classes), apart
 # from its hooks, which change what it computes: each hook function is keyed.
 MODULE_INTERNALS = frozenset(vars(torch.nn.Module()))
@@ -210,7 +217,7 @@ class _CodeWalk:
         elif isinstance(obj, types.ModuleType):
             self._module(obj)
         elif isinstance(obj, SIMPLE):
-            self.parts.append(repr(obj))
+            self.parts.append(_stable(repr(obj)))
         elif isinstance(obj, torch.Tensor):
             self.parts.append(tensor_digest(obj))
         elif isinstance(obj, torch.dtype | torch.device | enum.Enum):
@@ -227,11 +234,11 @@ class _CodeWalk:
             for item in obj:
                 self.add(item)
         elif isinstance(obj, set | frozenset):  # in an order that no hash seed changes
-            self.parts.append(f"{type(obj).__qualname__} {sorted(repr(item) for item in obj)}")
+            self.parts.append(f"{type(obj).__qualname__} {sorted(_stable(repr(item)) for item in obj)}")
         elif isinstance(obj, dict):
             self.parts.append(f"dict[{len(obj)}]")
             for key, value in obj.items():
-                self.parts.append(repr(key) if isinstance(key, SIMPLE) else type(key).__qualname__)
+                self.parts.append(_stable(repr(key)) if isinstance(key, SIMPLE) else type(key).__qualname__)
                 self.add(value)
         elif isinstance(obj, functools.partial):
             self.parts.append(f"partial {sorted(obj.keywords)}")
@@ -256,11 +263,24 @@ class _CodeWalk:
             attributes = {item.name: getattr(obj, item.name) for item in dataclasses.fields(obj)}
         elif _versioned(klass.__module__):
             return
+        elif callable(obj) and released(klass.__module__):
+            self._released_callable(obj)
+            return
         else:
             attributes = _instance_attributes(obj)
         for name, value in sorted(attributes.items()):
             self.parts.append(f".{name}")
             self.add(value)
+
+    def _released_callable(self, obj: object) -> None:
+        """A released distribution's callable that is not a model (a JIT compiler's dispatcher, a compiled
+        function): its class counts by version, and the project's function it wraps by its code. What it holds
+        inside (compiled code, caches keyed by memory addresses) is the release's, and would move every run."""
+        for name in WRAPPED:
+            inner = _instance_attributes(obj).get(name)
+            if isinstance(inner, types.FunctionType):
+                self.parts.append(f".{name}")
+                self.add(inner)
 
     def _module_attributes(self, module: torch.nn.Module) -> dict[str, object]:
         """What a module holds beyond what every module does; its hooks; and, for one outside the model's tree
@@ -346,6 +366,15 @@ class _CodeWalk:
                 self.add(cell.cell_contents)
             except ValueError:  # an empty cell
                 continue
+
+
+def _stable(text: str) -> str:
+    """`text`, where it names no memory address; else `Unkeyable`, saying what it held."""
+    found = ADDRESS.search(text)
+    if found is None:
+        return text
+    shown = text if len(text) <= 80 else f"{text[:77]}..."
+    raise Unkeyable(f"a value the model reaches names a memory address, which differs every run: {shown}")
 
 
 def _instance_attributes(obj: object) -> dict[str, object]:

@@ -1,10 +1,11 @@
 """The project's files a case depends on, so a change to one model moves that model's results only.
 
 A case's walk (`keys.code_reach`) names the project modules its code reaches. Each such module counts by its
-file whole, with its packages' `__init__.py` and, transitively, every project module it imports (its `import`
-statements as written, and the modules its globals hold): a helper two imports away or a default taken from a
-module constant moves the key though the walk never named it. The modules that define the case itself (its
-factory, inputs, loss) count by the walk alone, so one file of many cases is not every case's dependency.
+file whole, with every project module it imports, transitively (its `import` statements as written, and the
+modules its globals hold; a package only imported counts by its `__init__.py`, without what that imports): a
+helper two imports away or a default taken from a module constant moves the key though the walk never named it.
+The modules that define the case itself (its factory, inputs, loss) count by the walk alone, so one file of
+many cases is not every case's dependency.
 Every loaded project module counts for every case by what of it runs on import or can act beyond the models
 it defines (`shared_parts`: all but its models' bodies, its undecorated functions its top-level code never
 names, and the statements that make cases), so a kernel registered, a flag set or torch patched on import
@@ -86,16 +87,14 @@ def _imported(name: str) -> set[str]:
     return {item for item in found if item in sys.modules}
 
 
-def _with_packages(name: str) -> list[str]:
-    parts = name.split(".")
-    return [".".join(parts[:end]) for end in range(1, len(parts) + 1)]
-
-
 def closure(reached: Iterable[str], by_walk: Iterable[str] = ()) -> list[tuple[str, str]]:
     """The project files behind `reached` (module names) and what they import, by path and digest; the modules
-    in `by_walk` (the case's own) are keyed by the walk and neither counted nor followed."""
+    in `by_walk` (the case's own) are keyed by the walk and neither counted nor followed. A package only imported
+    (`from pkg import sub`, `from pkg.sub import x`) counts by its `__init__.py` without what that imports: a
+    package's `__init__` that imports every model of the package would make each model every case's."""
+    reached = set(reached)
     skip = set(by_walk)
-    todo = [package for name in reached for package in _with_packages(name)]
+    todo = list(reached)
     seen: set[str] = set()
     files: dict[str, str] = {}
     while todo:
@@ -107,7 +106,8 @@ def closure(reached: Iterable[str], by_walk: Iterable[str] = ()) -> list[tuple[s
         if path is None:
             continue
         files[str(path)] = _digest(path)
-        todo += [package for imported in _imported(name) for package in _with_packages(imported)]
+        if name in reached or vars(sys.modules[name]).get("__path__") is None:
+            todo += _imported(name)
     return sorted(files.items())
 
 

@@ -191,10 +191,8 @@ class ResultCache:
                         "shared": self._shared,
                         "inputs": _inputs_digest(case),
                         "compare": case.compare,
-                        "tolerances": case.tolerances,
                         "backends": case.backends,
-                        "train": case.train,
-                        "scaler": dict(case.scaler),
+                        "scaler": dict(case.scaler),  # a train backend's: one fp16 entry's steps
                         "labels": case.batch_labels(),
                     }
                     self._cases[case.name] = _digest(document)

@@ -308,3 +308,73 @@ def test_a_case_can_opt_out_of_the_cache() -> None:
     assert (lowered.digest, lowered.why) == (None, "case 'policy' sets cache=False")
     assert lowered.notes("unkeyable") == {"cache": "off", "cache_why": "case 'policy' sets cache=False"}
     assert lowered.notes("off") == {"cache": "off"}  # the run turned the cache off: nothing of the case's to say
+
+
+class Dispatcher:
+    """As a JIT compiler's dispatcher (numba's): a callable from a release that keeps the function it compiles and
+    caches keyed by the memory addresses of what it compiled."""
+
+    def __init__(self, function: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        self.py_func = function
+        self.overloads = {f"<compiled {function.__name__} at {hex(id(self))}>": object()}
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.py_func(x)
+
+
+Dispatcher.__module__ = "jitlib.core"
+
+
+def _doubled(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+def _tripled(x: torch.Tensor) -> torch.Tensor:
+    return x * 3
+
+
+class Timed(torch.nn.Module):
+    def __init__(self, jitted: Dispatcher) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.align = jitted
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.linear(x)
+        return out
+
+
+def test_a_released_compilers_dispatcher_counts_by_its_version_and_the_function_it_wraps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 58 (whisper's model reaches numba's dispatchers through its timing module): the walk went into the
+    dispatcher's caches, whose keys name memory addresses, so the whole model's key moved every run and it was
+    never replayed, without a word. A release's callable counts by its version and the project function it wraps."""
+    real = keys.released
+    monkeypatch.setattr(keys, "released", lambda name: "jitlib==1.0" if name.startswith("jitlib") else real(name))
+    first, again = Timed(Dispatcher(_doubled)), Timed(Dispatcher(_doubled))
+    assert code_digest(first) == code_digest(again)  # two dispatchers, two addresses: one key
+    assert code_digest(Timed(Dispatcher(_tripled))) != code_digest(first)  # the wrapped function counts
+
+
+class Addressed:
+    def __init__(self) -> None:
+        self.name = f"{object()!r}"  # `<object object at 0x7f...>`: another text in every process
+
+
+class HoldsAnAddress(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.tag = Addressed()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.linear(x)
+        return out
+
+
+def test_a_value_that_names_a_memory_address_makes_the_case_unkeyable_and_says_so() -> None:
+    """A key that would differ every run is no key: the case runs uncached with a note, never a silent miss."""
+    assert why_unkeyable(HoldsAnAddress()).startswith(
+        "a value the model reaches names a memory address, which differs every run: '<object object at 0x"
+    )

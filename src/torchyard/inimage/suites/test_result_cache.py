@@ -94,6 +94,20 @@ def test_a_change_to_what_decides_a_result_evaluates_it_again(tmp_path: Path, ch
     assert len(kept_files(tmp_path)) == 2
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param({"tolerances": {"float32.train-eager-adamw": {"max-scaled-error": 1e-3}}}, id="train-bound"),
+        pytest.param({"train": False}, id="no-training"),
+        pytest.param({"tolerances": {"float32.inductor": {"max-rel-l2": 1e-3}}}, id="another-backends-bound"),
+    ],
+)
+def test_a_change_that_decides_other_results_replays_this_one(tmp_path: Path, change: dict[str, object]) -> None:
+    """Issue 58 (smp): a train bound or `train=False` set on a case evaluated its inference results again."""
+    evaluate(tmp_path, MLP)
+    assert evaluate(tmp_path, dataclasses.replace(MLP, **change)).replayed  # type: ignore[arg-type]
+
+
 def test_torchyards_own_code_and_the_backend_are_in_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     evaluate(tmp_path, MLP)
     assert not evaluate(tmp_path, MLP, "export").replayed  # another backend: its own result
@@ -183,7 +197,7 @@ def test_a_change_to_the_built_in_corpus_is_keyed_by_case_and_any_other_file_by_
 
 
 PROJECT = {
-    "shop/__init__.py": "",
+    "shop/__init__.py": "from shop.first import First\nfrom shop.second import Second\n",  # as smp's: every model
     "shop/deep.py": "SCALE = 1.0\n\ndef factor():\n    return 1.0\n",
     "shop/helper.py": "from shop.deep import factor\n\ndef scaled(x):\n    return x * factor()\n",
     "shop/first.py": (
@@ -240,7 +254,8 @@ def _shop_keys(root: Path) -> dict[str, str | None]:
 
 
 def test_a_change_to_one_model_moves_that_models_keys_only(shop: Path) -> None:
-    """Issue 58: a one-line change to one model costs that model's results, not the project's."""
+    """Issue 58: a one-line change to one model costs that model's results, not the project's, though the
+    package's `__init__.py` imports every model (segmentation_models_pytorch's does)."""
     first = _shop_keys(shop)
     assert None not in first.values()
     (shop / "shop/second.py").write_text(
