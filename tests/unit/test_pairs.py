@@ -68,4 +68,6 @@ def test_init_names_the_release_built_for_the_torch_it_writes(torch: str, releas
         assert "knows none for this one" in comment
     else:
         assert f'"executorch=={release}.*" for torch {torch_for(release + ".0")}' in comment
+        # and the torch to pin with it: an unbounded "torch" locks the newest, which no release may pair with yet
+        assert f'"torch=={torch_for(release + ".0")}.*" in place of the torch above' in comment
     assert json.loads(torch)  # the template's value, quoted as matrix.toml writes it

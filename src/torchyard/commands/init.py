@@ -177,7 +177,9 @@ def executorch_comment(torch: str) -> str:
             return (
                 "# ExecuTorch's runtime suite needs ExecuTorch in requirements, the release built for your torch:\n"
                 f'# "executorch=={release}.*" for torch {series_text}, the newest torch your requirement allows in\n'
-                "# torchyard's table of pairs (`torchyard lock` and every image build refuse a pair it knows is wrong)."
+                f'# torchyard\'s table of pairs; with it, "torch=={series_text}.*" in place of the torch above\n'
+                "# (the lock takes the newest torch it may; `torchyard lock` and every image build refuse a pair\n"
+                "# it knows is wrong)."
             )
     return (
         "# ExecuTorch's runtime suite needs ExecuTorch in requirements, the release built for your torch (torchyard's\n"
