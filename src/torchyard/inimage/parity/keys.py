@@ -205,6 +205,7 @@ class _CodeWalk:
         self.seen: dict[int, object] = {}  # each object walked, kept alive so that no other takes its id
         self.registered = {id(module) for module in registered}  # their weights are keyed apart
         self.modules: set[str] = set()  # the project's modules reached (`project_code` keys their files)
+        self.classes: set[str] = set()  # and its classes, as `module:qualname`
 
     def add(self, obj: object) -> None:
         if id(obj) in self.seen:
@@ -309,6 +310,7 @@ class _CodeWalk:
             self.parts.append(f"{klass.__module__}.{klass.__qualname__} {pin}")
             return
         self.modules.add(klass.__module__)
+        self.classes.add(f"{klass.__module__}:{klass.__qualname__}")
         unsourced = _unsourced_name(klass)
         try:
             self.parts.append(f"class {klass.__qualname__}\0{_source(klass)}")
@@ -459,15 +461,17 @@ def code_digest(module: torch.nn.Module, *also: object) -> str:
     return code_reach(module, *also)[0]
 
 
-def code_reach(module: torch.nn.Module, *also: object) -> tuple[str, frozenset[str]]:
-    """`code_digest`, and the names of the project's modules the walk reached; raises `Unkeyable`."""
+def code_reach(module: torch.nn.Module, *also: object) -> tuple[str, frozenset[str], frozenset[str]]:
+    """`code_digest`, the names of the project's modules the walk reached, and of its classes reached (as
+    `module:qualname`); raises `Unkeyable`."""
     with _key_code():
         walk = _CodeWalk(registered=module.modules())
         for sub in module.modules():
             walk.add(sub)
         for obj in also:
             walk.add(obj)
-        return hashlib.sha256("\0\0".join(walk.parts).encode()).hexdigest(), frozenset(walk.modules)
+        digest = hashlib.sha256("\0\0".join(walk.parts).encode()).hexdigest()
+        return digest, frozenset(walk.modules), frozenset(walk.classes)
 
 
 def weight_digests(module: torch.nn.Module) -> list[tuple[str, str]]:

@@ -1,9 +1,10 @@
 """The project's files a case depends on, so a change to one model moves that model's results only.
 
-A case's walk (`keys.code_reach`) names the project modules its code reaches. Each such module counts by its
-file whole, with every project module it imports, transitively (its `import` statements as written, and the
-modules its globals hold; a package only imported counts by its `__init__.py`, without what that imports): a
-helper two imports away or a default taken from a module constant moves the key though the walk never named it.
+A case's walk (`keys.code_reach`) names the project modules and models its code reaches. Each such module
+counts by its file (all but the bodies of the models in it the case does not reach), with every project module
+it imports, transitively (its `import` statements as written, and the modules its globals hold; a package only
+imported counts by its `__init__.py`, without what that imports): a helper two imports away or a default taken
+from a module constant moves the key though the walk never named it.
 The modules that define the case itself (its factory, inputs, loss) count by the walk alone, so one file of
 many cases is not every case's dependency.
 Every loaded project module counts for every case by what of it runs on import or can act beyond the models
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copy
 import functools
 import hashlib
 import sys
@@ -87,11 +89,15 @@ def _imported(name: str) -> set[str]:
     return {item for item in found if item in sys.modules}
 
 
-def closure(reached: Iterable[str], by_walk: Iterable[str] = ()) -> list[tuple[str, str]]:
-    """The project files behind `reached` (module names) and what they import, by path and digest; the modules
-    in `by_walk` (the case's own) are keyed by the walk and neither counted nor followed. A package only imported
-    (`from pkg import sub`, `from pkg.sub import x`) counts by its `__init__.py` without what that imports: a
-    package's `__init__` that imports every model of the package would make each model every case's."""
+def closure(reached: Iterable[str], by_walk: Iterable[str] = (), models: Iterable[str] = ()) -> list[tuple[str, str]]:
+    """The project files behind `reached` (module names) and what they import, by path and digest of each file
+    but the bodies of the models in it the case does not reach (`models`: the classes it reaches, as
+    `module:qualname`), so that a change to one model of a file of several (whisper's encoder and decoder)
+    moves only the cases that reach it. The modules in `by_walk` (the case's own) are keyed by the walk and
+    neither counted nor followed. A package only imported (`from pkg import sub`, `from pkg.sub import x`)
+    counts by its `__init__.py` without what that imports: a package's `__init__` that imports every model of
+    the package would make each model every case's."""
+    kept_models = set(models)
     reached = set(reached)
     skip = set(by_walk)
     todo = list(reached)
@@ -105,7 +111,7 @@ def closure(reached: Iterable[str], by_walk: Iterable[str] = ()) -> list[tuple[s
         path = _file(name)
         if path is None:
             continue
-        files[str(path)] = _digest(path)
+        files[str(path)] = _without_models(name, path, kept_models)
         if name in reached or vars(sys.modules[name]).get("__path__") is None:
             todo += _imported(name)
     return sorted(files.items())
@@ -172,15 +178,39 @@ def _builds_cases(node: ast.stmt) -> bool:
     )  # fmt: skip
 
 
+@functools.cache
+def _syntax(path: Path) -> ast.Module | None:
+    """The file's syntax tree as the run first read it (once a process); None where it cannot be read."""
+    try:
+        return ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _without_models(name: str, path: Path, kept: set[str]) -> str:
+    """A digest of module `name`'s file but the bodies of the models it defines that are not in `kept`."""
+    tree = _syntax(path)
+    if tree is None:
+        return _digest(path)
+    module = sys.modules[name]
+    stripped = copy.deepcopy(tree)
+    for statement in stripped.body:
+        if not isinstance(statement, ast.ClassDef) or f"{name}:{statement.name}" in kept:
+            continue
+        if _model_class(module, statement.name):
+            statement.body = [ast.Pass()]
+    return hashlib.sha256(ast.dump(stripped).encode()).hexdigest()
+
+
 def _top_level_part(name: str, path: Path) -> str:
     """What of module `name` runs on import or can act beyond the models it defines, as a digest of its syntax
     tree: everything but the bodies of its models (`nn.Module` subclasses: the cases that reach one key it),
     of its functions that are undecorated and never named by the module's top-level code (called, passed to a
     registration, assigned over torch's), and the statements that make cases."""
-    try:
-        tree = ast.parse(path.read_bytes())
-    except (OSError, SyntaxError, ValueError):
+    parsed = _syntax(path)
+    if parsed is None:
         return "unreadable"
+    tree = copy.deepcopy(parsed)
     module = sys.modules[name]
     named = {
         node.id

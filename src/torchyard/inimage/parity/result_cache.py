@@ -178,7 +178,7 @@ class ResultCache:
                 try:
                     module = case.module()
                     also = (case.loss, case.make_inputs, case.extra_batch, case.dynamic_shapes)
-                    code, reached = code_reach(module, *also)
+                    code, reached, classes = code_reach(module, *also)
                     if "shared" not in COLLECTED:  # no plugin took it at collection: as the first key finds it
                         snapshot_project()
                     if self._shared is None:  # once a process
@@ -186,7 +186,7 @@ class ResultCache:
                     document = {
                         "weights": weight_digests(module),
                         "code": code,
-                        "project": project_code.closure(reached, by_walk=_case_callables(case)),
+                        "project": project_code.closure(reached, by_walk=_case_callables(case), models=classes),
                         "patches": project_code.files(COLLECTED["patches"]),
                         "shared": self._shared,
                         "inputs": _inputs_digest(case),

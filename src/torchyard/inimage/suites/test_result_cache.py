@@ -243,6 +243,7 @@ def _forget_shop() -> None:
         del sys.modules[name]
     linecache.clearcache()
     project_code._digest.cache_clear()
+    project_code._syntax.cache_clear()
 
 
 def _shop_keys(root: Path) -> dict[str, str | None]:
@@ -267,6 +268,42 @@ def test_a_change_to_one_model_moves_that_models_keys_only(shop: Path) -> None:
     (shop / "shop/cases.py").write_text(PROJECT["shop/cases.py"] + "CASES.append(Case('third', Second, inputs))\n")
     third = _shop_keys(shop)
     assert third["first"] == second["first"] and third["second"] == second["second"]
+
+
+PAIR = (
+    "import torch\n\nGAIN = 1.0\n\n"
+    "class Left(torch.nn.Module):\n"
+    "    def __init__(self):\n        super().__init__()\n        self.linear = torch.nn.Linear(4, 4)\n\n"
+    "    def forward(self, x):\n        return self.linear(x) * GAIN\n\n"
+    "class Right(torch.nn.Module):\n"
+    "    def __init__(self):\n        super().__init__()\n        self.linear = torch.nn.Linear(4, 4)\n\n"
+    "    def forward(self, x):\n        return self.linear(x)\n"
+)
+PAIR_CASES = (
+    "import torch\nfrom shop.pair import Left, Right\nfrom torchyard.cases import Case\n\n"
+    "def inputs(generator):\n    return (torch.randn(2, 4, generator=generator),)\n\n"
+    "CASES = [Case('left', Left, inputs), Case('right', Right, inputs)]\n"
+)
+
+
+def test_two_models_of_one_file_are_keyed_apart(shop: Path) -> None:
+    """Issue 58 (whisper's encoder and decoder live in one model.py): a change inside one model of a file moves
+    the cases that reach it; a change to what the file does on import moves them all."""
+    (shop / "shop/pair.py").write_text(PAIR)
+    (shop / "shop/pair_cases.py").write_text(PAIR_CASES)
+
+    def pair_keys() -> dict[str, str | None]:
+        _forget_shop()
+        cache = ResultCache(shop / "verdicts")
+        return {case.name: cache.key(case, "eager", CPU) for case in importlib.import_module("shop.pair_cases").CASES}
+
+    before = pair_keys()
+    (shop / "shop/pair.py").write_text(PAIR.replace("return self.linear(x)\n", "return -self.linear(x)\n"))
+    after = pair_keys()
+    assert after["left"] == before["left"] and after["right"] != before["right"]
+    (shop / "shop/pair.py").write_text(PAIR.replace("GAIN = 1.0", "GAIN = 2.0"))
+    moved = pair_keys()
+    assert moved["left"] != before["left"] and moved["right"] != before["right"]
 
 
 def test_code_the_walk_does_not_name_still_moves_the_key(shop: Path) -> None:
