@@ -80,7 +80,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_collection_finish(session: pytest.Session) -> None:
     settings = session.config.stash[RUN_SETTINGS]
     session.config.stash[PARITY_EAGER] = parity_eager_tests(session.items)
-    snapshot_project()  # what the result cache keys the project by: before any test imports more
+    if not settings.rerun and os.environ.get(contract.ARTIFACT_CACHE) != "off":  # a run that keeps results
+        snapshot_project()  # what the result cache keys the project by: before any test imports more
     import_first_use(session.items, contract.cache_root(os.environ, settings.report_dir))
     _FREEZER.freeze(collect=gc.isenabled())  # off since start-up (`__main__`): see `Freezer`
 
