@@ -273,6 +273,7 @@ def test_a_failure_inside_executorchs_lowering_is_executorchs(beside: dict[str, 
 def test_a_compile_counts_what_the_compilers_own_caches_served(tmp_path: Path) -> None:
     """Issue 58: a result evaluated again (after a change elsewhere) compiles from inductor's and AOTAutograd's
     own caches; the run says how often they served, counting results it evaluated, not replayed ones."""
+    torch._dynamo.reset()  # dynamo's in-memory code cache empty, as a new process: this evaluation compiles
     compiled = evaluate(
         MLP, "inductor", device=CPU, dtype=torch.float32, tolerances=load_tolerances(), workdir=tmp_path
     )
