@@ -26,7 +26,7 @@ import functools
 import hashlib
 import sys
 import types
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 import torch
@@ -89,14 +89,21 @@ def _imported(name: str) -> set[str]:
     return {item for item in found if item in sys.modules}
 
 
-def closure(reached: Iterable[str], by_walk: Iterable[str] = (), models: Iterable[str] = ()) -> list[tuple[str, str]]:
+def closure(
+    reached: Iterable[str],
+    by_walk: Iterable[str] = (),
+    models: Iterable[str] = (),
+    universe: Collection[str] | None = None,
+) -> list[tuple[str, str]]:
     """The project files behind `reached` (module names) and what they import, by path and digest of each file
     but the bodies of the models in it the case does not reach (`models`: the classes it reaches, as
     `module:qualname`), so that a change to one model of a file of several (whisper's encoder and decoder)
     moves only the cases that reach it. The modules in `by_walk` (the case's own) are keyed by the walk and
     neither counted nor followed. A package only imported (`from pkg import sub`, `from pkg.sub import x`)
     counts by its `__init__.py` without what that imports: a package's `__init__` that imports every model of
-    the package would make each model every case's."""
+    the package would make each model every case's. What a module imports is followed only into `universe` (the
+    project modules collection loaded) where it is given: a module another case's model imported later, in one
+    worker and not another, would move the key from run to run (smp's encoders, imported as each is built)."""
     kept_models = set(models)
     reached = set(reached)
     skip = set(by_walk)
@@ -113,7 +120,7 @@ def closure(reached: Iterable[str], by_walk: Iterable[str] = (), models: Iterabl
             continue
         files[str(path)] = _without_models(name, path, kept_models)
         if name in reached or vars(sys.modules[name]).get("__path__") is None:
-            todo += _imported(name)
+            todo += [item for item in _imported(name) if universe is None or item in universe]
     return sorted(files.items())
 
 

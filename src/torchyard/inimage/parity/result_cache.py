@@ -186,7 +186,9 @@ class ResultCache:
                     document = {
                         "weights": weight_digests(module),
                         "code": code,
-                        "project": project_code.closure(reached, by_walk=_case_callables(case), models=classes),
+                        "project": project_code.closure(
+                            reached, by_walk=_case_callables(case), models=classes, universe=set(COLLECTED["shared"])
+                        ),
                         "patches": project_code.files(COLLECTED["patches"]),
                         "shared": self._shared,
                         "inputs": _inputs_digest(case),

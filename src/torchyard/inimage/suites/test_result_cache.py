@@ -306,6 +306,20 @@ def test_two_models_of_one_file_are_keyed_apart(shop: Path) -> None:
     assert moved["left"] != before["left"] and moved["right"] != before["right"]
 
 
+def test_a_module_another_model_imports_later_moves_no_key(shop: Path) -> None:
+    """Issue 58 (smp's encoders, each imported as its model is built): a module that one worker had imported when
+    it keyed a case and another had not moved the key from run to run. What a module imports counts where
+    collection loaded it."""
+    (shop / "shop/late.py").write_text("import torch\n\nclass Late(torch.nn.Module):\n    pass\n")
+    (shop / "shop/second.py").write_text(PROJECT["shop/second.py"] + "\ndef build():\n    from shop import late\n")
+    result_cache.COLLECTED.clear()
+    before = _shop_keys(shop)
+    importlib.import_module("shop.late")  # as another case's model does, in this worker only
+    cache = ResultCache(shop / "verdicts")
+    after = {case.name: cache.key(case, "eager", CPU) for case in importlib.import_module("shop.cases").CASES}
+    assert after == before
+
+
 def test_code_the_walk_does_not_name_still_moves_the_key(shop: Path) -> None:
     """The attacker's review (issue 57, third round): a helper two imports away from the model, a default
     argument from a module constant, a patch of torch made on import by a module no case reaches: each changes
