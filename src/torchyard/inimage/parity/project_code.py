@@ -20,7 +20,6 @@ distribution installed from an index.
 from __future__ import annotations
 
 import ast
-import contextlib
 import copy
 import functools
 import hashlib
@@ -67,18 +66,17 @@ def _imported(name: str) -> set[str]:
     path = _file(name)
     found: set[str] = set()
     package = name if vars(module).get("__path__") is not None else name.rpartition(".")[0]
-    with contextlib.suppress(OSError, SyntaxError, ValueError):
-        tree = ast.parse(path.read_bytes()) if path else None
-        for node in ast.walk(tree) if tree else ():
-            if isinstance(node, ast.Import):
-                found.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parts = package.split(".")
-                    base = ".".join([*parts[: len(parts) - node.level + 1], *([base] if base else [])])
-                found.add(base)
-                found.update(f"{base}.{alias.name}" for alias in node.names)
+    tree = _syntax(path) if path else None
+    for node in ast.walk(tree) if tree else ():
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join([*parts[: len(parts) - node.level + 1], *([base] if base else [])])
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
     for value in list(vars(module).values()):
         if issubclass(type(value), types.ModuleType):
             # a package's submodules are set on it by whatever imported them: only its statements count

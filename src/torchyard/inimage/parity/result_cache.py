@@ -30,7 +30,6 @@ from pathlib import Path
 
 import torch
 
-import torchyard
 from torchyard import contract
 from torchyard.inimage.cases import Case
 from torchyard.inimage.parity import project_code
@@ -38,11 +37,11 @@ from torchyard.inimage.parity.digests import tensor_digest
 from torchyard.inimage.parity.harness import Result
 from torchyard.inimage.parity.keys import Unkeyable, code_reach, device_identity, versions, weight_digests
 from torchyard.inimage.parity.metrics import Comparison
+from torchyard.inimage.parity.project_code import TORCHYARD
 from torchyard.inimage.parity.trees import leaves
 from torchyard.util.atomic import replace_atomically
 
 FORMAT = 3  # 3: the project's files each case reaches; 2: the stack's environment, inputs by value only
-TORCHYARD = Path(torchyard.__file__).resolve().parent
 
 
 # torchyard's built-in corpus: its cases are keyed each by its own code (the case digest's code walk), as a
