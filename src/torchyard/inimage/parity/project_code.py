@@ -77,7 +77,9 @@ def _imported(name: str) -> set[str]:
                 base = ".".join([*parts[: len(parts) - node.level + 1], *([base] if base else [])])
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
-    for value in list(vars(module).values()):
+    for key, value in list(vars(module).items()):
+        if _installed_by_compiler(key):
+            continue
         if issubclass(type(value), types.ModuleType):
             # a package's submodules are set on it by whatever imported them: only its statements count
             if not value.__name__.startswith(f"{name}."):
@@ -85,6 +87,12 @@ def _imported(name: str) -> set[str]:
         elif issubclass(type(value), type) or type(value) is types.FunctionType:
             found.add(str(_module_of(value) or ""))
     return {item for item in found if item in sys.modules}
+
+
+def _installed_by_compiler(name: str) -> bool:
+    """A global torch.compile put in a module it compiled (`__import_<module>`, `__compiled_fn_<n>`,
+    `__resume_at_<n>`): whatever another case compiled in this worker, never what the module imports."""
+    return name.startswith("__") and not name.endswith("__")
 
 
 def closure(

@@ -320,6 +320,46 @@ def test_a_module_another_model_imports_later_moves_no_key(shop: Path) -> None:
     assert after == before
 
 
+SHARED_BASE = {
+    "shop/base.py": (
+        "import torch\n\nclass Base(torch.nn.Module):\n    def forward(self, x):\n        return self.head(x)\n"
+    ),
+    "shop/head_b.py": (
+        "import torch\n\nclass HeadB(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x) * 2\n"
+    ),
+    "shop/base_cases.py": (
+        "import torch\nfrom shop.base import Base\nfrom shop.head_b import HeadB\nfrom torchyard.cases import Case\n\n"
+        "class A(Base):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.head = torch.nn.Linear(4, 4)\n\n"
+        "class B(Base):\n    def __init__(self):\n        super().__init__()\n        self.head = HeadB()\n\n"
+        "def inputs(generator):\n    return (torch.randn(2, 4, generator=generator),)\n\n"
+        "CASES = [Case('a', A, inputs), Case('b', B, inputs)]\n"
+    ),
+}
+
+
+def test_another_case_compiled_in_the_worker_moves_no_key(shop: Path) -> None:
+    """Issue 58 (smp's FPN and Segformer missed every run after one that evaluated): torch.compile puts the modules
+    a compiled frame reads (`__import_<module>`) and its compiled code among the globals of the module it compiled,
+    so compiling one model that shares a base class with another made the other's key follow into the first's
+    files, in that worker only."""
+    for name, text in SHARED_BASE.items():
+        (shop / name).write_text(text)
+    result_cache.COLLECTED.clear()
+    _forget_shop()
+    cases: dict[str, Case] = {case.name: case for case in importlib.import_module("shop.base_cases").CASES}
+    before = ResultCache(shop / "verdicts").key(cases["a"], "eager", CPU)
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(cases["b"].module(), backend="eager")
+        compiled(torch.randn(2, 4))
+        assert any(name.startswith("__import_shop") for name in vars(sys.modules["shop.base"]))  # what it plants
+        after = ResultCache(shop / "verdicts").key(cases["a"], "eager", CPU)
+    finally:
+        torch._dynamo.reset()
+    assert after == before
+
+
 def test_code_the_walk_does_not_name_still_moves_the_key(shop: Path) -> None:
     """The attacker's review (issue 57, third round): a helper two imports away from the model, a default
     argument from a module constant, a patch of torch made on import by a module no case reaches: each changes
