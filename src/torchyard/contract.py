@@ -44,6 +44,7 @@ OWN_PREFIXES = ("TORCHYARD_",)
 RERUN = "TORCHYARD_RERUN"
 RERUN_OPTION = "--torchyard-rerun"  # `torchyard test --rerun` passes it
 SELF_TEST_PROOF = "TORCHYARD_SELF_TEST_PROOF"
+SELF_TESTS_STORE = "self-tests"  # the proofs' folder in the entry's cache (a new cache may start with a sibling's)
 LOCALIZE_SECONDS = "TORCHYARD_LOCALIZE_SECONDS"
 TESTS_MARKERS = "TORCHYARD_TESTS_MARKERS"
 TESTS_KEYWORD = "TORCHYARD_TESTS_KEYWORD"

@@ -141,6 +141,50 @@ def test_an_entrys_first_run_starts_from_a_trusted_cache_of_the_same_stack_and_p
             client.volumes.get(name).remove(force=True)
 
 
+PROOFS_ALONE = """
+from pathlib import Path
+
+def test_the_proofs_alone():
+    cache = Path("/cache/inductor")
+    assert (cache / "self-tests" / "kept.json").read_text() == "another stack's proof"
+    assert not (cache / "other-stack-marker").exists()
+"""
+
+
+def test_a_new_cache_on_another_stack_starts_with_the_projects_proofs_alone(
+    tmp_path: Path,
+    machine_env: dict[str, str],
+    client: docker.DockerClient,
+    local_base: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A project's entry on a new stack (a lock that adds a model's dependency) starts with the self-tests' proofs
+    of its trusted sibling on another stack, which name the versions they exercise, and nothing else of it; a
+    sibling with no proof leaves the new cache empty, and says so."""
+    project, bare = (f"test{uuid.uuid4().hex[:8]}" for _ in range(2))
+    for owner, fill in (
+        (project, 'mkdir /c/self-tests && echo -n "another stack\'s proof" > /c/self-tests/kept.json; '),
+        (bare, ""),
+    ):
+        other = f"torchyard-cache-{owner}-other"
+        labels = {"dev.torchyard.scope": owner, "dev.torchyard.trust": "trusted", "dev.torchyard.entry": "other"}
+        client.volumes.create(other, labels={**labels, "dev.torchyard.stack": "0" * 64})
+        command = ["sh", "-c", f"{fill}touch /c/other-stack-marker"]
+        client.containers.run(local_base, command, volumes={other: {"bind": "/c"}}, remove=True, entrypoint=[])
+    try:
+        status, _ = _run_with_mounted_test(tmp_path / "1", machine_env, client, PROOFS_ALONE, project=project)
+        err = capsys.readouterr().err
+        assert status == 0, err
+        assert f"a new cache starts with the self-tests' proofs of torchyard-cache-{project}-other" in err
+        status, _ = _run_with_mounted_test(tmp_path / "2", machine_env, client, COLD, project=bare)
+        err = capsys.readouterr().err
+        assert status == 0, err
+        assert f"no self-tests' proof to start from in torchyard-cache-{bare}-other" in err
+    finally:
+        for name in {**_volumes(client, project), **_volumes(client, bare)}:
+            client.volumes.get(name).remove(force=True)
+
+
 def test_a_cache_being_written_or_that_cannot_be_copied_is_not_a_new_caches_start(
     tmp_path: Path,
     machine_env: dict[str, str],

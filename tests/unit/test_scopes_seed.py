@@ -26,6 +26,13 @@ def test_the_seed_mounts_both_volumes_nocopy_and_runs_the_image_it_is_given() ->
     assert args[args.index("--entrypoint") + 2] == "base@sha256:" + "0" * 64
 
 
+def test_a_seed_from_another_stack_copies_the_proofs_folder_alone() -> None:
+    whole = seed_args(SCOPE, "torchyard-cache-p-cpu", image="base", user="1000:1000", name="n")
+    proofs = seed_args(SCOPE, "torchyard-cache-p-cpu", image="base", user="1000:1000", name="n", folder="self-tests")
+    assert whole[-3:] == ("-R", "/seed/.", "/cache/inductor/")
+    assert proofs[-3:] == ("-R", "/seed/self-tests", "/cache/inductor/")
+
+
 def test_the_seed_image_is_the_entrys_base_never_its_own_image() -> None:
     entry = PLAN.entry("cpu")
     assert seed_image(entry, {}) == str(entry.accelerator.require_base_image())

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import importlib.metadata
 import json
 import os
+import site
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from torchyard import contract
 from torchyard.inimage import replay
@@ -29,8 +33,8 @@ from torchyard.inimage.options import RUN_SETTINGS
 from torchyard.names import HARNESS
 from torchyard.util.atomic import write_atomically
 
-FORMAT = 1
-STORE = "self-tests"
+FORMAT = 2  # 2: keyed by what the self-tests exercise, not the whole stack
+STORE = contract.SELF_TESTS_STORE
 KEPT = 16  # proofs kept per cache: one per stack and device a cache has seen lately
 RERUN_OPTION = contract.RERUN_SELF_TESTS_OPTION
 # Set by the entry point for its own run (and so its xdist workers): the proof file. Whole runs beside the run
@@ -56,14 +60,52 @@ def _digest(document: object) -> str:
     return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
+# The distributions the harness and its self-tests import: their versions, and those of every distribution
+# their metadata requires (markers and extras included, where installed), decide what the self-tests prove.
+HARNESS_DISTRIBUTIONS = ("torch", "pytest", "pytest-xdist", "numpy", "sympy", "executorch", "torchao", "torch-tensorrt")
+
+
+def exercised() -> dict[str, object]:
+    """What of the environment the self-tests exercise: the harness's distributions with what they require,
+    transitively, and pytest's plugins (a project's tests keep autoloading), each by version; every `.pth` file
+    by content (Python runs what one imports at start). Not what only the project's code imports: a project
+    that adds a dependency keeps its proof."""
+    installed: dict[str, importlib.metadata.Distribution] = {}
+    for distribution in importlib.metadata.distributions():
+        installed.setdefault(canonicalize_name(distribution.metadata["Name"] or ""), distribution)
+    plugins = {canonicalize_name(point.dist.name) for point in importlib.metadata.entry_points(group="pytest11")
+               if point.dist is not None}  # fmt: skip
+    todo = [*HARNESS_DISTRIBUTIONS, *plugins]
+    versions: dict[str, str] = {}
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in versions or name not in installed:
+            continue
+        versions[name] = installed[name].version
+        for line in installed[name].requires or ():
+            try:
+                todo.append(Requirement(line).name)
+            except InvalidRequirement:
+                continue
+    folders = {Path(folder) for folder in [*site.getsitepackages(), site.getusersitepackages()]}
+    started = {
+        str(path): hashlib.sha256(path.read_bytes()).hexdigest()
+        for folder in sorted(folders)
+        if folder.is_dir()
+        for path in sorted(folder.glob("*.pth"))
+    }
+    return {"versions": dict(sorted(versions.items())), "pth": started}
+
+
 def stack_key(env: Mapping[str, str]) -> str:
-    """The part of the key that needs no torch: the stack (an image's base and lock, which its own layers name
-    in `contract.STACK`; else, in a venv, every installed distribution and its version: not the project's
-    code in either), torchyard's shipped files, the Python."""
+    """The part of the key that needs no torch: in an image, its base (the first word of `contract.STACK`: its
+    digest); what of the environment the self-tests exercise (`exercised`); torchyard's shipped files; the
+    Python."""
     return _digest(
         {
             "format": FORMAT,
-            "environment": env.get(contract.STACK) or replay.installed_distributions(),
+            "base": env.get(contract.STACK, "").partition(" ")[0],
+            "environment": exercised(),
             "torchyard": replay.file_digests([replay.INIMAGE.parent]),  # what the image ships of it
             "python": sys.version,
         }

@@ -327,30 +327,54 @@ def prepare_cache(
     new = not _volume_exists(client, scope.volume, scope.labels(entry))
     client.volumes.create(scope.volume, labels=scope.labels(entry))
     trusted_labels = {**scope.labels(entry), TRUST_LABEL: "trusted"}
+    folder = "."  # the whole cache
     if scope.seed is not None and _volume_exists(client, scope.seed, trusted_labels):
         source, why = scope.seed, "untrusted run: the cache starts as a copy of the trusted scope"
-    elif new and scope.stack:
-        siblings = sorted(str(volume.name) for volume in client.volumes.list(filters=sibling_filters(scope)))
-        idle = [name for name in siblings if name != scope.volume and not _in_use(client, name)]
-        if not idle:
-            return
-        source, why = idle[0], f"{scope.trust} run: a new cache starts as a copy of the same stack's"
+    elif new and (same := _idle_siblings(client, scope, same_stack=True)):
+        source, why = same[0], f"{scope.trust} run: a new cache starts as a copy of the same stack's"
+    elif new and (other := _idle_siblings(client, scope, same_stack=False)):
+        # Another stack's programs and inductor caches serve nothing here; its self-tests' proofs are keyed by
+        # the versions they exercise, which two stacks of one project often share (a lock that adds a model's
+        # dependency).
+        source, why, folder = (
+            other[0],
+            f"{scope.trust} run: a new cache starts with the self-tests' proofs of",
+            contract.SELF_TESTS_STORE,
+        )
     else:
         return
     if not plan.seed_image:
         return  # never the run's own image: a cache it cannot be seeded into safely starts empty
+    copy = seed_args(scope, source, image=plan.seed_image, user=plan.user, name=plan.name, folder=folder)
     try:
         prime_volume(client, scope, plan.image)
-        runner((docker_path, *seed_args(scope, source, image=plan.seed_image, user=plan.user, name=plan.name)), env=env)
+        runner((docker_path, *copy), env=env)
     except BaseException as error:
         if new or scope.ephemeral:
             client.volumes.get(scope.volume).remove(force=True)
             client.volumes.create(scope.volume, labels=scope.labels(entry))
         if not isinstance(error, CommandError):
             raise
-        print(f"torchyard: the cache could not be copied from {source} ({error}); it starts empty", file=sys.stderr)
+        if (
+            folder == contract.SELF_TESTS_STORE
+        ):  # the other stack's cache has no proof (its runs left the self-tests to run)
+            print(f"torchyard: no self-tests' proof to start from in {source}; the cache starts empty", file=sys.stderr)
+        else:
+            print(f"torchyard: the cache could not be copied from {source} ({error}); it starts empty", file=sys.stderr)
         return
     print(f"torchyard: {why} {source}", file=sys.stderr)
+
+
+def _idle_siblings(client: docker.DockerClient, scope: CacheScope, *, same_stack: bool) -> list[str]:
+    """The trusted caches of the project's other entries (`sibling_filters`) that no container is using."""
+    if same_stack and not scope.stack:
+        return []
+    found = client.volumes.list(filters=sibling_filters(scope, same_stack=same_stack))
+    return [
+        name
+        for name in sorted(str(volume.name) for volume in found)
+        if name != scope.volume and not _in_use(client, name)
+    ]
 
 
 def _in_use(client: docker.DockerClient, volume: str) -> bool:

@@ -63,10 +63,12 @@ def cache_scope(entry: Entry, project: str, trust: Trust, run_id: str, stack: st
     return CacheScope(f"{trusted}-untrusted-{run_id}", trusted, project, trust, stack)
 
 
-def sibling_filters(scope: CacheScope) -> dict[str, list[str]]:
-    """The engine's filter for the trusted caches of `scope`'s project on the same stack: every key in them names
-    what it was made with (versions, settings, device), so another entry's warm cache is a sound start."""
-    return {"label": [f"{SCOPE_LABEL}={scope.project}", f"{TRUST_LABEL}=trusted", f"{STACK_LABEL}={scope.stack}"]}
+def sibling_filters(scope: CacheScope, *, same_stack: bool = True) -> dict[str, list[str]]:
+    """The engine's filter for the trusted caches of `scope`'s project (on the same stack, by default): every key
+    in them names what it was made with (versions, settings, device), so another entry's warm cache is a sound
+    start."""
+    labels = [f"{SCOPE_LABEL}={scope.project}", f"{TRUST_LABEL}=trusted"]
+    return {"label": [*labels, f"{STACK_LABEL}={scope.stack}"] if same_stack else labels}
 
 
 def seed_image(entry: Entry, base_overrides: Mapping[str, str]) -> str:
@@ -87,15 +89,17 @@ def prime_volume(client: docker.DockerClient, scope: CacheScope, image: str) -> 
     created.remove(force=True)
 
 
-def seed_args(scope: CacheScope, source: str, *, image: str, user: str, name: str) -> tuple[str, ...]:
-    """`docker run` that copies the trusted volume `source` into the run's own (primed: `prime_volume`), sealed
-    as every helper container is, in `image` (`seed_image`: the base's `cp`, no code of the project's). Both
-    volumes are `volume-nocopy`: an empty one is never filled from the image."""
+def seed_args(
+    scope: CacheScope, source: str, *, image: str, user: str, name: str, folder: str = "."
+) -> tuple[str, ...]:
+    """`docker run` that copies the trusted volume `source` (or its `folder` alone) into the run's own (primed:
+    `prime_volume`), sealed as every helper container is, in `image` (`seed_image`: the base's `cp`, no code of
+    the project's). Both volumes are `volume-nocopy`: an empty one is never filled from the image."""
     mounts = (
         "--mount", f"type=volume,source={source},target={SEED_TARGET},readonly,volume-nocopy",
         "--mount", f"type=volume,source={scope.volume},target={contract.IMAGE_CACHE},volume-nocopy",
     )  # fmt: skip
-    copy = ("/bin/cp", "-R", f"{SEED_TARGET}/.", f"{contract.IMAGE_CACHE}/")
+    copy = ("/bin/cp", "-R", f"{SEED_TARGET}/{folder}", f"{contract.IMAGE_CACHE}/")
     return sealed_run(Helper(f"{name}-seed", user, image, copy, options=mounts))
 
 

@@ -7,8 +7,11 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
+import site as site_module
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -202,8 +205,10 @@ def test_a_proof_is_kept_per_stack_device_and_workers_not_per_settings(tmp_path:
     assert first != path_of(env, cpu, ["-n", "2"])
     assert first == path_of({**env, contract.IMAGE_ID: "sha256:other"}, cpu, [])  # the project's layers
     stacked = {**env, contract.STACK: "sha256:base torch=1 rest=2"}
-    assert first != path_of(stacked, cpu, [])
-    assert path_of(stacked, cpu, []) != path_of({**stacked, contract.STACK: "sha256:base torch=1 rest=3"}, cpu, [])
+    assert first != path_of(stacked, cpu, [])  # the base
+    assert path_of(stacked, cpu, []) != path_of({**stacked, contract.STACK: "sha256:other torch=1 rest=2"}, cpu, [])
+    # the lock's layers by what the self-tests exercise of them (`exercised`), not by their keys
+    assert path_of(stacked, cpu, []) == path_of({**stacked, contract.STACK: "sha256:base torch=1 rest=3"}, cpu, [])
     assert not proofs.likely_proven(env, proofs.stack_key(env), [])
     first.parent.mkdir()
     first.write_text("{}")
@@ -219,6 +224,47 @@ RUNS_OWN = {"evaluations", "case", "parity_backend", "compile_backend", "train_b
 def _session_items(node: ast.AST) -> bool:
     """`<something>.session.items`: the run's collected tests."""
     return isinstance(node, ast.Attribute) and node.attr == "items" and ast.unparse(node.value).endswith("session")
+
+
+def _installed(site: Path, name: str, version: str, requires: tuple[str, ...] = (), plugin: bool = False) -> None:
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    lines = [f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n", *(f"Requires-Dist: {r}\n" for r in requires)]
+    (info / "METADATA").write_text("".join(lines))
+    if plugin:
+        (info / "entry_points.txt").write_text(f"[pytest11]\n{name} = {name.replace('-', '_')}\n")
+
+
+def test_a_proof_holds_for_what_the_self_tests_exercise_not_the_whole_stack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 58: a project that adds a dependency keeps its proof (the first run on a new stack ran about 270
+    self-tests for minutes on CPU); a version the harness imports, or one they require, moves it, and so do a
+    pytest plugin and a `.pth` file, which run in every process."""
+    site = tmp_path / "site"
+    monkeypatch.syspath_prepend(str(site))  # found first: these shadow the installed ones
+    monkeypatch.setattr(site_module, "getsitepackages", lambda: [str(site)])
+    monkeypatch.setattr(site_module, "getusersitepackages", lambda: str(tmp_path / "user"))
+    _installed(site, "torch", "1.0", ("numpy>=1", "triton; extra == 'cuda'"))
+    _installed(site, "numpy", "2.0")
+    before = proofs.exercised()
+    assert before["versions"]["torch"] == "1.0" and before["versions"]["numpy"] == "2.0"  # type: ignore[index]
+    _installed(site, "timm", "1.0", ("torch",))  # only the project's models import it
+    assert proofs.exercised() == before
+    steps: list[Callable[[], object]] = [
+        lambda: _installed(site, "triton", "3.0"),  # torch's, under an extra: imported where installed
+        lambda: _installed(site, "pytest-leaky", "0.1", plugin=True),
+        lambda: (site / "patch.pth").write_text("import os\n"),
+        lambda: (site / "patch.pth").write_text("import sys\n"),
+    ]
+    seen = [before]
+    for step in steps:
+        step()
+        seen.append(proofs.exercised())
+        assert seen[-1] != seen[-2]
+    shutil.rmtree(site / "numpy-2.0.dist-info")
+    _installed(site, "numpy", "2.1")
+    assert proofs.exercised()["versions"]["numpy"] == "2.1"  # type: ignore[index]
 
 
 def test_a_self_test_that_reads_the_run_itself_is_marked_so() -> None:
