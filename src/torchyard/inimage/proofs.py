@@ -60,22 +60,24 @@ def _digest(document: object) -> str:
     return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-# The distributions the harness and its self-tests import: their versions, and those of every distribution
-# their metadata requires (markers and extras included, where installed), decide what the self-tests prove.
+# The distributions the harness and its self-tests import: their versions, and those of what their metadata
+# requires for this platform (transitively, no extra: a dev or docs extra names half the field), decide what the
+# self-tests prove; with what torch imports where it is installed and that changes what it computes.
 HARNESS_DISTRIBUTIONS = ("torch", "pytest", "pytest-xdist", "numpy", "sympy", "executorch", "torchao", "torch-tensorrt")
+TORCH_OPTIONAL = ("opt-einsum", "triton", "optree")
 
 
 def exercised() -> dict[str, object]:
     """What of the environment the self-tests exercise: the harness's distributions with what they require,
-    transitively, and pytest's plugins (a project's tests keep autoloading), each by version; every `.pth` file
-    by content (Python runs what one imports at start). Not what only the project's code imports: a project
-    that adds a dependency keeps its proof."""
+    transitively (`HARNESS_DISTRIBUTIONS`, `TORCH_OPTIONAL`), and pytest's plugins (a project's tests keep
+    autoloading), each by version; every `.pth` file by content (Python runs what one imports at start). Not what
+    only the project's code imports: a project that adds a dependency keeps its proof."""
     installed: dict[str, importlib.metadata.Distribution] = {}
     for distribution in importlib.metadata.distributions():
         installed.setdefault(canonicalize_name(distribution.metadata["Name"] or ""), distribution)
     plugins = {canonicalize_name(point.dist.name) for point in importlib.metadata.entry_points(group="pytest11")
                if point.dist is not None}  # fmt: skip
-    todo = [*HARNESS_DISTRIBUTIONS, *plugins]
+    todo = [*HARNESS_DISTRIBUTIONS, *TORCH_OPTIONAL, *plugins]
     versions: dict[str, str] = {}
     while todo:
         name = canonicalize_name(todo.pop())
@@ -84,8 +86,10 @@ def exercised() -> dict[str, object]:
         versions[name] = installed[name].version
         for line in installed[name].requires or ():
             try:
-                todo.append(Requirement(line).name)
-            except InvalidRequirement:
+                requirement = Requirement(line)
+                if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                    todo.append(requirement.name)
+            except (InvalidRequirement, ValueError):  # a marker this packaging cannot read: followed neither
                 continue
     folders = {Path(folder) for folder in [*site.getsitepackages(), site.getusersitepackages()]}
     started = {

@@ -245,14 +245,16 @@ def test_a_proof_holds_for_what_the_self_tests_exercise_not_the_whole_stack(
     monkeypatch.syspath_prepend(str(site))  # found first: these shadow the installed ones
     monkeypatch.setattr(site_module, "getsitepackages", lambda: [str(site)])
     monkeypatch.setattr(site_module, "getusersitepackages", lambda: str(tmp_path / "user"))
-    _installed(site, "torch", "1.0", ("numpy>=1", "triton; extra == 'cuda'"))
+    _installed(site, "torch", "1.0", ("numpy>=1", "filelock; python_version > '3'", "sphinx; extra == 'docs'"))
     _installed(site, "numpy", "2.0")
     before = proofs.exercised()
     assert before["versions"]["torch"] == "1.0" and before["versions"]["numpy"] == "2.0"  # type: ignore[index]
     _installed(site, "timm", "1.0", ("torch",))  # only the project's models import it
+    _installed(site, "sphinx", "8.0")  # a docs extra's
     assert proofs.exercised() == before
     steps: list[Callable[[], object]] = [
-        lambda: _installed(site, "triton", "3.0"),  # torch's, under an extra: imported where installed
+        lambda: _installed(site, "filelock", "3.0"),  # torch's, for this platform
+        lambda: _installed(site, "opt-einsum", "3.0"),  # torch imports it where installed: einsum's order
         lambda: _installed(site, "pytest-leaky", "0.1", plugin=True),
         lambda: (site / "patch.pth").write_text("import os\n"),
         lambda: (site / "patch.pth").write_text("import sys\n"),
