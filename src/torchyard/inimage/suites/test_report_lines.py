@@ -114,6 +114,20 @@ def test_a_reference_that_is_not_float64_names_the_models_line_that_narrows_and_
     )
 
 
+def test_a_cases_reference_is_one_line_though_its_train_steps_say_it_without_the_narrowing_line() -> None:
+    """Issue 58 (whisper's adoption): each case's float32 reference was said twice, the inference results' text
+    with the line that narrows and the train steps' without it."""
+    plain = "float32 on cpu (float64 fails: RuntimeError: mixed dtype)"
+    located = f"{plain}; it narrows at model.py:41 in forward"
+    records = [
+        {"case": "decoder", "backend": "eager", "reference": located},
+        {"case": "decoder", "backend": "train-eager-sgd", "reference": plain},
+        {"case": "other", "backend": "train-eager-sgd", "reference": plain},
+        {"case": "plain", "backend": "eager", "reference": "float64 on cpu"},
+    ]
+    assert report.notes(records, {}) == (f"- reference for `decoder`: {located}\n- reference for `other`: {plain}\n")
+
+
 Heads = collections.namedtuple("Heads", ["action", "value"])
 
 
