@@ -9,8 +9,33 @@ from typing import Literal, get_args
 AcceleratorName = Literal["cpu", "cuda", "rocm", "xpu", "mps"]
 ACCELERATOR_NAMES: tuple[AcceleratorName, ...] = get_args(AcceleratorName)
 
-# The `torch.device` type each accelerator targets: HIP masquerades as CUDA inside torch.
-TORCH_DEVICES: dict[AcceleratorName, str] = {"cpu": "cpu", "cuda": "cuda", "rocm": "cuda", "xpu": "xpu", "mps": "mps"}
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """What both sides know of an accelerator's device: the host's accelerator module selects the job's devices
+    by `visible` (and `aliases`), the in-image side pins each worker to one by it, and keys lowered programs by
+    the device's model as `named_by` names it."""
+
+    torch_type: str  # the `torch.device` type it targets: HIP masquerades as CUDA inside torch
+    # The variable that selects devices inside the container, read before torch initializes the device (None:
+    # the accelerator has one device, or none to choose).
+    visible: str | None
+    # Variables the same runtime reads as that selection: a worker picks from them where `visible` is unset.
+    aliases: tuple[str, ...]
+    # What names the device's model in a key: "processor" (the CPU's model name), or the torch module whose
+    # `get_device_name` answers (`torch.cuda`, `torch.xpu`).
+    named_by: str
+
+
+DEVICE_FACTS: dict[AcceleratorName, DeviceFacts] = {
+    "cpu": DeviceFacts("cpu", None, (), "processor"),
+    "cuda": DeviceFacts("cuda", "CUDA_VISIBLE_DEVICES", (), "cuda"),
+    # HIP takes CUDA_VISIBLE_DEVICES as an alias of HIP_VISIBLE_DEVICES, which wins where both are set.
+    "rocm": DeviceFacts("cuda", "HIP_VISIBLE_DEVICES", ("CUDA_VISIBLE_DEVICES",), "cuda"),
+    "xpu": DeviceFacts("xpu", "ZE_AFFINITY_MASK", (), "xpu"),
+    "mps": DeviceFacts("mps", None, (), "processor"),  # Apple's GPU is part of the chip the processor names
+}
+TORCH_DEVICES: dict[AcceleratorName, str] = {name: facts.torch_type for name, facts in DEVICE_FACTS.items()}
 
 # Accelerators no container reaches: their entries run natively, in a venv made from their own lock.
 NATIVE_ACCELERATORS: frozenset[AcceleratorName] = frozenset({"mps"})

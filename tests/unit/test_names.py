@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from torchyard.accelerators import ACCELERATORS, cuda, rocm, xpu
 from torchyard.names import (
+    ACCELERATOR_NAMES,
     BACKEND_DISTRIBUTIONS,
     BACKEND_FACTS,
     BACKEND_NAMES,
     BACKEND_SUITES,
+    DEVICE_FACTS,
     SUITE_NAMES,
     module_name,
 )
@@ -30,3 +33,22 @@ def test_the_distributions_are_each_backends_once_in_order() -> None:
 def test_a_distribution_is_imported_and_recorded_by_its_module_name() -> None:
     assert module_name("torch-tensorrt") == "torch_tensorrt"
     assert module_name("executorch") == "executorch"
+
+
+def test_every_accelerator_has_its_devices_facts_in_one_row_that_both_sides_read() -> None:
+    """Issue 59: a new device type took three files no test asked for (the probe, the artifact key, the
+    workers, which held a hand copy of the host's visible-device variables). One row each: the host's module
+    selects the job's devices by the variable the in-image workers pin, and the key names the device's model
+    by what the row says names it."""
+    assert tuple(DEVICE_FACTS) == ACCELERATOR_NAMES == tuple(ACCELERATORS)
+    hosts = {
+        "cuda": cuda.SELECTION_VARIABLES,
+        "rocm": rocm.VISIBLE_DEVICE_VARIABLES,
+        "xpu": xpu.VISIBLE_DEVICE_VARIABLES,
+    }
+    for name, facts in DEVICE_FACTS.items():
+        assert facts.named_by in ("processor", facts.torch_type), name  # `torch.<type>.get_device_name`
+        if facts.visible is None:
+            assert not facts.aliases and name not in hosts, name  # one device, nothing to choose
+            continue
+        assert {facts.visible, *facts.aliases} <= set(hosts[name]), name

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Literal
 
 from torchyard.accelerators.protocol import COMMON_IMAGE_CHECKS, HostFacts, vendor_problems
-from torchyard.names import NATIVE_ACCELERATORS
+from torchyard.names import DEVICE_FACTS, NATIVE_ACCELERATORS
 
 NAME: Literal["cuda"] = "cuda"
 NATIVE = NAME in NATIVE_ACCELERATORS
@@ -20,7 +20,7 @@ IMAGE_CHECKS = (*COMMON_IMAGE_CHECKS, "torch-cuda", "triton-ptxas")
 CDI_KIND = "nvidia.com/gpu"
 PCI_VENDOR = "0x10de"
 # Where a runner names the job's GPUs, most specific first: the toolkit's own variable, then CUDA's.
-SELECTION_VARIABLES = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+SELECTION_VARIABLES = ("NVIDIA_VISIBLE_DEVICES", str(DEVICE_FACTS["cuda"].visible))
 GPU_ID = re.compile(r"[0-9]+(:[0-9]+)?|(GPU|MIG)-[A-Za-z0-9/-]+")
 # TF32 is pinned off here as well as in the probe: the override also reaches cuBLAS calls that bypass
 # torch's flags. LeRobot's CUDA containers use a 16 GB /dev/shm (DataLoader workers share batches there).

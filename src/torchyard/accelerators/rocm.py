@@ -26,14 +26,14 @@ from torchyard.accelerators.protocol import (
     render_node_args,
     vendor_problems,
 )
-from torchyard.names import NATIVE_ACCELERATORS
+from torchyard.names import DEVICE_FACTS, NATIVE_ACCELERATORS
 
 NAME: Literal["rocm"] = "rocm"
 NATIVE = NAME in NATIVE_ACCELERATORS
 IMAGE_CHECKS = (*COMMON_IMAGE_CHECKS, "torch-hip", "rocm-runtime")
 # ROCr's own selection first; HIP's (CUDA_VISIBLE_DEVICES is its alias) indexes what ROCr left.
 ROCR_VARIABLE = "ROCR_VISIBLE_DEVICES"
-HIP_VARIABLES: tuple[str, ...] = ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+HIP_VARIABLES: tuple[str, ...] = (str(DEVICE_FACTS["rocm"].visible), *DEVICE_FACTS["rocm"].aliases)
 VISIBLE_DEVICE_VARIABLES: tuple[str, ...] = (HIP_VARIABLES[0], ROCR_VARIABLE, HIP_VARIABLES[1])
 GROUPS = ("video", "render")
 PCI_VENDOR = "0x1002"

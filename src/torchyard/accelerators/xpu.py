@@ -23,12 +23,12 @@ from torchyard.accelerators.protocol import (
     render_node_args,
     vendor_problems,
 )
-from torchyard.names import NATIVE_ACCELERATORS
+from torchyard.names import DEVICE_FACTS, NATIVE_ACCELERATORS
 
 NAME: Literal["xpu"] = "xpu"
 NATIVE = NAME in NATIVE_ACCELERATORS
 IMAGE_CHECKS = (*COMMON_IMAGE_CHECKS, "torch-xpu", "level-zero-loader", "level-zero-driver", "level-zero-headers")
-MASK = "ZE_AFFINITY_MASK"
+MASK = str(DEVICE_FACTS["xpu"].visible)
 SELECTOR = "ONEAPI_DEVICE_SELECTOR"
 VISIBLE_DEVICE_VARIABLES: tuple[str, ...] = (MASK, SELECTOR)
 SELECT_ALL = frozenset({"*", "gpu"})

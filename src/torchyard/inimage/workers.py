@@ -15,15 +15,15 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING
 
 from torchyard import contract
+from torchyard.names import DEVICE_FACTS
 
 if TYPE_CHECKING:
     import pytest
 
-VISIBLE = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES", "xpu": "ZE_AFFINITY_MASK"}
-# Where a runner may have given the job its devices under another name the same runtime reads: HIP takes
-# CUDA_VISIBLE_DEVICES as an alias of HIP_VISIBLE_DEVICES, which wins where both are set (as torch's own
-# device count has it). A worker picks from that list, or it would pick a device that is not the job's.
-ALIASES = {"rocm": ("CUDA_VISIBLE_DEVICES",)}
+# Where a runner may have given the job its devices under another name the same runtime reads (`aliases`), a
+# worker picks from that list, or it would pick a device that is not the job's.
+VISIBLE: dict[str, str] = {name: facts.visible for name, facts in DEVICE_FACTS.items() if facts.visible is not None}
+ALIASES: dict[str, tuple[str, ...]] = {name: facts.aliases for name, facts in DEVICE_FACTS.items() if facts.aliases}
 
 
 def worker_count(accelerator: str, devices: int) -> int:

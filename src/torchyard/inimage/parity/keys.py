@@ -33,7 +33,7 @@ from torch.utils import _pytree as pytree
 
 from torchyard.inimage.parity.digests import NoDigest, tensor_digest
 from torchyard.inimage.parity.errors import torchyards_fault
-from torchyard.names import BACKEND_DISTRIBUTIONS, module_name
+from torchyard.names import BACKEND_DISTRIBUTIONS, DEVICE_FACTS, module_name
 
 DISTRIBUTIONS = (*BACKEND_DISTRIBUTIONS, "numpy")
 VERSIONED = tuple(module_name(name) for name in DISTRIBUTIONS)  # their top-level modules
@@ -86,21 +86,27 @@ def _cpu_model() -> str:
 
 
 def device_identity(device: torch.device) -> dict[str, Any]:
-    """What the device is, as far as a lowered program can depend on it."""
+    """What the device is, as far as a lowered program can depend on it: its model as the accelerator's facts
+    say it is named (`names.DEVICE_FACTS`), and for CUDA and HIP the capability, versions and driver."""
     identity: dict[str, Any] = {"type": device.type, "machine": platform.machine()}
-    if device.type == "cpu":
+    named_by = next((facts.named_by for facts in DEVICE_FACTS.values() if facts.torch_type == device.type), None)
+    if named_by is None:
+        raise Unkeyable(f"no accelerator of torchyard's targets torch's {device.type!r} device")
+    if named_by == "processor":
         identity["processor"] = _cpu_model()
-    elif device.type == "cuda" and torch.cuda.is_available():
-        index = device.index or 0
+        return identity
+    module = getattr(torch, named_by)
+    if not module.is_available():
+        return identity
+    index = device.index or 0
+    identity["name"] = module.get_device_name(index)
+    if device.type == "cuda":
         identity |= {
-            "name": torch.cuda.get_device_name(index),
             "capability": list(torch.cuda.get_device_capability(index)),
             "cuda": torch.version.cuda,
             "hip": torch.version.hip,
             "driver": _nvidia_driver(),
         }
-    elif device.type == "xpu" and torch.xpu.is_available():
-        identity |= {"name": torch.xpu.get_device_name(device.index or 0)}
     return identity
 
 

@@ -25,7 +25,8 @@ from torchyard import contract
 from torchyard.inimage.cases import Case
 from torchyard.inimage.parity import keys
 from torchyard.inimage.parity.backends.running import lowering_key
-from torchyard.inimage.parity.keys import Unkeyable, code_digest, released, why_unkeyable
+from torchyard.inimage.parity.keys import Unkeyable, code_digest, device_identity, released, why_unkeyable
+from torchyard.names import DEVICE_FACTS
 
 pytestmark = pytest.mark.harness
 
@@ -378,3 +379,15 @@ def test_a_value_that_names_a_memory_address_makes_the_case_unkeyable_and_says_s
     assert why_unkeyable(HoldsAnAddress()).startswith(
         "a value the model reaches names a memory address, which differs every run: '<object object at 0x"
     )
+
+
+def test_every_device_is_keyed_by_its_model_as_its_row_says_it_is_named() -> None:
+    """Issue 59: the artifact key named a CUDA or XPU device's model by hand, and any other left it out,
+    silently. Each accelerator's row (`names.DEVICE_FACTS`) says what names its device, and torch answers it."""
+    for name, facts in DEVICE_FACTS.items():
+        if facts.named_by != "processor":
+            module = getattr(torch, facts.named_by)
+            assert callable(module.get_device_name) and callable(module.is_available), name
+    assert device_identity(torch.device("cpu"))["processor"] == keys._cpu_model()
+    with pytest.raises(keys.Unkeyable, match="no accelerator of torchyard's targets torch's 'meta' device"):
+        device_identity(torch.device("meta"))
