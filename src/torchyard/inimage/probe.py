@@ -23,6 +23,8 @@ from torchyard import contract
 from torchyard.inimage import vendor
 from torchyard.names import ACCELERATOR_NAMES, BACKEND_DISTRIBUTIONS, TORCH_DEVICES, module_name
 
+CPU = torch.device("cpu")  # where references are made and much of the harness computes, on every accelerator
+
 
 class ProbeError(Exception):
     """The container cannot test what its entry claims; the message says what is missing."""

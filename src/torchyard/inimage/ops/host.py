@@ -23,8 +23,8 @@ import torch
 from torchyard.inimage.ops.catalog import Operator, Sample, chosen_samples, op_db_operators, select
 from torchyard.inimage.ops.outcomes import Outcome
 from torchyard.inimage.ops.sweep import Plant, SweepSettings, prepare, sweep_operator
+from torchyard.inimage.probe import CPU
 
-CPU = torch.device("cpu")
 Operators = Callable[[], list[Operator]]
 
 

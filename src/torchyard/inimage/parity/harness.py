@@ -26,9 +26,9 @@ from torchyard.inimage.parity.factory import nondeterministic
 from torchyard.inimage.parity.metrics import Comparison, compare_objects, compare_statistics, compare_values
 from torchyard.inimage.parity.tolerances import Bounds, Tolerances
 from torchyard.inimage.parity.trees import Leaf, leaf_paths, leaves, to_device
+from torchyard.inimage.probe import CPU
 
 Status = Literal["passed", "failed", "error", "skipped"]
-CPU = torch.device("cpu")
 REFERENCE_FAILED = "reference: "  # how the reason of a result without a reference begins
 FLOAT64 = "float64 on cpu"
 

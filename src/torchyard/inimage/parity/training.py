@@ -31,9 +31,9 @@ from torchyard.inimage.parity.harness import Reference
 from torchyard.inimage.parity.metrics import compare_values
 from torchyard.inimage.parity.tolerances import Bounds
 from torchyard.inimage.parity.trees import Leaf, leaves, to_device
+from torchyard.inimage.probe import CPU
 from torchyard.names import TRAIN_TIMED_STEPS
 
-CPU = torch.device("cpu")
 ZERO = 1e-9  # of the step's largest gradient: zero in exact arithmetic
 GROUP_FLOOR = 1e-2  # of a group's largest magnitude: a leaf below it is zero at that scale (`floors`)
 SGD_LR, SGD_MOMENTUM = 0.1, 0.9

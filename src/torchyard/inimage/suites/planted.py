@@ -20,9 +20,8 @@ from torchyard.inimage.parity.backends import BackendRun, Runner
 from torchyard.inimage.parity.harness import Result, evaluate
 from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.parity.trees import Leaf, leaves
-from torchyard.inimage.probe import torch_device
+from torchyard.inimage.probe import CPU, torch_device
 
-CPU = torch.device("cpu")
 # The run's own device (the probe checked it is there), for the self-tests that must hold on it.
 RUN_ACCELERATOR = os.environ.get(contract.ACCELERATOR, "cpu")
 RUN_DEVICE = torch_device(RUN_ACCELERATOR)

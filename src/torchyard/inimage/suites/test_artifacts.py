@@ -28,12 +28,11 @@ from torchyard.inimage.parity.harness import Result, evaluate
 from torchyard.inimage.parity.keys import artifact_key
 from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.parity.trees import to_device
-from torchyard.inimage.probe import torch_device
+from torchyard.inimage.probe import CPU, torch_device
 from torchyard.names import LOWERING_SUITES
 
 pytestmark = pytest.mark.harness(*LOWERING_SUITES)  # the artifact cache: only lowered programs are kept
 
-CPU = torch.device("cpu")
 # The run's own device (the probe has checked it is there): a GPU run shows that a hit of a program lowered
 # for its device is still compared.
 DEVICE = torch_device(os.environ.get(contract.ACCELERATOR, "cpu"))

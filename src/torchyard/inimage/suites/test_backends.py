@@ -10,7 +10,8 @@ import torch
 
 from torchyard.inimage.parity.backends import BACKENDS, Backend, aotinductor, executorch, export, unavailable_reason
 from torchyard.inimage.parity.localize import localizes
-from torchyard.inimage.suites.planted import BY_NAME, CPU
+from torchyard.inimage.probe import CPU
+from torchyard.inimage.suites.planted import BY_NAME
 from torchyard.inimage.verdicts import FROM_MEMORY
 from torchyard.names import BACKEND_FACTS, BACKEND_NAMES, TORCH_DEVICES, module_name
 

@@ -9,7 +9,8 @@ import torch
 
 from torchyard.inimage.cases import CaseLoadError, load_cases
 from torchyard.inimage.parity.harness import evaluate
-from torchyard.inimage.suites.planted import CPU, TOLERANCES
+from torchyard.inimage.probe import CPU
+from torchyard.inimage.suites.planted import TOLERANCES
 from torchyard.inimage.suites.whole_runs import REPORTS, whole_run
 
 pytestmark = pytest.mark.harness

@@ -14,7 +14,8 @@ from torchyard.inimage.cases import Case, KnownFailure
 from torchyard.inimage.cases.builtin import XNNPACK_TANH_GELU, erf_gelu_block
 from torchyard.inimage.parity.backends import Runner
 from torchyard.inimage.parity.harness import Result, evaluate
-from torchyard.inimage.suites.planted import BY_NAME, CPU, TOLERANCES, computing
+from torchyard.inimage.probe import CPU
+from torchyard.inimage.suites.planted import BY_NAME, TOLERANCES, computing
 from torchyard.inimage.suites.whole_runs import REPORTS, reports_of, whole_run
 
 pytestmark = pytest.mark.harness

@@ -28,9 +28,9 @@ from torchyard.inimage.ops.session import OpsSession
 from torchyard.inimage.ops.sweep import Plant
 from torchyard.inimage.parity.backends import BackendRun, Runner, runner_for
 from torchyard.inimage.parity.tolerances import load_tolerances
+from torchyard.inimage.probe import CPU
 
 pytestmark = pytest.mark.harness("ops")  # the ops suite's own machinery: runs where the run has that suite
-CPU = torch.device("cpu")
 BACKENDS = ("eager", "export")
 IDENTITY = {"accelerator": "cpu", "precision": "fp32", "torch": "planted"}
 

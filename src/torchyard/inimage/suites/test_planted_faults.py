@@ -19,7 +19,8 @@ from torchyard.inimage.parity.harness import REFERENCE_FAILED, evaluate, make_re
 from torchyard.inimage.parity.metrics import beyond_bounds, compare_values
 from torchyard.inimage.parity.tolerances import Bounds, load_tolerances
 from torchyard.inimage.parity.trees import leaves
-from torchyard.inimage.suites.planted import BY_NAME, CPU, RUN_DEVICE, TOLERANCES, Switch, on_cpu, run_planted
+from torchyard.inimage.probe import CPU
+from torchyard.inimage.suites.planted import BY_NAME, RUN_DEVICE, TOLERANCES, Switch, on_cpu, run_planted
 
 pytestmark = pytest.mark.harness
 

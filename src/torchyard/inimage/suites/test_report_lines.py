@@ -24,12 +24,12 @@ from torchyard.inimage.parity.harness import FLOAT64, Result, evaluate, failure_
 from torchyard.inimage.parity.metrics import Comparison, compare_values
 from torchyard.inimage.parity.tolerances import Bounds, load_tolerances
 from torchyard.inimage.parity.trees import NAMEDTUPLE_ROUTE
+from torchyard.inimage.probe import CPU
 from torchyard.inimage.torch_trace import TORCH_TRACE
 from torchyard.inimage.verdicts import pass_reason
 
 pytestmark = pytest.mark.harness
 
-CPU = torch.device("cpu")
 FLOAT32 = Bounds(max_scaled_error=1e-4, max_rel_l2=1e-5, min_cosine=0.9999999)
 MLP = next(case for case in CASES if case.name == "mlp")
 NO_EXECUTORCH = unavailable_reason("executorch-portable", CPU)

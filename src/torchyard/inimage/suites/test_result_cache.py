@@ -25,6 +25,7 @@ from torchyard.inimage.parity import project_code, result_cache
 from torchyard.inimage.parity.harness import Result
 from torchyard.inimage.parity.result_cache import ResultCache
 from torchyard.inimage.parity.tolerances import load_tolerances
+from torchyard.inimage.probe import CPU
 from torchyard.inimage.suites.beside import whole_run_environment
 from torchyard.inimage.verdicts import passes
 from torchyard.names import SUITE_NAMES
@@ -33,7 +34,6 @@ from torchyard.names import SUITE_NAMES
 pytestmark = pytest.mark.harness(*(suite for suite in SUITE_NAMES if suite != "ops"))
 
 MLP = next(case for case in CASES if case.name == "mlp")
-CPU = torch.device("cpu")
 
 
 def settings(root: Path, **changes: object) -> RunSettings:

@@ -19,11 +19,10 @@ from torchyard.inimage.parity import training
 from torchyard.inimage.parity.harness import Result, evaluate
 from torchyard.inimage.parity.tolerances import load_tolerances
 from torchyard.inimage.parity.training import make_train_reference, scaler_contract, train_runner
-from torchyard.inimage.probe import torch_device
+from torchyard.inimage.probe import CPU, torch_device
 
 pytestmark = pytest.mark.harness("train")  # the train suite's own comparison: runs where the run has it
 
-CPU = torch.device("cpu")
 RUN_DEVICE = torch_device(os.environ.get(contract.ACCELERATOR, "cpu"))
 
 

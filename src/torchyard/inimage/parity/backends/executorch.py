@@ -20,9 +20,8 @@ from torchyard.inimage.parity.backends.running import export_program, lowering_k
 from torchyard.inimage.parity.errors import stage
 from torchyard.inimage.parity.trees import to_device
 from torchyard.inimage.parity.xnnpack_patterns import prime, store_for
+from torchyard.inimage.probe import CPU
 from torchyard.names import TORCH_DEVICES, BackendName
-
-CPU = torch.device("cpu")
 
 
 def _prime_xnnpack() -> None:

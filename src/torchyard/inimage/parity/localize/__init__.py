@@ -30,9 +30,9 @@ from torchyard.inimage.parity.localize.nodes import eager_differs, first_diverge
 from torchyard.inimage.parity.localize.result import NOT_LOCALIZED, Localization, NodeDivergence
 from torchyard.inimage.parity.tolerances import Bounds, Tolerances
 from torchyard.inimage.parity.trees import to_device
+from torchyard.inimage.probe import CPU
 from torchyard.names import LOCALIZE_SECONDS_DEFAULT
 
-CPU = torch.device("cpu")
 TIME_BOUND = float(LOCALIZE_SECONDS_DEFAULT)  # seconds, where the entry sets none
 NO_DIVERGENCE = "no node leaves the bounds on the case's first call"
 HIDDEN = " (its outputs included: where the parity run failed, the taps changed what was lowered)"
