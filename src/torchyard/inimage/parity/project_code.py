@@ -67,7 +67,12 @@ def _imported(name: str) -> set[str]:
     found: set[str] = set()
     package = name if vars(module).get("__path__") is not None else name.rpartition(".")[0]
     tree = _syntax(path) if path else None
+    named: set[str] = set()  # every name the module's source binds or reads
     for node in ast.walk(tree) if tree else ():
+        if isinstance(node, ast.Name):
+            named.add(node.id)
+        elif isinstance(node, ast.alias):
+            named.add(node.asname or node.name.partition(".")[0])
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -78,7 +83,7 @@ def _imported(name: str) -> set[str]:
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
     for key, value in list(vars(module).items()):
-        if _installed_by_compiler(key):
+        if key not in named and _installed_by_compiler(key, value):
             continue
         if issubclass(type(value), types.ModuleType):
             # a package's submodules are set on it by whatever imported them: only its statements count
@@ -89,10 +94,13 @@ def _imported(name: str) -> set[str]:
     return {item for item in found if item in sys.modules}
 
 
-def _installed_by_compiler(name: str) -> bool:
-    """A global torch.compile put in a module it compiled (`__import_<module>`, `__compiled_fn_<n>`,
-    `__resume_at_<n>`): whatever another case compiled in this worker, never what the module imports."""
-    return name.startswith("__") and not name.endswith("__")
+def _installed_by_compiler(name: str, value: object) -> bool:
+    """A global torch.compile put in a module it compiled, named as dynamo names them (`__import_<module>` for a
+    module a compiled frame reads, `__compiled_fn_<n>`, `__resume_at_<n>` for its code): what another case
+    compiled in this worker, never what the module imports. Only where the module's source never names it."""
+    if issubclass(type(value), types.ModuleType):
+        return name == "__import_" + str(getattr(value, "__name__", "")).replace(".", "_dot_")
+    return name.startswith(("__compiled_fn_", "__resume_at_", "__builtins_dict_"))
 
 
 def closure(

@@ -360,6 +360,37 @@ def test_another_case_compiled_in_the_worker_moves_no_key(shop: Path) -> None:
     assert after == before
 
 
+HIDDEN = (
+    "import importlib\nimport torch\n\n__import_shop_dot_deep = importlib.import_module('shop.deep')\n"
+    "__import_shop_dot_deep.factor()  # for what it does on import: a kernel registered, say\n\n"
+    "class Hidden(torch.nn.Module):\n"
+    "    def __init__(self):\n        super().__init__()\n        self.linear = torch.nn.Linear(4, 4)\n\n"
+    "    def forward(self, x):\n        return self.linear(x)\n"
+)
+HIDDEN_CASES = (
+    "import torch\nfrom shop.hidden import Hidden\nfrom torchyard.cases import Case\n\n"
+    "def inputs(generator):\n    return (torch.randn(2, 4, generator=generator),)\n\n"
+    "CASES = [Case('hidden', Hidden, inputs)]\n"
+)
+
+
+def test_a_module_its_source_imports_under_a_name_shaped_as_the_compilers_still_counts(shop: Path) -> None:
+    """The globals torch.compile installs are left out only where the module's own source never names them: a
+    pull request cannot hide what a model imports behind dynamo's naming."""
+    (shop / "shop/hidden.py").write_text(HIDDEN)
+    (shop / "shop/hidden_cases.py").write_text(HIDDEN_CASES)
+
+    def hidden_key() -> str | None:
+        _forget_shop()
+        result_cache.COLLECTED.clear()
+        cases = importlib.import_module("shop.hidden_cases").CASES
+        return ResultCache(shop / "verdicts").key(cases[0], "eager", CPU)
+
+    before = hidden_key()
+    (shop / "shop/deep.py").write_text(PROJECT["shop/deep.py"].replace("    return 1.0", "    return 2.0"))
+    assert hidden_key() != before
+
+
 def test_code_the_walk_does_not_name_still_moves_the_key(shop: Path) -> None:
     """The attacker's review (issue 57, third round): a helper two imports away from the model, a default
     argument from a module constant, a patch of torch made on import by a module no case reaches: each changes
