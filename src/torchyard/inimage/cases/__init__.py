@@ -126,6 +126,8 @@ class Case:
     the floating output leaves unless `loss(outputs, call)` says otherwise; `scaler` sets fp16's
     `torch.amp.GradScaler` (`init_scale`, `growth_interval`, `growth_factor`, `backoff_factor`).
     `cache=False` lowers and evaluates it afresh every run: no artifact, no kept result (a note in the report says so).
+    torch.compile runs as users run it, graph breaks allowed (counted, with their reasons, in the report);
+    `fullgraph=True` holds it to one graph, as export-like deployment needs: a graph break fails the result.
     """
 
     name: str
@@ -143,6 +145,7 @@ class Case:
     scaler: Mapping[str, float] = field(default_factory=dict)
     input_files: InputFiles | None = None
     cache: bool = True
+    fullgraph: bool = False
 
     def __post_init__(self) -> None:
         if self.make_inputs is None and self.input_files is None:

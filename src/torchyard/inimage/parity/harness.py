@@ -65,6 +65,10 @@ class Result:
     flaky: str = ""
     # What inductor's and AOTAutograd's own caches did while this result compiled (`compiler_cache_counts`).
     compiler_caches: dict[str, int] = field(default_factory=dict)
+    # torch.compile's graphs and graph breaks (their reasons' first lines), as dynamo counted them (None: not compiled)
+    graphs: int | None = None
+    graph_breaks: int | None = None
+    graph_break_reasons: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -333,6 +337,7 @@ def evaluate(
     result.artifact_bytes = _file_bytes(run.artifact)
     result.cache = str(run.notes.get("cache", ""))
     result.cache_why = str(run.notes.get("cache_why", ""))
+    _take_graphs(result, run.notes)
     counts = [len(outputs) for outputs in run.outputs]
     if counts != [len(expected) for expected in reference.outputs]:
         result.status = "failed"
@@ -358,6 +363,13 @@ COMPILER_CACHES = {
     "inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss"),
     "aot_autograd": ("autograd_cache_hit", "autograd_cache_miss"),
 }
+
+
+def _take_graphs(result: Result, notes: dict[str, Any]) -> None:
+    """torch.compile's graphs and graph breaks, where the backend compiled with it."""
+    if "graph_breaks" in notes:
+        result.graphs, result.graph_breaks = int(notes["graphs"]), int(notes["graph_breaks"])
+        result.graph_break_reasons = [str(reason) for reason in notes["graph_break_reasons"]]
 
 
 def compiler_cache_counts() -> dict[str, int]:

@@ -212,8 +212,8 @@ def where_it_diverges(diverges: Mapping[str, Any]) -> str:
 
 
 def notes(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]) -> str:
-    """What qualifies the table: references other than float64, cases the artifact cache could not key (or
-    that opt out of it), and speed figures a loaded machine cannot support."""
+    """What qualifies the table: references other than float64, torch.compile's graph breaks, cases the
+    artifact cache could not key (or that opt out of it), and speed figures a loaded machine cannot support."""
     references: dict[str, set[str]] = {}
     for r in records:
         if str(r.get("reference", "")).startswith("float32") or " in effect" in str(r.get("reference", "")):
@@ -224,6 +224,14 @@ def notes(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]) -> 
         for case, texts in references.items()
         for text in texts
         if not any(other != text and other.startswith(text) for other in texts)
+    )
+    lines += sorted(
+        {
+            f"- graph breaks in `{r['case']}` ({r['backend']}): {r['graph_breaks']}, {r.get('graphs')} graphs: "
+            + "; ".join(r.get("graph_break_reasons") or [])
+            for r in records
+            if r.get("graph_breaks")
+        }
     )
     lines += sorted(
         {

@@ -192,6 +192,7 @@ class ResultCache:
                         "shared": self._shared,
                         "inputs": _inputs_digest(case),
                         "compare": case.compare,
+                        "fullgraph": case.fullgraph,
                         "backends": case.backends,
                         "scaler": dict(case.scaler),  # a train backend's: one fp16 entry's steps
                         "labels": case.batch_labels(),

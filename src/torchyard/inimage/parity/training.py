@@ -178,7 +178,7 @@ def step(
 
     # The module is compiled (forward, and backward through AOTAutograd), not a closure around it: dynamo
     # caches by code object, and one closure for every case would run into its recompile limit.
-    forward = torch.compile(module, fullgraph=True, mode=backend.mode) if backend.compiled else module
+    forward = torch.compile(module, fullgraph=case.fullgraph, mode=backend.mode) if backend.compiled else module
 
     def run(*args: Any, **kwargs: Any) -> torch.Tensor:
         with _autocast(device, dtype), _eager_random(backend):

@@ -284,6 +284,45 @@ def test_a_failure_inside_executorchs_lowering_is_executorchs(beside: dict[str, 
     assert "keys.py" not in beside["sparse"], beside["sparse"]
 
 
+class Printing(torch.nn.Module):
+    """A debug print left in forward, as LeRobot's guide warns: a graph break."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        print("torchyard's planted debug print")
+        return torch.relu(y)
+
+
+@pytest.mark.harness("compile", "parity")
+def test_a_graph_break_is_counted_and_named_and_fails_only_a_case_that_needs_one_graph(tmp_path: Path) -> None:
+    """Issue 60: the compile suite compiled the whole graph or nothing, so a debug print failed the compiled
+    path with `Unsupported` instead of being checked; a case that needs one graph (`fullgraph=True`) fails."""
+    inputs = lambda g: (torch.randn(2, 8, generator=g),)  # noqa: E731
+    bounds = load_tolerances()
+    torch._dynamo.reset()
+    broken = evaluate(
+        Case("printing", Printing, inputs), "inductor", device=CPU, dtype=torch.float32, tolerances=bounds,
+        workdir=tmp_path / "allowed",
+    )  # fmt: skip
+    assert broken.status == "passed", broken.reason  # what compiled is checked against float64 all the same
+    assert broken.graph_breaks == 1 and broken.graphs == 2, (broken.graph_breaks, broken.graphs)
+    assert broken.graph_break_reasons == ["Failed to trace builtin operator"], broken.graph_break_reasons
+    whole = evaluate(MLP, "inductor", device=CPU, dtype=torch.float32, tolerances=bounds, workdir=tmp_path / "mlp")
+    assert whole.graph_breaks == 0 and whole.graphs == 1
+    torch._dynamo.reset()
+    one_graph = evaluate(
+        Case("printing", Printing, inputs, fullgraph=True), "inductor", device=CPU, dtype=torch.float32,
+        tolerances=bounds, workdir=tmp_path / "fullgraph",
+    )  # fmt: skip
+    assert one_graph.status == "error" and "Failed to trace builtin operator" in one_graph.reason, one_graph.reason
+    note = report.notes([broken.as_dict(), {**broken.as_dict(), "backend": "inductor"}, whole.as_dict()], {})
+    assert note == "- graph breaks in `printing` (inductor): 1, 2 graphs: Failed to trace builtin operator\n"
+
+
 def test_a_compile_counts_what_the_compilers_own_caches_served(tmp_path: Path) -> None:
     """Issue 58: a result evaluated again (after a change elsewhere) compiles from inductor's and AOTAutograd's
     own caches; the run says how often they served, counting results it evaluated, not replayed ones."""
