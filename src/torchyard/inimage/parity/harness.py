@@ -69,6 +69,8 @@ class Result:
     graphs: int | None = None
     graph_breaks: int | None = None
     graph_break_reasons: list[str] = field(default_factory=list)
+    # An ExecuTorch delegate's share of the program (`backends.executorch.delegation`; None: no delegate)
+    delegation: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -366,7 +368,9 @@ COMPILER_CACHES = {
 
 
 def _take_graphs(result: Result, notes: dict[str, Any]) -> None:
-    """torch.compile's graphs and graph breaks, where the backend compiled with it."""
+    """torch.compile's graphs and graph breaks, where the backend compiled with it; a delegate's share."""
+    if notes.get("delegation") is not None:
+        result.delegation = dict(notes["delegation"])
     if "graph_breaks" in notes:
         result.graphs, result.graph_breaks = int(notes["graphs"]), int(notes["graph_breaks"])
         result.graph_break_reasons = [str(reason) for reason in notes["graph_break_reasons"]]

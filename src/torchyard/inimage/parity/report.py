@@ -235,6 +235,15 @@ def notes(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]) -> 
     )
     lines += sorted(
         {
+            f"- delegation of `{r['case']}` ({r['backend']}): {d['subgraphs']} subgraphs, "
+            f"{d['delegated-nodes']} of {d['delegated-nodes'] + d['non-delegated-nodes']} nodes delegated; "
+            f"left to portable kernels: {', '.join(d['left-out'])}"
+            for r in records
+            if (d := r.get("delegation")) and d.get("left-out")
+        }
+    )
+    lines += sorted(
+        {
             f"- artifact cache not used for `{r['case']}` ({r['backend']}): {r.get('cache_why') or 'not keyable'}"
             for r in records
             if r.get("cache") == "unkeyable" or r.get("cache_why")

@@ -17,6 +17,7 @@ import torch
 from torchyard.inimage.cases import Call, Case
 from torchyard.inimage.cases.builtin import CASES
 from torchyard.inimage.parity import report
+from torchyard.inimage.parity.artifacts import ArtifactCache
 from torchyard.inimage.parity.backends import Job, unavailable_reason
 from torchyard.inimage.parity.backends.executorch import Delegate, ExecuTorch
 from torchyard.inimage.parity.backends.running import export_program
@@ -321,6 +322,47 @@ def test_a_graph_break_is_counted_and_named_and_fails_only_a_case_that_needs_one
     assert one_graph.status == "error" and "Failed to trace builtin operator" in one_graph.reason, one_graph.reason
     note = report.notes([broken.as_dict(), {**broken.as_dict(), "backend": "inductor"}, whole.as_dict()], {})
     assert note == "- graph breaks in `printing` (inductor): 1, 2 graphs: Failed to trace builtin operator\n"
+
+
+class SplitByCumsum(torch.nn.Module):
+    """A cumsum XNNPACK does not take, between two linears it does: its one subgraph split in two."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.second(torch.cumsum(self.first(x), dim=1))
+        return out
+
+
+@pytest.mark.harness("runtime", "parity")
+@pytest.mark.skipif(bool(NO_EXECUTORCH), reason=NO_EXECUTORCH or "")
+def test_a_delegates_share_of_the_program_is_recorded_and_what_it_left_out_named(tmp_path: Path) -> None:
+    """Issue 60: an operator XNNPACK does not take splits a model's delegated subgraph and moves nodes to
+    portable kernels; the model still passes. ExecuTorch's own accounting says so, kept with the program, so
+    a program from the artifact cache says it too."""
+    inputs = lambda g: (torch.randn(2, 8, generator=g),)  # noqa: E731
+    cache = ArtifactCache(tmp_path / "artifacts")
+
+    def lowered(case: Case) -> Result:
+        return evaluate(
+            case, "executorch-xnnpack", device=CPU, dtype=torch.float32, tolerances=load_tolerances(),
+            workdir=tmp_path / case.name, cache=cache,
+        )  # fmt: skip
+
+    split, again = lowered(Case("split", SplitByCumsum, inputs)), lowered(Case("split", SplitByCumsum, inputs))
+    assert split.status == "passed" and again.cache == "hit", (split.reason, again.cache)
+    assert split.delegation == again.delegation and split.delegation is not None
+    assert split.delegation["subgraphs"] == 2 and split.delegation["left-out"] == ["aten_cumsum_default"]
+    whole = lowered(MLP)
+    assert whole.delegation is not None and whole.delegation["left-out"] == [], whole.delegation
+    assert report.notes([split.as_dict(), whole.as_dict()], {}) == (
+        "- delegation of `split` (executorch-xnnpack): 2 subgraphs, "
+        f"{split.delegation['delegated-nodes']} of "
+        f"{split.delegation['delegated-nodes'] + split.delegation['non-delegated-nodes']} nodes delegated; "
+        "left to portable kernels: aten_cumsum_default\n"
+    )
 
 
 def test_a_compile_counts_what_the_compilers_own_caches_served(tmp_path: Path) -> None:

@@ -65,6 +65,28 @@ XNNPACK = Delegate(
 )
 
 
+def delegation(program: Any) -> dict[str, Any] | None:
+    """What the delegate took of the lowered program, by ExecuTorch's own accounting (`get_delegation_info`):
+    its subgraphs, the nodes it took and left, and the operators left to portable kernels (`getitem`, which
+    unpacks a delegate's outputs, is no operator left out). None where that accounting fails: torchyard's
+    note, never the lowering's failure."""
+    try:
+        from executorch.devtools.backend_debug import get_delegation_info
+
+        info = get_delegation_info(program.exported_program().graph_module)
+        left = sorted(
+            name for name, counts in info.delegation_by_operator.items() if counts.non_delegated and name != "getitem"
+        )
+        return {
+            "subgraphs": int(info.num_delegated_subgraphs),
+            "delegated-nodes": int(info.num_delegated_nodes),
+            "non-delegated-nodes": int(info.num_non_delegated_nodes),
+            "left-out": left,
+        }
+    except Exception:  # an accounting the delegate's verdict does not depend on
+        return None
+
+
 def keyword_order(program: torch.export.ExportedProgram, call: Call) -> list[str]:
     """The order in which the exported program takes the call's keyword inputs."""
     from torch.export._tree_utils import reorder_kwargs
@@ -157,9 +179,10 @@ class ExecuTorch:
             # its own frame: `convert_constant_dim_order_pass` calling `.contiguous()` on a sparse constant.
             with stage("ExecuTorch's to_edge_transform_and_lower", "executorch"):
                 program = to_edge_transform_and_lower(exported, partitioner=delegate.partitioners())
+            delegated = delegation(program) if delegate.partitioner else None  # before memory planning adds nodes
             with stage("ExecuTorch's to_executorch", "executorch"):
                 path.write_bytes(program.to_executorch().buffer)
-            return {"keyword-order": keyword_order(exported, cpu_calls[0])}
+            return {"keyword-order": keyword_order(exported, cpu_calls[0]), "delegation": delegated}
 
         def build() -> Callable[[list[Any]], Any]:
             key = lowering_key(case, delegate.backend, module, cpu_calls[0], CPU, options=delegate.options())
@@ -177,5 +200,5 @@ class ExecuTorch:
             return forward(flat_inputs(order, call))
 
         outputs, seconds, latency = run_all(invoke, cpu_calls, CPU)
-        notes = {"pte_bytes": artifact.stat().st_size, **state}
+        notes = {"pte_bytes": artifact.stat().st_size, "delegation": meta.get("delegation"), **state}
         return BackendRun(outputs, compile_seconds, seconds, artifact, notes, latency_ms=latency)
