@@ -284,3 +284,48 @@ def suite_environment(fields: Mapping[str, object], *, report_dir: str) -> dict[
     by field name), and the reports' folder. A container gets them with `--env`, a venv in its env."""
     crossing = {row.variable: row.encode(fields[row.field]) for row in SETTINGS if row.field is not None}
     return {REPORT_DIR: report_dir, **HASH_SEED, **crossing}
+
+
+# What of the environment reaches the stack's numerics: variables torch, its backends and the math libraries
+# read (a matrix.toml `--env` among them); caches' folders and torchyard's own settings aside.
+STACK_VARIABLES = (
+    "TORCH",
+    "PYTORCH",
+    "CUDA",
+    "CUBLAS",
+    "CUDNN",
+    "NVIDIA",
+    "HIP",
+    "ROCM",
+    "HSA",
+    "MIOPEN",
+    "ZE_",
+    "SYCL",
+    "ONEAPI",
+    "OMP_",
+    "MKL",
+    "KMP_",
+    "DNNL",
+    "ONEDNN",
+    "OPENBLAS",
+    "TRITON",
+    "INDUCTOR",
+    "XNNPACK",
+    "EXECUTORCH",
+    "ATEN",
+    "NCCL",
+    "TENSORRT",
+    "TRT_",
+    "PYTHONHASHSEED",
+)
+
+
+def stack_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables of `env` that can change what the stack computes (`STACK_VARIABLES`)."""
+    return {
+        name: value
+        for name, value in sorted(env.items())
+        if name.upper().startswith(STACK_VARIABLES)
+        and not name.upper().startswith(OWN_PREFIXES)  # torchyard's: the key has the settings it needs
+        and not name.upper().endswith("_DIR")  # where a cache lives (each xdist worker's inductor cache its own)
+    }

@@ -67,6 +67,23 @@ HARNESS_DISTRIBUTIONS = ("torch", "pytest", "pytest-xdist", "numpy", "sympy", "e
 TORCH_OPTIONAL = ("opt-einsum", "triton", "optree")
 
 
+# Entry points that load code into the self-tests' processes: pytest's plugins, the device backends `import
+# torch` loads and calls (TORCH_DEVICE_BACKEND_AUTOLOAD), dynamo's backends.
+ENTRY_POINT_GROUPS = ("pytest11", "torch.backends", "torch_dynamo_backends")
+AT_START = ("sitecustomize.py", "usercustomize.py")
+
+
+def _run_at_start(installed: Mapping[str, importlib.metadata.Distribution]) -> list[str]:
+    """The distributions that ship what Python runs as it starts (a `.pth` file, `sitecustomize`): their
+    versions, with the `.pth` files' content, key what those import."""
+    found = []
+    for name, distribution in installed.items():
+        files = distribution.files or ()
+        if any("/" not in str(path) and (str(path).endswith(".pth") or str(path) in AT_START) for path in files):
+            found.append(name)
+    return found
+
+
 def exercised() -> dict[str, object]:
     """What of the environment the self-tests exercise: the harness's distributions with what they require,
     transitively (`HARNESS_DISTRIBUTIONS`, `TORCH_OPTIONAL`), and pytest's plugins (a project's tests keep
@@ -75,9 +92,9 @@ def exercised() -> dict[str, object]:
     installed: dict[str, importlib.metadata.Distribution] = {}
     for distribution in importlib.metadata.distributions():
         installed.setdefault(canonicalize_name(distribution.metadata["Name"] or ""), distribution)
-    plugins = {canonicalize_name(point.dist.name) for point in importlib.metadata.entry_points(group="pytest11")
-               if point.dist is not None}  # fmt: skip
-    todo = [*HARNESS_DISTRIBUTIONS, *TORCH_OPTIONAL, *plugins]
+    plugins = {canonicalize_name(point.dist.name) for group in ENTRY_POINT_GROUPS
+               for point in importlib.metadata.entry_points(group=group) if point.dist is not None}  # fmt: skip
+    todo = [*HARNESS_DISTRIBUTIONS, *TORCH_OPTIONAL, *plugins, *_run_at_start(installed)]
     versions: dict[str, str] = {}
     while todo:
         name = canonicalize_name(todo.pop())
@@ -101,6 +118,11 @@ def exercised() -> dict[str, object]:
     return {"versions": dict(sorted(versions.items())), "pth": started}
 
 
+def _python_variables(env: Mapping[str, str]) -> dict[str, str]:
+    """What changes how Python and pytest start (a path, a plugin, an option)."""
+    return {name: value for name, value in sorted(env.items()) if name.startswith(("PYTHON", "PYTEST_"))}
+
+
 def stack_key(env: Mapping[str, str]) -> str:
     """The part of the key that needs no torch: in an image, its base (the first word of `contract.STACK`: its
     digest); what of the environment the self-tests exercise (`exercised`); torchyard's shipped files; the
@@ -108,7 +130,10 @@ def stack_key(env: Mapping[str, str]) -> str:
     return _digest(
         {
             "format": FORMAT,
-            "base": env.get(contract.STACK, "").partition(" ")[0],
+            # the base's digest and the first dependency group's key, which chains the build arguments (system
+            # packages: the compiler inductor uses), the installer and torch's own group
+            "base": env.get(contract.STACK, "").split(" ")[:2],
+            "variables": contract.stack_environment(env) | _python_variables(env),
             "environment": exercised(),
             "torchyard": replay.file_digests([replay.INIMAGE.parent]),  # what the image ships of it
             "python": sys.version,

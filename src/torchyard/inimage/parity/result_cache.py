@@ -90,51 +90,6 @@ def _inputs_digest(case: Case) -> str:
     return digest.hexdigest()
 
 
-# What of the environment reaches the stack's numerics: variables torch, its backends and the math libraries
-# read (a matrix.toml `--env` among them); caches' folders and torchyard's own settings aside.
-STACK_VARIABLES = (
-    "TORCH",
-    "PYTORCH",
-    "CUDA",
-    "CUBLAS",
-    "CUDNN",
-    "NVIDIA",
-    "HIP",
-    "ROCM",
-    "HSA",
-    "MIOPEN",
-    "ZE_",
-    "SYCL",
-    "ONEAPI",
-    "OMP_",
-    "MKL",
-    "KMP_",
-    "DNNL",
-    "ONEDNN",
-    "OPENBLAS",
-    "TRITON",
-    "INDUCTOR",
-    "XNNPACK",
-    "EXECUTORCH",
-    "ATEN",
-    "NCCL",
-    "TENSORRT",
-    "TRT_",
-    "PYTHONHASHSEED",
-)
-
-
-def stack_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """The variables of `env` that can change what the stack computes (`STACK_VARIABLES`)."""
-    return {
-        name: value
-        for name, value in sorted(env.items())
-        if name.upper().startswith(STACK_VARIABLES)
-        and not name.upper().startswith(contract.OWN_PREFIXES)  # torchyard's: the key has the settings it needs
-        and not name.upper().endswith("_DIR")  # where a cache lives (each xdist worker's inductor cache its own)
-    }
-
-
 # The project's loaded modules and those that patch a released one (`project_code`), as collection left them: a
 # self-test that imports or patches a module of its own while the run goes on moves no key of the run's results.
 COLLECTED: dict[str, list[str]] = {}
@@ -165,7 +120,7 @@ class ResultCache:
     def __init__(self, root: Path | None, *, rerun: bool = False, env: Mapping[str, str] = os.environ) -> None:
         self.root = None if rerun else root
         self.stack = env.get(contract.STACK, "")
-        self.environment = stack_environment(env)
+        self.environment = contract.stack_environment(env)
         self._cases: dict[str, str | None] = {}
         self._shared: list[tuple[str, str]] | None = None
 

@@ -209,6 +209,11 @@ def test_a_proof_is_kept_per_stack_device_and_workers_not_per_settings(tmp_path:
     assert path_of(stacked, cpu, []) != path_of({**stacked, contract.STACK: "sha256:other torch=1 rest=2"}, cpu, [])
     # the lock's layers by what the self-tests exercise of them (`exercised`), not by their keys
     assert path_of(stacked, cpu, []) == path_of({**stacked, contract.STACK: "sha256:base torch=1 rest=3"}, cpu, [])
+    # the build arguments and installer below the lock (the compiler inductor uses), chained into the first key
+    assert path_of(stacked, cpu, []) != path_of({**stacked, contract.STACK: "sha256:base torch=2 rest=2"}, cpu, [])
+    # what of the environment changes the stack or how Python and pytest start
+    for variable in ("TORCHDYNAMO_DISABLE", "PYTHONPATH", "PYTEST_PLUGINS", "TORCH_DEVICE_BACKEND_AUTOLOAD"):
+        assert path_of(env, cpu, []) != path_of({**env, variable: "1"}, cpu, []), variable
     assert not proofs.likely_proven(env, proofs.stack_key(env), [])
     first.parent.mkdir()
     first.write_text("{}")
@@ -226,13 +231,27 @@ def _session_items(node: ast.AST) -> bool:
     return isinstance(node, ast.Attribute) and node.attr == "items" and ast.unparse(node.value).endswith("session")
 
 
-def _installed(site: Path, name: str, version: str, requires: tuple[str, ...] = (), plugin: bool = False) -> None:
+def _installed(
+    site: Path,
+    name: str,
+    version: str,
+    requires: tuple[str, ...] = (),
+    *,
+    plugin: str = "",
+    files: tuple[str, ...] = (),
+) -> None:
     info = site / f"{name.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True, exist_ok=True)
     lines = [f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n", *(f"Requires-Dist: {r}\n" for r in requires)]
     (info / "METADATA").write_text("".join(lines))
+    (info / "RECORD").write_text("".join(f"{path},,\n" for path in files))
     if plugin:
-        (info / "entry_points.txt").write_text(f"[pytest11]\n{name} = {name.replace('-', '_')}\n")
+        (info / "entry_points.txt").write_text(f"[{plugin}]\n{name} = {name.replace('-', '_')}\n")
+
+
+def _upgraded(site: Path, name: str, old: str, new: str, files: tuple[str, ...]) -> None:
+    shutil.rmtree(site / f"{name}-{old}.dist-info")
+    _installed(site, name, new, files=files)
 
 
 def test_a_proof_holds_for_what_the_self_tests_exercise_not_the_whole_stack(
@@ -240,7 +259,8 @@ def test_a_proof_holds_for_what_the_self_tests_exercise_not_the_whole_stack(
 ) -> None:
     """Issue 58: a project that adds a dependency keeps its proof (the first run on a new stack ran about 270
     self-tests for minutes on CPU); a version the harness imports, or one they require, moves it, and so do a
-    pytest plugin and a `.pth` file, which run in every process."""
+    pytest plugin, a device backend torch loads, and what Python runs as it starts (`.pth` files, `sitecustomize`,
+    and the version of the distribution that ships them: a `.pth` whose module changes), in every process."""
     site = tmp_path / "site"
     monkeypatch.syspath_prepend(str(site))  # found first: these shadow the installed ones
     monkeypatch.setattr(site_module, "getsitepackages", lambda: [str(site)])
@@ -249,13 +269,17 @@ def test_a_proof_holds_for_what_the_self_tests_exercise_not_the_whole_stack(
     _installed(site, "numpy", "2.0")
     before = proofs.exercised()
     assert before["versions"]["torch"] == "1.0" and before["versions"]["numpy"] == "2.0"  # type: ignore[index]
-    _installed(site, "timm", "1.0", ("torch",))  # only the project's models import it
+    _installed(site, "a-models-library", "1.0", ("torch",))  # only the project's models import it
     _installed(site, "sphinx", "8.0")  # a docs extra's
     assert proofs.exercised() == before
     steps: list[Callable[[], object]] = [
         lambda: _installed(site, "filelock", "3.0"),  # torch's, for this platform
         lambda: _installed(site, "opt-einsum", "3.0"),  # torch imports it where installed: einsum's order
-        lambda: _installed(site, "pytest-leaky", "0.1", plugin=True),
+        lambda: _installed(site, "pytest-leaky", "0.1", plugin="pytest11"),
+        lambda: _installed(site, "device-backend", "0.1", plugin="torch.backends"),  # `import torch` calls it
+        lambda: _installed(site, "starts", "0.1", files=("sitecustomize.py",)),
+        lambda: _installed(site, "hooks", "0.1", files=("zz_hook.pth", "hookmod.py")),
+        lambda: _upgraded(site, "hooks", "0.1", "0.2", files=("zz_hook.pth",)),
         lambda: (site / "patch.pth").write_text("import os\n"),
         lambda: (site / "patch.pth").write_text("import sys\n"),
     ]
