@@ -144,6 +144,9 @@ def make_reference(case: Case, calls: list[Call], *, device: torch.device, dtype
     try:
         outputs, paths = _eager_cpu(case, calls, torch.float64, again)
         kind = _float64_kind(results, outputs[0], dtype)
+        empty = _nothing_finite(outputs[0], paths)
+        if empty:
+            return Reference([], [], [], "none", empty)
         return Reference(outputs, paths, expected, kind + (_where_it_narrows(case, calls) if kind != FLOAT64 else ""))
     except Exception as float64_error:
         why = describe_error(float64_error)
@@ -154,7 +157,25 @@ def make_reference(case: Case, calls: list[Call], *, device: torch.device, dtype
             [], [], [], "none", f"no CPU reference: float64 fails ({why}); float32 fails ({describe_error(error)})"
         )
     kind = f"float32 on cpu (float64 fails: {why})"
+    empty = _nothing_finite(outputs[0], paths)
+    if empty:
+        return Reference([], [], [], "none", empty)
     return Reference(outputs, paths, expected, kind + _where_it_narrows(case, calls))
+
+
+def _nothing_finite(outputs: list[Leaf], paths: list[str]) -> str:
+    """Why the reference holds nothing to compare, where a floating output of eager's is NaN or infinite in every
+    element: every backend that computes the same garbage would pass (a mask's -inf in some elements is fine)."""
+    for leaf, path in zip(outputs, paths, strict=False):
+        if not isinstance(leaf, torch.Tensor) or leaf.layout != torch.strided or not leaf.is_floating_point():
+            continue
+        if leaf.numel() and not bool(torch.isfinite(leaf).any()):
+            what = "NaN" if bool(torch.isnan(leaf).all()) else "NaN or infinite"
+            return (
+                f"eager's output {path or '(the output)'} is {what} in every element: nothing a backend could be "
+                "held to; check the model's weights and inputs"
+            )
+    return ""
 
 
 def _where_it_narrows(case: Case, calls: list[Call]) -> str:

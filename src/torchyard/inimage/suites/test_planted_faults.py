@@ -56,6 +56,30 @@ def test_nan_fails(tmp_path: Path) -> None:
     assert "non-finite" in result.reason
 
 
+class AllNaN(torch.nn.Module):
+    """A bias gone NaN (a helper that divides zero by zero): every output element NaN, on every backend."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.linear(x) + float("nan")
+        return out
+
+
+def test_a_model_whose_output_is_nan_everywhere_fails_once_not_passes_everywhere(tmp_path: Path) -> None:
+    """An outside repository's model made all NaN passed every backend (each computed the same NaN as eager's
+    float64 reference): the reference holds nothing to compare, and the case fails once, saying so."""
+    case = Case("all_nan", AllNaN, lambda g: (torch.randn(2, 4, generator=g),))
+    result = evaluate(case, "eager", device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+    assert result.status == "error"
+    assert result.reason == (
+        "reference: eager's output (the output) is NaN in every element: nothing a backend could be held to; check "
+        "the model's weights and inputs"
+    ), result.reason
+
+
 def test_non_finite_values_are_right_only_where_the_reference_has_them() -> None:
     """log(0) is -inf in float64 too: an infinity of the reference's sign, or NaN where it has NaN, is right,
     and the finite rest is measured as ever; a non-finite value anywhere else, or a finite one where the
