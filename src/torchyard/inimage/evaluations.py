@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from torchyard import contract
 from torchyard.inimage.cases import Case
 from torchyard.inimage.options import RunSettings
 from torchyard.inimage.parity.artifacts import ArtifactCache, entry_cache
-from torchyard.inimage.parity.errors import describe_error
+from torchyard.inimage.parity.errors import TORCHYARD, describe_error, torchyards_fault
 from torchyard.inimage.parity.factory import factory_differs
 from torchyard.inimage.parity.harness import REFERENCE_FAILED, Reference, Result, Status, case_reference, evaluate
 from torchyard.inimage.parity.localize import Localization, localize, localize_train, localizes
@@ -152,9 +153,13 @@ class Evaluations:
                     for name in self.settings.train_backends
                     if TrainBackend.parse(name).optimizer == optimizer
                 )
-                self._train_references[case.name, optimizer] = make_train_reference(
-                    case, optimizer, device=self.device, dtype=self.dtype, gradient_bound=gradient_bound
-                )
+                try:
+                    self._train_references[case.name, optimizer] = make_train_reference(
+                        case, optimizer, device=self.device, dtype=self.dtype, gradient_bound=gradient_bound
+                    )
+                except Exception as error:  # the model's float64 step, or torchyard's code around it: said apart
+                    self._results[key] = Result(case.name, backend, dtype_name, "error", _step_failed(error))
+                    return self._results[key]
             made = self._train_references[case.name, optimizer]
 
             def stepped(workdir: Path) -> Result:
@@ -231,3 +236,14 @@ def again_on_failure(case: Case, first: Result, evaluated: Callable[[Path], Resu
 
 def _worst_rel_l2(result: Result) -> float:
     return max((c.rel_l2_error for c in result.comparisons if not c.passed), default=0.0)
+
+
+def _step_failed(error: Exception) -> str:
+    """Why a case has no float64 step: the model's own code failing in it, or torchyard's (its one line naming
+    torchyard's file, never the model)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if frames and Path(frames[-1].filename).resolve().is_relative_to(TORCHYARD):
+        return (
+            f"{REFERENCE_FAILED}the float64 step failed in torchyard's code, not the model's: {torchyards_fault(error)}"
+        )
+    return f"{REFERENCE_FAILED}the float64 step fails: {describe_error(error)}"

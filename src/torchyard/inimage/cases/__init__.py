@@ -229,8 +229,20 @@ def _shares_tensors(one: torch.nn.Module, other: torch.nn.Module) -> bool:
     """Whether two models are one, or hold a weight or buffer in the same memory (`nn.Sequential(shared)`)."""
     if one is other:
         return True
-    memory = {t.data_ptr() for t in [*one.parameters(), *one.buffers()] if t.numel()}
-    return any(t.data_ptr() in memory for t in [*other.parameters(), *other.buffers()] if t.numel())
+    memory = {_storage(t) for t in [*one.parameters(), *one.buffers()] if t.numel()}
+    return any(_storage(t) in memory for t in [*other.parameters(), *other.buffers()] if t.numel())
+
+
+def _storage(tensor: torch.Tensor) -> int:
+    """Where a tensor's values live: its data pointer, a sparse or other layout's values' (a CSR tensor has none
+    of its own to ask)."""
+    if tensor.layout == torch.strided:
+        return int(tensor.data_ptr())
+    if tensor.layout == torch.sparse_coo:
+        return int(tensor._values().data_ptr())
+    if tensor.layout in (torch.sparse_csr, torch.sparse_bsr):
+        return int(tensor.values().data_ptr())
+    return id(tensor)
 
 
 class CaseLoadError(Exception):

@@ -374,7 +374,8 @@ def floors(outputs: list[Leaf], names: list[str]) -> list[float]:
     largest: dict[str, float] = {}
     for name, leaf in zip(names, outputs, strict=True):
         if isinstance(leaf, torch.Tensor) and leaf.is_floating_point() and leaf.numel():
-            largest[group(name)] = max(largest.get(group(name), 0.0), float(leaf.abs().max()))
+            dense = leaf if leaf.layout == torch.strided else leaf.to_dense()  # a sparse buffer's values
+            largest[group(name)] = max(largest.get(group(name), 0.0), float(dense.abs().max()))
     return [GROUP_FLOOR * largest.get(group(name), 0.0) if name != "loss" else 0.0 for name in names]
 
 

@@ -13,12 +13,14 @@ import torch
 
 from torchyard.inimage.cases import Call, Case
 from torchyard.inimage.cases.builtin import Attention
+from torchyard.inimage.evaluations import _step_failed
 from torchyard.inimage.parity.backends import BackendRun
 from torchyard.inimage.parity.factory import factory_differs
 from torchyard.inimage.parity.harness import REFERENCE_FAILED, evaluate, make_reference
 from torchyard.inimage.parity.metrics import beyond_bounds, compare_values
 from torchyard.inimage.parity.tolerances import Bounds, load_tolerances
-from torchyard.inimage.parity.trees import leaves
+from torchyard.inimage.parity.training import floors
+from torchyard.inimage.parity.trees import Leaf, leaves
 from torchyard.inimage.probe import CPU
 from torchyard.inimage.suites.planted import BY_NAME, RUN_DEVICE, TOLERANCES, Switch, on_cpu, run_planted
 
@@ -78,6 +80,44 @@ def test_a_model_whose_output_is_nan_everywhere_fails_once_not_passes_everywhere
         "reference: eager's output (the output) is NaN in every element: nothing a backend could be held to; check "
         "the model's weights and inputs"
     ), result.reason
+
+
+class SparseBuffers(torch.nn.Module):
+    """A CSR buffer forward reads and a COO buffer it never does (an outside repository's shapes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.register_buffer("csr", torch.eye(4).to_sparse_csr())
+        self.register_buffer("coo", torch.eye(4).to_sparse())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        csr: torch.Tensor = self.get_buffer("csr")
+        out: torch.Tensor = self.linear(x) @ csr.to_dense()
+        return out
+
+
+def test_sparse_buffers_are_the_models_not_a_fault_of_torchyards_checks(tmp_path: Path) -> None:
+    """A CSR buffer failed torchyard's check that the factory builds new weights (`data_ptr` of a tensor with no
+    storage), blamed on eager; a COO buffer crashed the train step's floors with a traceback."""
+    case = Case("sparse_buffers", SparseBuffers, lambda g: (torch.randn(2, 4, generator=g),))
+    eager = evaluate(case, "eager", device=CPU, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
+    assert eager.status == "passed", eager.reason
+    names = ["buffers[coo]", "buffers[csr]", "params[linear.weight]"]
+    values: list[Leaf] = [torch.eye(4).to_sparse() * 2, torch.eye(4).to_sparse_csr(), torch.ones(4, 4)]
+    assert floors(values, names)[0] == pytest.approx(0.02)
+
+
+def test_a_float64_step_that_fails_in_torchyards_code_says_so() -> None:
+    def torchyards_own() -> None:
+        floors([torch.eye(2)], [])  # zip(strict=True) raises here, in training.py
+
+    try:
+        torchyards_own()
+    except ValueError as error:
+        why = _step_failed(error)
+    assert why.startswith("reference: the float64 step failed in torchyard's code, not the model's: ValueError"), why
+    assert "(at torchyard/inimage/parity/training.py:" in why, why
 
 
 def test_non_finite_values_are_right_only_where_the_reference_has_them() -> None:
