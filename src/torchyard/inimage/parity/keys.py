@@ -264,6 +264,8 @@ class _CodeWalk:
         its attributes. The stack's own objects (a logger, a lock) count by their class alone."""
         klass = type(obj)
         self.add(klass)
+        if _versioned(klass.__module__) and self._wrapper(obj):
+            return
         if isinstance(obj, torch.nn.Module):
             attributes = self._module_attributes(obj)
         elif dataclasses.is_dataclass(obj):
@@ -278,6 +280,21 @@ class _CodeWalk:
         for name, value in sorted(attributes.items()):
             self.parts.append(f".{name}")
             self.add(value)
+
+    def _wrapper(self, obj: object) -> bool:
+        """A standard library's or torch's wrapper around the project's function (`functools.lru_cache`,
+        `functools.wraps`, `torch.jit.script`): the function it wraps counts by its code, and a script by the
+        TorchScript it compiled to; its class alone would leave a change to the function unkeyed."""
+        if isinstance(obj, torch.jit.ScriptFunction):
+            self.parts.append(f"script\0{obj.code}")
+        found = False
+        for name in (*WRAPPED[:1], "_torchdynamo_inline"):  # read as stored: never a foreign `__getattr__`
+            inner = inspect.getattr_static(obj, name, None)
+            if isinstance(inner, types.FunctionType):
+                self.parts.append(f".{name}")
+                self.add(inner)
+                found = True
+        return found or isinstance(obj, torch.jit.ScriptFunction)
 
     def _released_callable(self, obj: object) -> None:
         """A released distribution's callable that is not a model (a JIT compiler's dispatcher, a compiled

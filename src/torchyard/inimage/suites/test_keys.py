@@ -9,7 +9,9 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import importlib
 import importlib.metadata
+import linecache
 import os
 import subprocess
 import sys
@@ -372,6 +374,55 @@ class HoldsAnAddress(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.linear(x)
         return out
+
+
+WRAPPED_HELPERS = """
+import functools
+import torch
+
+
+@functools.lru_cache
+def scale_for(width):
+    return 1.0 * width
+
+
+@torch.jit.script
+def scripted(x):
+    return torch.relu(x) * 1.0
+
+
+class Wrapped(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return scripted(self.linear(x)) * scale_for(4)
+"""
+
+
+@pytest.mark.parametrize("helper", ["return 1.0 * width", "return torch.relu(x) * 1.0"])
+def test_a_helper_behind_lru_cache_or_torch_jit_script_is_keyed_by_its_code(
+    helper: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An outside repository's model: a change to a helper wrapped by `functools.lru_cache` or `torch.jit.script`
+    left the lowered programs' key as it was (the wrapper counted by its class), so the stale program failed
+    parity, blamed on export and ExecuTorch."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def digest(text: str) -> str:
+        (tmp_path / "wrapped_helpers.py").write_text(text)
+        sys.modules.pop("wrapped_helpers", None)
+        linecache.clearcache()
+        module = importlib.import_module("wrapped_helpers")
+        return code_digest(module.Wrapped())
+
+    try:
+        before = digest(WRAPPED_HELPERS)
+        assert digest(WRAPPED_HELPERS) == before
+        assert digest(WRAPPED_HELPERS.replace(helper, helper.replace("1.0", "2.0"))) != before
+    finally:
+        sys.modules.pop("wrapped_helpers", None)
 
 
 def test_a_value_that_names_a_memory_address_makes_the_case_unkeyable_and_says_so() -> None:
