@@ -18,6 +18,7 @@ import enum
 import functools
 import hashlib
 import importlib.metadata
+import importlib.util
 import inspect
 import json
 import platform
@@ -212,6 +213,7 @@ class _CodeWalk:
         self.registered = {id(module) for module in registered}  # their weights are keyed apart
         self.modules: set[str] = set()  # the project's modules reached (`project_code` keys their files)
         self.classes: set[str] = set()  # and its classes, as `module:qualname`
+        self.files: set[str] = set()  # submodules named through their package (`pkg.ops.fused`), keyed by file
 
     def add(self, obj: object) -> None:
         if id(obj) in self.seen:
@@ -377,20 +379,57 @@ class _CodeWalk:
             self.modules.add(function.__module__)
         self._names(function)
 
+    def _submodule_file(self, name: str) -> None:
+        if name in self.files:
+            return
+        self.files.add(name)
+        text = _submodule_file(name)
+        if text is not None:
+            self.parts.append(f"submodule {name}\0{text}")
+
     def _names(self, function: types.FunctionType) -> None:
         """Every global the function's code (nested code included) names, and its closure's cells."""
         codes = [function.__code__]
         while codes:
             code = codes.pop()
             codes += [const for const in code.co_consts if isinstance(const, types.CodeType)]
+            packages = []
             for name in code.co_names:  # attribute names (`x.view`) are here too; only globals resolve
                 if name in function.__globals__:
-                    self.add(function.__globals__[name])
+                    value = function.__globals__[name]
+                    self.add(value)
+                    if isinstance(value, types.ModuleType) and _project_package(value):
+                        packages.append(value.__name__)
+            for package in packages:  # `pkg.ops.fused(x)`: a submodule a package may load only when first asked
+                for name in code.co_names:
+                    self._submodule_file(f"{package}.{name}")
         for cell in function.__closure__ or ():
             try:
                 self.add(cell.cell_contents)
             except ValueError:  # an empty cell
                 continue
+
+
+def _project_package(module: types.ModuleType) -> bool:
+    return (
+        vars(module).get("__path__") is not None and not _versioned(module.__name__) and not released(module.__name__)
+    )
+
+
+def _submodule_file(name: str) -> str | None:
+    """The source of submodule `name` as its file holds it, found without importing it, whether or not a
+    worker has loaded it yet (so the key is the same in both); None where it is no module of a file."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError, AttributeError):
+        return None
+    origin = spec.origin if spec is not None else None
+    if not origin or not origin.endswith(".py"):
+        return None
+    try:
+        return Path(origin).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
 
 
 def _stable(text: str) -> str:

@@ -391,6 +391,47 @@ def test_a_module_its_source_imports_under_a_name_shaped_as_the_compilers_still_
     assert hidden_key() != before
 
 
+LAZY = {
+    "shop/lazy/__init__.py": (
+        "import importlib\n\ndef __getattr__(name):  # submodules loaded when first asked (PEP 562)\n"
+        "    if name == 'ops':\n        return importlib.import_module(f'.{name}', __name__)\n"
+        "    raise AttributeError(name)\n"
+    ),
+    "shop/lazy/ops.py": "import torch\n\ndef fused(x):\n    return torch.relu(x)\n",
+    "shop/lazy/model.py": (
+        "import torch\nfrom shop import lazy\n\nclass Net(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.linear = torch.nn.Linear(4, 4)\n\n"
+        "    def forward(self, x):\n        return lazy.ops.fused(self.linear(x))\n"
+    ),
+    "shop/lazy_cases.py": (
+        "import torch\nfrom shop.lazy.model import Net\nfrom torchyard.cases import Case\n\n"
+        "def inputs(generator):\n    return (torch.randn(2, 4, generator=generator),)\n\n"
+        "CASES = [Case('lazy', Net, inputs)]\n"
+    ),
+}
+
+
+def test_a_submodule_its_package_loads_when_first_asked_is_keyed_loaded_or_not(shop: Path) -> None:
+    """The attack review: `pkg.ops.fused(x)` where the package loads `ops` on first access. The helper's file was
+    in no key until a compile put `__import_pkg_dot_ops` among the model module's globals: a change to it replayed
+    the old pass. It counts by its file, whether or not this worker has loaded it."""
+    (shop / "shop/lazy").mkdir()
+    for name, text in LAZY.items():
+        (shop / name).write_text(text)
+
+    def lazy_key() -> str | None:
+        _forget_shop()
+        result_cache.COLLECTED.clear()
+        return ResultCache(shop / "verdicts").key(importlib.import_module("shop.lazy_cases").CASES[0], "eager", CPU)
+
+    before = lazy_key()
+    importlib.import_module("shop.lazy.ops")  # as the model's first forward in this worker does, after collection
+    case = importlib.import_module("shop.lazy_cases").CASES[0]
+    assert ResultCache(shop / "verdicts").key(case, "eager", CPU) == before
+    (shop / "shop/lazy/ops.py").write_text(LAZY["shop/lazy/ops.py"].replace("torch.relu(x)", "torch.relu(x) * 2"))
+    assert lazy_key() != before
+
+
 def test_code_the_walk_does_not_name_still_moves_the_key(shop: Path) -> None:
     """The attacker's review (issue 57, third round): a helper two imports away from the model, a default
     argument from a module constant, a patch of torch made on import by a module no case reaches: each changes
