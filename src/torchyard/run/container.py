@@ -355,12 +355,13 @@ def prepare_cache(
             client.volumes.create(scope.volume, labels=scope.labels(entry))
         if not isinstance(error, CommandError):
             raise
-        if (
-            folder == contract.SELF_TESTS_STORE
-        ):  # the other stack's cache has no proof (its runs left the self-tests to run)
-            print(f"torchyard: no self-tests' proof to start from in {source}; the cache starts empty", file=sys.stderr)
-        else:
-            print(f"torchyard: the cache could not be copied from {source} ({error}); it starts empty", file=sys.stderr)
+        # the other stack's cache may hold no proof (its runs left the self-tests to run): said with cp's status
+        what = (
+            "no self-tests' proof to start from in"
+            if folder == contract.SELF_TESTS_STORE
+            else "the cache could not be copied from"
+        )
+        print(f"torchyard: {what} {source} ({error}); it starts empty", file=sys.stderr)
         return
     print(f"torchyard: {why} {source}", file=sys.stderr)
 

@@ -23,6 +23,7 @@ import inspect
 import json
 import platform
 import re
+import subprocess
 import sys
 import types
 from collections.abc import Iterable, Iterator, Mapping
@@ -79,9 +80,19 @@ def _nvidia_driver() -> str | None:
 
 
 def _cpu_model() -> str:
+    """The processor's model name: Linux's /proc/cpuinfo, macOS's sysctl (where `platform.processor()` says only
+    "arm" for every Apple chip, and MPS devices are told apart by it)."""
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
+        if platform.system() == "Darwin":
+            try:
+                named = subprocess.run(
+                    ["/usr/sbin/sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, check=True
+                )
+                return named.stdout.strip() or platform.processor()
+            except (OSError, subprocess.CalledProcessError):
+                pass
         return platform.processor()
     return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
 
