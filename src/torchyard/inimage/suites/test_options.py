@@ -78,6 +78,14 @@ def test_the_suites_a_shipped_self_test_proves_are_suites() -> None:
         "test_localize::test_a_compiled_step_that_misses_as_eager_does_is_not_blamed_on_a_compiler_step": {"train"},
         "test_localize::test_every_stage_the_bisector_can_name_has_words": {"compile", "train"},
         "test_result_cache": set(SUITE_NAMES) - {"ops"},
+        "test_report_lines::test_a_graph_break_is_counted_and_named_and_fails_only_a_case_that_needs_one_graph": {
+            "compile",
+            "parity",
+        },
+        "test_report_lines::test_a_delegates_share_of_the_program_is_recorded_and_what_it_left_out_named": {
+            "runtime",
+            "parity",
+        },
     }
     assert all(suites <= set(SUITE_NAMES) for suites in named.values())
     assert "train" not in lowering and {"export", "compile", "runtime", "parity"} <= lowering
