@@ -329,3 +329,18 @@ def stack_environment(env: Mapping[str, str]) -> dict[str, str]:
         and not name.upper().startswith(OWN_PREFIXES)  # torchyard's: the key has the settings it needs
         and not name.upper().endswith("_DIR")  # where a cache lives (each xdist worker's inductor cache its own)
     }
+
+
+# The in-image side and the stdlib-only modules it shares with the host (tests/unit/test_layout.py
+# checks that the in-image side imports nothing else of torchyard).
+INIMAGE_MODULES = (
+    "__init__.py",
+    "names.py",
+    "contract.py",
+    "opsfile.py",
+    "cases.py",
+    "util/__init__.py",
+    "util/atomic.py",
+    "util/markdown.py",
+    "inimage",
+)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from torchyard import contract
-from torchyard.image.context import INIMAGE_MODULES, inimage_files
+from torchyard.contract import INIMAGE_MODULES
+from torchyard.image.context import inimage_files
 from torchyard.image.plan import dockerfile
 
 PACKAGE = Path(__file__).parents[2] / "src" / "torchyard"

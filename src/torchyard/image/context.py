@@ -13,22 +13,10 @@ from pathlib import Path
 
 import pathspec
 
+from torchyard.contract import INIMAGE_MODULES
 from torchyard.image.source import ProjectFile, read_project
 from torchyard.util import proc
 
-# The in-image side and the stdlib-only modules it shares with the host (tests/unit/test_layout.py
-# checks that the in-image side imports nothing else of torchyard).
-INIMAGE_MODULES = (
-    "__init__.py",
-    "names.py",
-    "contract.py",
-    "opsfile.py",
-    "cases.py",
-    "util/__init__.py",
-    "util/atomic.py",
-    "util/markdown.py",
-    "inimage",
-)
 # Never part of a project's context, whatever git tracks or .dockerignore says.
 ALWAYS_IGNORED = (".git/", ".torchyard/", ".nox/", ".venv/", "venv/", "reports/", "__pycache__/", "*.pyc")
 

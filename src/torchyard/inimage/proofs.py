@@ -118,6 +118,19 @@ def exercised() -> dict[str, object]:
     return {"versions": dict(sorted(versions.items())), "pth": started}
 
 
+def shipped() -> list[tuple[str, str]]:
+    """torchyard's in-image files (`contract.INIMAGE_MODULES`), each by its path in the package and its digest:
+    the same wherever they are (an image, `--local`'s copy, an installed torchyard, whose host side is no part)."""
+    package = replay.INIMAGE.parent
+    digests = []
+    for module in contract.INIMAGE_MODULES:
+        root = package / module
+        for path in sorted(root.rglob("*")) if root.is_dir() else [root]:
+            if path.is_file() and "__pycache__" not in path.parts:
+                digests.append((path.relative_to(package).as_posix(), hashlib.sha256(path.read_bytes()).hexdigest()))
+    return digests
+
+
 def _python_variables(env: Mapping[str, str]) -> dict[str, str]:
     """What changes how Python and pytest start (a path, a plugin, an option)."""
     return {name: value for name, value in sorted(env.items()) if name.startswith(("PYTHON", "PYTEST_"))}
@@ -135,7 +148,7 @@ def stack_key(env: Mapping[str, str]) -> str:
             "base": env.get(contract.STACK, "").split(" ")[:2],
             "variables": contract.stack_environment(env) | _python_variables(env),
             "environment": exercised(),
-            "torchyard": replay.file_digests([replay.INIMAGE.parent]),  # what the image ships of it
+            "torchyard": shipped(),
             "python": sys.version,
         }
     )
