@@ -17,7 +17,7 @@ import json
 import os
 import site
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,17 +78,24 @@ def _run_at_start(installed: Mapping[str, importlib.metadata.Distribution]) -> l
     versions, with the `.pth` files' content, key what those import."""
     found = []
     for name, distribution in installed.items():
-        files = distribution.files or ()
-        if any("/" not in str(path) and (str(path).endswith(".pth") or str(path) in AT_START) for path in files):
+        # RECORD's lines as text (`distribution.files` makes an object of each of torch's 15,000 files); an
+        # egg-info installation's file lists where it has no RECORD
+        record = distribution.read_text("RECORD")
+        if record is not None:
+            files: Iterable[str] = (line.partition(",")[0] for line in record.splitlines())
+        else:
+            files = (str(path) for path in distribution.files or ())
+        if any("/" not in path and (path.endswith(".pth") or path in AT_START) for path in files):
             found.append(name)
     return found
 
 
 def exercised() -> dict[str, object]:
     """What of the environment the self-tests exercise: the harness's distributions with what they require,
-    transitively (`HARNESS_DISTRIBUTIONS`, `TORCH_OPTIONAL`), and pytest's plugins (a project's tests keep
-    autoloading), each by version; every `.pth` file by content (Python runs what one imports at start). Not what
-    only the project's code imports: a project that adds a dependency keeps its proof."""
+    transitively (`HARNESS_DISTRIBUTIONS`, `TORCH_OPTIONAL`), the distributions whose entry points load code into
+    the run (`ENTRY_POINT_GROUPS`: a project's tests keep pytest's autoloading) or that ship what Python runs as it
+    starts, each by version; every `.pth` file by content. Not what only the project's code imports: a project
+    that adds a dependency keeps its proof."""
     installed: dict[str, importlib.metadata.Distribution] = {}
     for distribution in importlib.metadata.distributions():
         installed.setdefault(canonicalize_name(distribution.metadata["Name"] or ""), distribution)
@@ -122,13 +129,8 @@ def shipped() -> list[tuple[str, str]]:
     """torchyard's in-image files (`contract.INIMAGE_MODULES`), each by its path in the package and its digest:
     the same wherever they are (an image, `--local`'s copy, an installed torchyard, whose host side is no part)."""
     package = replay.INIMAGE.parent
-    digests = []
-    for module in contract.INIMAGE_MODULES:
-        root = package / module
-        for path in sorted(root.rglob("*")) if root.is_dir() else [root]:
-            if path.is_file() and "__pycache__" not in path.parts:
-                digests.append((path.relative_to(package).as_posix(), hashlib.sha256(path.read_bytes()).hexdigest()))
-    return digests
+    digests = replay.file_digests(package / module for module in contract.INIMAGE_MODULES)
+    return [(Path(path).relative_to(package).as_posix(), digest) for path, digest in digests]
 
 
 def _python_variables(env: Mapping[str, str]) -> dict[str, str]:
@@ -137,9 +139,9 @@ def _python_variables(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def stack_key(env: Mapping[str, str]) -> str:
-    """The part of the key that needs no torch: in an image, its base (the first word of `contract.STACK`: its
-    digest); what of the environment the self-tests exercise (`exercised`); torchyard's shipped files; the
-    Python."""
+    """The part of the key that needs no torch: in an image, its base and first dependency layer (the first
+    words of `contract.STACK`); the variables that reach the stack or how Python and pytest start; what of the
+    environment the self-tests exercise (`exercised`); torchyard's in-image files (`shipped`); the Python."""
     return _digest(
         {
             "format": FORMAT,

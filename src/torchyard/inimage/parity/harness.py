@@ -144,10 +144,7 @@ def make_reference(case: Case, calls: list[Call], *, device: torch.device, dtype
     try:
         outputs, paths = _eager_cpu(case, calls, torch.float64, again)
         kind = _float64_kind(results, outputs[0], dtype)
-        empty = _nothing_finite(outputs[0], paths)
-        if empty:
-            return Reference([], [], [], "none", empty)
-        return Reference(outputs, paths, expected, kind + (_where_it_narrows(case, calls) if kind != FLOAT64 else ""))
+        return _checked(outputs, paths, expected, kind + (_where_it_narrows(case, calls) if kind != FLOAT64 else ""))
     except Exception as float64_error:
         why = describe_error(float64_error)
     try:
@@ -157,10 +154,13 @@ def make_reference(case: Case, calls: list[Call], *, device: torch.device, dtype
             [], [], [], "none", f"no CPU reference: float64 fails ({why}); float32 fails ({describe_error(error)})"
         )
     kind = f"float32 on cpu (float64 fails: {why})"
+    return _checked(outputs, paths, expected, kind + _where_it_narrows(case, calls))
+
+
+def _checked(outputs: list[list[Leaf]], paths: list[str], expected: list[torch.dtype | None], kind: str) -> Reference:
+    """The reference, or none where its first call's output holds nothing to compare (`_nothing_finite`)."""
     empty = _nothing_finite(outputs[0], paths)
-    if empty:
-        return Reference([], [], [], "none", empty)
-    return Reference(outputs, paths, expected, kind + _where_it_narrows(case, calls))
+    return Reference([], [], [], "none", empty) if empty else Reference(outputs, paths, expected, kind)
 
 
 def _nothing_finite(outputs: list[Leaf], paths: list[str]) -> str:
@@ -360,7 +360,7 @@ def evaluate(
     result.artifact_bytes = _file_bytes(run.artifact)
     result.cache = str(run.notes.get("cache", ""))
     result.cache_why = str(run.notes.get("cache_why", ""))
-    _take_graphs(result, run.notes)
+    _take_accounting(result, run.notes)
     counts = [len(outputs) for outputs in run.outputs]
     if counts != [len(expected) for expected in reference.outputs]:
         result.status = "failed"
@@ -388,7 +388,7 @@ COMPILER_CACHES = {
 }
 
 
-def _take_graphs(result: Result, notes: dict[str, Any]) -> None:
+def _take_accounting(result: Result, notes: dict[str, Any]) -> None:
     """torch.compile's graphs and graph breaks, where the backend compiled with it; a delegate's share."""
     if notes.get("delegation") is not None:
         result.delegation = dict(notes["delegation"])

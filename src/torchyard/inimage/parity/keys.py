@@ -301,7 +301,7 @@ class _CodeWalk:
         if isinstance(obj, torch.jit.ScriptFunction):
             self.parts.append(f"script\0{obj.code}")
         found = False
-        for name in (*WRAPPED[:1], "_torchdynamo_inline"):  # read as stored: never a foreign `__getattr__`
+        for name in ("__wrapped__", "_torchdynamo_inline"):  # read as stored: never a foreign `__getattr__`
             inner = inspect.getattr_static(obj, name, None)
             if isinstance(inner, types.FunctionType):
                 self.parts.append(f".{name}")
