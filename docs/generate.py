@@ -319,7 +319,7 @@ def sessions_page() -> str:
 
 
 def parity_page() -> str:
-    bounds = tomllib.loads(files("torchyard.inimage.parity").joinpath("tolerances.toml").read_text())
+    bounds = tomllib.loads(files("torchyard.inimage.start").joinpath("tolerances.toml").read_text())
     fields = ("max-scaled-error", "max-rel-l2", "min-cosine")
     lines = [
         GENERATED + "# Backends, precisions and tolerances\n\n",

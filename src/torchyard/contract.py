@@ -193,7 +193,9 @@ IMAGE_LOGNAME = "torchyard"
 IMAGE_INDUCTOR_DEFAULT = f"/tmp/torchinductor_{IMAGE_LOGNAME}"
 IMAGE_PROJECT = "/workspace"
 IMAGE_HOME = "/home/torchyard"
-IMAGE_SUITES = "/opt/torchyard/inimage/torchyard/inimage/suites"
+IMAGE_INIMAGE = "/opt/torchyard/inimage/torchyard/inimage"  # the in-image package, on the image's path
+# Its test folders: the suites a user reads, and the harness's own self-tests (`torchyard.inimage.TEST_DIRS`).
+TEST_FOLDERS = ("suites", "selftests")
 IMAGE_ENTRYPOINT = ("/opt/torchyard/venv/bin/python", "-m", "torchyard.inimage")  # the Dockerfile's ENTRYPOINT
 IMAGE_TIMEOUT = "/usr/bin/timeout"  # the base's, by its path: the image's PATH starts with the project's scripts
 
@@ -240,7 +242,7 @@ def marker_expression(suites: Sequence[str], *, project_tests: bool) -> str:
 
 def pytest_args(
     *,
-    suites_dir: str,
+    inimage_dir: str,
     report_dir: str,
     suites: Sequence[str],
     project_tests: Sequence[str] = (),
@@ -250,7 +252,7 @@ def pytest_args(
     caller's own `-m` comes after torchyard's and so replaces it, as pytest's last `-m` does (the CLI says so:
     `gives_markers`); the entry's `tests-markers` selects among the project's own tests alone."""
     return (
-        suites_dir,
+        *(f"{inimage_dir}/{folder}" for folder in TEST_FOLDERS),
         *project_tests,
         "-p", PLUGIN,
         "-p", "no:cacheprovider",

@@ -76,7 +76,7 @@ BACKEND_NAMES: tuple[BackendName, ...] = get_args(BackendName)
 @dataclass(frozen=True)
 class BackendFacts:
     """What both sides know of a backend (the host checks tolerance keys, orders report columns, groups image
-    layers and shows versions by these); its module in `torchyard.inimage.parity.backends` knows the rest."""
+    layers and shows versions by these); its module in `torchyard.inimage.evaluation.backends` knows the rest."""
 
     suite: SuiteName  # the suite that reports it (eager is the baseline every suite shares; parity reports it)
     # The distributions that version its programs, the one a report names first. Each is imported as its name

@@ -145,8 +145,11 @@ def line_ranges(module: Path, functions: tuple[str, ...]) -> list[str]:
 def configure(target: Target, scratch: Path, stack: str, reports: Path) -> Path:
     """Write the target's cosmic-ray config into `scratch` and return its path."""
     module = scratch / target.module
-    suites = scratch / "torchyard" / "inimage" / "suites"
-    tests = [str(suites / arg) if arg.endswith(".py") else arg for arg in target.tests]
+    inimage = scratch / "torchyard" / "inimage"  # a test file is in one of its test folders
+    tests = [
+        str(min(inimage.glob(f"*/{arg}"), default=inimage / arg)) if arg.endswith(".py") else arg
+        for arg in target.tests
+    ]
     command = [sys.executable, str(HERE / "selftests.py"), stack, str(scratch), str(reports), *tests]
     config = {
         "cosmic-ray": {

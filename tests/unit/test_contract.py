@@ -12,7 +12,7 @@ import pytest
 from tests.unit.matrix_text import VALID
 from torchyard import contract
 from torchyard.contract import SETTINGS, Values, setting
-from torchyard.inimage import replay
+from torchyard.inimage.start import replay
 from torchyard.matrix import parse_plan
 from torchyard.matrix.schema import Entry
 from torchyard.run.environment import entry_environment
@@ -167,6 +167,6 @@ def test_a_shard_that_is_not_k_of_n_is_refused(text: str) -> None:
 def test_a_callers_own_markers_are_said_and_come_last(extra: list[str], gives: bool) -> None:
     """A caller's `-m` replaces torchyard's expression as pytest's last `-m` does: the CLI says so in a line
     (issue 58: it did silently); the entry's `tests-markers` selects among the project's tests alone."""
-    args = contract.pytest_args(suites_dir="s", report_dir="/r", suites=("parity",), project_tests=("t",), extra=extra)
+    args = contract.pytest_args(inimage_dir="i", report_dir="/r", suites=("parity",), project_tests=("t",), extra=extra)
     assert args[-len(extra) :] == tuple(extra)
     assert contract.gives_markers(extra) is gives

@@ -68,6 +68,7 @@ def test_plan_carries_entry_python_lock_and_labels(tree: Path) -> None:
     allowed = [line[1:] for line in context[".dockerignore"].decode().splitlines() if line.startswith("!")]
     assert {name.split("/")[0] for name in context} - {"Dockerfile", ".dockerignore"} <= set(allowed)
     assert "inimage/torchyard/inimage/suites/test_parity.py" in context
+    assert "inimage/torchyard/inimage/selftests/test_keys.py" in context
     assert "inimage/torchyard/names.py" in context and "inimage/torchyard/contract.py" in context
     assert not any(name.startswith("inimage/torchyard/commands/") for name in context)  # host side stays out
     assert plan.project_root is None

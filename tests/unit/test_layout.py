@@ -13,6 +13,7 @@ from torchyard import contract
 from torchyard.contract import INIMAGE_MODULES
 from torchyard.image.context import inimage_files
 from torchyard.image.plan import dockerfile
+from torchyard.inimage import TEST_DIRS
 
 PACKAGE = Path(__file__).parents[2] / "src" / "torchyard"
 # The modules the image ships beside the in-image side, which it may import: all but `cases.py`, adopters'
@@ -91,8 +92,9 @@ def test_dockerfile_ships_in_the_package_and_makes_the_contract_paths() -> None:
     text = dockerfile().decode()
     for path in (contract.IMAGE_REPORTS, contract.IMAGE_CACHE, contract.IMAGE_PROJECT):
         assert path in text
-    assert "echo /opt/torchyard/inimage >" in text  # IMAGE_SUITES lies under this path entry
-    assert contract.IMAGE_SUITES.startswith("/opt/torchyard/inimage/torchyard/inimage/")
+    assert "echo /opt/torchyard/inimage >" in text  # IMAGE_INIMAGE lies under this path entry
+    assert contract.IMAGE_INIMAGE == "/opt/torchyard/inimage/torchyard/inimage"
+    assert tuple(folder.name for folder in TEST_DIRS) == contract.TEST_FOLDERS
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from torchyard.inimage.load import machine_load, sample
-from torchyard.inimage.parity.report import diverges_in_brief, self_test_line, write_reports
+from torchyard.inimage.report import diverges_in_brief, self_test_line, write_reports
+from torchyard.inimage.start.loadavg import machine_load, sample
 
 
 def test_the_parity_reports_name_the_suites_that_ran(tmp_path: Path) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from torchyard.inimage.parity.report import write_reports
+from torchyard.inimage.report import write_reports
 
 FAULT = (
     "torchyard's key code failed, a fault of torchyard's, not the model's: TypeError: 'Handle' object is not "
-    "iterable (at torchyard/inimage/parity/keys.py:262)"
+    "iterable (at torchyard/inimage/evaluation/cache/keys.py:262)"
 )
 
 

@@ -89,6 +89,7 @@ def tail(entry: str, markers: str, suites: str = "export,compile,runtime,parity,
         "--env", "TORCHYARD_TOLERANCES={}",
         f"torchyard/{entry}:0123456789abcdef",
         "/opt/torchyard/inimage/torchyard/inimage/suites",
+        "/opt/torchyard/inimage/torchyard/inimage/selftests",
         "-p", "torchyard.inimage.plugin",
         "-p", "no:cacheprovider",
         "-m", markers,
@@ -230,6 +231,7 @@ def test_in_place_runs_this_interpreter_with_the_lock_to_compare(tmp_path: Path)
     args, env = seen["args"], seen["env"]
     assert status == 0 and isinstance(args, list) and isinstance(env, dict)
     assert args[:3] == [python, "-m", "torchyard.inimage"] and args[3].endswith("torchyard/inimage/suites")
+    assert args[4].endswith("torchyard/inimage/selftests")
     # the interpreter's own tools first, as an activated venv has them (ExecuTorch 1.2 runs `flatc` from PATH)
     assert env["PATH"] == f"{tmp_path / 'venv' / 'bin'}{os.pathsep}/usr/bin"
     assert env["TORCHYARD_UNLOCKED"] == str((lockdir / "cpu.txt").resolve())
@@ -331,6 +333,6 @@ def test_a_venv_has_torchyards_in_image_side_on_its_path_and_a_source_folder_aft
     site.mkdir(parents=True)
     inimage = stage_inimage(tmp_path / "venv", "3.11")
     assert (site / "torchyard.pth").read_text() == f"{inimage.resolve()}\n"
-    assert (inimage / "torchyard" / "inimage" / "plugin.py").is_file()
+    assert (inimage / "torchyard" / "inimage" / "plugin" / "__init__.py").is_file()
     stage_inimage(tmp_path / "venv", "3.11", tmp_path / "nanoGPT")
     assert (site / "torchyard.pth").read_text().splitlines() == [str(inimage.resolve()), str(tmp_path / "nanoGPT")]

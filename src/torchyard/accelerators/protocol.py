@@ -46,7 +46,7 @@ class Accelerator(Protocol):
 
     @property
     def IMAGE_CHECKS(self) -> tuple[str, ...]:
-        """What a built image must hold (names `torchyard.inimage.imagecheck` knows), checked as its last step."""
+        """What a built image must hold (names `torchyard.inimage.checks.image` knows), checked as its last step."""
         ...
 
     def docker_run_args(self, host: HostFacts, env: Mapping[str, str]) -> tuple[str, ...]:

@@ -22,7 +22,7 @@ from torchyard.util import proc
 PYTHON = "/opt/torchyard/venv/bin/python"
 CHECK_SCRIPT = (
     f"{PYTHON} -I /opt/torchyard/vendor.py verify /opt/torchyard/vendor.json; "
-    f'{PYTHON} -I -m torchyard.inimage.imagecheck "$@"'
+    f'{PYTHON} -I -m torchyard.inimage.checks.image "$@"'
 )
 CHECK_LINE = re.compile(r"^((?:vendor guard|image check): .*)$", re.MULTILINE)
 

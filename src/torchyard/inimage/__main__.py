@@ -47,8 +47,8 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 from torchyard import contract  # noqa: E402
-from torchyard.inimage import proofs, replay  # noqa: E402
-from torchyard.inimage.workers import device_count, xdist_args, xdist_plugin_args  # noqa: E402
+from torchyard.inimage.start import proofs, replay  # noqa: E402
+from torchyard.inimage.start.workers import device_count, xdist_args, xdist_plugin_args  # noqa: E402
 
 
 def _serve_beside(argv: list[str], stack: str | None) -> None:
@@ -56,7 +56,7 @@ def _serve_beside(argv: list[str], stack: str | None) -> None:
     its work sooner, while the run does its own imports. Not where the self-tests are likely proven on this
     stack already (`proofs`): the lane then has nothing to do, and the server's imports would compete with
     the run's."""
-    from torchyard.inimage.suites import fork_server
+    from torchyard.inimage.selftests import fork_server
 
     proven = stack is not None and proofs.likely_proven(os.environ, stack, argv)
     if fork_server.serves_this_run(argv) and not proven:
@@ -64,8 +64,8 @@ def _serve_beside(argv: list[str], stack: str | None) -> None:
 
 
 def _device(accelerator: str) -> dict[str, object]:
-    from torchyard.inimage.parity.keys import device_identity
-    from torchyard.inimage.probe import torch_device
+    from torchyard.inimage.evaluation.cache.keys import device_identity
+    from torchyard.inimage.start.probe import torch_device
 
     return device_identity(torch_device(accelerator))
 

@@ -172,7 +172,7 @@ def docker_run_args(
     """`docker run` arguments, from the accelerator's module and matrix.toml (pure, so tests pin them): the
     options, the image, then the command, under the base's `timeout` where the run has a deadline."""
     command = contract.pytest_args(
-        suites_dir=contract.IMAGE_SUITES,
+        inimage_dir=contract.IMAGE_INIMAGE,
         report_dir=contract.IMAGE_REPORTS,
         suites=entry.suites,
         project_tests=entry.tests,

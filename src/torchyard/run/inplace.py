@@ -75,11 +75,11 @@ def run_in_place(
     report_dir = reports_folder(reports, f"{entry.name}-in-place")
     workdir = entry.project.root if entry.project is not None else Path.cwd()
     print(f"running {entry.name} in place with {python} (unlocked); reports in {report_dir}", file=sys.stderr)
-    with as_file(files("torchyard.inimage.suites")) as suites:
+    with as_file(files("torchyard.inimage")) as inimage:
         return run_suites(
             entry,
             python=python,
-            suites_dir=suites,
+            inimage_dir=inimage,
             report_dir=report_dir,
             extra=extra,
             env=in_place_environment(entry, lockdir, report_dir, env, python),

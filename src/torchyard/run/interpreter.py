@@ -17,7 +17,7 @@ def run_suites(
     entry: Entry,
     *,
     python: str,
-    suites_dir: Path,
+    inimage_dir: Path,
     report_dir: Path,
     extra: Sequence[str],
     env: Mapping[str, str],
@@ -26,7 +26,7 @@ def run_suites(
 ) -> int:
     """`python -m torchyard.inimage` with the contract's arguments; its exit status."""
     args = contract.pytest_args(
-        suites_dir=str(suites_dir),
+        inimage_dir=str(inimage_dir),
         report_dir=str(report_dir),
         suites=entry.suites,
         project_tests=entry.tests,

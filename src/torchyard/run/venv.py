@@ -172,7 +172,7 @@ def run_local(
     return run_suites(
         entry,
         python=str(python.absolute()),
-        suites_dir=venv.absolute() / "torchyard-inimage" / "torchyard" / "inimage" / "suites",
+        inimage_dir=venv.absolute() / "torchyard-inimage" / "torchyard" / "inimage",
         report_dir=report_dir,
         extra=extra,
         env=run_env,

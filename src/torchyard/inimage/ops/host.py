@@ -23,7 +23,7 @@ import torch
 from torchyard.inimage.ops.catalog import Operator, Sample, chosen_samples, op_db_operators, select
 from torchyard.inimage.ops.outcomes import Outcome
 from torchyard.inimage.ops.sweep import Plant, SweepSettings, prepare, sweep_operator
-from torchyard.inimage.probe import CPU
+from torchyard.inimage.start.probe import CPU
 
 Operators = Callable[[], list[Operator]]
 
@@ -167,7 +167,7 @@ class SweepHost:
         operators: Operators | None = None,
         plant: Plant | None = None,
     ) -> None:
-        from torchyard.inimage.suites import fork_server  # the harness's server: torch imported, no device used
+        from torchyard.inimage.selftests import fork_server  # the harness's server: torch imported, no device used
 
         context = fork_server.context()
         if context is None:

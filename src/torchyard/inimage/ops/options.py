@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from torchyard import contract
-from torchyard.inimage.options import option_values
+from torchyard.inimage.start.settings import option_values
 
 
 @dataclass(frozen=True)

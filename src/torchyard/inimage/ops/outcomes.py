@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from torchyard.inimage.parity.harness import Result
+from torchyard.inimage.evaluation.harness import Result
 
 OutcomeName = Literal[
     "passed", "wrong value", "failed to export", "failed to lower", "failed to run", "crashed", "not supported",

@@ -21,14 +21,14 @@ from pathlib import Path
 import torch
 
 from torchyard.inimage.cases import Case
+from torchyard.inimage.evaluation.backends import NO_CACHE, Runner, backend_of
+from torchyard.inimage.evaluation.backends.running import export_program, first_use
+from torchyard.inimage.evaluation.cache.artifacts import ArtifactCache
+from torchyard.inimage.evaluation.harness import REFERENCE_FAILED, Reference, Result, case_reference, evaluate
+from torchyard.inimage.evaluation.trees import to_device
 from torchyard.inimage.ops.catalog import Operator, Sample, sample_case
 from torchyard.inimage.ops.outcomes import Outcome, first_line, metrics_of, phase_of_error
-from torchyard.inimage.parity.artifacts import ArtifactCache
-from torchyard.inimage.parity.backends import NO_CACHE, Runner, backend_of
-from torchyard.inimage.parity.backends.running import export_program, first_use
-from torchyard.inimage.parity.harness import REFERENCE_FAILED, Reference, Result, case_reference, evaluate
-from torchyard.inimage.parity.tolerances import Tolerances
-from torchyard.inimage.parity.trees import to_device
+from torchyard.inimage.start.tolerances import Tolerances
 
 MARK = "=== torchyard ops: "  # the line a child prints before each item: a crash's own lines follow the last
 TIMEOUT_S = 300.0  # one sample on one backend: a stall is that item's crash

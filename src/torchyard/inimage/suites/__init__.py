@@ -1,1 +1,2 @@
-"""torchyard's stack suites: export, compile, runtime and parity, plus the harness self-tests."""
+"""The suites a user reads (export, compile, runtime, parity, train, aot, ops): each states the rule and bound that
+decide its verdict. The harness's self-tests are in `selftests/`."""

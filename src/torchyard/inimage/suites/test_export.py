@@ -5,11 +5,20 @@ from __future__ import annotations
 import pytest
 
 from torchyard.inimage.cases import Case
-from torchyard.inimage.evaluations import Evaluations
-from torchyard.inimage.outcomes import conclude
+from torchyard.inimage.evaluation.evaluations import Evaluations
+from torchyard.inimage.evaluation.harness import Result
+from torchyard.inimage.plugin.outcomes import conclude
+from torchyard.inimage.plugin.verdicts import on_disk, ran
 
 pytestmark = pytest.mark.export
 
+RULE = "the exported program ran with eager's output shapes, saved and loaded back"
+
+
+def passes(result: Result) -> bool:
+    return ran(result) and on_disk(result)
+
 
 def test_export_save_load_run(case: Case, evaluations: Evaluations, request: pytest.FixtureRequest) -> None:
-    conclude(request, "export", case, evaluations.result(case, "export"))
+    result = evaluations.result(case, "export")
+    conclude(request, "export", case, result, passed=passes(result), rule=RULE)

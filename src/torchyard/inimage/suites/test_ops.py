@@ -16,10 +16,10 @@ from torchyard import contract
 from torchyard.inimage.ops.expectations import stack_identity
 from torchyard.inimage.ops.options import ops_options
 from torchyard.inimage.ops.session import OpsSession, entry_backends, selection
-from torchyard.inimage.options import option_values
-from torchyard.inimage.parity.tolerances import load_tolerances
-from torchyard.inimage.precision import DTYPES
-from torchyard.inimage.probe import torch_device
+from torchyard.inimage.start.precision import DTYPES
+from torchyard.inimage.start.probe import torch_device
+from torchyard.inimage.start.settings import option_values
+from torchyard.inimage.start.tolerances import load_tolerances
 from torchyard.names import Precision
 
 pytestmark = pytest.mark.ops

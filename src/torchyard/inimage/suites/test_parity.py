@@ -5,12 +5,21 @@ from __future__ import annotations
 import pytest
 
 from torchyard.inimage.cases import Case
-from torchyard.inimage.evaluations import Evaluations
-from torchyard.inimage.outcomes import conclude
+from torchyard.inimage.evaluation.evaluations import Evaluations
+from torchyard.inimage.evaluation.harness import Result
+from torchyard.inimage.plugin.outcomes import conclude
+from torchyard.inimage.plugin.verdicts import within_bounds
 
 pytestmark = pytest.mark.parity
+
+RULE = "every output within its bounds of the float64 reference"
+
+
+def passes(result: Result) -> bool:
+    return within_bounds(result)
 
 
 def test_parity(case: Case, parity_backend: str, evaluations: Evaluations, request: pytest.FixtureRequest) -> None:
     """Every backend (each torch.compile mode the entry asks for is one) against the CPU reference."""
-    conclude(request, "parity", case, evaluations.result(case, parity_backend))
+    result = evaluations.result(case, parity_backend)
+    conclude(request, "parity", case, result, passed=passes(result), rule=RULE)

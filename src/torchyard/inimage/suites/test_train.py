@@ -7,13 +7,22 @@ from __future__ import annotations
 import pytest
 
 from torchyard.inimage.cases import Case
-from torchyard.inimage.evaluations import Evaluations
-from torchyard.inimage.outcomes import conclude
+from torchyard.inimage.evaluation.evaluations import Evaluations
+from torchyard.inimage.evaluation.harness import Result
+from torchyard.inimage.plugin.outcomes import conclude
+from torchyard.inimage.plugin.verdicts import within_bounds
 
 pytestmark = pytest.mark.train
+
+RULE = "every leaf of the step (loss, gradients, parameters, optimizer state, buffers) within its bounds"
+
+
+def passes(result: Result) -> bool:
+    return within_bounds(result)
 
 
 def test_one_step_matches_the_float64_step(
     case: Case, train_backend: str, evaluations: Evaluations, request: pytest.FixtureRequest
 ) -> None:
-    conclude(request, "train", case, evaluations.train_result(case, train_backend))
+    result = evaluations.train_result(case, train_backend)
+    conclude(request, "train", case, result, passed=passes(result), rule=RULE)

@@ -1,0 +1,59 @@
+"""torch.compile with inductor, in one of torch.compile's modes (`inductor:<mode>`): graph breaks allowed, as
+torch.compile allows them, and counted by dynamo's own accounting; one graph where the case says `fullgraph`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from torchyard.inimage.evaluation.backends.protocol import Artifact, BackendRun, Job, Localizes
+from torchyard.inimage.evaluation.backends.running import called, run_all, timed
+
+NAME: Literal["inductor"] = "inductor"
+ARTIFACT: Artifact | None = None  # inductor's own caches keep its kernels
+EXPORTS = False
+# The CPU's vector instructions, probed once per process and cached: torch 2.11 probes by compiling and
+# running ten programs (tens of seconds), which each child a sweep forks would pay again.
+FIRST_USE = ("torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.cpu_vec_isa:pick_vec_isa")
+LOCALIZES: Localizes = "compiler steps"
+
+
+def unavailable(device: torch.device) -> str | None:
+    return None
+
+
+def run(job: Job, mode: str = "default") -> BackendRun:
+    """In one of torch.compile's modes."""
+    compiled = torch.compile(
+        job.module,
+        backend="inductor",
+        mode=None if mode == "default" else mode,
+        dynamic=job.case.dynamic_shapes is not None,
+        fullgraph=job.case.fullgraph,
+    )
+    before = graph_counts()
+    with torch.no_grad():
+        _, compile_seconds = timed(lambda: called(compiled)(job.calls[0]), job.device)
+        outputs, seconds, latency = run_all(called(compiled), job.calls, job.device)
+    return BackendRun(outputs, compile_seconds, seconds, latency_ms=latency, notes=graphs_since(before))
+
+
+def graph_counts() -> tuple[dict[str, int], int]:
+    """Dynamo's graph breaks by reason, and the graphs it has made, so far in this process."""
+    from torch._dynamo.utils import counters
+
+    return dict(counters["graph_break"]), int(counters["stats"]["unique_graphs"])
+
+
+def graphs_since(before: tuple[dict[str, int], int]) -> dict[str, object]:
+    """What the compile since `before` made: its graphs, its graph breaks and their reasons, first line each
+    (dynamo counts a reason once per process: a worker that compiled the same code before adds none)."""
+    breaks, graphs = graph_counts()
+    reasons = {reason: count - before[0].get(reason, 0) for reason, count in breaks.items()}
+    named = sorted(reason.strip().splitlines()[0] for reason, count in reasons.items() if count > 0)
+    return {
+        "graphs": graphs - before[1],
+        "graph_breaks": sum(c for c in reasons.values() if c > 0),
+        "graph_break_reasons": named,
+    }

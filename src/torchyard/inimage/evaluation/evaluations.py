@@ -1,0 +1,249 @@
+"""The evaluations the suites share (`Evaluations`), and the entry's artifact cache they lower into."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from torchyard import contract
+from torchyard.inimage.cases import Case
+from torchyard.inimage.evaluation.cache.artifacts import ArtifactCache, entry_cache
+from torchyard.inimage.evaluation.cache.results import ResultCache
+from torchyard.inimage.evaluation.errors import TORCHYARD, describe_error, torchyards_fault
+from torchyard.inimage.evaluation.factory import factory_differs
+from torchyard.inimage.evaluation.harness import REFERENCE_FAILED, Reference, Result, Status, case_reference, evaluate
+from torchyard.inimage.evaluation.localize import Localization, localize, localize_train, localizes
+from torchyard.inimage.evaluation.training import (
+    TrainBackend,
+    TrainReference,
+    make_train_reference,
+    train_runner,
+    untrainable,
+)
+from torchyard.inimage.start.precision import DTYPES
+from torchyard.inimage.start.probe import torch_device
+from torchyard.inimage.start.settings import RunSettings
+
+
+def artifact_cache(settings: RunSettings) -> ArtifactCache:
+    """Lowered programs by content, shared by every worker and run of the entry (`off` turns it off)."""
+    return entry_cache(os.environ, contract.cache_root(os.environ, settings.report_dir))
+
+
+def result_cache(settings: RunSettings) -> ResultCache:
+    """Passing results by the key of what decides them, beside the artifacts (off with the artifact cache)."""
+    off = os.environ.get(contract.ARTIFACT_CACHE) == "off"
+    root = None if off else contract.cache_root(os.environ, settings.report_dir) / "verdicts"
+    return ResultCache(root, rerun=settings.rerun)
+
+
+class Evaluations:
+    """Each case x backend runs once per process (the compile and parity suites read the same result),
+    and each case's reference is made once."""
+
+    def __init__(self, settings: RunSettings, workdir: Path, kept: ResultCache | None = None) -> None:
+        """`kept`: the entry's result cache (`result_cache`), which only the run's own suites are given: a
+        self-test that plants a fault outside what the key sees must neither replay nor keep a verdict."""
+        self.settings = settings
+        self.device = torch_device(settings.accelerator)
+        self.dtype = DTYPES[settings.precision]
+        self.workdir = workdir
+        self._results: dict[tuple[str, str], Result] = {}
+        self.cache = artifact_cache(settings)
+        self.kept = kept or ResultCache(None)
+        self._references: dict[str, Reference] = {}
+        self._train_references: dict[tuple[str, str], TrainReference] = {}
+        self._untrainable: dict[str, str | None] = {}  # per case: its module built and run once, not per backend
+
+    def result(self, case: Case, backend: str) -> Result:
+        key = (case.name, backend)
+        if key not in self._results:
+            kept = self.kept.key(case, backend, self.device, kind="inference", **self._decides(case, [backend]))
+            replayed = self.kept.lookup(kept)
+            if replayed is not None:
+                self._results[key] = replayed
+                return replayed
+            if case.name not in self._references:
+                self._references[case.name] = case_reference(case, device=self.device, dtype=self.dtype)
+            reference = self._references[case.name]
+
+            def evaluated(workdir: Path) -> Result:
+                return evaluate(
+                    case, backend, device=self.device, dtype=self.dtype, tolerances=self.settings.tolerances,
+                    workdir=workdir, reference=reference, cache=self.cache,
+                )  # fmt: skip
+
+            self._results[key] = again_on_failure(case, evaluated(self.workdir / case.name), evaluated, self.workdir)
+            self._localize(case, self._results[key])
+            self.kept.keep(kept, self._results[key])
+        return self._results[key]
+
+    def _decides(self, case: Case, backends: Sequence[str]) -> dict[str, object]:
+        """What of the run's settings decides a result on `backends` (the result cache's key has the case's own):
+        the bounds those backends are held to, the case's overrides applied, not the whole table's, so a change
+        to a train bound moves no inference result."""
+        dtype_name = str(self.dtype).removeprefix("torch.")
+        return {
+            "dtype": str(self.dtype),
+            "bounds": {
+                name: vars(self.settings.tolerances.bounds(dtype_name, name, case.tolerances)) for name in backends
+            },
+            "precision": self.settings.precision_settings,
+        }
+
+    def _localize(self, case: Case, result: Result) -> None:
+        """Where a failing backend diverges, for a failure no known failure explains: a known wrong value says
+        already what the backend computes, and a random program's statistics have no node to blame. Within the
+        entry's time bound (`localize-timeout`); none where it is 0."""
+        known = case.known_failure(result.backend)
+        named = known is not None and bool(known.node)  # a known wrong value that names its node: it is checked
+        if result.status != "failed" or (result.known_values and not named) or case.compare != "values":
+            return
+        if not self.settings.localize_seconds:
+            return
+        if localizes(result.backend):
+            # On the batch that failed first: a batch from a file can fail where the random one passes.
+            labels = case.batch_labels()
+            failing = next((c.batch for c in result.comparisons if not c.passed and c.batch), "")
+            where = localize(
+                case,
+                result.backend,
+                dtype=self.dtype,
+                tolerances=self.settings.tolerances,
+                workdir=self.workdir / case.name / "localize",
+                device=self.device,
+                time_bound=self.settings.localize_seconds,
+                batch=labels.index(failing) if failing in labels else 0,
+            )
+            result.diverges = where.as_dict()
+
+    def train_result(self, case: Case, backend: str) -> Result:
+        """One optimizer step on `backend` against the float64 step (`parity.training`)."""
+        key = (case.name, backend)
+        if key not in self._results:
+            dtype_name = str(self.dtype).removeprefix("torch.")
+            # every train backend's bounds: the loosest of the optimizer's decides what the step holds still
+            decides = self._decides(case, self.settings.train_backends)
+            kept = self.kept.key(case, backend, self.device, kind="train", train=case.train, **decides)
+            replayed = self.kept.lookup(kept)
+            if replayed is not None:
+                self._results[key] = replayed
+                return replayed
+            if case.name not in self._untrainable:
+                try:
+                    differs = factory_differs(case)  # the step's reference and each backend build one each
+                    self._untrainable[case.name] = f"{REFERENCE_FAILED}{differs}" if differs else untrainable(case)
+                except Exception as error:  # its forward fails: no reference, as for the inference suites
+                    self._untrainable[case.name] = f"{REFERENCE_FAILED}eager on cpu fails: {describe_error(error)}"
+            why = self._untrainable[case.name]
+            if why is not None:
+                status: Status = "error" if why.startswith(REFERENCE_FAILED) else "skipped"
+                self._results[key] = Result(case.name, backend, dtype_name, status, why)
+                return self._results[key]
+            optimizer = TrainBackend.parse(backend).optimizer
+            if (case.name, optimizer) not in self._train_references:
+                # The loosest gradient bound among this optimizer's backends decides which elements its
+                # step holds still (`training.held_below`): one mask for the reference and each backend.
+                gradient_bound = max(
+                    self.settings.tolerances.bounds(dtype_name, name, case.tolerances).max_scaled_error
+                    for name in self.settings.train_backends
+                    if TrainBackend.parse(name).optimizer == optimizer
+                )
+                try:
+                    self._train_references[case.name, optimizer] = make_train_reference(
+                        case, optimizer, device=self.device, dtype=self.dtype, gradient_bound=gradient_bound
+                    )
+                except Exception as error:  # the model's float64 step, or torchyard's code around it: said apart
+                    self._results[key] = Result(case.name, backend, dtype_name, "error", _step_failed(error))
+                    return self._results[key]
+            made = self._train_references[case.name, optimizer]
+
+            def stepped(workdir: Path) -> Result:
+                return evaluate(
+                    case, backend, device=self.device, dtype=self.dtype, weights=torch.float32,
+                    tolerances=self.settings.tolerances, workdir=workdir, reference=made.reference,
+                    runner=train_runner(backend, self.dtype, made.frozen),
+                )  # fmt: skip
+
+            self._results[key] = again_on_failure(case, stepped(self.workdir / case.name), stepped, self.workdir)
+            self._localize_train(case, self._results[key], made)
+            self.kept.keep(kept, self._results[key])
+        return self._results[key]
+
+    def _eager_misses_alike(self, case: Case, result: Result) -> str:
+        """Why a compiled step that fails is float32's to answer for, not the compiler's: the eager step of the
+        same optimizer (where the run has it) misses the float64 step too, by as much within a factor of
+        `EAGER_ALIKE`. "" otherwise."""
+        eager = f"train-eager-{TrainBackend.parse(result.backend).optimizer}"
+        if eager not in self.settings.train_backends:
+            return ""
+        own = self.train_result(case, eager)
+        if own.status != "failed":
+            return ""
+        worst, eagers = _worst_rel_l2(result), _worst_rel_l2(own)
+        if worst > EAGER_ALIKE * eagers:
+            return ""
+        return (
+            f"no compiler step to look for: the eager float32 step ({eager}) misses the float64 step too (worst "
+            f"relative L2 {eagers:.3g}, this step's {worst:.3g}): the bounds are tighter than float32 holds for this "
+            "model, which no compiler step explains (own-cases.md, Training, says how to set a case's train bounds)"
+        )
+
+    def _localize_train(self, case: Case, result: Result, made: TrainReference) -> None:
+        """Where a failing compiled training step diverges (the bisector's step), within the entry's time bound.
+        An eager step has no compiler to blame."""
+        if result.status != "failed" or not TrainBackend.parse(result.backend).compiled:
+            return
+        if not self.settings.localize_seconds:
+            return
+        conditioned = self._eager_misses_alike(case, result)
+        if conditioned:  # no compiler step to find: eager's own float32 step misses as much
+            result.diverges = Localization(result.backend, None, 0, 0.0, conditioned).as_dict()
+            return
+        runner = train_runner(result.backend, self.dtype, made.frozen, timed=False)
+
+        def correct() -> bool:
+            again = evaluate(
+                case, result.backend, device=self.device, dtype=self.dtype, weights=torch.float32,
+                tolerances=self.settings.tolerances, workdir=self.workdir / case.name / "localize",
+                reference=made.reference, runner=runner,
+            )  # fmt: skip
+            return again.status == "passed"
+
+        where = localize_train(result.backend, correct, time_bound=self.settings.localize_seconds)
+        result.diverges = where.as_dict()
+
+
+EAGER_ALIKE = 10.0  # a compiled step within this factor of eager's own miss is float32's, not the compiler's
+
+
+def again_on_failure(case: Case, first: Result, evaluated: Callable[[Path], Result], workdir: Path) -> Result:
+    """A result whose values missed (no known failure explains it) is evaluated once more: where the second
+    evaluation passes, the result is flaky, and says so with both outcomes. It still fails: a program that
+    computes a wrong value only some of the time is wrong."""
+    if first.status != "failed" or case.known_failure(first.backend) is not None:
+        return first
+    second = evaluated(workdir / case.name / "again")
+    if second.status == "passed":
+        first.flaky = f"flaky: it failed ({first.reason}), then passed when evaluated again in the same run"
+        first.reason = f"{first.reason} [flaky: it passed when evaluated again]"
+    return first
+
+
+def _worst_rel_l2(result: Result) -> float:
+    return max((c.rel_l2_error for c in result.comparisons if not c.passed), default=0.0)
+
+
+def _step_failed(error: Exception) -> str:
+    """Why a case has no float64 step: the model's own code failing in it, or torchyard's (its one line naming
+    torchyard's file, never the model)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if frames and Path(frames[-1].filename).resolve().is_relative_to(TORCHYARD):
+        return (
+            f"{REFERENCE_FAILED}the float64 step failed in torchyard's code, not the model's: {torchyards_fault(error)}"
+        )
+    return f"{REFERENCE_FAILED}the float64 step fails: {describe_error(error)}"

@@ -1,0 +1,438 @@
+"""Evaluate one case on one backend against the CPU reference: the unit every suite reports.
+
+The reference is eager on the CPU in float64 where the model allows it; a model that cannot run in
+float64 (hard-coded casts, dtype-fixed buffers, integer inputs cast inside) falls back to float32 on the
+CPU at the highest matmul precision, and the result says which reference it used and why. What dtype an
+output must have is what eager gives on the device at the run's precision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from torchyard.inimage.cases import Call, Case
+from torchyard.inimage.evaluation.backends import NO_CACHE, BackendRun, Runner, runner_for, unavailable_reason
+from torchyard.inimage.evaluation.cache.artifacts import ArtifactCache
+from torchyard.inimage.evaluation.casts import first_narrowing
+from torchyard.inimage.evaluation.errors import RecordedFailure, describe_error, error_types
+from torchyard.inimage.evaluation.factory import nondeterministic
+from torchyard.inimage.evaluation.metrics import Comparison, compare_objects, compare_statistics, compare_values
+from torchyard.inimage.evaluation.trees import Leaf, leaf_paths, leaves, to_device
+from torchyard.inimage.start.probe import CPU
+from torchyard.inimage.start.tolerances import Bounds, Tolerances
+
+Status = Literal["passed", "failed", "error", "skipped"]
+REFERENCE_FAILED = "reference: "  # how the reason of a result without a reference begins
+FLOAT64 = "float64 on cpu"
+
+
+@dataclass
+class Result:
+    case: str
+    backend: str
+    dtype: str
+    status: Status
+    reason: str = ""
+    comparisons: list[Comparison] = field(default_factory=list)
+    compile_seconds: float = 0.0
+    run_seconds: float = 0.0
+    latency_ms: float | None = None
+    artifact: str | None = None
+    artifact_bytes: int = 0  # the program file's size as the run left it (what the suites' on-disk rule reads)
+    shapes_match: bool = False
+    bounds: dict[str, float] = field(default_factory=dict)
+    reference: str = ""
+    error_types: list[str] = field(default_factory=list)  # the exception's class and bases, for known failures
+    error_message: str = ""
+    cache: str = ""  # what the artifact cache did: hit, miss, rebuilt, off, unkeyable ("" when no artifact)
+    cache_why: str = ""  # why the cache was not used for the case: it could not be keyed, or it opts out
+    # The outputs meet what the case's known failure says this backend computes instead (they may meet the
+    # case's reference too, where the precision's bounds cannot tell the two apart).
+    known_values: bool = False
+    # Where a failing backend first leaves the reference (`parity.localize`'s `Localization.as_dict()`); None
+    # where nothing was localized (it passed, or its failure is known).
+    diverges: dict[str, Any] | None = None
+    # When the result kept and replayed here was evaluated ("" where this run evaluated it: `result_cache`).
+    replayed: str = ""
+    # Both outcomes of a failure that passed when evaluated again (`evaluations.again_on_failure`); "" otherwise.
+    flaky: str = ""
+    # What inductor's and AOTAutograd's own caches did while this result compiled (`compiler_cache_counts`).
+    compiler_caches: dict[str, int] = field(default_factory=dict)
+    # torch.compile's graphs and graph breaks (their reasons' first lines), as dynamo counted them (None: not compiled)
+    graphs: int | None = None
+    graph_breaks: int | None = None
+    graph_break_reasons: list[str] = field(default_factory=list)
+    # An ExecuTorch delegate's share of the program (`backends.executorch.delegation`; None: no delegate)
+    delegation: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["comparisons"] = [comparison.as_dict() for comparison in self.comparisons]
+        return data
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Each call's output leaves on the CPU, their paths, the dtypes eager gives on the device, and how
+    the reference was made. `error` is set (and the rest empty) when no reference could be made."""
+
+    outputs: list[list[Leaf]]
+    paths: list[str]
+    expected_dtypes: list[torch.dtype | None]  # None for a leaf that is not a tensor
+    kind: str
+    error: str = ""
+    floors: list[float] = field(default_factory=list)  # per leaf, the magnitude errors are measured against
+    # Per leaf, what the run's precision itself moves it by (`training.spread`): its bounds are widened to
+    # `spread_factor` times that where it is wider.
+    spreads: list[tuple[float, float, float]] = field(default_factory=list)
+    spread_factor: float = 0.0
+
+
+def _eager_cpu(
+    case: Case, calls: list[Call], dtype: torch.dtype, module: torch.nn.Module | None = None
+) -> tuple[list[list[Leaf]], list[str]]:
+    module = (case.module() if module is None else module).to(dtype)
+    with torch.no_grad():
+        results = [module(*call.args, **call.kwargs) for call in (to_device(c, CPU, dtype) for c in calls)]
+    return [leaves(result) for result in results], leaf_paths(results[0])
+
+
+def output_label(name: str) -> str:
+    """How a reason names an output: a single tensor's is "output" (not "output output"), a leaf's by its path."""
+    return name if name == "output" else f"output {name}"
+
+
+def case_reference(case: Case, *, device: torch.device, dtype: torch.dtype) -> Reference:
+    """The case's reference (`make_reference`) for its own calls; a case whose inputs cannot be made has none."""
+    try:
+        calls = case.calls()
+    except Exception as error:
+        return Reference([], [], [], "none", f"the case's inputs cannot be made: {describe_error(error)}")
+    return make_reference(case, calls, device=device, dtype=dtype)
+
+
+def make_reference(case: Case, calls: list[Call], *, device: torch.device, dtype: torch.dtype) -> Reference:
+    """float64 on the CPU, else float32 on the CPU (saying why); eager on the device gives the dtypes. A float64
+    reference that eager at the run's precision meets exactly is said to be that precision in effect. The
+    factory's two models (one for the device, one for the reference) must hold the same weights: where they
+    do not, the factory is to blame, not eager, and there is no reference."""
+    try:
+        # Built first and held while the other is: its memory cannot be handed out again, so an uninitialized
+        # weight (torch.empty) is not the same garbage twice by chance.
+        again = case.module()
+        built = case.fresh_module()
+    except Exception as error:
+        return Reference([], [], [], "none", f"eager on {device.type} fails: {describe_error(error)}")
+    differs = nondeterministic(case.name, built, again)
+    if differs:
+        return Reference([], [], [], "none", differs)
+    try:
+        module = built.to(dtype=dtype).to(device)
+        with torch.no_grad():
+            first = to_device(calls[0], device, dtype)
+            results = leaves(module(*first.args, **first.kwargs))
+            expected = [leaf.dtype if isinstance(leaf, torch.Tensor) else None for leaf in results]
+    except Exception as error:
+        return Reference([], [], [], "none", f"eager on {device.type} fails: {describe_error(error)}")
+    try:
+        outputs, paths = _eager_cpu(case, calls, torch.float64, again)
+        kind = _float64_kind(results, outputs[0], dtype)
+        return _checked(outputs, paths, expected, kind + (_where_it_narrows(case, calls) if kind != FLOAT64 else ""))
+    except Exception as float64_error:
+        why = describe_error(float64_error)
+    try:
+        outputs, paths = _eager_cpu(case, calls, torch.float32)
+    except Exception as error:
+        return Reference(
+            [], [], [], "none", f"no CPU reference: float64 fails ({why}); float32 fails ({describe_error(error)})"
+        )
+    kind = f"float32 on cpu (float64 fails: {why})"
+    return _checked(outputs, paths, expected, kind + _where_it_narrows(case, calls))
+
+
+def _checked(outputs: list[list[Leaf]], paths: list[str], expected: list[torch.dtype | None], kind: str) -> Reference:
+    """The reference, or none where its first call's output holds nothing to compare (`_nothing_finite`)."""
+    empty = _nothing_finite(outputs[0], paths)
+    return Reference([], [], [], "none", empty) if empty else Reference(outputs, paths, expected, kind)
+
+
+def _nothing_finite(outputs: list[Leaf], paths: list[str]) -> str:
+    """Why the reference holds nothing to compare, where a floating output of eager's is NaN or infinite in every
+    element: every backend that computes the same garbage would pass (a mask's -inf in some elements is fine)."""
+    for leaf, path in zip(outputs, paths, strict=False):
+        if not isinstance(leaf, torch.Tensor) or leaf.layout != torch.strided or not leaf.is_floating_point():
+            continue
+        if leaf.numel() and not bool(torch.isfinite(leaf).any()):
+            what = "NaN" if bool(torch.isnan(leaf).all()) else "NaN or infinite"
+            return (
+                f"eager's output {path or '(the output)'} is {what} in every element: nothing a backend could be "
+                "held to; check the model's weights and inputs"
+            )
+    return ""
+
+
+def _where_it_narrows(case: Case, calls: list[Call]) -> str:
+    """Where a model given float64 computes in a narrower float (`casts.first_narrowing`), and the remedy; ""
+    where that cannot be found."""
+    module = case.module().to(torch.float64)
+    call = to_device(calls[0], CPU, torch.float64)
+    found = first_narrowing(module, lambda model: model(*call.args, **call.kwargs))
+    if not found:
+        return ""
+    return (
+        f"; it narrows at {found}: keep that computation in its input's dtype (`x.to(x.dtype)`, not `x.float()`) "
+        "to be held to float64"
+    )
+
+
+def _float64_kind(eager: list[Leaf], reference: list[Leaf], dtype: torch.dtype) -> str:
+    """The float64 reference's kind, saying where it is the run's precision in effect: every floating output
+    of eager at that precision equals it exactly (the model casts to that precision inside `forward`, say),
+    and an error of exactly 0 says the reference is no finer than the run."""
+    pairs = [
+        (ours, theirs)
+        for ours, theirs in zip(eager, reference, strict=False)
+        if isinstance(ours, torch.Tensor) and isinstance(theirs, torch.Tensor) and ours.is_floating_point()
+    ]
+    exact = bool(pairs) and all(
+        ours.shape == theirs.shape and torch.equal(ours.detach().cpu().to(torch.float64), theirs.to(torch.float64))
+        for ours, theirs in pairs
+    )
+    if dtype == torch.float64 or not exact:
+        return FLOAT64
+    name = str(dtype).removeprefix("torch.")
+    return f"{FLOAT64} ({name} in effect: eager in {name} equals it exactly)"
+
+
+SHOWN_FAILURES = 3  # leaves out of bounds named in a reason: a training step of a deep model has hundreds
+
+
+def _excess(comparison: Comparison, bounds: Bounds) -> float:
+    """How far past its bounds a leaf is, as a multiple of the bound it misses most."""
+    cosine_room = max(1.0 - bounds.min_cosine, 1e-12)
+    return max(
+        comparison.scaled_max_error / bounds.max_scaled_error if bounds.max_scaled_error else 0.0,
+        comparison.rel_l2_error / bounds.max_rel_l2 if bounds.max_rel_l2 else 0.0,
+        (1.0 - comparison.cosine) / cosine_room,
+    )
+
+
+def failure_reason(comparisons: Sequence[Comparison], bounds: Bounds) -> str:
+    """Each leaf out of bounds with its numbers; past a few, the worst of them first and how many more (each
+    one is in parity.json)."""
+    failing = [comparison for comparison in comparisons if not comparison.passed]
+    if len(failing) > SHOWN_FAILURES:
+        failing = sorted(failing, key=lambda comparison: -_excess(comparison, bounds))
+    named = "; ".join(
+        f"{f'batch {c.batch}, ' if c.batch else ''}{output_label(c.output)}: {c.problem}"
+        for c in failing[:SHOWN_FAILURES]
+    )
+    if len(failing) <= SHOWN_FAILURES:
+        return named
+    return (
+        f"{len(failing)} of {len(comparisons)} outputs out of bounds, the worst first: {named}; and "
+        f"{len(failing) - SHOWN_FAILURES} more (parity.json has each)"
+    )
+
+
+def _compare(case: Case, run: BackendRun, reference: Reference, bounds: Any) -> tuple[list[Comparison], bool]:
+    labels = case.batch_labels()
+    pairs = [
+        (labels[batch] if batch < len(labels) else "", position, output, expected)
+        for batch, (outputs, expected_leaves) in enumerate(zip(run.outputs, reference.outputs, strict=True))
+        for position, (output, expected) in enumerate(zip(outputs, expected_leaves, strict=True))
+    ]
+    shapes_match = all(
+        output.shape == expected.shape
+        for _, _, output, expected in pairs
+        if isinstance(output, torch.Tensor) and isinstance(expected, torch.Tensor)
+    )
+    comparisons: list[Comparison] = []
+    for label, position, output, expected in pairs:
+        name = reference.paths[position] if position < len(reference.paths) else str(position)
+        if not isinstance(output, torch.Tensor) or not isinstance(expected, torch.Tensor):
+            comparison = compare_objects(output, expected, name or "output")
+        else:
+            want = reference.expected_dtypes[position] if position < len(reference.expected_dtypes) else None
+            want = want or expected.dtype
+            if case.compare == "statistics":
+                comparison = compare_statistics(output, expected, want, name or "output")
+            else:
+                floor = reference.floors[position] if position < len(reference.floors) else 0.0
+                comparison = compare_values(output, expected, want, bounds, name or "output", floor=floor)
+                if not comparison.passed and position < len(reference.spreads):
+                    comparison = _within_spread(
+                        comparison, output=output, expected=expected, want=want, bounds=bounds,
+                        reference=reference, position=position,
+                    )  # fmt: skip
+        comparisons.append(dataclasses.replace(comparison, batch=label) if label else comparison)
+    return comparisons, shapes_match
+
+
+def _within_spread(
+    comparison: Comparison,
+    *,
+    output: torch.Tensor,
+    expected: torch.Tensor,
+    want: torch.dtype,
+    bounds: Bounds,
+    reference: Reference,
+    position: int,
+) -> Comparison:
+    """A leaf that misses the plain bounds, judged again against what the precision itself moves it by
+    (`Reference.spreads`, times `spread_factor`); the rule, the bounds it was held to and why, named."""
+    scaled, rel_l2, off = (reference.spread_factor * value for value in reference.spreads[position])
+    wider = Bounds(
+        max(bounds.max_scaled_error, scaled), max(bounds.max_rel_l2, rel_l2), min(bounds.min_cosine, 1.0 - off)
+    )
+    if wider == bounds:
+        return comparison
+    floor = reference.floors[position] if position < len(reference.floors) else 0.0
+    judged = compare_values(output, expected, want, wider, comparison.output, floor=floor)
+    spread = reference.spreads[position]
+    rule = (
+        f"precision-spread rule: two eager steps whose weights and inputs differ by the precision's rounding land "
+        f"{spread[0]:.3g} apart (scaled), so bounds {reference.spread_factor:g} times that: scaled max error "
+        f"{wider.max_scaled_error:.3g}, rel L2 {wider.max_rel_l2:.3g}, cosine {wider.min_cosine:.9f}"
+    )
+    return dataclasses.replace(judged, rule="; ".join(part for part in (judged.rule, rule) if part))
+
+
+def evaluate(
+    case: Case,
+    backend: str,
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    tolerances: Tolerances,
+    workdir: Path,
+    reference: Reference | None = None,
+    runner: Runner | None = None,
+    cache: ArtifactCache | None = None,
+    weights: torch.dtype | None = None,
+) -> Result:
+    """Run `case` on `backend` and compare; never raises for a backend's or a model's own failure.
+
+    `dtype` is the run's precision (its bounds); `weights` the module's dtype where it differs (a training
+    step keeps float32 master weights under bf16 or fp16 autocast)."""
+    dtype_name = str(dtype).removeprefix("torch.")
+    result = Result(case.name, backend, dtype_name, "skipped")
+    if not case.applies_to(backend):
+        result.reason = f"case {case.name!r} applies to {', '.join(case.backends or ())} only"
+        return result
+    reason = None if runner is not None else unavailable_reason(backend, device)
+    if reason is not None:
+        result.reason = reason
+        return result
+    if reference is None:
+        reference = case_reference(case, device=device, dtype=dtype)
+    result.reference = reference.kind
+    if reference.error:
+        result.status = "error"
+        result.reason = f"{REFERENCE_FAILED}{reference.error}"
+        return result
+    calls = case.calls()
+    bounds = tolerances.bounds(dtype_name, backend, case.tolerances)
+    result.bounds = vars(bounds)
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        module = case.fresh_module().to(dtype=weights or dtype).to(device)
+        device_calls = [to_device(call, device, weights or dtype) for call in calls]
+        before = compiler_cache_counts()
+        run = (runner or runner_for(backend, cache or NO_CACHE))(case, module, device_calls, device, workdir)
+        result.compiler_caches = _since(before)
+    except Exception as error:
+        result.status = "error"
+        result.reason = describe_error(error)
+        result.error_types = error_types(error)
+        result.error_message = str(error)
+        result.cache = "hit" if isinstance(error, RecordedFailure) else ""
+        return result
+    result.compile_seconds, result.run_seconds, result.latency_ms = run.compile_seconds, run.run_seconds, run.latency_ms
+    result.artifact = str(run.artifact) if run.artifact else None
+    result.artifact_bytes = _file_bytes(run.artifact)
+    result.cache = str(run.notes.get("cache", ""))
+    result.cache_why = str(run.notes.get("cache_why", ""))
+    _take_accounting(result, run.notes)
+    counts = [len(outputs) for outputs in run.outputs]
+    if counts != [len(expected) for expected in reference.outputs]:
+        result.status = "failed"
+        result.reason = f"output structure differs: {counts} leaves vs {[len(r) for r in reference.outputs]}"
+        return result
+    result.comparisons, result.shapes_match = _compare(case, run, reference, bounds)
+    if all(comparison.passed for comparison in result.comparisons):
+        result.status = "passed"
+    else:
+        result.status = "failed"
+        result.reason = failure_reason(result.comparisons, bounds)
+    known = case.known_failure(backend)
+    if known is not None and known.computes is not None:
+        result.known_values = _computes_instead(
+            case, known.computes, calls, run, bounds=bounds, device=device, dtype=dtype
+        )
+    return result
+
+
+# The counters dynamo keeps for the compiler's own caches: inductor's compiled graphs (a forward and a backward
+# each) and AOTAutograd's joint graphs, which the compile and train suites reuse across runs.
+COMPILER_CACHES = {
+    "inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss"),
+    "aot_autograd": ("autograd_cache_hit", "autograd_cache_miss"),
+}
+
+
+def _take_accounting(result: Result, notes: dict[str, Any]) -> None:
+    """torch.compile's graphs and graph breaks, where the backend compiled with it; a delegate's share."""
+    if notes.get("delegation") is not None:
+        result.delegation = dict(notes["delegation"])
+    if "graph_breaks" in notes:
+        result.graphs, result.graph_breaks = int(notes["graphs"]), int(notes["graph_breaks"])
+        result.graph_break_reasons = [str(reason) for reason in notes["graph_break_reasons"]]
+
+
+def compiler_cache_counts() -> dict[str, int]:
+    """The compiler caches' hits and misses so far in this process (none before dynamo is loaded)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return {}
+    counters = utils.counters
+    return {name: int(counters[group][name]) for group, names in COMPILER_CACHES.items() for name in names}
+
+
+def _since(before: dict[str, int]) -> dict[str, int]:
+    after = compiler_cache_counts()
+    return {name: count - before.get(name, 0) for name, count in after.items() if count - before.get(name, 0)}
+
+
+def _file_bytes(path: Path | None) -> int:
+    """A program file's size, where the run left one (a replayed result keeps what its evaluation saw)."""
+    try:
+        return Path(path).stat().st_size if path else 0
+    except OSError:
+        return 0
+
+
+def _computes_instead(
+    case: Case,
+    computes: Callable[[], torch.nn.Module],
+    calls: list[Call],
+    run: BackendRun,
+    *,
+    bounds: Any,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> bool:
+    """Whether the backend's outputs meet the reference of the model it is known to compute instead."""
+    instead = dataclasses.replace(case, make_module=computes, known_failures={})
+    reference = make_reference(instead, calls, device=device, dtype=dtype)
+    if reference.error or [len(outputs) for outputs in run.outputs] != [len(r) for r in reference.outputs]:
+        return False
+    comparisons, _ = _compare(case, run, reference, bounds)
+    return all(comparison.passed for comparison in comparisons)

@@ -1,0 +1,171 @@
+"""Localization on failure: where a failing backend's program first leaves the reference, node by node.
+
+The case's first call runs through its exported program twice with `torch.fx.Interpreter`, in float64 (the
+reference for every intermediate) and, for the export backend, in the run's dtype; an ExecuTorch backend's
+values come from its own runtime through taps (`localize.executorch`). The first node whose value leaves the
+harness's bounds, with its inputs within them, is named with its operator, source line and delegate. inductor
+fuses nodes into kernels and keeps no intermediate: there torch's compiler bisector names the step instead
+(`localize.inductor`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from torchyard.inimage.cases import Call, Case
+from torchyard.inimage.evaluation.backends import backend_of
+from torchyard.inimage.evaluation.backends.executorch import ExecuTorch, flat_inputs, keyword_order
+from torchyard.inimage.evaluation.backends.protocol import Localizes
+from torchyard.inimage.evaluation.backends.running import export_program
+from torchyard.inimage.evaluation.errors import describe_error
+from torchyard.inimage.evaluation.harness import FLOAT64
+from torchyard.inimage.evaluation.localize.deadline import Deadline, GaveUp
+from torchyard.inimage.evaluation.localize.executorch import lowered_values, no_taps
+from torchyard.inimage.evaluation.localize.inductor import bisect_compile, bisect_train
+from torchyard.inimage.evaluation.localize.nodes import eager_differs, first_divergence, node_values
+from torchyard.inimage.evaluation.localize.result import NOT_LOCALIZED, Localization, NodeDivergence
+from torchyard.inimage.evaluation.trees import to_device
+from torchyard.inimage.start.probe import CPU
+from torchyard.inimage.start.tolerances import Bounds, Tolerances
+from torchyard.names import LOCALIZE_SECONDS_DEFAULT
+
+TIME_BOUND = float(LOCALIZE_SECONDS_DEFAULT)  # seconds, where the entry sets none
+NO_DIVERGENCE = "no node leaves the bounds on the case's first call"
+HIDDEN = " (its outputs included: where the parity run failed, the taps changed what was lowered)"
+
+
+class TracedOtherwise(Exception):
+    """The exported program itself computes other values than the model: torch.export is to blame."""
+
+
+def _how(backend: str) -> Localizes | None:
+    """How `backend` is localized: its own module says (`Backend.LOCALIZES`)."""
+    found = backend_of(backend)
+    return found.LOCALIZES if found is not None else None
+
+
+def localizes(backend: str) -> bool:
+    """Whether `localize` can say where `backend` diverges: a node (export, ExecuTorch), or a compiler step
+    (inductor, in any mode)."""
+    return _how(backend) is not None
+
+
+def localize(
+    case: Case,
+    backend: str,
+    *,
+    dtype: torch.dtype,
+    tolerances: Tolerances,
+    workdir: Path,
+    device: torch.device = CPU,
+    time_bound: float = TIME_BOUND,
+    batch: int = 0,
+) -> Localization:
+    """Where `backend` first diverges from the float64 reference on the case's call `batch` (its first; the
+    failing batch from a file) (ExecuTorch and export on the CPU, inductor on `device`); never raises for the
+    model's or the backend's failure: the note says what happened."""
+    deadline = Deadline(time_bound)
+    how = _how(backend)
+    if how is None:
+        return Localization(
+            backend, None, 0, 0.0, f"localization covers export, ExecuTorch and inductor, not {backend}"
+        )
+    if how == "lowered nodes" and no_taps():
+        return Localization(backend, None, 0, 0.0, NOT_LOCALIZED + no_taps())
+    bounds = tolerances.bounds(str(dtype).removeprefix("torch."), backend, case.tolerances)
+    node, compared, step, kind = None, 0, "", ""
+    try:
+        if how == "compiler steps":
+            step = bisect_compile(
+                case, backend.partition(":")[2], device=device, dtype=dtype, bounds=bounds, deadline=deadline,
+                batch=batch,
+            )  # fmt: skip
+        else:
+            node, compared, kind = _first_node(
+                case, backend, dtype=dtype, bounds=bounds, workdir=workdir, deadline=deadline, batch=batch
+            )
+    except GaveUp as stage:
+        note = f"gave up after {deadline.elapsed:.0f} s (time bound {time_bound:g} s), before {stage}"
+        return Localization(backend, None, compared, deadline.elapsed, note)
+    except TracedOtherwise as differs:
+        note = f"the exported program already differs from the model, before any lowering: {differs}"
+        return Localization(backend, None, compared, deadline.elapsed, note)
+    except Exception as error:
+        return Localization(backend, None, compared, deadline.elapsed, f"localization failed: {describe_error(error)}")
+    note = _nothing_found(how, node, step)
+    if batch and note:
+        note = note.replace("the case's first call", f"its batch {case.batch_labels()[batch]}")
+    return Localization(backend, node, compared, deadline.elapsed, note, step, kind)
+
+
+def localize_train(backend: str, correct: Callable[[], bool], *, time_bound: float = TIME_BOUND) -> Localization:
+    """Where a compiled training step (`train-inductor-*`) diverges: the compiler step torch's bisector names,
+    `correct` taking the step afresh and saying whether it meets the float64 step. A training step's forward and
+    backward graphs are AOTAutograd's, with no exported program to walk node by node: the bisector answers alone."""
+    deadline = Deadline(time_bound)
+    try:
+        step = bisect_train(correct, deadline)
+    except GaveUp as stage:
+        note = f"gave up after {deadline.elapsed:.0f} s (time bound {time_bound:g} s), before {stage}"
+        return Localization(backend, None, 0, deadline.elapsed, note)
+    except Exception as error:
+        return Localization(backend, None, 0, deadline.elapsed, f"localization failed: {describe_error(error)}")
+    note = "" if step else "the bisector found no compiler step that breaks the training step"
+    return Localization(backend, None, 0, deadline.elapsed, note, step)
+
+
+def _nothing_found(how: Localizes, node: NodeDivergence | None, step: str) -> str:
+    if node is not None or step:
+        return ""
+    if how == "compiler steps":
+        return "the bisector found no compiler step that breaks the case's first call"
+    return NO_DIVERGENCE + (HIDDEN if how == "lowered nodes" else "")
+
+
+def _first_node(
+    case: Case, backend: str, *, dtype: torch.dtype, bounds: Bounds, workdir: Path, deadline: Deadline, batch: int
+) -> tuple[NodeDivergence | None, int, str]:
+    """The first node out of bounds on call `batch`, how many were compared, and the reference's kind."""
+    module = case.fresh_module().to(dtype).cpu().eval()
+    call = to_device(case.calls()[batch], CPU, dtype)
+    program = export_program(case, module, call)
+    inputs = flat_inputs(keyword_order(program, call), call)
+    deadline.check("the reference")
+    reference, kind = _reference(program, case, call, inputs, bounds)
+    deadline.check(f"running {backend}")
+    delegates: dict[str, str] = {}
+    found = backend_of(backend)
+    if isinstance(found, ExecuTorch):  # "lowered nodes": its runtime's taps
+        tapped = export_program(case, module, call)  # the taps change it in place
+        if [node.name for node in tapped.graph.nodes] != [node.name for node in program.graph.nodes]:
+            raise RuntimeError("exporting the case again named its nodes otherwise")
+        lowered = lowered_values(tapped, inputs, found.delegate, workdir)
+        candidate, delegates = lowered.values, lowered.delegates
+    else:
+        candidate = node_values(program, inputs, dtype)
+    deadline.check("comparing")
+    return (*first_divergence(program.graph, candidate, reference, bounds, delegates), kind)
+
+
+def _reference(
+    program: torch.export.ExportedProgram, case: Case, call: Call, inputs: list[Any], bounds: Bounds
+) -> tuple[dict[str, torch.Tensor], str]:
+    """Every node's value in float64, else (a model that casts inside, as the harness's reference falls back) in
+    float32; raises `TracedOtherwise` where the exported program's outputs are not the model's."""
+    try:
+        values, kind, dtype = node_values(program, inputs, torch.float64), FLOAT64, torch.float64
+    except Exception as error:
+        values, dtype = node_values(program, inputs, torch.float32), torch.float32
+        kind = f"float32 on cpu (float64 fails: {describe_error(error)})"
+    # A model of its own: eager_differs casts it in place (copy.deepcopy cannot copy every model).
+    differs = eager_differs(program, case.fresh_module().cpu().eval(), call, bounds, dtype)
+    if differs:
+        raise TracedOtherwise(differs)
+    return values, kind
+
+
+__all__ = ["TIME_BOUND", "Localization", "NodeDivergence", "localize", "localizes"]

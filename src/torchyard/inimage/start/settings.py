@@ -1,0 +1,141 @@
+"""The run's settings: a pytest option for each setting that has one (`contract.SETTINGS`), its default the
+setting's variable, read once at configuration into a frozen `RunSettings` that is passed down."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from torchyard import contract
+from torchyard.inimage.start.precision import pin_precision
+from torchyard.inimage.start.tolerances import Tolerances, load_tolerances
+from torchyard.names import (
+    BACKEND_NAMES,
+    BACKEND_SUITES,
+    LOCALIZE_SECONDS_DEFAULT,
+    OPT_IN_SUITES,
+    TRAIN_BACKENDS,
+    Precision,
+)
+
+
+class SettingsError(ValueError):
+    """A setting's value does not parse; the message names the setting."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    accelerator: str
+    precision: Precision
+    report_dir: Path
+    tolerances: Tolerances
+    case_modules: tuple[str, ...]
+    builtin_cases: bool
+    suites: tuple[str, ...]
+    compile_backends: tuple[str, ...]
+    vendor_record: Path | None
+    precision_settings: dict[str, object]
+    localize_seconds: int = LOCALIZE_SECONDS_DEFAULT  # 0: failures are not localized
+    rerun: bool = False  # evaluate every result: the result cache neither replays nor keeps
+    tests_markers: str = ""  # the entry's selection among the project's own tests (`selection`)
+    tests_keyword: str = ""
+
+    @classmethod
+    def read(cls, values: contract.Values) -> RunSettings:
+        """From the settings' values as their variables carry them (`SettingsError` where one does not parse)."""
+        try:
+            tolerances = load_tolerances(values.text(contract.TOLERANCES))
+        except (ValueError, json.JSONDecodeError) as error:
+            raise SettingsError(f"tolerances: {error}") from None
+        record = values.text(contract.VENDOR_RECORD)
+        try:
+            seconds = values.number(contract.LOCALIZE_SECONDS)
+        except ValueError:
+            given = values.text(contract.LOCALIZE_SECONDS)
+            raise SettingsError(f"localization time bound: {given!r} is not a number of seconds") from None
+        modes = values.items(contract.COMPILE_MODES) or ("default",)
+        return cls(
+            accelerator=values.text(contract.ACCELERATOR),
+            precision=cast(Precision, values.text(contract.PRECISION)),
+            report_dir=Path(values.text(contract.REPORT_DIR)),
+            tolerances=tolerances,
+            case_modules=values.items(contract.CASES),
+            builtin_cases=values.enabled(contract.BUILTIN_CASES),
+            suites=values.items(contract.SUITES),
+            compile_backends=tuple("inductor" if mode == "default" else f"inductor:{mode}" for mode in modes),
+            vendor_record=Path(record) if record else None,
+            precision_settings=pin_precision(),
+            localize_seconds=seconds,
+            rerun=values.enabled(contract.RERUN),
+            tests_markers=values.text(contract.TESTS_MARKERS),
+            tests_keyword=values.text(contract.TESTS_KEYWORD),
+        )
+
+    @property
+    def train_backends(self) -> tuple[str, ...]:
+        """Eager and compiled, per optimizer; each compile mode other than the default after a colon."""
+        modes = [backend.partition(":")[2] for backend in self.compile_backends]
+        return tuple(
+            backend if "inductor" not in backend or not mode else f"{backend}:{mode}"
+            for backend in TRAIN_BACKENDS
+            for mode in (modes if "inductor" in backend else [""])
+        )
+
+    @property
+    def parity_backends(self) -> tuple[str, ...]:
+        """Every backend (each compile mode one), but an opt-in suite's only where the run selected that suite."""
+        return tuple(
+            backend
+            for name in BACKEND_NAMES
+            if BACKEND_SUITES[name] not in OPT_IN_SUITES or BACKEND_SUITES[name] in self.suites
+            for backend in (self.compile_backends if name == "inductor" else (name,))
+        )
+
+
+RUN_SETTINGS = pytest.StashKey[RunSettings]()
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """An option for each setting that has one, its default the setting's variable; a boolean's is a flag
+    that turns it from its default, as the variable may have already."""
+    group = parser.getgroup("torchyard")
+    environment = contract.Values(os.environ)
+    for setting in contract.SETTINGS:
+        if setting.option is None:
+            continue
+        if setting.encoding == "bool":
+            turned = environment.enabled(setting.variable) != _on_by_default(setting)
+            group.addoption(setting.option, action="store_true", default=turned, help=setting.means)
+        else:
+            default, choices = environment.text(setting.variable), list(setting.choices) or None
+            group.addoption(setting.option, default=default, choices=choices, help=setting.means)
+
+
+def _on_by_default(setting: contract.Setting) -> bool:
+    """A boolean setting's state where nothing sets it."""
+    return contract.Values({}).enabled(setting.variable)
+
+
+def option_values(config: pytest.Config) -> contract.Values:
+    """The settings' values from their options (each defaults to its variable), as their variables carry them."""
+    encoded: dict[str, str] = {}
+    for setting in contract.SETTINGS:
+        if setting.option is not None:
+            value = config.getoption(setting.option)
+            encoded[setting.variable] = (
+                setting.encode(bool(value) != _on_by_default(setting)) if setting.encoding == "bool" else str(value)
+            )
+    return contract.Values(encoded)
+
+
+def run_settings(config: pytest.Config) -> RunSettings:
+    """The run's settings from its options, once, at configuration; a value that does not parse is a usage error."""
+    try:
+        return RunSettings.read(option_values(config))
+    except SettingsError as error:
+        raise pytest.UsageError(f"torchyard {error}") from None
