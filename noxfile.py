@@ -149,7 +149,8 @@ def ops(session: nox.Session) -> None:
             "ops: --collect needs every shard: collect a sharded sweep's expectations from all of its reports "
             "(torchyard report DIR... --ops-expectations DIR, as .github/workflows/ops.yml does)"
         )
-    pytest_args = [*(["--torchyard-ops=quick"] if quick else []), *(["--collect-expectations"] if collect else [])]
+    quick_args = ["--torchyard-ops-operators=quick"] if quick else []
+    pytest_args = [*quick_args, *(["--collect-expectations"] if collect else [])]
     session.chdir("examples/zoo")
     session.run(
         "torchyard", "test", *(f"--entry={entry}" for entry in entries), *([f"--ops-shard={shard}"] if shard else []),

@@ -92,7 +92,7 @@ bench() {
 ops() {  # in the zoo, whose matrix has the ops entries; the reports and cache are its own
     local begun=$SECONDS code
     (cd examples/zoo && "${second[@]}" timeout "$OPS_S" "$PYTHON" -m torchyard test --in-place --entry "$OPS_ENTRY" \
-        --reports "$OUT/ops" -- "--torchyard-ops=$OPS" --collect-expectations -rfEs) > "$OUT/ops.log" 2>&1
+        --reports "$OUT/ops" -- "--torchyard-ops-operators=$OPS" --collect-expectations -rfEs) > "$OUT/ops.log" 2>&1
     code=$?
     echo "ops stage: exit $code after $((SECONDS - begun)) s of its own" >> "$OUT/ops.log"
     return "$code"

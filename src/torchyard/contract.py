@@ -8,13 +8,15 @@ environment, the plugin's options and the replay fingerprint are all built from 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Literal, assert_never
+from typing import Any, Literal, assert_never
 
 from torchyard.names import (
+    COMPILE_MODES,
     HARNESS,
     LOCALIZE_SECONDS_DEFAULT,
     OPS_OPERATORS_DEFAULT,
@@ -29,11 +31,7 @@ PRECISION = "TORCHYARD_PRECISION"
 REPORT_DIR = "TORCHYARD_REPORT_DIR"
 TOLERANCES = "TORCHYARD_TOLERANCES"
 CASES = "TORCHYARD_CASES"
-BUILTIN_CASES = "TORCHYARD_BUILTIN_CASES"
 SUITES = "TORCHYARD_SUITES"
-COMPILE_MODES = "TORCHYARD_COMPILE_MODES"
-OPS = "TORCHYARD_OPS"
-OPS_SAMPLES = "TORCHYARD_OPS_SAMPLES"
 VENDOR_RECORD = "TORCHYARD_VENDOR_RECORD"
 UNLOCKED = "TORCHYARD_UNLOCKED"
 INDUCTOR_CACHE = "TORCHYARD_INDUCTOR_CACHE"
@@ -45,9 +43,6 @@ RERUN = "TORCHYARD_RERUN"
 RERUN_OPTION = "--torchyard-rerun"  # `torchyard test --rerun` passes it
 SELF_TEST_PROOF = "TORCHYARD_SELF_TEST_PROOF"
 SELF_TESTS_STORE = "self-tests"  # the proofs' folder in the entry's cache (a new cache may start with a sibling's)
-LOCALIZE_SECONDS = "TORCHYARD_LOCALIZE_SECONDS"
-TESTS_MARKERS = "TORCHYARD_TESTS_MARKERS"
-TESTS_KEYWORD = "TORCHYARD_TESTS_KEYWORD"
 STACK = "TORCHYARD_STACK"
 IMAGE_ID = "TORCHYARD_IMAGE_ID"
 TRUST = "TORCHYARD_TRUST"
@@ -91,6 +86,89 @@ class Setting:
         raise TypeError(f"{self.variable}: {value!r} is not a {self.encoding}")
 
 
+@dataclass(frozen=True)
+class Carried:
+    """How one of an entry's `RunOptions` crosses into the image: what it means, whether it decides verdicts,
+    and how the host's loader reads it from matrix.toml."""
+
+    means: str
+    verdicts: bool
+    key: str = ""  # its matrix.toml key where that is not the field's name with dashes
+    reader: str = ""  # the loader's reader (`matrix.load.READERS`) beyond its type's own checks
+    needs: str = ""  # what the entry must have for the key to mean anything: "tests", or a suite's name
+    choices: tuple[str, ...] = ()  # a list's allowed items, where they are a closed set
+
+
+def _carried(default: object, **how: Any) -> Any:
+    return field(default=default, metadata={"carried": Carried(**how)})
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """An entry's options that cross into the image as they are, each declared once, here: its field is its
+    matrix.toml key (dashes for underscores, unless `Carried.key` says otherwise), its variable
+    `TORCHYARD_<FIELD>` and its pytest option `--torchyard-<field>` (`--torchyard-no-<field>` turns off a boolean
+    that is on by default). The host's loader reads each from matrix.toml into `Entry.options`, the in-image
+    side from its environment into `RunSettings.options`, once."""
+
+    # fmt: off
+    tests_markers: str = _carried("", verdicts=True, needs="tests",
+        means="a pytest marker expression that selects among the project's own tests (`-m`)")
+    tests_keyword: str = _carried("", verdicts=True, needs="tests",
+        means="a pytest keyword expression that selects among the project's own tests (`-k`)")
+    builtin_cases: bool = _carried(True, verdicts=True, means="leave the built-in corpus out")
+    compile_modes: tuple[str, ...] = _carried(("default",), verdicts=True, choices=COMPILE_MODES,
+        means="comma-separated torch.compile modes, each a backend column")
+    ops_operators: str = _carried(OPS_OPERATORS_DEFAULT, verdicts=True, needs="ops", reader="operators",
+        means="the ops suite's operators: quick (a few dozen across families), all (the running torch's op_db), "
+        "or names, comma-separated")
+    ops_samples: int = _carried(OPS_SAMPLES_DEFAULT, verdicts=True, needs="ops", reader="positive",
+        means="samples of each operator the ops suite runs")
+    localize_seconds: int = _carried(LOCALIZE_SECONDS_DEFAULT, verdicts=False, key="localize-timeout",
+        reader="duration-or-false",
+        means="the longest localization may take for one failing result, in seconds (0: none)")
+    # fmt: on
+
+
+# The encoding of each field's type (the annotations are strings: `from __future__ import annotations`).
+_ENCODINGS: dict[str, Encoding] = {"str": "string", "bool": "bool", "int": "int", "tuple[str, ...]": "list"}
+
+
+def carried(name: str) -> Carried:
+    """How the `RunOptions` field `name` crosses."""
+    found: Carried = next(item.metadata["carried"] for item in fields(RunOptions) if item.name == name)
+    return found
+
+
+def matrix_key(name: str) -> str:
+    """The matrix.toml key of the `RunOptions` field `name`."""
+    return carried(name).key or name.replace("_", "-")
+
+
+def option_variable(name: str) -> str:
+    """The variable that carries the `RunOptions` field `name`."""
+    return f"TORCHYARD_{name.upper()}"
+
+
+def _option_row(item: Any) -> Setting:
+    how: Carried = item.metadata["carried"]
+    encoding = _ENCODINGS[str(item.type)]
+    flag = f"--torchyard-{'no-' if item.default is True else ''}{item.name.replace('_', '-')}"
+    row = Setting(
+        option_variable(item.name),
+        item.name,
+        flag,
+        encoding,
+        verdicts=how.verdicts,
+        means=how.means,
+        choices=how.choices if encoding != "list" else (),
+    )
+    return dataclasses.replace(row, default=row.encode(item.default))
+
+
+ENTRY_OPTIONS: tuple[Setting, ...] = tuple(_option_row(item) for item in fields(RunOptions))
+
+
 SETTINGS: tuple[Setting, ...] = (
     Setting(ACCELERATOR, "accelerator", "--torchyard-accelerator", "string", verdicts=True, default="cpu",
             means="the accelerator the entry targets (its name)"),
@@ -102,25 +180,9 @@ SETTINGS: tuple[Setting, ...] = (
             means='JSON overrides: {"float32.inductor": {"max-rel-l2": 1e-4}}'),
     Setting(CASES, "cases", "--torchyard-cases", "list", verdicts=True,
             means="comma-separated case modules (or module:attr)"),
-    Setting(BUILTIN_CASES, "builtin_cases", "--torchyard-no-builtin-cases", "bool", verdicts=True, default="1",
-            means="leave the built-in corpus out"),
     Setting(SUITES, "suites", "--torchyard-suites", "list", verdicts=True,
             means="comma-separated: the suites that must each pass a test"),
-    Setting(COMPILE_MODES, "compile_modes", "--torchyard-compile-modes", "list", verdicts=True, default="default",
-            means="comma-separated torch.compile modes, each a backend column"),
-    Setting(OPS, "ops_operators", "--torchyard-ops", "string", verdicts=True, default=OPS_OPERATORS_DEFAULT,
-            means="the ops suite's operators: quick (a few dozen across families), all (the running torch's "
-            "op_db), or names, comma-separated"),
-    Setting(OPS_SAMPLES, "ops_samples", "--torchyard-ops-samples", "int", verdicts=True,
-            default=str(OPS_SAMPLES_DEFAULT),
-            means="samples of each operator the ops suite runs"),
-    Setting(TESTS_MARKERS, "tests_markers", "--torchyard-tests-markers", "string", verdicts=True,
-            means="a pytest marker expression that selects among the project's own tests (`-m`)"),
-    Setting(TESTS_KEYWORD, "tests_keyword", "--torchyard-tests-keyword", "string", verdicts=True,
-            means="a pytest keyword expression that selects among the project's own tests (`-k`)"),
-    Setting(LOCALIZE_SECONDS, "localize_seconds", "--torchyard-localize-seconds", "int", verdicts=False,
-            default=str(LOCALIZE_SECONDS_DEFAULT),
-            means="the longest localization may take for one failing result, in seconds (0: none)"),
+    *ENTRY_OPTIONS,
     Setting(VENDOR_RECORD, None, "--torchyard-vendor-record", "string", verdicts=False,
             means="the base image's vendor record, which the probe checks (the image sets it)"),
     Setting(UNLOCKED, None, None, "string", verdicts=False,
@@ -176,6 +238,25 @@ class Values:
         """A boolean's state: "1" or "0", the default for anything else."""
         assert setting(variable).encoding == "bool", variable
         return {"1": True, "0": False}.get(self.text(variable), setting(variable).default == "1")
+
+    def options(self) -> RunOptions:
+        """The entry's options, each from its variable (ValueError naming the option where a number is not one)."""
+        decoded: dict[str, Any] = {}  # each of its field's type, as its encoding reads back
+        for row in ENTRY_OPTIONS:
+            assert row.field is not None
+            match row.encoding:
+                case "bool":
+                    decoded[row.field] = self.enabled(row.variable)
+                case "int":
+                    try:
+                        decoded[row.field] = self.number(row.variable)
+                    except ValueError as error:
+                        raise ValueError(f"{row.option}: {error}") from None
+                case "list":
+                    decoded[row.field] = self.items(row.variable)
+                case _:
+                    decoded[row.field] = self.text(row.variable)
+        return RunOptions(**decoded)
 
 
 AUTOLOAD_OFF = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"  # pytest's own: no plugin loads unless named with -p
@@ -281,10 +362,14 @@ def plugin_environment(*, project_tests: Sequence[str], extra: Sequence[str]) ->
     return {} if project_tests or extra else {AUTOLOAD_OFF: "1"}
 
 
-def suite_environment(fields: Mapping[str, object], *, report_dir: str) -> dict[str, str]:
+def suite_environment(
+    fields: Mapping[str, object], options: RunOptions | None = None, *, report_dir: str
+) -> dict[str, str]:
     """The variables the in-image plugin reads: each setting an entry field gives, from `fields` (plain values
-    by field name), and the reports' folder. A container gets them with `--env`, a venv in its env."""
-    crossing = {row.variable: row.encode(fields[row.field]) for row in SETTINGS if row.field is not None}
+    by field name) and the entry's `options`, and the reports' folder. A container gets them with `--env`, a
+    venv in its env."""
+    values = {**fields, **vars(options or RunOptions())}
+    crossing = {row.variable: row.encode(values[row.field]) for row in SETTINGS if row.field is not None}
     return {REPORT_DIR: report_dir, **HASH_SEED, **crossing}
 
 

@@ -3,6 +3,7 @@ tied to the entry's fields, to every variable the contract names, and to the rep
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import fields
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 from tests.unit.matrix_text import VALID
 from torchyard import contract
-from torchyard.contract import SETTINGS, Values, setting
+from torchyard.contract import SETTINGS, RunOptions, Values, setting
 from torchyard.inimage.start import replay
 from torchyard.matrix import parse_plan
 from torchyard.matrix.schema import Entry
@@ -36,7 +37,8 @@ HOST_ONLY = {
 
 
 def test_each_entry_field_crosses_as_a_setting_or_stays_on_the_host() -> None:
-    entry_fields = {field.name for field in fields(Entry)}
+    entry_fields = {field.name for field in fields(Entry)} - {"options"}
+    entry_fields |= {field.name for field in fields(RunOptions)}  # each crosses: its row is made from it
     crossing = {row.field for row in SETTINGS if row.field is not None}
     assert crossing <= entry_fields, f"not fields of Entry: {sorted(crossing - entry_fields)}"
     assert entry_fields - crossing == HOST_ONLY, "a new Entry field: add its row to contract.SETTINGS, or here"
@@ -44,6 +46,7 @@ def test_each_entry_field_crosses_as_a_setting_or_stays_on_the_host() -> None:
 
 def test_every_variable_the_contract_names_is_a_setting() -> None:
     named = {value for value in vars(contract).values() if isinstance(value, str) and value.startswith("TORCHYARD_")}
+    named |= {row.variable for row in contract.ENTRY_OPTIONS}  # named by their fields
     assert named == {row.variable for row in SETTINGS}
     assert len(SETTINGS) == len(named)  # one row each
     # The in-image side (its self-tests aside, which plant variables of their own) names them by the contract.
@@ -67,17 +70,21 @@ def test_the_run_environment_carries_each_setting_an_entry_gives() -> None:
             {"float32.inductor": {"max-rel-l2": None, "max-scaled-error": 1e-4, "min-cosine": 0.9999}}, sort_keys=True
         ),
         contract.CASES: "",
-        contract.BUILTIN_CASES: "1",
-        contract.COMPILE_MODES: "default",
-        contract.OPS: "quick",
-        contract.OPS_SAMPLES: "2",
-        contract.LOCALIZE_SECONDS: "60",
-        contract.TESTS_MARKERS: "",
-        contract.TESTS_KEYWORD: "",
+        # The entry's options (none set: their defaults), each by its row (`test_an_entry_option_is_declared_once`).
+        **{row.variable: row.default for row in contract.ENTRY_OPTIONS},
     }
 
 
 def test_the_image_reads_back_what_the_host_wrote() -> None:
+    options = RunOptions(
+        tests_markers="not slow",
+        tests_keyword="not dtw",
+        builtin_cases=False,
+        compile_modes=("default", "max-autotune"),
+        ops_operators="nn.functional.gelu,add",
+        ops_samples=4,
+        localize_seconds=300,
+    )
     written = contract.suite_environment(
         {
             "accelerator": "cpu",
@@ -85,44 +92,60 @@ def test_the_image_reads_back_what_the_host_wrote() -> None:
             "suites": ("export", "parity"),
             "tolerances": {"float32.export": {"max-rel-l2": 1.0}},
             "cases": ("mypkg.cases", "other:CASES"),
-            "builtin_cases": False,
-            "compile_modes": ("default", "max-autotune"),
-            "ops_operators": "nn.functional.gelu,add",
-            "ops_samples": 4,
-            "localize_seconds": 300,
-            "tests_markers": "not slow",
-            "tests_keyword": "not dtw",
         },
+        options,
         report_dir="/r",
     )
     read = Values(written)
-    assert read.text(contract.TESTS_MARKERS) == "not slow" and read.text(contract.TESTS_KEYWORD) == "not dtw"
-    assert read.text(contract.OPS) == "nn.functional.gelu,add" and read.text(contract.OPS_SAMPLES) == "4"
-    assert read.text(contract.LOCALIZE_SECONDS) == "300"
+    assert read.text("TORCHYARD_TESTS_MARKERS") == "not slow" and read.text("TORCHYARD_TESTS_KEYWORD") == "not dtw"
+    assert (
+        read.text("TORCHYARD_OPS_OPERATORS") == "nn.functional.gelu,add" and read.text("TORCHYARD_OPS_SAMPLES") == "4"
+    )
+    assert read.text("TORCHYARD_LOCALIZE_SECONDS") == "300"
     assert read.text(contract.PRECISION) == "bf16" and read.text(contract.REPORT_DIR) == "/r"
     assert read.items(contract.SUITES) == ("export", "parity")
     assert read.items(contract.CASES) == ("mypkg.cases", "other:CASES")
-    assert read.items(contract.COMPILE_MODES) == ("default", "max-autotune")
-    assert read.enabled(contract.BUILTIN_CASES) is False
+    assert read.items("TORCHYARD_COMPILE_MODES") == ("default", "max-autotune")
+    assert read.enabled("TORCHYARD_BUILTIN_CASES") is False
     assert json.loads(read.text(contract.TOLERANCES)) == {"float32.export": {"max-rel-l2": 1.0}}
+    assert read.options() == options
+
+
+def test_an_entry_option_is_declared_once_and_its_key_variable_and_option_follow() -> None:
+    """Issue 59: a setting that crossed into the image took 10 files and 4 names. A `RunOptions` field is its
+    row: its matrix key, its variable and its pytest option are its name's, and it reads back as written."""
+    rows = {row.field: row for row in contract.ENTRY_OPTIONS}
+    assert set(rows) == {item.name for item in dataclasses.fields(RunOptions)}
+    assert (
+        rows["ops_samples"].variable == "TORCHYARD_OPS_SAMPLES"
+        and rows["ops_samples"].option == "--torchyard-ops-samples"
+    )
+    assert rows["builtin_cases"].option == "--torchyard-no-builtin-cases"  # on by default: the flag turns it off
+    assert (
+        contract.matrix_key("tests_markers") == "tests-markers"
+        and contract.matrix_key("localize_seconds") == "localize-timeout"
+    )
+    assert Values({}).options() == RunOptions() and all(row in contract.SETTINGS for row in rows.values())
+    with pytest.raises(ValueError, match="--torchyard-ops-samples: 'many' is not a whole number"):
+        Values({"TORCHYARD_OPS_SAMPLES": "many"}).options()
 
 
 def test_an_unset_variable_reads_as_its_default() -> None:
     unset = Values({})
     assert unset.text(contract.ACCELERATOR) == "cpu" and unset.text(contract.TRUST) == "trusted"
-    assert unset.items(contract.COMPILE_MODES) == ("default",) and unset.items(contract.CASES) == ()
-    assert unset.enabled(contract.BUILTIN_CASES) and not unset.enabled(contract.REUSE_RESULTS)
-    assert Values({contract.BUILTIN_CASES: "yes"}).enabled(contract.BUILTIN_CASES)  # only "0" turns it off
+    assert unset.items("TORCHYARD_COMPILE_MODES") == ("default",) and unset.items(contract.CASES) == ()
+    assert unset.enabled("TORCHYARD_BUILTIN_CASES") and not unset.enabled(contract.REUSE_RESULTS)
+    assert Values({"TORCHYARD_BUILTIN_CASES": "yes"}).enabled("TORCHYARD_BUILTIN_CASES")  # only "0" turns it off
 
 
 @pytest.mark.parametrize(
     ("variable", "value"),
     [
         (contract.SUITES, "export"),
-        (contract.BUILTIN_CASES, "no"),
+        ("TORCHYARD_BUILTIN_CASES", "no"),
         (contract.ACCELERATOR, ("cpu",)),
-        (contract.OPS_SAMPLES, True),
-        (contract.OPS_SAMPLES, "2"),
+        ("TORCHYARD_OPS_SAMPLES", True),
+        ("TORCHYARD_OPS_SAMPLES", "2"),
     ],
 )
 def test_a_value_of_another_kind_is_refused(variable: str, value: object) -> None:

@@ -344,7 +344,7 @@ def test_the_built_in_corpus_is_stated_with_its_cost_and_left_out_where_the_proj
     assert "14 small models of its own through every suite, about 280 s a CPU run" in text
     (root / "matrix.toml").write_text(text)
     (entry,) = parse_plan(text, root / "matrix.toml").entries
-    assert entry.builtin_cases is builtin
+    assert entry.options.builtin_cases is builtin
 
 
 @pytest.mark.parametrize(

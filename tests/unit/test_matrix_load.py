@@ -54,9 +54,9 @@ def test_the_localization_time_bound_is_a_duration_or_off() -> None:
     def seconds(line: str) -> int:
         text = VALID.replace('suites = ["export", "parity"]', f'suites = ["export", "parity"]\n{line}')
         (cuda,) = [entry for entry in parse(text).entries if entry.name == "cuda"]
-        return int(cuda.localize_seconds)
+        return int(cuda.options.localize_seconds)
 
-    assert [entry.localize_seconds for entry in parse(VALID).entries] == [60, 60]
+    assert [entry.options.localize_seconds for entry in parse(VALID).entries] == [60, 60]
     assert (seconds('localize-timeout = "5m"'), seconds("localize-timeout = false")) == (300, 0)
     bad = VALID.replace('suites = ["export", "parity"]', 'suites = ["export", "parity"]\nlocalize-timeout = true')
     assert error_of(bad) == (
@@ -70,8 +70,10 @@ def test_the_ops_suites_keys_are_read_only_where_it_runs() -> None:
         'suites = ["parity", "ops"]\nops-operators = "add,nn.functional.gelu"\nops-samples = 3',
     )
     (cuda,) = [entry for entry in parse(ops).entries if entry.name == "cuda"]
-    assert (cuda.ops_operators, cuda.ops_samples) == ("add,nn.functional.gelu", 3)
-    assert [(entry.ops_operators, entry.ops_samples) for entry in parse(VALID).entries] == [("quick", 2)] * 2
+    assert (cuda.options.ops_operators, cuda.options.ops_samples) == ("add,nn.functional.gelu", 3)
+    assert [(entry.options.ops_operators, entry.options.ops_samples) for entry in parse(VALID).entries] == [
+        ("quick", 2)
+    ] * 2
     without = VALID.replace('suites = ["export", "parity"]', 'suites = ["export", "parity"]\nops-samples = 3')
     assert error_of(without) == (
         'matrix.toml: entry "cuda" > ops-samples: only for an entry that runs the ops suite: add "ops" to its suites'
@@ -400,7 +402,7 @@ def test_compile_modes_become_backend_columns_in_the_run_environment() -> None:
         'requirements = ["torch==2.14.*", "pytest"]\ncompile-modes = ["default", "max-autotune-no-cudagraphs"]',
     )
     entry = parse(text).entry("cpu")
-    assert entry.compile_modes == ("default", "max-autotune-no-cudagraphs")
+    assert entry.options.compile_modes == ("default", "max-autotune-no-cudagraphs")
     assert entry_environment(entry, "/reports")["TORCHYARD_COMPILE_MODES"] == "default,max-autotune-no-cudagraphs"
     assert error_of(text.replace('"max-autotune-no-cudagraphs"', '"fastest"')) == (
         'matrix.toml: entry "cpu" > compile-modes[1]: expected one of default, reduce-overhead, max-autotune, '

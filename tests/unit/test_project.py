@@ -440,7 +440,7 @@ def test_tests_take_node_ids_and_a_selection_as_users_write_it(tmp_path: Path) -
     entry = load_plan(root / "matrix.toml").entry("gpt")
     assert entry.tests == ("tests/test_model.py::test_gpt", "tests/test_model.py::TestX::test_y")
     assert entry.test_paths == ("tests/test_model.py",)
-    assert (entry.tests_markers, entry.tests_keyword) == ("not slow", "not dtw")
+    assert (entry.options.tests_markers, entry.options.tests_keyword) == ("not slow", "not dtw")
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_accelerators import fake_drm, fake_kfd
+from torchyard import contract
 from torchyard.accelerators import ACCELERATORS, HostFacts
 from torchyard.accelerators.protocol import NO_NVIDIA_DEVICES
 from torchyard.errors import ConfigError, DeviceUnavailableError, UsageError
@@ -68,25 +69,27 @@ def common(entry: str) -> tuple[str, ...]:
     )  # fmt: skip
 
 
+def env_args(**variables: str) -> tuple[str, ...]:
+    """`--env NAME=VALUE` for each variable, in the order of their names, as torchyard passes them."""
+    return tuple(arg for name in sorted(variables) for arg in ("--env", f"{name}={variables[name]}"))
+
+
 def tail(entry: str, markers: str, suites: str = "export,compile,runtime,parity,train") -> tuple[str, ...]:
     """torchyard's own variables (after every flag that could set them), the image and pytest's arguments."""
     return (
         "--env", "LOGNAME=torchyard",
         "--env", "TORCHYARD_TRUST=trusted",
         "--env", "PYTHONHASHSEED=0",
-        "--env", f"TORCHYARD_ACCELERATOR={entry}",
-        "--env", "TORCHYARD_BUILTIN_CASES=1",
-        "--env", "TORCHYARD_CASES=",
-        "--env", "TORCHYARD_COMPILE_MODES=default",
-        "--env", "TORCHYARD_LOCALIZE_SECONDS=60",
-        "--env", "TORCHYARD_OPS=quick",
-        "--env", "TORCHYARD_OPS_SAMPLES=2",
-        "--env", "TORCHYARD_PRECISION=fp32",
-        "--env", "TORCHYARD_REPORT_DIR=/reports",
-        "--env", f"TORCHYARD_SUITES={suites}",
-        "--env", "TORCHYARD_TESTS_KEYWORD=",
-        "--env", "TORCHYARD_TESTS_MARKERS=",
-        "--env", "TORCHYARD_TOLERANCES={}",
+        *env_args(
+            TORCHYARD_ACCELERATOR=entry,
+            TORCHYARD_CASES="",
+            TORCHYARD_PRECISION="fp32",
+            TORCHYARD_REPORT_DIR="/reports",
+            TORCHYARD_SUITES=suites,
+            TORCHYARD_TOLERANCES="{}",
+            # The entry's options (none set: their defaults), each by its row (`test_contract.py`).
+            **{row.variable: row.default for row in contract.ENTRY_OPTIONS},
+        ),
         f"torchyard/{entry}:0123456789abcdef",
         "/opt/torchyard/inimage/torchyard/inimage/suites",
         "/opt/torchyard/inimage/torchyard/inimage/selftests",

@@ -6,12 +6,15 @@ import dataclasses
 import datetime as dt
 import re
 import tomllib
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, cast
 
 from packaging.utils import canonicalize_name
 
+from torchyard import contract
+from torchyard.contract import RunOptions
 from torchyard.errors import ConfigError, UsageError
 from torchyard.matrix import values
 from torchyard.matrix.machine import DURATION, duration_seconds
@@ -32,14 +35,10 @@ from torchyard.matrix.schema import (
 )
 from torchyard.names import (
     ACCELERATOR_NAMES,
-    COMPILE_MODES,
     DEFAULT_SUITES,
-    LOCALIZE_SECONDS_DEFAULT,
     NATIVE_ACCELERATORS,
     OPS_ALL,
-    OPS_OPERATORS_DEFAULT,
     OPS_QUICK,
-    OPS_SAMPLES_DEFAULT,
     PRECISIONS,
     SUITE_NAMES,
     AcceleratorName,
@@ -308,19 +307,13 @@ def _entry(
     timeout = table.string("timeout", default=DEFAULT_TIMEOUT)
     if not DURATION.fullmatch(timeout):
         raise table.error("timeout", f'expected a duration such as "2h", "90m" or "600s", got {describe(timeout)}')
-    localize_seconds = _localize_seconds(table)
     tests = table.string_list("tests", required=False) or ()
     for position, node in enumerate(tests):
         if node.startswith("-") or not test_path(node):  # pytest would read it as an option of its own
             raise table.error(f"tests[{position}]", f"{describe(node)} is not a pytest node id (a path, or path::test)")
-    tests_markers, tests_keyword = (_selection(table, key, tests) for key in ("tests-markers", "tests-keyword"))
     project = _project(table, folder, tuple(dict.fromkeys(test_path(node) for node in tests)))
-    builtin_cases = table.boolean("builtin-cases", default=True)
     lock_on_runner = table.boolean("lock-on-runner", default=False)
-    compile_modes = table.string_list("compile-modes", required=False, non_empty=True) or ("default",)
-    for position, mode in enumerate(compile_modes):
-        _choice(table, f"compile-modes[{position}]", COMPILE_MODES, mode)
-    ops_operators, ops_samples = _ops(table, suites)
+    options = _options(table, suites, tests)
     accelerator = accelerators[accelerator_name]
     if table.value("base-image", required=False) is not None:  # the entry's own base, for another Python
         accelerator = dataclasses.replace(accelerator, base_image=_base_image(table, accelerator.name))
@@ -337,16 +330,10 @@ def _entry(
         precision=cast(Precision, precision),
         project=project,
         tests=tests,
-        tests_markers=tests_markers,
-        tests_keyword=tests_keyword,
-        builtin_cases=builtin_cases,
-        compile_modes=compile_modes,
         network=network,
         timeout=timeout,
         lock_on_runner=lock_on_runner,
-        ops_operators=ops_operators,
-        ops_samples=ops_samples,
-        localize_seconds=localize_seconds,
+        options=options,
     )
     table.finish()
     return entry
@@ -368,49 +355,78 @@ def _exclude(table: Table) -> tuple[str, ...]:
     return names
 
 
-def _selection(table: Table, key: str, tests: tuple[str, ...]) -> str:
-    """`tests-markers` or `tests-keyword`: a pytest expression (as `-m` or `-k` takes it) for the project's own
-    tests, on one line; pytest reads it in the image, where a malformed one stops the run in one line."""
-    value = table.optional_string(key) or ""
-    if value and not tests:
-        raise table.error(key, "selects among the entry's own `tests`, and it has none")
-    if any(not char.isprintable() for char in value):
-        raise table.error(key, f"{describe(value)}: one line of printable characters")
+def _options(table: Table, suites: tuple[str, ...], tests: tuple[str, ...]) -> RunOptions:
+    """The entry's `RunOptions`, each read by its type and its reader (`contract.Carried`) from its key."""
+    read: dict[str, Any] = {}  # each of its field's type, as its reader made it
+    for item in fields(RunOptions):
+        how, key = contract.carried(item.name), contract.matrix_key(item.name)
+        value = table.value(key, required=False)
+        if value is None:
+            read[item.name] = item.default
+            continue
+        if how.needs == "tests" and value and not tests:
+            raise table.error(key, "selects among the entry's own `tests`, and it has none")
+        if how.needs and how.needs != "tests" and how.needs not in suites:
+            raise table.error(
+                key, f'only for an entry that runs the {how.needs} suite: add "{how.needs}" to its suites'
+            )
+        read[item.name] = READERS[how.reader or str(item.type)](table, key, value, how)
+    return RunOptions(**read)
+
+
+def _line(table: Table, key: str, value: object, how: contract.Carried) -> str:
+    """One line of printable text (a pytest expression, read by pytest in the image)."""
+    text = table.optional_string(key) or ""
+    if any(not char.isprintable() for char in text):
+        raise table.error(key, f"{describe(text)}: one line of printable characters")
+    return text
+
+
+def _boolean(table: Table, key: str, value: object, how: contract.Carried) -> bool:
+    return table.boolean(key, default=False)
+
+
+def _items(table: Table, key: str, value: object, how: contract.Carried) -> tuple[str, ...]:
+    items = table.string_list(key, non_empty=True)
+    assert items is not None
+    for position, item in enumerate(items):
+        if how.choices:
+            _choice(table, f"{key}[{position}]", how.choices, item)
+    return items
+
+
+def _positive(table: Table, key: str, value: object, how: contract.Carried) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise table.error(key, f"expected a number of {key.rpartition('-')[2]} (1 or more), got {describe(value)}")
     return value
 
 
-def _localize_seconds(table: Table) -> int:
-    """`localize-timeout`: a duration, or false for no localization (0 seconds)."""
-    value = table.value("localize-timeout", required=False)
-    if value is None:
-        return LOCALIZE_SECONDS_DEFAULT
+def _duration_or_false(table: Table, key: str, value: object, how: contract.Carried) -> int:
+    """A duration as seconds, or false for none (0 seconds)."""
     if value is False:
         return 0
     if not isinstance(value, str) or not DURATION.fullmatch(value):
-        raise table.error(
-            "localize-timeout", f'expected a duration such as "60s" or "5m", or false, got {describe(value)}'
-        )
+        raise table.error(key, f'expected a duration such as "60s" or "5m", or false, got {describe(value)}')
     return duration_seconds(value)
 
 
-def _ops(table: Table, suites: tuple[str, ...]) -> tuple[str, int]:
-    """The ops suite's operators and samples per operator; set only on an entry whose suites include it."""
-    given = {key: table.value(key, required=False) for key in ("ops-operators", "ops-samples")}
-    for key, value in given.items():
-        if value is not None and "ops" not in suites:
-            raise table.error(key, 'only for an entry that runs the ops suite: add "ops" to its suites')
-    operators = table.string("ops-operators", default=OPS_OPERATORS_DEFAULT)
-    if operators not in (OPS_QUICK, OPS_ALL) and not OPERATOR_NAMES.fullmatch(operators):
+def _operators(table: Table, key: str, value: object, how: contract.Carried) -> str:
+    if not isinstance(value, str) or (value not in (OPS_QUICK, OPS_ALL) and not OPERATOR_NAMES.fullmatch(value)):
         raise table.error(
-            "ops-operators",
-            f'expected "{OPS_QUICK}", "{OPS_ALL}" or op_db names, comma-separated, got {describe(operators)}',
+            key, f'expected "{OPS_QUICK}", "{OPS_ALL}" or op_db names, comma-separated, got {describe(value)}'
         )
-    samples = given["ops-samples"]
-    if samples is None:
-        return operators, OPS_SAMPLES_DEFAULT
-    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-        raise table.error("ops-samples", f"expected a number of samples (1 or more), got {describe(samples)}")
-    return operators, samples
+    return value
+
+
+# How the loader reads a `RunOptions` field: by its reader's name, else by its type.
+READERS: dict[str, Callable[[Table, str, object, contract.Carried], object]] = {
+    "str": _line,
+    "bool": _boolean,
+    "tuple[str, ...]": _items,
+    "positive": _positive,
+    "duration-or-false": _duration_or_false,
+    "operators": _operators,
+}
 
 
 def _project(table: Table, folder: Path, tests: tuple[str, ...]) -> Project | None:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
+from torchyard.contract import RunOptions
 from torchyard.names import (
-    LOCALIZE_SECONDS_DEFAULT,
     NATIVE_ACCELERATORS,
-    OPS_OPERATORS_DEFAULT,
-    OPS_SAMPLES_DEFAULT,
     AcceleratorName,
     Precision,
     SuiteName,
@@ -116,20 +114,13 @@ class Entry:
     # Packages left out of the lock (uv's `--excludes`): a dependency's dependency the image does not need.
     exclude: tuple[str, ...] = ()
     tests: tuple[str, ...] = ()  # pytest node ids: paths, or `path::test` (`test_paths` has the paths)
-    # pytest's selection of the project's own tests, as users write it (`-m`, `-k`); torchyard's suites and
-    # self-tests are selected apart, never by these.
-    tests_markers: str = ""
-    tests_keyword: str = ""
-    builtin_cases: bool = True
-    compile_modes: tuple[str, ...] = ("default",)
     network: str | None = None  # why this entry's tests need the network; None keeps them off it
     timeout: str = "2h"  # the longest a run of the entry may take (capped by the machine's [limits] timeout)
     # No lock is committed: the entry's own runner, which reaches its indexes, locks it before its image.
     lock_on_runner: bool = False
-    ops_operators: str = OPS_OPERATORS_DEFAULT  # the ops suite's: "quick", "all" or op_db names, comma-separated
-    ops_samples: int = OPS_SAMPLES_DEFAULT  # the ops suite's samples per operator
-    # The longest localization may take for one failing result, in seconds; 0: no localization.
-    localize_seconds: int = LOCALIZE_SECONDS_DEFAULT
+    # What crosses into the image as it is: the project's tests' selection, compile modes, the ops suite's
+    # operators and samples, localization's time bound (each declared once, in `contract.RunOptions`).
+    options: RunOptions = field(default_factory=RunOptions)
 
     @property
     def indexes(self) -> tuple[Index, ...]:

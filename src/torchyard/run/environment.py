@@ -25,4 +25,4 @@ def entry_environment(entry: Entry, report_dir: str) -> dict[str, str]:
     but the accelerator, by name, and the tolerances, as the plugin's overrides."""
     values = {field.name: getattr(entry, field.name) for field in fields(entry)}
     values |= {"accelerator": entry.accelerator.name, "tolerances": tolerance_overrides(entry)}
-    return contract.suite_environment(values, report_dir=report_dir)
+    return contract.suite_environment(values, entry.options, report_dir=report_dir)

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 
-from torchyard import contract
 from torchyard.inimage.cases import Case
-from torchyard.inimage.evaluation.cache.artifacts import ArtifactCache, entry_cache
+from torchyard.inimage.evaluation.cache.artifacts import ArtifactCache
 from torchyard.inimage.evaluation.cache.results import ResultCache
 from torchyard.inimage.evaluation.errors import TORCHYARD, describe_error, torchyards_fault
 from torchyard.inimage.evaluation.factory import factory_differs
@@ -31,14 +29,12 @@ from torchyard.inimage.start.settings import RunSettings
 
 def artifact_cache(settings: RunSettings) -> ArtifactCache:
     """Lowered programs by content, shared by every worker and run of the entry (`off` turns it off)."""
-    return entry_cache(os.environ, contract.cache_root(os.environ, settings.report_dir))
+    return ArtifactCache(settings.cache_root / "artifacts" if settings.artifacts else None)
 
 
 def result_cache(settings: RunSettings) -> ResultCache:
     """Passing results by the key of what decides them, beside the artifacts (off with the artifact cache)."""
-    off = os.environ.get(contract.ARTIFACT_CACHE) == "off"
-    root = None if off else contract.cache_root(os.environ, settings.report_dir) / "verdicts"
-    return ResultCache(root, rerun=settings.rerun)
+    return ResultCache(settings.cache_root / "verdicts" if settings.artifacts else None, rerun=settings.rerun)
 
 
 class Evaluations:
@@ -103,7 +99,7 @@ class Evaluations:
         named = known is not None and bool(known.node)  # a known wrong value that names its node: it is checked
         if result.status != "failed" or (result.known_values and not named) or case.compare != "values":
             return
-        if not self.settings.localize_seconds:
+        if not self.settings.options.localize_seconds:
             return
         if localizes(result.backend):
             # On the batch that failed first: a batch from a file can fail where the random one passes.
@@ -116,7 +112,7 @@ class Evaluations:
                 tolerances=self.settings.tolerances,
                 workdir=self.workdir / case.name / "localize",
                 device=self.device,
-                time_bound=self.settings.localize_seconds,
+                time_bound=self.settings.options.localize_seconds,
                 batch=labels.index(failing) if failing in labels else 0,
             )
             result.diverges = where.as_dict()
@@ -198,7 +194,7 @@ class Evaluations:
         An eager step has no compiler to blame."""
         if result.status != "failed" or not TrainBackend.parse(result.backend).compiled:
             return
-        if not self.settings.localize_seconds:
+        if not self.settings.options.localize_seconds:
             return
         conditioned = self._eager_misses_alike(case, result)
         if conditioned:  # no compiler step to find: eager's own float32 step misses as much
@@ -214,7 +210,7 @@ class Evaluations:
             )  # fmt: skip
             return again.status == "passed"
 
-        where = localize_train(result.backend, correct, time_bound=self.settings.localize_seconds)
+        where = localize_train(result.backend, correct, time_bound=self.settings.options.localize_seconds)
         result.diverges = where.as_dict()
 
 

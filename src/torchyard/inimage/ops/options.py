@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from torchyard import contract
-from torchyard.inimage.start.settings import option_values
+from torchyard.inimage.start.settings import RUN_SETTINGS
 
 
 @dataclass(frozen=True)
@@ -48,14 +48,11 @@ def add_options(parser: pytest.Parser) -> None:
 
 
 def ops_options(config: pytest.Config) -> OpsOptions:
-    values = option_values(config)
-    try:
-        samples = values.number(contract.OPS_SAMPLES)
-    except ValueError:
-        samples = 0
-    if samples < 1:
-        given = values.text(contract.OPS_SAMPLES)
-        raise pytest.UsageError(f"--torchyard-ops-samples: {given!r} is not a number of samples (1 or more)")
+    options = config.stash[RUN_SETTINGS].options
+    if options.ops_samples < 1:
+        raise pytest.UsageError(
+            f"--torchyard-ops-samples: {options.ops_samples} is not a number of samples (1 or more)"
+        )
     try:
         shard = contract.parse_shard(str(config.getoption(contract.OPS_SHARD_OPTION)))
     except ValueError as error:
@@ -63,8 +60,8 @@ def ops_options(config: pytest.Config) -> OpsOptions:
     collect = bool(config.getoption("--collect-expectations"))
     given = str(config.getoption(contract.OPS_EXPECTATIONS_OPTION))
     return OpsOptions(
-        operators=str(config.getoption("--torchyard-ops")),
-        samples=samples,
+        operators=options.ops_operators,
+        samples=options.ops_samples,
         expectations=Path(given) if given else None,
         collect=collect,
         shard=shard,

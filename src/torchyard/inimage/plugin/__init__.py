@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from torchyard import contract
 from torchyard.inimage.cases import Case, CaseLoadError, load_cases
 from torchyard.inimage.evaluation.cache.results import snapshot_project
 from torchyard.inimage.evaluation.evaluations import Evaluations, result_cache
@@ -48,13 +47,13 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{suite}: the {suite} suite")
     config.stash[RUN_SETTINGS] = settings = run_settings(config)
     try:  # once, here: a broken cases module is one line, not a collection error per suite
-        config.stash[_cases_key] = load_cases(settings.case_modules, builtin=settings.builtin_cases)
+        config.stash[_cases_key] = load_cases(settings.case_modules, builtin=settings.options.builtin_cases)
     except CaseLoadError as error:
         pytest.exit(f"torchyard: {error}", returncode=pytest.ExitCode.USAGE_ERROR)
     # Each xdist worker compiles into its own inductor cache: no two processes write one directory.
     worker = worker_id(config)
     pin_worker_device(settings.accelerator, worker)  # before torch touches the device
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(contract.cache_root(os.environ, settings.report_dir) / worker)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(settings.cache_root / worker)
     # inductor's FX graph and AOTAutograd caches live there too: a warm volume skips their compiles.
     os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
     os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "1")
@@ -72,7 +71,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     (registered later, so called earlier unless this one goes first), and a mark added after it groups nothing."""
     mark_items(config, items)
     settings = config.stash[RUN_SETTINGS]
-    select_project_tests(config, items, settings.tests_markers, settings.tests_keyword)
+    select_project_tests(config, items, settings.options.tests_markers, settings.options.tests_keyword)
     proofs.mark_self_tests(items)  # in every run: parity.md counts them, a proof leaves them out
 
 
@@ -80,9 +79,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_collection_finish(session: pytest.Session) -> None:
     settings = session.config.stash[RUN_SETTINGS]
     session.config.stash[PARITY_EAGER] = parity_eager_tests(session.items)
-    if not settings.rerun and os.environ.get(contract.ARTIFACT_CACHE) != "off":  # a run that keeps results
+    if not settings.rerun and settings.artifacts:  # a run that keeps results
         snapshot_project()  # what the result cache keys the project by: before any test imports more
-    import_first_use(session.items, contract.cache_root(os.environ, settings.report_dir))
+    import_first_use(session.items, settings.cache_root)
     _FREEZER.freeze(collect=gc.isenabled())  # off since start-up (`__main__`): see `Freezer`
 
 

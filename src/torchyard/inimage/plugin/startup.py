@@ -4,9 +4,7 @@ entry claims stops here, with one line and the probe's exit status."""
 
 from __future__ import annotations
 
-import os
 import platform
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,12 +25,12 @@ def probe_run(config: pytest.Config, settings: RunSettings) -> None:
     try:
         device = torch_device(settings.accelerator)
         check_precision(settings.precision, device.type, _capability(settings), macos=_macos())
-        unlocked = os.environ.get(contract.UNLOCKED)
         config.stash[MANIFEST] = probe(
             settings.accelerator,
             settings.vendor_record,
             settings.precision_settings,
-            Path(unlocked) if unlocked is not None else None,
+            settings.unlocked,
+            trust=settings.trust,
         )
     except (ProbeError, PrecisionError) as error:
         pytest.exit(f"torchyard probe: {error}", returncode=contract.PROBE_FAILED)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 
+from torchyard.contract import RunOptions
 from torchyard.inimage.cases import Case
 from torchyard.inimage.cases.files import InputFiles
 from torchyard.inimage.evaluation.backends import NO_CACHE, unavailable_reason
@@ -137,14 +138,19 @@ def test_a_wrong_pass_under_torch_compile_is_named_by_the_bisector(beside: Local
     assert beside.pass_name.startswith("inductor: post_grad_passes, post_grad_custom_post_pass (application ")
 
 
+def settings_of(accelerator: str, workdir: Path, suite: str, seconds: int) -> RunSettings:
+    """A run of one suite on `accelerator` whose localization may take `seconds`."""
+    return RunSettings(
+        accelerator, "fp32", workdir, TOLERANCES, (), (suite,), None, {}, RunOptions(localize_seconds=seconds)
+    )
+
+
 def bisected_train(workdir: Path) -> tuple[str, dict[str, Any] | None]:
     """DEEP's SGD step under torch.compile with the wrong post-grad pass planted, as the train suite evaluates
     it: its status and the `diverges` its result carries."""
     import torch._inductor.config  # inductor, imported only in the child that compiles
 
-    settings = RunSettings(
-        RUN_ACCELERATOR, "fp32", workdir, TOLERANCES, (), True, ("train",), ("inductor",), None, {}, int(BOUND)
-    )
+    settings = settings_of(RUN_ACCELERATOR, workdir, "train", int(BOUND))
     with torch._inductor.config.patch({"post_grad_custom_post_pass": wrong_tanh_pass()}):
         result = Evaluations(settings, workdir).train_result(DEEP, "train-inductor-sgd")
     return result.status, result.diverges
@@ -167,9 +173,7 @@ def too_tight(workdir: Path) -> list[tuple[str, str, dict[str, Any] | None]]:
     the float64 step by float32's rounding, as a deep BatchNorm model misses the default bounds."""
     bounds = {"max-rel-l2": 1e-12, "max-scaled-error": 1e-12}
     tight = dataclasses.replace(DEEP, tolerances={f"float32.train-{k}-sgd": bounds for k in ("eager", "inductor")})
-    settings = RunSettings(
-        RUN_ACCELERATOR, "fp32", workdir, TOLERANCES, (), True, ("train",), ("inductor",), None, {}, int(BOUND)
-    )
+    settings = settings_of(RUN_ACCELERATOR, workdir, "train", int(BOUND))
     evaluations = Evaluations(settings, workdir)
     steps = [evaluations.train_result(tight, name) for name in ("train-inductor-sgd", "train-eager-sgd")]
     return [(step.backend, step.status, step.diverges) for step in steps]
@@ -218,9 +222,7 @@ def evaluated(workdir: Path) -> tuple[str, dict[str, Any] | None]:
     """DEEP on ExecuTorch's portable kernels with the wrong SiLU planted, as the suites evaluate it: its status and
     the `diverges` its result carries into parity.json."""
     # ExecuTorch's programs run on the CPU, whatever the run's device.
-    settings = RunSettings(
-        "cpu", "fp32", workdir, TOLERANCES, (), True, ("parity",), ("inductor",), None, {}, int(BOUND)
-    )
+    settings = settings_of("cpu", workdir, "parity", int(BOUND))
     evaluations = Evaluations(settings, workdir)
     evaluations.cache = NO_CACHE  # the self-tests leave the entry's artifact cache alone
     with wrong_decomposition(SILU, wrong_silu):
@@ -239,7 +241,7 @@ def test_a_failing_parity_result_carries_where_it_diverges(beside: tuple[str, di
 def test_the_entrys_time_bound_turns_localization_off_at_zero(tmp_path: Path, seconds: int) -> None:
     """`localize-timeout = false` reaches the run as 0 seconds: a failing result then carries no `diverges`."""
     case = Case("export_scale", lambda: Switch("export", "scale"), lambda g: (torch.randn(4, 8, generator=g),))
-    settings = RunSettings("cpu", "fp32", tmp_path, TOLERANCES, (), True, ("parity",), ("inductor",), None, {}, seconds)
+    settings = settings_of("cpu", tmp_path, "parity", seconds)
     evaluations = Evaluations(settings, tmp_path)
     evaluations.cache = NO_CACHE
     result = evaluations.result(case, "export")
@@ -270,9 +272,7 @@ def evaluated_batches(workdir: Path) -> tuple[str, str, dict[str, Any] | None]:
     files = InputFiles([workdir / "bright.pt"], {"0": (torch.float32, (None, 16))})
     case = Case("planted_gate", Gate, lambda g: (torch.randn(4, 16, generator=g),), input_files=files)
     # ExecuTorch's programs run on the CPU, whatever the run's device.
-    settings = RunSettings(
-        "cpu", "fp32", workdir, TOLERANCES, (), True, ("parity",), ("inductor",), None, {}, int(BOUND)
-    )
+    settings = settings_of("cpu", workdir, "parity", int(BOUND))
     evaluations = Evaluations(settings, workdir)
     evaluations.cache = NO_CACHE
     with wrong_decomposition(SILU, wrong_silu_on_large):
@@ -296,9 +296,7 @@ def evaluated_known(workdir: Path) -> tuple[bool, dict[str, Any] | None]:
     assert known is not None
     named = {**case.known_failures, "executorch-xnnpack": dataclasses.replace(known, node="gelu")}
     # ExecuTorch's programs run on the CPU, whatever the run's device.
-    settings = RunSettings(
-        "cpu", "fp32", workdir, TOLERANCES, (), True, ("parity",), ("inductor",), None, {}, int(BOUND)
-    )
+    settings = settings_of("cpu", workdir, "parity", int(BOUND))
     evaluations = Evaluations(settings, workdir)
     evaluations.cache = NO_CACHE
     result = evaluations.result(dataclasses.replace(case, known_failures=named), "executorch-xnnpack")

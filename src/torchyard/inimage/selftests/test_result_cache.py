@@ -38,7 +38,7 @@ MLP = next(case for case in CASES if case.name == "mlp")
 
 
 def settings(root: Path, **changes: object) -> RunSettings:
-    made = RunSettings("cpu", "fp32", root, load_tolerances(), (), True, ("parity", "train"), ("inductor",), None, {})
+    made = RunSettings("cpu", "fp32", root, load_tolerances(), (), ("parity", "train"), None, {})
     return dataclasses.replace(made, **changes)  # type: ignore[arg-type]
 
 

@@ -10,7 +10,6 @@ import importlib
 import importlib.metadata
 import importlib.util
 import json
-import os
 import platform
 import re
 import sys
@@ -19,7 +18,6 @@ from typing import Any
 
 import torch
 
-from torchyard import contract
 from torchyard.inimage.checks import vendor
 from torchyard.names import ACCELERATOR_NAMES, BACKEND_DISTRIBUTIONS, TORCH_DEVICES, module_name
 
@@ -156,7 +154,7 @@ def _driver() -> str | None:
     return amd.read_text().strip() if amd.is_file() else None
 
 
-def manifest(accelerator: str, precision_settings: dict[str, object]) -> dict[str, Any]:
+def manifest(accelerator: str, precision_settings: dict[str, object], trust: str = "trusted") -> dict[str, Any]:
     """What the report needs to make a result reproducible: versions, device, driver, precision."""
     device = torch_device(accelerator)
     info: dict[str, Any] = {
@@ -172,7 +170,7 @@ def manifest(accelerator: str, precision_settings: dict[str, object]) -> dict[st
         "driver": _driver(),
         "device": _cpu_name(),
         "precision": precision_settings,
-        "trust": os.environ.get(contract.TRUST, "trusted"),
+        "trust": trust,
     }
     if device.type == "cuda" and torch.cuda.is_available():
         properties = torch.cuda.get_device_properties(0)
@@ -188,6 +186,8 @@ def probe(
     vendor_record: Path | None,
     precision_settings: dict[str, object],
     unlocked: Path | None = None,
+    *,
+    trust: str = "trusted",
 ) -> dict[str, Any]:
     """Raise ProbeError when the container cannot honestly test `accelerator`; else the manifest (with
     the environment's packages and their differences from `unlocked`, the entry's lock, for an unlocked run)."""
@@ -198,7 +198,7 @@ def probe(
         problems = vendor.verify(json.loads(vendor_record.read_text()), deep=False)
         if problems:
             raise ProbeError("; ".join(problems))
-    info = manifest(accelerator, precision_settings)
+    info = manifest(accelerator, precision_settings, trust)
     if unlocked is not None:
         info.update(unlocked_environment(unlocked))
     return info

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
 import pytest
 
 from torchyard import contract
+from torchyard.contract import RunOptions
 from torchyard.inimage.start.precision import pin_precision
 from torchyard.inimage.start.tolerances import Tolerances, load_tolerances
 from torchyard.names import (
     BACKEND_NAMES,
     BACKEND_SUITES,
-    LOCALIZE_SECONDS_DEFAULT,
     OPT_IN_SUITES,
     TRAIN_BACKENDS,
     Precision,
@@ -35,15 +35,20 @@ class RunSettings:
     report_dir: Path
     tolerances: Tolerances
     case_modules: tuple[str, ...]
-    builtin_cases: bool
     suites: tuple[str, ...]
-    compile_backends: tuple[str, ...]
     vendor_record: Path | None
     precision_settings: dict[str, object]
-    localize_seconds: int = LOCALIZE_SECONDS_DEFAULT  # 0: failures are not localized
+    options: RunOptions = field(default_factory=RunOptions)  # the entry's, as matrix.toml gave them
     rerun: bool = False  # evaluate every result: the result cache neither replays nor keeps
-    tests_markers: str = ""  # the entry's selection among the project's own tests (`selection`)
-    tests_keyword: str = ""
+    cache: Path | None = None  # the entry's cache (a container's volume, `.torchyard/cache/<entry>`), where it has one
+    artifacts: bool = True  # whether lowered programs and results are kept in it (`contract.ARTIFACT_CACHE`)
+    trust: str = "trusted"  # what the run's caches are scoped by, as the host decided
+    unlocked: Path | None = None  # a run outside a locked image: its entry's lockfile (`Path()`: it has none)
+
+    @property
+    def cache_root(self) -> Path:
+        """The entry's cache, else a folder in the reports (`contract.cache_root`)."""
+        return self.cache or self.report_dir / ".inductor-cache"
 
     @classmethod
     def read(cls, values: contract.Values) -> RunSettings:
@@ -54,27 +59,31 @@ class RunSettings:
             raise SettingsError(f"tolerances: {error}") from None
         record = values.text(contract.VENDOR_RECORD)
         try:
-            seconds = values.number(contract.LOCALIZE_SECONDS)
-        except ValueError:
-            given = values.text(contract.LOCALIZE_SECONDS)
-            raise SettingsError(f"localization time bound: {given!r} is not a number of seconds") from None
-        modes = values.items(contract.COMPILE_MODES) or ("default",)
+            options = values.options()
+        except ValueError as error:
+            raise SettingsError(str(error)) from None
         return cls(
             accelerator=values.text(contract.ACCELERATOR),
             precision=cast(Precision, values.text(contract.PRECISION)),
             report_dir=Path(values.text(contract.REPORT_DIR)),
             tolerances=tolerances,
             case_modules=values.items(contract.CASES),
-            builtin_cases=values.enabled(contract.BUILTIN_CASES),
             suites=values.items(contract.SUITES),
-            compile_backends=tuple("inductor" if mode == "default" else f"inductor:{mode}" for mode in modes),
             vendor_record=Path(record) if record else None,
             precision_settings=pin_precision(),
-            localize_seconds=seconds,
+            options=options,
             rerun=values.enabled(contract.RERUN),
-            tests_markers=values.text(contract.TESTS_MARKERS),
-            tests_keyword=values.text(contract.TESTS_KEYWORD),
+            cache=Path(cache) if (cache := values.text(contract.INDUCTOR_CACHE)) else None,
+            artifacts=values.text(contract.ARTIFACT_CACHE) != "off",
+            trust=values.text(contract.TRUST),
+            unlocked=Path(unlocked) if (unlocked := values.encoded.get(contract.UNLOCKED)) is not None else None,
         )
+
+    @property
+    def compile_backends(self) -> tuple[str, ...]:
+        """inductor once per compile mode the entry asks for, each but the default after a colon."""
+        modes = self.options.compile_modes or ("default",)
+        return tuple("inductor" if mode == "default" else f"inductor:{mode}" for mode in modes)
 
     @property
     def train_backends(self) -> tuple[str, ...]:
@@ -122,10 +131,13 @@ def _on_by_default(setting: contract.Setting) -> bool:
 
 
 def option_values(config: pytest.Config) -> contract.Values:
-    """The settings' values from their options (each defaults to its variable), as their variables carry them."""
+    """The settings' values from their options (each defaults to its variable), and those without an option from
+    their variables, as their variables carry them: the run's environment, read once."""
     encoded: dict[str, str] = {}
     for setting in contract.SETTINGS:
-        if setting.option is not None:
+        if setting.option is None and setting.variable in os.environ:
+            encoded[setting.variable] = os.environ[setting.variable]
+        elif setting.option is not None:
             value = config.getoption(setting.option)
             encoded[setting.variable] = (
                 setting.encode(bool(value) != _on_by_default(setting)) if setting.encoding == "bool" else str(value)
