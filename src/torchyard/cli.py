@@ -39,6 +39,7 @@ from torchyard.matrix.gate import NO_TRUSTED_CONFIG, gate_entries, load_trusted
 from torchyard.matrix.machine import IMAGE_REFERENCE, MEMORY, Machine, load_machine
 from torchyard.matrix.reader import one_line
 from torchyard.names import ACCELERATOR_NAMES, SUITE_NAMES
+from torchyard.reports import render
 from torchyard.trust import TRUST_ENV, TRUST_LEVELS, Trust, project_scope, resolve_trust
 from torchyard.util.proc import redact
 
@@ -65,8 +66,8 @@ def _add_report(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "paths", nargs="*", type=Path, metavar="PATH",
         help="reports folders, CI artifacts or parity.json files (default: every run under ./reports)",
     )  # fmt: skip
-    report_command.add_argument("--markdown", type=Path, metavar="FILE", help="write the Markdown here, not stdout")
-    report_command.add_argument("--html", type=Path, metavar="FILE", help="write the table as a static HTML page")
+    for kind in render.FORMATS:  # a format is its renderer and this flag
+        report_command.add_argument(f"--{kind.name}", type=Path, metavar="FILE", help=kind.means)
     report_command.add_argument(
         "--ops-expectations", type=Path, metavar="DIR",
         help="write each swept stack's ops expectations file here, its shards put back together",
@@ -263,9 +264,8 @@ def _machine_free(args: argparse.Namespace, passthrough: list[str]) -> int:
     elif args.command == "nox":
         return run_nox(passthrough)
     elif args.command == "report":
-        return report(
-            args.paths, markdown_file=args.markdown, html_file=args.html, ops_expectations=args.ops_expectations
-        )
+        files = {kind.name: getattr(args, kind.name) for kind in render.FORMATS}
+        return report(args.paths, files=files, ops_expectations=args.ops_expectations)
     elif args.command == "base":
         make_base(args.tag or base_tag(args.suite), suite=args.suite)
     return 0

@@ -12,9 +12,9 @@ import pytest
 from torchyard import cli, opsfile
 from torchyard.commands.report import report
 from torchyard.errors import UsageError
-from torchyard.reports.merge import merge
-from torchyard.reports.ops import ops_table
-from torchyard.reports.render import compatibility_html, compatibility_markdown
+from torchyard.reports import html, markdown, render
+from torchyard.reports.merge import CompatibilityTable, merge
+from torchyard.reports.ops import OpsTable, ops_table
 
 
 def result(case: str, backend: str, outcome: str, reason: str = "", **extra: Any) -> dict[str, Any]:
@@ -60,7 +60,7 @@ def test_runs_merge_with_each_cell_showing_its_worst_outcome(two_runs: list[Path
 
 
 def test_markdown_has_a_column_group_per_run(two_runs: list[Path]) -> None:
-    text = compatibility_markdown(merge(two_runs))
+    text = markdown.render(merge(two_runs))
     assert (
         "| case | cpu eager | cpu export | cpu executorch-portable | cpu executorch-xnnpack | cpu-old eager |" in text
     )
@@ -75,7 +75,7 @@ def test_a_runs_line_names_each_backends_first_distribution(tmp_path: Path) -> N
     data["environment"] |= {**versions, "device": "NVIDIA H200"}
     (run / "parity.json").write_text(json.dumps(data))
     line = "accelerator cpu, torch 2.14.1, executorch 1.5.1, torch_tensorrt 2.14.0, device NVIDIA H200"
-    assert f"- **cuda**: fp32; {line}" in compatibility_markdown(merge([run]))
+    assert f"- **cuda**: fp32; {line}" in markdown.render(merge([run]))
 
 
 def test_each_run_says_when_it_finished_where_its_report_says_so_in_the_harness_words(tmp_path: Path) -> None:
@@ -90,10 +90,10 @@ def test_each_run_says_when_it_finished_where_its_report_says_so_in_the_harness_
             data = json.loads((folders[-1] / "parity.json").read_text())
             (folders[-1] / "parity.json").write_text(json.dumps({**data, "finished": finished}))
     table = merge(folders)
-    lines = [line for line in compatibility_markdown(table).splitlines() if line.startswith("- **")]
+    lines = [line for line in markdown.render(table).splitlines() if line.startswith("- **")]
     assert lines[0].endswith("; finished 2026-11-30 09:15:02 UTC")
     assert len(lines) == 5 and not any("finished" in line or "bold" in line for line in lines[1:]), lines
-    assert "; finished 2026-11-30 09:15:02 UTC</li>" in compatibility_html(table)
+    assert "; finished 2026-11-30 09:15:02 UTC</li>" in html.render(table)
 
 
 def test_html_links_each_cell_to_its_details_and_escapes_what_a_run_wrote(tmp_path: Path) -> None:
@@ -102,7 +102,7 @@ def test_html_links_each_cell_to_its_details_and_escapes_what_a_run_wrote(tmp_pa
         [result("<img src=x onerror=alert(1)>", "eager", "failed", "</td><script>alert(2)</script>",
                 error_message="<b>boom</b>", comparisons=[{"output": "<i>", "problem": "&"}])],
     )  # fmt: skip
-    page = compatibility_html(merge([hostile]))
+    page = html.render(merge([hostile]))
     assert "<script>alert" not in page and "<img src=x" not in page and "<b>boom" not in page
     assert "&lt;img src=x onerror=alert(1)&gt;" in page and "&lt;b&gt;boom&lt;/b&gt;" in page
     assert '<a href="#r0">' in page and '<section class="detail" id="r0">' in page
@@ -124,7 +124,7 @@ def test_a_failed_cells_details_say_where_it_diverges(tmp_path: Path) -> None:
                    diverges={"node": None, "compared": 0, "seconds": 9.0, "note": "", "pass": "inductor: post_grad"}),
         ],
     )  # fmt: skip
-    page = compatibility_html(merge([run]))
+    page = html.render(merge([run]))
     assert (
         '<p class="diverges"><b>Where it diverges</b>: node <code>gelu</code> (aten.gelu.default) at builtin.py:61 in '
         "forward, run by XnnpackBackend (delegated subgraph): relative L2 error 4.7e-04 &gt; 1e-05 (2.5 s, 4 nodes "
@@ -178,6 +178,22 @@ def test_the_command_writes_both_files_and_the_step_summary(
     assert "torchyard: report:" in capsys.readouterr().err
 
 
+def test_a_format_is_its_renderer_and_its_row(
+    two_runs: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 59: a report format took a renderer in two modules and its flag in two more. A row of
+    `render.FORMATS` is its flag (`--<name> FILE`) and its renderer; the command writes what it renders."""
+
+    def cases(table: CompatibilityTable, ops: OpsTable | None) -> str:
+        return "\n".join(table.cases) + "\n"
+
+    monkeypatch.setattr(render, "FORMATS", (*render.FORMATS, render.Format("cases", "the cases, a line each", cases)))
+    out = tmp_path / "cases.txt"
+    assert cli.main(["report", *map(str, two_runs), "--cases", str(out)]) == 0
+    assert out.read_text() == "\n".join(merge(two_runs).cases) + "\n"
+    assert "## Compatibility" in capsys.readouterr().out  # no file took the Markdown: stdout has it
+
+
 def outcome(operator: str, sample: int, backend: str, found: str, detail: str = "", **metrics: float) -> dict[str, Any]:
     return {"operator": operator, "sample": sample, "backend": backend, "outcome": found, "detail": detail,
             "metrics": metrics}  # fmt: skip
@@ -228,7 +244,7 @@ def test_two_sweeps_name_the_operators_whose_outcome_changed(two_sweeps: list[Pa
     assert ops.outcome("ops-new", "gelu", "executorch-xnnpack") == "wrong value"  # the worst of its samples
     assert ops.outcome("ops-new", "bernoulli", "export") == "set aside"
     assert [name for name in ops.operators if ops.differs(name)] == ["gelu"]  # narrow crashes in both: unchanged
-    text = compatibility_markdown(table, ops)
+    text = markdown.render(table, ops)
     assert "### Operators whose outcome differs between runs: 1" in text
     assert "| `gelu` | wrong |  | pass |  |" in text  # blank: not swept on that backend
     assert "| ops-new | executorch-xnnpack | 1 | 1 | 0 |" in text  # by operator: gelu wrong, narrow crashed
@@ -237,7 +253,7 @@ def test_two_sweeps_name_the_operators_whose_outcome_changed(two_sweeps: list[Pa
 
 def test_the_op_table_lists_what_changed_first_and_escapes_what_a_run_wrote(two_sweeps: list[Path]) -> None:
     table = merge(two_sweeps)
-    page = compatibility_html(table, ops_table([(run.name, run.source) for run in table.runs]))
+    page = html.render(table, ops_table([(run.name, run.source) for run in table.runs]))
     rows = re.findall(r'<tr class="(differs|same)"><td class="case">([^<]+)</td>', page)
     assert rows[0] == ("differs", "gelu") and {name for _, name in rows[1:]} == {"add", "bernoulli", "narrow"}
     assert "<b>off</b>" not in page and "&lt;b&gt;off&lt;/b&gt;" in page
@@ -248,7 +264,7 @@ def test_one_sweep_lists_the_operators_that_did_not_pass(tmp_path: Path) -> None
     outcomes = [outcome("add", 0, "export", "passed"), outcome("sum", 1, "export", "failed to export", "guard")]
     folder = write_sweep(tmp_path / "ops", outcomes, "2.14.1")
     table = merge([folder])
-    text = compatibility_markdown(table, ops_table([(run.name, run.source) for run in table.runs]))
+    text = markdown.render(table, ops_table([(run.name, run.source) for run in table.runs]))
     assert "### Operators that did not pass: 1" in text and "| `sum` | export |" in text
 
 

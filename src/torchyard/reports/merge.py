@@ -18,7 +18,7 @@ from typing import Any
 
 from torchyard.contract import OPS_JSON
 from torchyard.errors import UsageError
-from torchyard.names import BACKEND_NAMES
+from torchyard.names import BACKEND_FACTS, BACKEND_NAMES, module_name
 from torchyard.reports.files import read_json
 
 # A run's `finished`, as the in-image side writes it: anything else in a parity.json (a run of other people's
@@ -26,6 +26,11 @@ from torchyard.reports.files import read_json
 FINISHED = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\+00:00", re.ASCII)
 # Worst first: a cell shows the first of these that any of its results has.
 OUTCOMES = ("failed", "error", "xfailed", "passed", "skipped")
+
+
+# What a run's line names: its accelerator, each backend's first distribution (`names.BACKEND_FACTS`), its device.
+FIRST_DISTRIBUTIONS = dict.fromkeys(module_name(facts.distributions[0]) for facts in BACKEND_FACTS.values())
+VERSIONS = ("accelerator", *FIRST_DISTRIBUTIONS, "device")
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,13 @@ class Run:
     environment: dict[str, Any]
     results: tuple[dict[str, Any], ...]
     finished: str = ""  # when the run wrote its reports (UTC, ISO 8601), where its parity.json says
+
+    @property
+    def line(self) -> str:
+        """What every format says of the run: its precision, its stack's versions and when it finished."""
+        versions = ", ".join(f"{name} {self.environment[name]}" for name in VERSIONS if self.environment.get(name))
+        when = f"; finished {self.finished.replace('T', ' ').replace('+00:00', ' UTC')}" if self.finished else ""
+        return f"{self.precision}; {versions}{when}"
 
     @property
     def backends(self) -> list[str]:

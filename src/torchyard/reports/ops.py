@@ -8,7 +8,6 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,6 @@ WORDS = {
     "wrong value": "wrong", "crashed": "crash", "failed to run": "run", "failed to lower": "lower",
     "failed to export": "export", "not supported": "n/s", "passed": "pass", "set aside": "aside", "none": "",
 }  # fmt: skip
-CLASSES = {"wrong value": "failed", "crashed": "error", "passed": "passed", "set aside": "skipped", "none": ""}
 LEGEND = (
     "pass; wrong: a wrong value; crash: the backend's runtime aborted; run, lower, export: failed to; n/s: not "
     "supported by that backend; aside: set aside by rule (random, uninitialized); blank: not swept"
@@ -47,8 +45,12 @@ class Sweep:
     shards: tuple[int, ...] = (1,)  # put back together (`whole`): the shards it has, of `of`
     of: int = 1
 
+    @property
+    def stack_line(self) -> str:
+        return ", ".join(f"{name} {value}" for name, value in self.stack.items())
 
-def _text(value: object) -> str:
+
+def plain_text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
@@ -72,7 +74,7 @@ def load_sweep(run: str, path: Path) -> Sweep:
         stack={str(key): str(value) for key, value in stack.items()} if isinstance(stack, dict) else {},
         backends=tuple(str(name) for name in backends) if isinstance(backends, list) else (),
         outcomes=tuple(outcomes),
-        set_aside={str(key): _text(value) for key, value in aside.items()} if isinstance(aside, dict) else {},
+        set_aside={str(key): plain_text(value) for key, value in aside.items()} if isinstance(aside, dict) else {},
         shard=_shard(shard),
     )
 
@@ -132,7 +134,7 @@ def expectations_text(sweep: Sweep) -> str:
             int(item["sample"]),
             str(item["backend"]),
             str(item["outcome"]),
-            _text(item.get("detail")),
+            plain_text(item.get("detail")),
         )
         for item in sweep.outcomes
     ]
@@ -193,79 +195,3 @@ def ops_table(runs: Sequence[tuple[str, Path]]) -> OpsTable | None:
                     cells[(sweep.run, key, backend)] = [{"outcome": "set aside", "detail": rule, "sample": -1}]
     operators = sorted({operator for _, operator, _ in cells})
     return OpsTable(tuple(sweeps), tuple(operators), cells)
-
-
-def _stack(sweep: Sweep) -> str:
-    return ", ".join(f"{name} {value}" for name, value in sweep.stack.items())
-
-
-def ops_markdown(table: OpsTable) -> str:
-    """Counts of operators by outcome per run and backend, then the operators that differ between runs (with
-    one run: those that did not pass)."""
-    lines = ["## Operators", "", *(f"- **{sweep.run}**: {_stack(sweep)}" for sweep in table.sweeps), ""]
-    heads = list(OUTCOMES)
-    lines += ["| run | backend | " + " | ".join(heads) + " |", "|---|---|" + "---|" * len(heads)]
-    for sweep in table.sweeps:
-        for backend in sweep.backends:
-            found = table.counts(sweep, backend)
-            lines.append(f"| {sweep.run} | {backend} | " + " | ".join(str(found.get(name, 0)) for name in heads) + " |")
-    several = len(table.sweeps) > 1
-    listed = [operator for operator in table.operators if (table.differs if several else table.failed)(operator)]
-    title = "Operators whose outcome differs between runs" if several else "Operators that did not pass"
-    lines += ["", f"### {title}: {len(listed)}", ""]
-    if listed:
-        header = ["operator", *(f"{run} {backend}" for run, backend in table.columns)]
-        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        for operator in listed:
-            cells = [WORDS[table.outcome(run, operator, backend)] for run, backend in table.columns]
-            lines.append("| " + " | ".join([f"`{operator}`", *cells]) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def _tip(items: list[dict[str, Any]]) -> str:
-    """A cell's tooltip: each sample that did not pass, with its error's first line or its metrics."""
-    said = []
-    for item in sorted(items, key=lambda found: found.get("sample", 0)):
-        if item.get("outcome") == "passed":
-            continue
-        metrics = item.get("metrics")
-        scaled = metrics.get("scaled_max_error") if isinstance(metrics, dict) else None
-        worst = f" (scaled max error {scaled:.3g})" if isinstance(scaled, float) else ""
-        sample = f"sample {item['sample']}: " if item.get("sample", -1) >= 0 else ""
-        said.append(f"{sample}{item.get('outcome')}{worst}: {_text(item.get('detail'))}")
-    return "\n".join(said)
-
-
-def ops_html(table: OpsTable) -> str:
-    """The op table as a section of the compatibility page: operators that differ between runs first, marked."""
-    columns = table.columns
-    groups = "".join(f'<th colspan="{len(sweep.backends)}">{escape(sweep.run)}</th>' for sweep in table.sweeps)
-    heads = "".join(
-        f'<th class="sortable" data-column="{position}">{escape(backend)}</th>'
-        for position, (_, backend) in enumerate(columns, start=2)
-    )
-    ordered = sorted(table.operators, key=lambda operator: (not table.differs(operator), operator))
-    rows = []
-    for operator in ordered:
-        differs = table.differs(operator)
-        cells = [
-            f'<td class="case">{escape(operator)}</td>',
-            f'<td data-outcome="{"differs" if differs else "same"}">{"differs" if differs else ""}</td>',
-        ]
-        for run, backend in columns:
-            outcome = table.outcome(run, operator, backend)
-            tip = escape(_tip(table.cells.get((run, operator, backend), [])), quote=True)
-            cells.append(
-                f'<td class="{CLASSES.get(outcome, "error")}" data-outcome="{escape(outcome)}" title="{tip}">'
-                f"{WORDS[outcome]}</td>"
-            )
-        rows.append(f'<tr class="{"differs" if differs else "same"}">' + "".join(cells) + "</tr>")
-    runs = "".join(f"<li><b>{escape(sweep.run)}</b>: {escape(_stack(sweep))}</li>" for sweep in table.sweeps)
-    changed = sum(table.differs(operator) for operator in table.operators)
-    return (
-        f'<h2 id="operators">Operators</h2><ul>{runs}</ul><p>{LEGEND}. {len(table.operators)} operators; '
-        f"{changed} differ between runs on a backend both swept (listed first). Hover a cell for its samples.</p>"
-        f'<table id="ops"><thead><tr><th rowspan="2" class="sortable" data-column="0">operator</th>'
-        f'<th rowspan="2" class="sortable" data-column="1">between runs</th>{groups}</tr><tr>{heads}</tr></thead>'
-        f"<tbody>{''.join(rows)}</tbody></table>"
-    )

@@ -5,16 +5,18 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from torchyard.inimage.cases import Case
+from torchyard.inimage.evaluation.backends import Chosen, choose
 from torchyard.inimage.evaluation.cache.artifacts import ArtifactCache
 from torchyard.inimage.evaluation.cache.results import ResultCache
 from torchyard.inimage.evaluation.errors import TORCHYARD, describe_error, torchyards_fault
 from torchyard.inimage.evaluation.factory import factory_differs
 from torchyard.inimage.evaluation.harness import REFERENCE_FAILED, Reference, Result, Status, case_reference, evaluate
-from torchyard.inimage.evaluation.localize import Localization, localize, localize_train, localizes
+from torchyard.inimage.evaluation.localize import Localization, localize_failure, localize_train
 from torchyard.inimage.evaluation.training import (
     TrainBackend,
     TrainReference,
@@ -25,6 +27,7 @@ from torchyard.inimage.evaluation.training import (
 from torchyard.inimage.start.precision import DTYPES
 from torchyard.inimage.start.probe import torch_device
 from torchyard.inimage.start.settings import RunSettings
+from torchyard.inimage.start.tolerances import Bounds
 
 
 def artifact_cache(settings: RunSettings) -> ArtifactCache:
@@ -53,12 +56,18 @@ class Evaluations:
         self.kept = kept or ResultCache(None)
         self._references: dict[str, Reference] = {}
         self._train_references: dict[tuple[str, str], TrainReference] = {}
+        self._chosen: dict[str, Chosen] = {}
         self._untrainable: dict[str, str | None] = {}  # per case: its module built and run once, not per backend
 
     def result(self, case: Case, backend: str) -> Result:
         key = (case.name, backend)
         if key not in self._results:
-            kept = self.kept.key(case, backend, self.device, kind="inference", **self._decides(case, [backend]))
+            decides = self._decides(case, [backend])
+            # Resolved once per process, and the case's bounds on it once: the evaluation looks neither up again.
+            if backend not in self._chosen:
+                self._chosen[backend] = choose(backend, self.device)
+            chosen = self._chosen[backend]
+            kept = self.kept.key(case, backend, self.device, kind="inference", **decides)
             replayed = self.kept.lookup(kept)
             if replayed is not None:
                 self._results[key] = replayed
@@ -66,19 +75,27 @@ class Evaluations:
             if case.name not in self._references:
                 self._references[case.name] = case_reference(case, device=self.device, dtype=self.dtype)
             reference = self._references[case.name]
+            bounds = Bounds(**decides["bounds"][backend])
 
             def evaluated(workdir: Path) -> Result:
                 return evaluate(
-                    case, backend, device=self.device, dtype=self.dtype, tolerances=self.settings.tolerances,
-                    workdir=workdir, reference=reference, cache=self.cache,
+                    case, chosen, device=self.device, dtype=self.dtype, tolerances=self.settings.tolerances,
+                    workdir=workdir, reference=reference, cache=self.cache, bounds=bounds,
                 )  # fmt: skip
 
             self._results[key] = again_on_failure(case, evaluated(self.workdir / case.name), evaluated, self.workdir)
-            self._localize(case, self._results[key])
+            result = self._results[key]
+            if self.settings.options.localize_seconds:  # 0: the entry turned localization off
+                where = localize_failure(
+                    case, result, chosen, bounds, dtype=self.dtype, tolerances=self.settings.tolerances,
+                    workdir=self.workdir / case.name / "localize", device=self.device,
+                    time_bound=self.settings.options.localize_seconds,
+                )  # fmt: skip
+                result.diverges = where.as_dict() if where is not None else result.diverges
             self.kept.keep(kept, self._results[key])
         return self._results[key]
 
-    def _decides(self, case: Case, backends: Sequence[str]) -> dict[str, object]:
+    def _decides(self, case: Case, backends: Sequence[str]) -> dict[str, Any]:
         """What of the run's settings decides a result on `backends` (the result cache's key has the case's own):
         the bounds those backends are held to, the case's overrides applied, not the whole table's, so a change
         to a train bound moves no inference result."""
@@ -90,32 +107,6 @@ class Evaluations:
             },
             "precision": self.settings.precision_settings,
         }
-
-    def _localize(self, case: Case, result: Result) -> None:
-        """Where a failing backend diverges, for a failure no known failure explains: a known wrong value says
-        already what the backend computes, and a random program's statistics have no node to blame. Within the
-        entry's time bound (`localize-timeout`); none where it is 0."""
-        known = case.known_failure(result.backend)
-        named = known is not None and bool(known.node)  # a known wrong value that names its node: it is checked
-        if result.status != "failed" or (result.known_values and not named) or case.compare != "values":
-            return
-        if not self.settings.options.localize_seconds:
-            return
-        if localizes(result.backend):
-            # On the batch that failed first: a batch from a file can fail where the random one passes.
-            labels = case.batch_labels()
-            failing = next((c.batch for c in result.comparisons if not c.passed and c.batch), "")
-            where = localize(
-                case,
-                result.backend,
-                dtype=self.dtype,
-                tolerances=self.settings.tolerances,
-                workdir=self.workdir / case.name / "localize",
-                device=self.device,
-                time_bound=self.settings.options.localize_seconds,
-                batch=labels.index(failing) if failing in labels else 0,
-            )
-            result.diverges = where.as_dict()
 
     def train_result(self, case: Case, backend: str) -> Result:
         """One optimizer step on `backend` against the float64 step (`parity.training`)."""

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import torch
 
 from torchyard.inimage.cases import Call, Case
-from torchyard.inimage.evaluation.backends import NO_CACHE, BackendRun, Runner, runner_for, unavailable_reason
+from torchyard.inimage.evaluation.backends import NO_CACHE, BackendRun, Chosen, Runner, choose, runner_for
 from torchyard.inimage.evaluation.cache.artifacts import ArtifactCache
 from torchyard.inimage.evaluation.casts import first_narrowing
 from torchyard.inimage.evaluation.errors import RecordedFailure, describe_error, error_types
@@ -266,48 +266,18 @@ def _compare(case: Case, run: BackendRun, reference: Reference, bounds: Any) -> 
                 comparison = compare_statistics(output, expected, want, name or "output")
             else:
                 floor = reference.floors[position] if position < len(reference.floors) else 0.0
-                comparison = compare_values(output, expected, want, bounds, name or "output", floor=floor)
-                if not comparison.passed and position < len(reference.spreads):
-                    comparison = _within_spread(
-                        comparison, output=output, expected=expected, want=want, bounds=bounds,
-                        reference=reference, position=position,
-                    )  # fmt: skip
+                spread = reference.spreads[position] if position < len(reference.spreads) else None
+                comparison = compare_values(
+                    output, expected, want, bounds, name or "output", floor=floor, spread=spread,
+                    spread_factor=reference.spread_factor,
+                )  # fmt: skip
         comparisons.append(dataclasses.replace(comparison, batch=label) if label else comparison)
     return comparisons, shapes_match
 
 
-def _within_spread(
-    comparison: Comparison,
-    *,
-    output: torch.Tensor,
-    expected: torch.Tensor,
-    want: torch.dtype,
-    bounds: Bounds,
-    reference: Reference,
-    position: int,
-) -> Comparison:
-    """A leaf that misses the plain bounds, judged again against what the precision itself moves it by
-    (`Reference.spreads`, times `spread_factor`); the rule, the bounds it was held to and why, named."""
-    scaled, rel_l2, off = (reference.spread_factor * value for value in reference.spreads[position])
-    wider = Bounds(
-        max(bounds.max_scaled_error, scaled), max(bounds.max_rel_l2, rel_l2), min(bounds.min_cosine, 1.0 - off)
-    )
-    if wider == bounds:
-        return comparison
-    floor = reference.floors[position] if position < len(reference.floors) else 0.0
-    judged = compare_values(output, expected, want, wider, comparison.output, floor=floor)
-    spread = reference.spreads[position]
-    rule = (
-        f"precision-spread rule: two eager steps whose weights and inputs differ by the precision's rounding land "
-        f"{spread[0]:.3g} apart (scaled), so bounds {reference.spread_factor:g} times that: scaled max error "
-        f"{wider.max_scaled_error:.3g}, rel L2 {wider.max_rel_l2:.3g}, cosine {wider.min_cosine:.9f}"
-    )
-    return dataclasses.replace(judged, rule="; ".join(part for part in (judged.rule, rule) if part))
-
-
 def evaluate(
     case: Case,
-    backend: str,
+    backend: str | Chosen,
     *,
     device: torch.device,
     dtype: torch.dtype,
@@ -317,17 +287,20 @@ def evaluate(
     runner: Runner | None = None,
     cache: ArtifactCache | None = None,
     weights: torch.dtype | None = None,
+    bounds: Bounds | None = None,
 ) -> Result:
-    """Run `case` on `backend` and compare; never raises for a backend's or a model's own failure.
+    """Run `case` on `backend` (by name, or as `choose` resolved it for `device`) and compare; never raises for a
+    backend's or a model's own failure.
 
-    `dtype` is the run's precision (its bounds); `weights` the module's dtype where it differs (a training
-    step keeps float32 master weights under bf16 or fp16 autocast)."""
+    `dtype` is the run's precision (its bounds, unless the caller has them: `bounds`); `weights` the module's
+    dtype where it differs (a training step keeps float32 master weights under bf16 or fp16 autocast)."""
+    chosen = backend if isinstance(backend, Chosen) else choose(backend, device)
     dtype_name = str(dtype).removeprefix("torch.")
-    result = Result(case.name, backend, dtype_name, "skipped")
-    if not case.applies_to(backend):
+    result = Result(case.name, chosen.name, dtype_name, "skipped")
+    if not case.applies_to(chosen.name):
         result.reason = f"case {case.name!r} applies to {', '.join(case.backends or ())} only"
         return result
-    reason = None if runner is not None else unavailable_reason(backend, device)
+    reason = None if runner is not None else chosen.unavailable
     if reason is not None:
         result.reason = reason
         return result
@@ -339,14 +312,14 @@ def evaluate(
         result.reason = f"{REFERENCE_FAILED}{reference.error}"
         return result
     calls = case.calls()
-    bounds = tolerances.bounds(dtype_name, backend, case.tolerances)
+    bounds = bounds or tolerances.bounds(dtype_name, chosen.name, case.tolerances)
     result.bounds = vars(bounds)
     workdir.mkdir(parents=True, exist_ok=True)
     try:
         module = case.fresh_module().to(dtype=weights or dtype).to(device)
         device_calls = [to_device(call, device, weights or dtype) for call in calls]
         before = compiler_cache_counts()
-        run = (runner or runner_for(backend, cache or NO_CACHE))(case, module, device_calls, device, workdir)
+        run = (runner or runner_for(chosen, cache or NO_CACHE))(case, module, device_calls, device, workdir)
         result.compiler_caches = _since(before)
     except Exception as error:
         result.status = "error"
@@ -372,7 +345,7 @@ def evaluate(
     else:
         result.status = "failed"
         result.reason = failure_reason(result.comparisons, bounds)
-    known = case.known_failure(backend)
+    known = case.known_failure(chosen.name)
     if known is not None and known.computes is not None:
         result.known_values = _computes_instead(
             case, known.computes, calls, run, bounds=bounds, device=device, dtype=dtype

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -52,6 +53,38 @@ def beyond_bounds(scaled: float, rel_l2: float, cosine: float, bounds: Bounds) -
 
 
 def compare_values(
+    output: torch.Tensor,
+    reference: torch.Tensor,
+    expected_dtype: torch.dtype,
+    bounds: Bounds,
+    position: str,
+    *,
+    floor: float = 0.0,
+    spread: tuple[float, float, float] | None = None,
+    spread_factor: float = 1.0,
+) -> Comparison:
+    """`output` against `reference` within `bounds` (`_plain_values`); a leaf that misses them, where the
+    precision itself moves it by `spread` (a training step's leaf: `Reference.spreads`), is judged again within
+    `spread_factor` times that, and the rule, the bounds it was held to and why, named."""
+    comparison = _plain_values(output, reference, expected_dtype, bounds, position, floor=floor)
+    if comparison.passed or spread is None:
+        return comparison
+    scaled, rel_l2, off = (spread_factor * value for value in spread)
+    wider = Bounds(
+        max(bounds.max_scaled_error, scaled), max(bounds.max_rel_l2, rel_l2), min(bounds.min_cosine, 1.0 - off)
+    )
+    if wider == bounds:
+        return comparison
+    judged = _plain_values(output, reference, expected_dtype, wider, position, floor=floor)
+    rule = (
+        f"precision-spread rule: two eager steps whose weights and inputs differ by the precision's rounding land "
+        f"{spread[0]:.3g} apart (scaled), so bounds {spread_factor:g} times that: scaled max error "
+        f"{wider.max_scaled_error:.3g}, rel L2 {wider.max_rel_l2:.3g}, cosine {wider.min_cosine:.9f}"
+    )
+    return dataclasses.replace(judged, rule="; ".join(part for part in (judged.rule, rule) if part))
+
+
+def _plain_values(
     output: torch.Tensor,
     reference: torch.Tensor,
     expected_dtype: torch.dtype,

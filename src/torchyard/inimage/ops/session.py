@@ -14,11 +14,11 @@ from torchyard.inimage.evaluation.backends import unavailable_reason
 from torchyard.inimage.evaluation.cache.artifacts import entry_cache
 from torchyard.inimage.ops import expectations
 from torchyard.inimage.ops.catalog import QUICK, Operator, op_db_operators
-from torchyard.inimage.ops.host import SweepHost, sweep_name
 from torchyard.inimage.ops.options import OpsOptions
 from torchyard.inimage.ops.outcomes import Outcome
-from torchyard.inimage.ops.report import write_ops_reports
 from torchyard.inimage.ops.sweep import TIMEOUT_S, Plant, SweepSettings, prepare
+from torchyard.inimage.ops.sweep_host import SweepHost, sweep_name
+from torchyard.inimage.ops.sweep_report import write_ops_reports
 from torchyard.inimage.start.tolerances import Tolerances
 from torchyard.names import BACKEND_NAMES, BACKEND_SUITES, OPS_ALL, OPS_QUICK, OPT_IN_SUITES
 

@@ -35,7 +35,7 @@ TIMEOUT_S = 300.0  # one sample on one backend: a stall is that item's crash
 
 # A backend's runner replaced for one case (the self-tests plant faults so): (case name, backend) -> runner.
 Plant = Callable[[str, str], Runner | None]
-# In a child: the operator and its samples by number, drawn there (`ops.host`: its process cannot draw them).
+# In a child: the operator and its samples by number, drawn there (`ops.sweep_host`: its process cannot draw them).
 Redraw = Callable[[], tuple[Operator, dict[int, Sample]]]
 
 

@@ -36,7 +36,7 @@ IDENTITY = {"accelerator": "cpu", "precision": "fp32", "torch": "planted"}
 
 
 # Module-level and bound with functools.partial, never closures: on a machine whose run has used a GPU the
-# sweep goes through its host process (`ops.host`), which takes the operators and plants pickled.
+# sweep goes through its host process (`ops.sweep_host`), which takes the operators and plants pickled.
 def _samples_of(
     shape: tuple[int, ...], kwargs: dict[str, Any], device: torch.device, dtype: torch.dtype
 ) -> list[Sample]:
@@ -150,7 +150,7 @@ def test_a_stale_expectation_fails(tmp_path: Path) -> None:
 @pytest.mark.parametrize("host", [False, True], ids=["forked from the run", "through the host"])
 def test_a_crashing_operator_is_its_outcome_not_the_end(tmp_path: Path, host: bool) -> None:
     """Either way a sweep's children are made: forked from the run's process (a CPU run), or from the host
-    process that never touched a GPU (`ops.host`: where the run has used one)."""
+    process that never touched a GPU (`ops.sweep_host`: where the run has used one)."""
     aborting = _session(
         tmp_path, collect=False, plant=functools.partial(_planted_at, ("op-planted.add-0", "export"), _planted_abort),
         host=host,
@@ -295,8 +295,8 @@ def test_a_session_left_unfinished_does_not_hold_the_run_at_its_exit(tmp_path: P
 def _swept_in_a_host(workdir: Path) -> tuple[list[tuple[str, int, str, str]], bool]:
     """`abs` from op_db swept as the host sweeps it, in a process as clean as the host (beside the run): its
     outcomes, and whether the process imported torch's OpInfo database (which initialises CUDA on a GPU)."""
-    from torchyard.inimage.ops.host import _swept
     from torchyard.inimage.ops.sweep import SweepSettings
+    from torchyard.inimage.ops.sweep_host import _swept
 
     settings = SweepSettings(CPU, torch.float32, load_tolerances(), workdir, timeout_s=120)
     swept = _swept("abs", ["eager", "export"], settings, 2, None, None)
@@ -316,7 +316,7 @@ NO_OP_DB = [name for name in ("numpy", "expecttest") if importlib.util.find_spec
 )
 def test_the_host_draws_op_db_samples_only_in_its_children(beside: tuple[list[Any], bool]) -> None:
     """On a machine with a GPU, the process that forks the sweep's children must never have initialised CUDA:
-    op_db's import would (`ops.host`), so the children import it, and draw the samples the run would."""
+    op_db's import would (`ops.sweep_host`), so the children import it, and draw the samples the run would."""
     outcomes, imported = beside
     assert not imported
     assert outcomes == [("abs", 0, "eager", "passed"), ("abs", 0, "export", "passed")]

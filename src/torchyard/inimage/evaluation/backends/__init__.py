@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from torchyard.inimage.cases import Call, Case, base_backend
 from torchyard.inimage.evaluation.backends import aotinductor, eager, executorch, export, inductor, tensorrt
-from torchyard.inimage.evaluation.backends.protocol import NO_CACHE, Artifact, Backend, BackendRun, Job, Runner
+from torchyard.inimage.evaluation.backends.protocol import (
+    NO_CACHE,
+    Artifact,
+    Backend,
+    BackendRun,
+    Chosen,
+    Job,
+    Runner,
+)
 from torchyard.inimage.evaluation.cache.artifacts import ArtifactCache
 from torchyard.names import BackendName
 
@@ -32,24 +38,30 @@ def backend_of(name: str) -> Backend | None:
     return found
 
 
+def choose(name: str, device: torch.device | None = None) -> Chosen:
+    """`name` resolved (`Chosen`), once: what the evaluation of a result reads; with `device`, why it cannot run
+    there too."""
+    backend = backend_of(name)
+    mode = name.partition(":")[2] if backend is inductor else ""
+    unavailable = backend.unavailable(device) if backend is not None and device is not None else None
+    return Chosen(name, backend, mode, unavailable)
+
+
 def unavailable_reason(backend: str, device: torch.device) -> str | None:
     """Why `backend` cannot run here (None when it can, or when it is not one of `BACKENDS`)."""
-    found = backend_of(backend)
-    return found.unavailable(device) if found is not None else None
+    return choose(backend, device).unavailable
 
 
-def runner_for(backend: str, cache: ArtifactCache = NO_CACHE) -> Runner:
-    """The runner of a backend name; `inductor:<mode>` is inductor in that torch.compile mode. Backends that
-    keep their programs in files take them from `cache` when nothing that decides them changed."""
-    name, _, mode = backend.partition(":")
-    run: Callable[[Job], BackendRun] = (
-        functools.partial(inductor.run, mode=mode) if name == "inductor" and mode else BACKENDS[name].run  # type: ignore[index]
-    )
+def runner_for(backend: str | Chosen, cache: ArtifactCache = NO_CACHE) -> Runner:
+    """The runner of a backend (its name, or as `choose` resolved it); `inductor:<mode>` is inductor in that
+    torch.compile mode. Backends that keep their programs in files take them from `cache` when nothing that
+    decides them changed."""
+    chosen = backend if isinstance(backend, Chosen) else choose(backend)
 
     def runner(
         case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Path
     ) -> BackendRun:
-        return run(Job(case, module, calls, device, workdir, cache))
+        return chosen.run(Job(case, module, calls, device, workdir, cache))
 
     return runner
 
@@ -60,9 +72,11 @@ __all__ = [
     "Artifact",
     "Backend",
     "BackendRun",
+    "Chosen",
     "Job",
     "Runner",
     "backend_of",
+    "choose",
     "runner_for",
     "unavailable_reason",
 ]

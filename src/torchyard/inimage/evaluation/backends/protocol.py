@@ -91,3 +91,24 @@ class Backend(Protocol):
         """Compile or lower the job's module (its artifact from the job's cache when nothing that decides it
         changed), run it on each call, and time it; the outputs as each call's flat list of leaves."""
         ...
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """A backend as a test names it (`inductor:<mode>` is inductor in that torch.compile mode), resolved once, on
+    the run's device: its module (None for a name that is none of them, a training step's), why it cannot run
+    there, and how it runs and is localized; the evaluation reads these and looks nothing up again."""
+
+    name: str
+    backend: Backend | None
+    mode: str = ""
+    unavailable: str | None = None
+
+    @property
+    def localizes(self) -> Localizes | None:
+        return self.backend.LOCALIZES if self.backend is not None else None
+
+    def run(self, job: Job) -> BackendRun:
+        assert self.backend is not None, self.name
+        # inductor's run takes its torch.compile mode; a backend of one program per name takes none.
+        return self.backend.run(job, mode=self.mode) if self.mode else self.backend.run(job)  # type: ignore[call-arg]

@@ -17,12 +17,12 @@ from typing import Any
 import torch
 
 from torchyard.inimage.cases import Call, Case
-from torchyard.inimage.evaluation.backends import backend_of
+from torchyard.inimage.evaluation.backends import Chosen, choose
 from torchyard.inimage.evaluation.backends.executorch import ExecuTorch, flat_inputs, keyword_order
 from torchyard.inimage.evaluation.backends.protocol import Localizes
 from torchyard.inimage.evaluation.backends.running import export_program
 from torchyard.inimage.evaluation.errors import describe_error
-from torchyard.inimage.evaluation.harness import FLOAT64
+from torchyard.inimage.evaluation.harness import FLOAT64, Result
 from torchyard.inimage.evaluation.localize.deadline import Deadline, GaveUp
 from torchyard.inimage.evaluation.localize.executorch import lowered_values, no_taps
 from torchyard.inimage.evaluation.localize.inductor import bisect_compile, bisect_train
@@ -42,21 +42,15 @@ class TracedOtherwise(Exception):
     """The exported program itself computes other values than the model: torch.export is to blame."""
 
 
-def _how(backend: str) -> Localizes | None:
-    """How `backend` is localized: its own module says (`Backend.LOCALIZES`)."""
-    found = backend_of(backend)
-    return found.LOCALIZES if found is not None else None
-
-
 def localizes(backend: str) -> bool:
     """Whether `localize` can say where `backend` diverges: a node (export, ExecuTorch), or a compiler step
     (inductor, in any mode)."""
-    return _how(backend) is not None
+    return choose(backend).localizes is not None
 
 
 def localize(
     case: Case,
-    backend: str,
+    backend: str | Chosen,
     *,
     dtype: torch.dtype,
     tolerances: Tolerances,
@@ -64,42 +58,72 @@ def localize(
     device: torch.device = CPU,
     time_bound: float = TIME_BOUND,
     batch: int = 0,
+    bounds: Bounds | None = None,
 ) -> Localization:
-    """Where `backend` first diverges from the float64 reference on the case's call `batch` (its first; the
-    failing batch from a file) (ExecuTorch and export on the CPU, inductor on `device`); never raises for the
-    model's or the backend's failure: the note says what happened."""
+    """Where `backend` (by name, or as `choose` resolved it) first diverges from the float64 reference on the
+    case's call `batch` (its first; the failing batch from a file) (ExecuTorch and export on the CPU, inductor on
+    `device`), within `bounds` (the case's, unless the caller has them); never raises for the model's or the
+    backend's failure: the note says what happened."""
     deadline = Deadline(time_bound)
-    how = _how(backend)
+    chosen = backend if isinstance(backend, Chosen) else choose(backend)
+    how, name = chosen.localizes, chosen.name
     if how is None:
-        return Localization(
-            backend, None, 0, 0.0, f"localization covers export, ExecuTorch and inductor, not {backend}"
-        )
+        return Localization(name, None, 0, 0.0, f"localization covers export, ExecuTorch and inductor, not {name}")
     if how == "lowered nodes" and no_taps():
-        return Localization(backend, None, 0, 0.0, NOT_LOCALIZED + no_taps())
-    bounds = tolerances.bounds(str(dtype).removeprefix("torch."), backend, case.tolerances)
+        return Localization(name, None, 0, 0.0, NOT_LOCALIZED + no_taps())
+    bounds = bounds or tolerances.bounds(str(dtype).removeprefix("torch."), name, case.tolerances)
     node, compared, step, kind = None, 0, "", ""
     try:
         if how == "compiler steps":
             step = bisect_compile(
-                case, backend.partition(":")[2], device=device, dtype=dtype, bounds=bounds, deadline=deadline,
-                batch=batch,
-            )  # fmt: skip
+                case, chosen.mode, device=device, dtype=dtype, bounds=bounds, deadline=deadline, batch=batch
+            )
         else:
             node, compared, kind = _first_node(
-                case, backend, dtype=dtype, bounds=bounds, workdir=workdir, deadline=deadline, batch=batch
+                case, chosen, dtype=dtype, bounds=bounds, workdir=workdir, deadline=deadline, batch=batch
             )
     except GaveUp as stage:
         note = f"gave up after {deadline.elapsed:.0f} s (time bound {time_bound:g} s), before {stage}"
-        return Localization(backend, None, compared, deadline.elapsed, note)
+        return Localization(name, None, compared, deadline.elapsed, note)
     except TracedOtherwise as differs:
         note = f"the exported program already differs from the model, before any lowering: {differs}"
-        return Localization(backend, None, compared, deadline.elapsed, note)
+        return Localization(name, None, compared, deadline.elapsed, note)
     except Exception as error:
-        return Localization(backend, None, compared, deadline.elapsed, f"localization failed: {describe_error(error)}")
+        return Localization(name, None, compared, deadline.elapsed, f"localization failed: {describe_error(error)}")
     note = _nothing_found(how, node, step)
     if batch and note:
         note = note.replace("the case's first call", f"its batch {case.batch_labels()[batch]}")
-    return Localization(backend, node, compared, deadline.elapsed, note, step, kind)
+    return Localization(name, node, compared, deadline.elapsed, note, step, kind)
+
+
+def localize_failure(
+    case: Case,
+    result: Result,
+    chosen: Chosen,
+    bounds: Bounds,
+    *,
+    dtype: torch.dtype,
+    tolerances: Tolerances,
+    workdir: Path,
+    device: torch.device,
+    time_bound: float,
+) -> Localization | None:
+    """Where a failing result's backend diverges, for a failure no known failure explains: a known wrong value
+    says already what the backend computes, and a random program's statistics have no node to blame (None then,
+    and where the backend cannot be localized). On the batch that failed first: a batch from a file can fail
+    where the random one passes."""
+    known = case.known_failure(result.backend)
+    named = known is not None and bool(known.node)  # a known wrong value that names its node: it is checked
+    if result.status != "failed" or (result.known_values and not named) or case.compare != "values":
+        return None
+    if chosen.localizes is None:
+        return None
+    labels = case.batch_labels()
+    failing = next((c.batch for c in result.comparisons if not c.passed and c.batch), "")
+    return localize(
+        case, chosen, bounds=bounds, dtype=dtype, tolerances=tolerances, workdir=workdir, device=device,
+        time_bound=time_bound, batch=labels.index(failing) if failing in labels else 0,
+    )  # fmt: skip
 
 
 def localize_train(backend: str, correct: Callable[[], bool], *, time_bound: float = TIME_BOUND) -> Localization:
@@ -127,7 +151,7 @@ def _nothing_found(how: Localizes, node: NodeDivergence | None, step: str) -> st
 
 
 def _first_node(
-    case: Case, backend: str, *, dtype: torch.dtype, bounds: Bounds, workdir: Path, deadline: Deadline, batch: int
+    case: Case, chosen: Chosen, *, dtype: torch.dtype, bounds: Bounds, workdir: Path, deadline: Deadline, batch: int
 ) -> tuple[NodeDivergence | None, int, str]:
     """The first node out of bounds on call `batch`, how many were compared, and the reference's kind."""
     module = case.fresh_module().to(dtype).cpu().eval()
@@ -136,9 +160,9 @@ def _first_node(
     inputs = flat_inputs(keyword_order(program, call), call)
     deadline.check("the reference")
     reference, kind = _reference(program, case, call, inputs, bounds)
-    deadline.check(f"running {backend}")
+    deadline.check(f"running {chosen.name}")
     delegates: dict[str, str] = {}
-    found = backend_of(backend)
+    found = chosen.backend
     if isinstance(found, ExecuTorch):  # "lowered nodes": its runtime's taps
         tapped = export_program(case, module, call)  # the taps change it in place
         if [node.name for node in tapped.graph.nodes] != [node.name for node in program.graph.nodes]:
@@ -168,4 +192,4 @@ def _reference(
     return values, kind
 
 
-__all__ = ["TIME_BOUND", "Localization", "NodeDivergence", "localize", "localizes"]
+__all__ = ["TIME_BOUND", "Localization", "NodeDivergence", "localize", "localize_failure", "localizes"]

@@ -1,0 +1,53 @@
+"""The merged tables as Markdown: the compatibility table by symbol, then the operators' counts and the operators
+that differ between runs (what a step summary shows)."""
+
+from __future__ import annotations
+
+from torchyard.reports.merge import CompatibilityTable
+from torchyard.reports.ops import OUTCOMES as OPS_OUTCOMES
+from torchyard.reports.ops import WORDS as OPS_WORDS
+from torchyard.reports.ops import OpsTable
+
+SYMBOLS = {"passed": "✅", "xfailed": "⚠️ known", "failed": "❌ failed", "error": "❌ error", "skipped": "·", "none": ""}
+LEGEND = "✅ passed · ⚠️ known failure (exact) · ❌ failed or error · `·` skipped (blank: not run)"
+
+
+def render(table: CompatibilityTable, ops: OpsTable | None = None) -> str:
+    """The cases' table (where a run has cases), then the operators' (where a run swept them)."""
+    columns = [(run.name, backend) for run in table.runs for backend in run.backends]
+    header = ["case", *(f"{run} {backend}" for run, backend in columns)]
+    lines = [
+        "## Compatibility",
+        "",
+        *(f"- **{run.name}**: {run.line}" for run in table.runs),
+        "",
+    ]
+    if table.cases:
+        lines += [LEGEND, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for case in table.cases:
+        cells = [SYMBOLS[table.cell(run, case, backend).outcome] for run, backend in columns]
+        lines.append("| " + " | ".join([f"`{case}`", *cells]) + " |")
+    return "\n".join(lines) + "\n" + ("\n" + _operators(ops) if ops is not None else "")
+
+
+def _operators(table: OpsTable) -> str:
+    """Counts of operators by outcome per run and backend, then the operators that differ between runs (with
+    one run: those that did not pass)."""
+    lines = ["## Operators", "", *(f"- **{sweep.run}**: {sweep.stack_line}" for sweep in table.sweeps), ""]
+    heads = list(OPS_OUTCOMES)
+    lines += ["| run | backend | " + " | ".join(heads) + " |", "|---|---|" + "---|" * len(heads)]
+    for sweep in table.sweeps:
+        for backend in sweep.backends:
+            found = table.counts(sweep, backend)
+            lines.append(f"| {sweep.run} | {backend} | " + " | ".join(str(found.get(name, 0)) for name in heads) + " |")
+    several = len(table.sweeps) > 1
+    listed = [operator for operator in table.operators if (table.differs if several else table.failed)(operator)]
+    title = "Operators whose outcome differs between runs" if several else "Operators that did not pass"
+    lines += ["", f"### {title}: {len(listed)}", ""]
+    if listed:
+        header = ["operator", *(f"{run} {backend}" for run, backend in table.columns)]
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for operator in listed:
+            cells = [OPS_WORDS[table.outcome(run, operator, backend)] for run, backend in table.columns]
+            lines.append("| " + " | ".join([f"`{operator}`", *cells]) + " |")
+    return "\n".join(lines) + "\n"
