@@ -74,6 +74,62 @@ def _add_report(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )  # fmt: skip
 
 
+def _add_test(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], parents: list[argparse.ArgumentParser]
+) -> None:
+    test = commands.add_parser(
+        "test", parents=parents, help="run the selected entries' suites; other arguments go to pytest"
+    )
+    where = test.add_mutually_exclusive_group()
+    where.add_argument("--local", action="store_true", help="on this machine, in a venv made from the lock")
+    where.add_argument("--in-place", action="store_true", help="with this interpreter as it is: no lock, unlocked")
+    test.add_argument(
+        "--suite",
+        action="append",
+        default=[],
+        choices=SUITE_NAMES,
+        help="run only this one of the entry's suites (repeatable; the harness's self-tests run too)",
+    )
+    test.add_argument(
+        "--rerun-self-tests",
+        action="store_true",
+        help="run every harness self-test, even those a run on this stack and device already passed",
+    )
+    test.add_argument(
+        "--rerun",
+        action="store_true",
+        help="evaluate every result, none replayed from the result cache (and none kept in it)",
+    )
+    test.add_argument("--keep", action="store_true", help="keep the container afterwards, for debugging")
+    test.add_argument(
+        "--baseline", type=Path, metavar="PATH",
+        help="hold each entry's run to this one (a reports folder, a parity.json, or the default branch's CI "
+        "artifact) instead of its last trusted run on this machine",
+    )  # fmt: skip
+    test.add_argument(
+        "--reuse-results",
+        action="store_true",
+        help="replay the last verdicts (marked replayed) when nothing that decides them changed",
+    )
+    test.add_argument(
+        "--ops-shard",
+        type=_shard,
+        metavar="K/N",
+        help="run the K-th of N slices of the ops suite's operators (a workflow spreads a sweep over runners)",
+    )
+    test.add_argument("--reports", type=Path, default=Path("reports"), help="where reports are written")
+    test.add_argument(
+        "--trust",
+        choices=TRUST_LEVELS,
+        help="trusted or untrusted (default: TORCHYARD_TRUST, else from GitHub Actions' event, else trusted)",
+    )
+    test.add_argument(
+        "--unsandboxed",
+        action="store_true",
+        help="let an untrusted run use --local, --in-place or a native entry (no container around its code)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="torchyard",
@@ -109,53 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--trust", choices=TRUST_LEVELS, help="as for test: an untrusted build takes less (docs: trust and the sandbox)"
     )
 
-    test = commands.add_parser(
-        "test", parents=[common, lockdir], help="run the selected entries' suites; other arguments go to pytest"
-    )
-    where = test.add_mutually_exclusive_group()
-    where.add_argument("--local", action="store_true", help="on this machine, in a venv made from the lock")
-    where.add_argument("--in-place", action="store_true", help="with this interpreter as it is: no lock, unlocked")
-    test.add_argument(
-        "--suite",
-        action="append",
-        default=[],
-        choices=SUITE_NAMES,
-        help="run only this one of the entry's suites (repeatable; the harness's self-tests run too)",
-    )
-    test.add_argument(
-        "--rerun-self-tests",
-        action="store_true",
-        help="run every harness self-test, even those a run on this stack and device already passed",
-    )
-    test.add_argument(
-        "--rerun",
-        action="store_true",
-        help="evaluate every result, none replayed from the result cache (and none kept in it)",
-    )
-    test.add_argument("--keep", action="store_true", help="keep the container afterwards, for debugging")
-    test.add_argument(
-        "--reuse-results",
-        action="store_true",
-        help="replay the last verdicts (marked replayed) when nothing that decides them changed",
-    )
-    test.add_argument(
-        "--ops-shard",
-        type=_shard,
-        metavar="K/N",
-        help="run the K-th of N slices of the ops suite's operators (a workflow spreads a sweep over runners)",
-    )
-    test.add_argument("--reports", type=Path, default=Path("reports"), help="where reports are written")
-    test.add_argument(
-        "--trust",
-        choices=TRUST_LEVELS,
-        help="trusted or untrusted (default: TORCHYARD_TRUST, else from GitHub Actions' event, else trusted)",
-    )
-    test.add_argument(
-        "--unsandboxed",
-        action="store_true",
-        help="let an untrusted run use --local, --in-place or a native entry (no container around its code)",
-    )
-
+    _add_test(commands, [common, lockdir])
     doctor_command = commands.add_parser("doctor", help="what this host offers each accelerator, and what to fix")
     doctor_command.add_argument("--accelerator", action="append", default=[], choices=ACCELERATOR_NAMES)
 
@@ -321,6 +331,7 @@ def _on_this_machine(args: argparse.Namespace, passthrough: list[str], machine: 
             trust=trust,
             project=project_scope(args.matrix, os.environ),
             unsandboxed=args.unsandboxed,
+            baseline=args.baseline,
             env={**os.environ, REUSE_RESULTS: "1"} if args.reuse_results else os.environ,
         )
     return 0

@@ -29,6 +29,7 @@ from torchyard.lock.check import require_fresh
 from torchyard.lock.resolve import uv_version
 from torchyard.matrix.machine import MEMORY_SHARE, Machine
 from torchyard.matrix.schema import Entry
+from torchyard.run.baseline import hold_to_baseline, store_for
 from torchyard.run.container import plan_run, require_device_runtime, run_entry
 from torchyard.run.handback import reports_folder, summarize
 from torchyard.run.inplace import run_in_place
@@ -53,6 +54,7 @@ class Tests:
     trust: RunTrust
     keep: bool = False
     unsandboxed: bool = False
+    baseline: Path | None = None  # the run each entry's is held to (`--baseline`); else its last trusted run
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ def run_in_place_entries(request: Request, progress: Progress) -> None:
         status = run_in_place(
             entry, request.lockdir, tests.reports, tests.pytest_args, runner=request.runner, env=request.env
         )
-        progress.statuses.append(status)
+        progress.statuses.append(held(entry, tests.reports / f"{entry.name}-in-place", status, request))
         summarize(tests.reports / f"{entry.name}-in-place", request.env)
     progress.contained = []
 
@@ -139,7 +141,7 @@ def run_native_entries(request: Request, progress: Progress) -> None:
             entry, request.lockdir, tests.reports, tests.pytest_args, machine=request.machine,
             runner=request.runner, env=request.env,
         )  # fmt: skip
-        progress.statuses.append(status)
+        progress.statuses.append(held(entry, tests.reports / f"{entry.name}-local", status, request))
         summarize(tests.reports / f"{entry.name}-local", request.env)
 
 
@@ -255,9 +257,22 @@ def run_containers(request: Request, progress: Progress) -> None:
             entry, plan, client=client, docker_path=cli.path, host=host, pytest_args=tests.pytest_args,
             keep=tests.keep, runner=request.runner, env=request.env,
         )  # fmt: skip
+        status = held(entry, plan.reports, status, request)
         progress.statuses.append(status)
         progress.ran.append((entry.name, image.tag, str(status), str(plan.reports)))
         summarize(plan.reports, request.env)
+
+
+def held(entry: Entry, folder: Path, status: int, request: Request) -> int:
+    """The run in `folder` held to its baseline (`run.baseline`), its reports final: what changed written into
+    them; the run's status, or 1 where it passed and a change its entry's `fail-on-change` names was found."""
+    tests = request.tests
+    assert tests is not None
+    changed = hold_to_baseline(
+        entry.name, folder, named=tests.baseline, store=store_for(request.project, request.env),
+        trusted=tests.trust.trusted, fail_on=entry.fail_on_change, key=folder.name,
+    )  # fmt: skip
+    return status or changed
 
 
 def summarize_runs(request: Request, progress: Progress) -> None:
@@ -332,12 +347,13 @@ def run_tests(
     keep: bool = False,
     project: str = "",
     unsandboxed: bool = False,
+    baseline: Path | None = None,
     runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
 ) -> int:
     """Every step for `entries` (`project`: matrix.toml's folder's when not given); the first non-zero status is
     the result (all entries still run)."""
-    tests = Tests(mode, reports, pytest_args, trust, keep, unsandboxed)
+    tests = Tests(mode, reports, pytest_args, trust, keep, unsandboxed, baseline)
     project = project or project_scope(Path("matrix.toml"), env)
     request = Request(tuple(entries), lockdir, machine, project, runner, env, tests=tests, summarize_found=False)
     return first_failure(execute(STEPS, request).statuses)

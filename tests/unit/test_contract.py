@@ -24,6 +24,7 @@ INIMAGE = Path(contract.__file__).parent / "inimage"
 # project's tests cross too, but as pytest's arguments (`contract.pytest_args`), not as a setting.
 HOST_ONLY = {
     "name",
+    "fail_on_change",
     "python",
     "requirements",
     "exclude",

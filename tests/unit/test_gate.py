@@ -122,3 +122,18 @@ def test_an_entry_with_its_own_base_is_compared_with_its_trusted_self() -> None:
     assert gate_entries(_plan(text).entries, "untrusted", _trusted(text)) == _plan(text).entries
     with pytest.raises(ConfigError, match="changes base-image"):
         gate_entries(_plan(text.replace("a" * 64, "b" * 64)).entries, "untrusted", _trusted(text))
+
+
+def test_a_pull_request_can_add_kinds_of_change_that_fail_its_run_never_drop_one() -> None:
+    """Issue 60: `fail-on-change` is a policy: an untrusted run fails on the trusted entry's kinds and any the
+    pull request adds; a pull request that deletes the key fails on the trusted kinds still."""
+    trusted = VALID.replace('name = "cuda"', 'name = "cuda"\nfail-on-change = ["graph-breaks"]')
+    dropped = _plan(VALID)
+    gated = {
+        entry.name: entry.fail_on_change for entry in gate_entries(dropped.entries, "untrusted", _trusted(trusted))
+    }
+    assert gated["cuda"] == ("graph-breaks",)
+    added = _plan(VALID.replace('name = "cuda"', 'name = "cuda"\nfail-on-change = ["delegation"]'))
+    gated = {e.name: e.fail_on_change for e in gate_entries(added.entries, "untrusted", _trusted(trusted))}
+    assert gated["cuda"] == ("graph-breaks", "delegation")
+    assert gate_entries(added.entries, "trusted", _trusted(trusted)) == added.entries  # a trusted run's own

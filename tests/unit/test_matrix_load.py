@@ -80,6 +80,28 @@ def test_the_ops_suites_keys_are_read_only_where_it_runs() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        ("tests-markers = 5", "tests-markers: expected a non-empty string, got 5"),
+        ('tests-markers = "not slow"', "tests-markers: selects among the entry's own `tests`, and it has none"),
+        ('suites = ["ops"]\nops-operators = 5', "ops-operators: expected a non-empty string, got 5"),
+        ('suites = ["ops"]\nops-operators = "gelu tanh"', 'ops-operators: expected "quick", "all" or op_db names'),
+        ('suites = ["ops"]\nops-samples = 0', "ops-samples: expected a number of samples (1 or more), got 0"),
+        ("compile-modes = []", "compile-modes: expected at least one item, got an empty array"),
+        ('compile-modes = ["turbo"]', "compile-modes[0]: expected one of default, "),
+        ('builtin-cases = "no"', "builtin-cases: expected true or false"),
+    ],
+)
+def test_an_entry_option_is_refused_as_its_own_reader_refused_it(line: str, error: str) -> None:
+    """Issue 59: the entry's options are read by one loop over `contract.RunOptions`; each refusal, and which
+    check comes first (its type, then what it needs), is as the key's own reader said it."""
+    text = VALID.replace(
+        'suites = ["export", "parity"]', line if "suites" in line else f'suites = ["export", "parity"]\n{line}'
+    )
+    assert error_of(text).startswith(f'matrix.toml: entry "cuda" > {error}'), error_of(text)
+
+
 def test_committed_matrix_is_valid() -> None:
     plan = load_plan(Path(__file__).parents[2] / "matrix.toml")
     assert [entry.name for entry in plan.entries] == ["cpu", "cpu-bf16", "cuda", "rocm", "xpu", "mps"]

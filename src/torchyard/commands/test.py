@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from torchyard import pipeline
+from torchyard.errors import UsageError
 from torchyard.matrix.machine import Machine
 from torchyard.matrix.schema import Entry
 from torchyard.trust import TRUST_ENV, RunTrust, resolve_trust
@@ -30,6 +31,7 @@ def test_entries(
     trust: RunTrust | None = None,
     project: str = "",
     unsandboxed: bool = False,
+    baseline: Path | None = None,
     runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
 ) -> int:
@@ -39,10 +41,14 @@ def test_entries(
     their lock once the host is shown to have their device; `local` runs every entry in such a venv;
     `in-place` runs in the current environment, unlocked, and says so in the report. `trust` (resolved from
     the environment when not given) decides the cache scope; an untrusted run is refused outside a
-    container unless `unsandboxed`. `machine` gives the limits, mirrors and what this machine allows.
+    container unless `unsandboxed`. `machine` gives the limits, mirrors and what this machine allows. Each
+    entry's run is held to `baseline` (a reports folder or parity.json), else to its last trusted run here.
     """
+    if baseline is not None and not baseline.exists():
+        raise UsageError(f"--baseline {baseline}: no such file or folder")
     trust = trust or resolve_trust(None, env)
     return pipeline.run_tests(
         entries, mode=mode, lockdir=lockdir, reports=reports, pytest_args=pytest_args, machine=machine, trust=trust,
-        keep=keep, project=project, unsandboxed=unsandboxed, runner=runner, env={**env, TRUST_ENV: trust.level},
+        keep=keep, project=project, unsandboxed=unsandboxed, baseline=baseline, runner=runner,
+        env={**env, TRUST_ENV: trust.level},
     )  # fmt: skip

@@ -192,7 +192,7 @@ OWN_INPUTS = "the program's own inputs and weights"  # a first node whose inputs
 
 
 def where_it_diverges(diverges: Mapping[str, Any]) -> str:
-    """The block under a failure's line that says where it diverges (`parity.localize`'s record): the first node
+    """The block under a failure's line that says where it diverges (`evaluation.localize`'s record): the first node
     out of bounds with its error and its inputs', or the compiler step the bisector named, or why neither."""
     took = f"{float(diverges.get('seconds', 0.0)):.1f} s"
     node = diverges.get("node")

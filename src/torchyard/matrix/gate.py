@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from torchyard.errors import ConfigError
@@ -116,6 +116,10 @@ def gate_entry(entry: Entry, trust: Trust, trusted: TrustedConfig) -> Entry:
             f"({trusted.origin}) sets it; a pull request may add limits and variables, never a flag this "
             "machine allows"
         )
+    # What fails a run on a change: the trusted entry's kinds, and any the pull request adds (never fewer).
+    same = next((found for found in trusted.plan.entries if found.name == entry.name), None)
+    if same is not None:
+        entry = replace(entry, fail_on_change=tuple(dict.fromkeys((*same.fail_on_change, *entry.fail_on_change))))
     return entry
 
 

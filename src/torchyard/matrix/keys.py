@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchyard.names import (
+    CHANGE_KINDS,
     COMPILE_MODES,
     DEFAULT_SUITES,
     LOCALIZE_SECONDS_DEFAULT,
@@ -143,6 +144,10 @@ MATRIX_KEYS: tuple[Key, ...] = (
         "(`[allow] network = true`) and the run is trusted", "downloads its weights from the hub", ""),
     Key("entry", "timeout", "duration", '`"2h"`',
         "stop the run after this long (capped by the machine's `[limits] timeout`)", "90m", "2 hours"),
+    Key("entry", "fail-on-change", "array of change kinds", "`[]`",
+        "the kinds of change against the baseline run (the entry's last trusted run, or `--baseline`) that fail "
+        "the run; the others are reported: " + _one_of(CHANGE_KINDS) + "; an untrusted run fails on the trusted "
+        "entry's kinds too", ["graph-breaks", "delegation"], ["slower"]),
     Key("entry", "lock-on-runner", "boolean", "`false`",
         "no committed lock: the entry's own runner, which reaches its indexes, locks it before its image",
         True, 1),

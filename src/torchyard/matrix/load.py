@@ -35,6 +35,7 @@ from torchyard.matrix.schema import (
 )
 from torchyard.names import (
     ACCELERATOR_NAMES,
+    CHANGE_KINDS,
     DEFAULT_SUITES,
     NATIVE_ACCELERATORS,
     OPS_ALL,
@@ -42,6 +43,7 @@ from torchyard.names import (
     PRECISIONS,
     SUITE_NAMES,
     AcceleratorName,
+    ChangeKind,
     Precision,
     SuiteName,
 )
@@ -313,6 +315,9 @@ def _entry(
             raise table.error(f"tests[{position}]", f"{describe(node)} is not a pytest node id (a path, or path::test)")
     project = _project(table, folder, tuple(dict.fromkeys(test_path(node) for node in tests)))
     lock_on_runner = table.boolean("lock-on-runner", default=False)
+    fail_on_change = table.string_list("fail-on-change", required=False) or ()
+    for position, kind in enumerate(fail_on_change):
+        _choice(table, f"fail-on-change[{position}]", CHANGE_KINDS, kind)
     options = _options(table, suites, tests)
     accelerator = accelerators[accelerator_name]
     if table.value("base-image", required=False) is not None:  # the entry's own base, for another Python
@@ -333,6 +338,7 @@ def _entry(
         network=network,
         timeout=timeout,
         lock_on_runner=lock_on_runner,
+        fail_on_change=cast(tuple[ChangeKind, ...], tuple(dict.fromkeys(fail_on_change))),
         options=options,
     )
     table.finish()
@@ -364,13 +370,13 @@ def _options(table: Table, suites: tuple[str, ...], tests: tuple[str, ...]) -> R
         if value is None:
             read[item.name] = item.default
             continue
-        if how.needs == "tests" and value and not tests:
-            raise table.error(key, "selects among the entry's own `tests`, and it has none")
         if how.needs and how.needs != "tests" and how.needs not in suites:
             raise table.error(
                 key, f'only for an entry that runs the {how.needs} suite: add "{how.needs}" to its suites'
             )
         read[item.name] = READERS[how.reader or str(item.type)](table, key, value, how)
+        if how.needs == "tests" and read[item.name] and not tests:  # a selection: checked as text first
+            raise table.error(key, "selects among the entry's own `tests`, and it has none")
     return RunOptions(**read)
 
 
@@ -411,11 +417,12 @@ def _duration_or_false(table: Table, key: str, value: object, how: contract.Carr
 
 
 def _operators(table: Table, key: str, value: object, how: contract.Carried) -> str:
-    if not isinstance(value, str) or (value not in (OPS_QUICK, OPS_ALL) and not OPERATOR_NAMES.fullmatch(value)):
+    operators = table.string(key)
+    if operators not in (OPS_QUICK, OPS_ALL) and not OPERATOR_NAMES.fullmatch(operators):
         raise table.error(
-            key, f'expected "{OPS_QUICK}", "{OPS_ALL}" or op_db names, comma-separated, got {describe(value)}'
+            key, f'expected "{OPS_QUICK}", "{OPS_ALL}" or op_db names, comma-separated, got {describe(operators)}'
         )
-    return value
+    return operators
 
 
 # How the loader reads a `RunOptions` field: by its reader's name, else by its type.

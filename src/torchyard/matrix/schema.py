@@ -10,6 +10,7 @@ from torchyard.contract import RunOptions
 from torchyard.names import (
     NATIVE_ACCELERATORS,
     AcceleratorName,
+    ChangeKind,
     Precision,
     SuiteName,
 )
@@ -118,6 +119,8 @@ class Entry:
     timeout: str = "2h"  # the longest a run of the entry may take (capped by the machine's [limits] timeout)
     # No lock is committed: the entry's own runner, which reaches its indexes, locks it before its image.
     lock_on_runner: bool = False
+    # The kinds of change against the baseline run that fail a run (`reports.compare`); the rest are reported.
+    fail_on_change: tuple[ChangeKind, ...] = ()
     # What crosses into the image as it is: the project's tests' selection, compile modes, the ops suite's
     # operators and samples, localization's time bound (each declared once, in `contract.RunOptions`).
     options: RunOptions = field(default_factory=RunOptions)

@@ -15,7 +15,10 @@ from torchyard.reports.ops import OpsTable, plain_text
 
 # The page's labels are words (its cells are coloured too): no emoji font is needed to read it.
 WORDS = {"passed": "pass", "xfailed": "known", "failed": "fail", "error": "error", "skipped": "skip", "none": ""}
-PAGE_LEGEND = "pass; known: an exact known failure; fail or error; skip (blank: not run)"
+PAGE_LEGEND = (
+    "pass; known: an exact known failure; fail or error; skip (blank: not run); Δ: changed against the run's "
+    "baseline (hover for what)"
+)
 OPS_CLASSES = {"wrong value": "failed", "crashed": "error", "passed": "passed", "set aside": "skipped", "none": ""}
 METRICS = ("max_abs_error", "scaled_max_error", "rel_l2_error", "cosine")
 
@@ -28,6 +31,7 @@ th.sortable { cursor: pointer; }
 td.case { text-align: left; font-family: monospace; }
 td.passed { background: #e6f4ea; } td.xfailed { background: #fff4d6; }
 td.failed, td.error { background: #fce8e6; } td.skipped { color: #888; }
+td.changed { outline: 2px solid #7b61ff; outline-offset: -2px; }
 tr.differs td.case { font-weight: bold; }
 td a { color: inherit; text-decoration: none; display: block; }
 section.detail { border-top: 1px solid #ddd; margin-top: 1em; padding-top: 0.5em; }
@@ -160,10 +164,12 @@ def render(table: CompatibilityTable, ops: OpsTable | None = None) -> str:
             anchor = f"r{len(details)}"
             title = f"{case} on {backend}, {run}"
             details.append(_detail(anchor, title, cell.results))
-            label = WORDS[cell.outcome]
-            tip = escape(cell.reason + _diverges_brief(cell.results), quote=True)
+            label = WORDS[cell.outcome] + (" Δ" if cell.changes else "")
+            changed = "".join(f"; changed: {change}" for change in cell.changes)
+            tip = escape(cell.reason + _diverges_brief(cell.results) + changed, quote=True)
+            marked = " changed" if cell.changes else ""
             cells.append(
-                f'<td class="{cell.outcome}" data-outcome="{cell.outcome}" title="{tip}">'
+                f'<td class="{cell.outcome}{marked}" data-outcome="{cell.outcome}" title="{tip}">'
                 f'<a href="#{anchor}">{label}</a></td>'
             )
         rows.append("<tr>" + "".join(cells) + "</tr>")

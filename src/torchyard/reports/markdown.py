@@ -3,13 +3,16 @@ that differ between runs (what a step summary shows)."""
 
 from __future__ import annotations
 
-from torchyard.reports.merge import CompatibilityTable
+from torchyard.reports.merge import Cell, CompatibilityTable
 from torchyard.reports.ops import OUTCOMES as OPS_OUTCOMES
 from torchyard.reports.ops import WORDS as OPS_WORDS
 from torchyard.reports.ops import OpsTable
 
 SYMBOLS = {"passed": "✅", "xfailed": "⚠️ known", "failed": "❌ failed", "error": "❌ error", "skipped": "·", "none": ""}
-LEGEND = "✅ passed · ⚠️ known failure (exact) · ❌ failed or error · `·` skipped (blank: not run)"
+LEGEND = (
+    "✅ passed · ⚠️ known failure (exact) · ❌ failed or error · `·` skipped (blank: not run) · Δ changed against "
+    "the run's baseline (its parity.md says what)"
+)
 
 
 def render(table: CompatibilityTable, ops: OpsTable | None = None) -> str:
@@ -25,7 +28,7 @@ def render(table: CompatibilityTable, ops: OpsTable | None = None) -> str:
     if table.cases:
         lines += [LEGEND, "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for case in table.cases:
-        cells = [SYMBOLS[table.cell(run, case, backend).outcome] for run, backend in columns]
+        cells = [_symbol(table.cell(run, case, backend)) for run, backend in columns]
         lines.append("| " + " | ".join([f"`{case}`", *cells]) + " |")
     return "\n".join(lines) + "\n" + ("\n" + _operators(ops) if ops is not None else "")
 
@@ -51,3 +54,7 @@ def _operators(table: OpsTable) -> str:
             cells = [OPS_WORDS[table.outcome(run, operator, backend)] for run, backend in table.columns]
             lines.append("| " + " | ".join([f"`{operator}`", *cells]) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _symbol(cell: Cell) -> str:
+    return SYMBOLS[cell.outcome] + (" Δ" if cell.changes else "")

@@ -41,6 +41,7 @@ class Run:
     environment: dict[str, Any]
     results: tuple[dict[str, Any], ...]
     finished: str = ""  # when the run wrote its reports (UTC, ISO 8601), where its parity.json says
+    changes: tuple[dict[str, Any], ...] = ()  # what changed against its baseline (`reports.compare`), if held to one
 
     @property
     def line(self) -> str:
@@ -64,6 +65,8 @@ class Run:
 @dataclass
 class Cell:
     results: list[dict[str, Any]] = field(default_factory=list)
+    # What changed against the run's baseline, where the run was held to one (parity.json's `changes`): words.
+    changes: list[str] = field(default_factory=list)
 
     @property
     def outcome(self) -> str:
@@ -86,7 +89,7 @@ class CompatibilityTable:
         return self.cells.get((run, case, backend), Cell())
 
 
-def _reports(paths: Iterable[Path]) -> list[Path]:
+def reports_under(paths: Iterable[Path]) -> list[Path]:
     """Each parity.json a path names: the file itself, or every one under a folder (sorted)."""
     found: list[Path] = []
     for path in paths:
@@ -124,6 +127,18 @@ def load_run(report: Path) -> Run:
         environment=environment if isinstance(environment, dict) else {},
         results=tuple(results),
         finished=_finished(data.get("finished")),
+        changes=_changes(data.get("changes")),
+    )
+
+
+def _changes(value: object) -> tuple[dict[str, Any], ...]:
+    """parity.json's `changes` (the host writes them), each with a case, a backend, a kind and its words."""
+    found = value.get("changes") if isinstance(value, dict) else None
+    fields = ("case", "backend", "kind", "said")
+    return tuple(
+        {name: str(item[name]) for name in fields}
+        for item in (found if isinstance(found, list) else [])
+        if isinstance(item, dict) and all(isinstance(item.get(name), str) for name in fields)
     )
 
 
@@ -140,7 +155,7 @@ def _finished(value: object) -> str:
 
 def merge(paths: Sequence[Path]) -> CompatibilityTable:
     """The runs the paths name, in the order given, as one table; two runs of one name are numbered."""
-    reports = _reports(paths)
+    reports = reports_under(paths)
     if not reports:
         raise UsageError(f"report: no parity.json under {', '.join(str(path) for path in paths)}")
     runs: list[Run] = []
@@ -159,4 +174,8 @@ def merge(paths: Sequence[Path]) -> CompatibilityTable:
         for result in run.results:
             cases[result["case"]] = None
             cells.setdefault((run.name, result["case"], result["backend"]), Cell()).results.append(result)
+        for change in run.changes:
+            cell = cells.get((run.name, change["case"], change["backend"]))
+            if cell is not None:
+                cell.changes.append(f"{change['kind']}: {change['said']}")
     return CompatibilityTable(tuple(runs), tuple(sorted(cases)), cells)

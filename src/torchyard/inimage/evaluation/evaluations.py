@@ -109,7 +109,7 @@ class Evaluations:
         }
 
     def train_result(self, case: Case, backend: str) -> Result:
-        """One optimizer step on `backend` against the float64 step (`parity.training`)."""
+        """One optimizer step on `backend` against the float64 step (`evaluation.training`)."""
         key = (case.name, backend)
         if key not in self._results:
             dtype_name = str(self.dtype).removeprefix("torch.")

@@ -56,7 +56,7 @@ class Result:
     # The outputs meet what the case's known failure says this backend computes instead (they may meet the
     # case's reference too, where the precision's bounds cannot tell the two apart).
     known_values: bool = False
-    # Where a failing backend first leaves the reference (`parity.localize`'s `Localization.as_dict()`); None
+    # Where a failing backend first leaves the reference (`evaluation.localize`'s `Localization.as_dict()`); None
     # where nothing was localized (it passed, or its failure is known).
     diverges: dict[str, Any] | None = None
     # When the result kept and replayed here was evaluated ("" where this run evaluated it: `result_cache`).

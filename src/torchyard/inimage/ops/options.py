@@ -1,6 +1,6 @@
 """The ops suite's settings: which operators (the entry's `ops-operators`), how many samples of each
-(`ops-samples`), which shard of them, and its expectations file. Stdlib and pytest only: the suites' conftest
-registers its own options."""
+(`ops-samples`), which shard of them, and its expectations file. Stdlib and pytest only: torchyard's plugin
+registers these options beside its own."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ def add_options(parser: pytest.Parser) -> None:
     """The ops suite's own options; which operators and how many samples are the entry's settings
     (`contract.SETTINGS`: `ops-operators`, `ops-samples`), added with the others."""
     group = parser.getgroup("torchyard ops")
+    group.addoption("--torchyard-ops", default=None, help="renamed --torchyard-ops-operators")
     group.addoption(
         contract.OPS_EXPECTATIONS_OPTION, default="",
         help="the ops suite's expectations file (default: the one torchyard ships for the running stack)",
@@ -48,6 +49,8 @@ def add_options(parser: pytest.Parser) -> None:
 
 
 def ops_options(config: pytest.Config) -> OpsOptions:
+    if config.getoption("--torchyard-ops") is not None:
+        raise pytest.UsageError("--torchyard-ops is now --torchyard-ops-operators (the entry's `ops-operators`)")
     options = config.stash[RUN_SETTINGS].options
     if options.ops_samples < 1:
         raise pytest.UsageError(

@@ -3,15 +3,13 @@ to, and what it writes at the end (its reports, and the expectations file where 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import torch
 
-from torchyard import contract
-from torchyard.inimage.evaluation.backends import unavailable_reason
-from torchyard.inimage.evaluation.cache.artifacts import entry_cache
+from torchyard.inimage.evaluation.backends import NO_CACHE, unavailable_reason
+from torchyard.inimage.evaluation.cache.artifacts import ArtifactCache
 from torchyard.inimage.ops import expectations
 from torchyard.inimage.ops.catalog import QUICK, Operator, op_db_operators
 from torchyard.inimage.ops.options import OpsOptions
@@ -56,7 +54,7 @@ class OpsSession:
         workdir: Path,
         operators: Callable[[], list[Operator]] | None = None,
         plant: Plant | None = None,
-        env: Mapping[str, str] = os.environ,
+        cache: ArtifactCache = NO_CACHE,
         timeout_s: float = TIMEOUT_S,
         host: bool | None = None,
     ) -> None:
@@ -70,7 +68,6 @@ class OpsSession:
         # Collected where it was named, else into the reports (handed back from a container, whose torchyard is
         # read-only): torchyard's own are then copied beside the ones it ships (`nox -s ops -- --collect`).
         self.collect_to = options.expectations or report_dir / expectations.file_name(self.identity)
-        cache = entry_cache(env, contract.cache_root(env, report_dir))
         self.settings = SweepSettings(device, dtype, tolerances, workdir, cache, timeout_s)
         self._make_operators = operators or (lambda: op_db_operators(dtype, device))
         self._operators: list[Operator] | None = None

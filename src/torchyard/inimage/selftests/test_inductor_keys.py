@@ -1,4 +1,4 @@
-"""Inductor's remembered cache keys (`parity.inductor_keys`): recalled only while the files they digest are
+"""Inductor's remembered cache keys (`evaluation.cache.inductor_keys`): recalled only while the files they digest are
 unchanged, computed again otherwise, and what inductor then uses."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Localization on failure (`parity.localize`): a wrong kernel planted in the middle of a deep program, only in its
+"""Localization on failure (`evaluation.localize`): a wrong kernel planted in the middle of a deep program, only in its
 lowering, is named at its node and nothing before it, and without the fault nothing is named; the built-in
 `gelu_tanh` case's XNNPACK failure is named at its GELU; a wrong pass under torch.compile is named by the
 bisector; a fault in the trace itself is blamed on torch.export; and a failing result carries it all."""

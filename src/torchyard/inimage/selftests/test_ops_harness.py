@@ -18,9 +18,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torchyard import contract
 from torchyard.inimage.cases import Call, Case
-from torchyard.inimage.evaluation.backends import BackendRun, Runner, runner_for
+from torchyard.inimage.evaluation.backends import NO_CACHE, BackendRun, Runner, runner_for
 from torchyard.inimage.ops import expectations
 from torchyard.inimage.ops.catalog import Operator, Sample, chosen_samples, sample_set_aside
 from torchyard.inimage.ops.options import OpsOptions
@@ -75,7 +74,7 @@ def _session(tmp_path: Path, *, collect: bool, plant: Plant | None = None, host:
         workdir=tmp_path / "work",
         operators=_these(OPERATORS),
         plant=plant,
-        env={contract.ARTIFACT_CACHE: "off"},
+        cache=NO_CACHE,
         timeout_s=120,
         host=host,
     )
@@ -227,7 +226,7 @@ def test_a_sweep_after_parallel_work_in_the_run_still_ends(tmp_path: Path) -> No
             device=CPU, dtype=torch.float32, identity=IDENTITY, tolerances=load_tolerances(), backends=("eager",),
             report_dir=tmp_path / "reports", workdir=tmp_path / "work",
             operators=_these([Operator("planted.big", torch.add, _two_samples((400, 400)), base="planted.big")]),
-            env={contract.ARTIFACT_CACHE: "off"}, timeout_s=30,
+            cache=NO_CACHE, timeout_s=30,
         )  # fmt: skip
         assert session.run("planted.big") == ([], "")
         assert [(o.sample, o.outcome) for o in session.outcomes] == [(0, "passed")]
@@ -246,7 +245,7 @@ def test_a_sweep_after_inductor_compiled_in_the_run_still_compiles(tmp_path: Pat
             OpsOptions("planted.add", 1, tmp_path / "expected.toml", collect=False),
             device=CPU, dtype=torch.float32, identity=IDENTITY, tolerances=load_tolerances(),
             backends=("inductor",), report_dir=tmp_path / "reports", workdir=tmp_path / "work",
-            operators=_these(OPERATORS[:1]), env={contract.ARTIFACT_CACHE: "off"}, timeout_s=60,
+            operators=_these(OPERATORS[:1]), cache=NO_CACHE, timeout_s=60,
         )  # fmt: skip
         assert session.run("planted.add") == ([], "")
     assert [(o.sample, o.outcome) for o in session.outcomes] == [(0, "passed")]
@@ -271,7 +270,7 @@ def test_a_none_argument_is_a_constant_not_an_input(tmp_path: Path) -> None:
         device=CPU, dtype=torch.float32, identity=IDENTITY, tolerances=load_tolerances(), backends=BACKENDS,
         report_dir=tmp_path / "reports", workdir=tmp_path / "work",
         operators=_these([Operator("planted.none", _none_between, _none_samples, base="planted.none")]),
-        env={contract.ARTIFACT_CACHE: "off"}, timeout_s=60,
+        cache=NO_CACHE, timeout_s=60,
     )  # fmt: skip
     assert session.run("planted.none") == ([], "")
     assert [(o.backend, o.outcome) for o in session.outcomes] == [("eager", "passed"), ("export", "passed")]
@@ -329,7 +328,7 @@ def test_a_shard_that_collects_writes_its_outcomes_and_no_file(tmp_path: Path) -
     session = OpsSession(
         options, device=CPU, dtype=torch.float32, identity=IDENTITY, tolerances=load_tolerances(), backends=BACKENDS,
         report_dir=tmp_path / "reports", workdir=tmp_path / "work", operators=_these(OPERATORS),
-        env={contract.ARTIFACT_CACHE: "off"}, timeout_s=120,
+        cache=NO_CACHE, timeout_s=120,
     )  # fmt: skip
     for name in options.sharded(session.names()):
         session.run(name)

@@ -1,4 +1,4 @@
-"""XNNPACK's pattern graphs kept in the artifact cache (`parity.xnnpack_patterns`): made once and stored only
+"""XNNPACK's pattern graphs kept in the artifact cache (`evaluation.cache.xnnpack_patterns`): made once and stored only
 when they decode exactly, loaded on a hit, made again when the entry is corrupt, never used when they do not
 decode; ExecuTorch's edge ops come back as ExecuTorch's own."""
 

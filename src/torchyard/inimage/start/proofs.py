@@ -27,7 +27,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from torchyard import contract
-from torchyard.inimage import INIMAGE, TEST_DIRS
+from torchyard.inimage import TEST_DIRS
 from torchyard.inimage.start import replay
 from torchyard.inimage.start.settings import RUN_SETTINGS
 from torchyard.names import HARNESS
@@ -125,14 +125,6 @@ def exercised() -> dict[str, object]:
     return {"versions": dict(sorted(versions.items())), "pth": started}
 
 
-def shipped() -> list[tuple[str, str]]:
-    """torchyard's in-image files (`contract.INIMAGE_MODULES`), each by its path in the package and its digest:
-    the same wherever they are (an image, `--local`'s copy, an installed torchyard, whose host side is no part)."""
-    package = INIMAGE.parent
-    digests = replay.file_digests(package / module for module in contract.INIMAGE_MODULES)
-    return [(Path(path).relative_to(package).as_posix(), digest) for path, digest in digests]
-
-
 def _python_variables(env: Mapping[str, str]) -> dict[str, str]:
     """What changes how Python and pytest start (a path, a plugin, an option)."""
     return {name: value for name, value in sorted(env.items()) if name.startswith(("PYTHON", "PYTEST_"))}
@@ -141,7 +133,7 @@ def _python_variables(env: Mapping[str, str]) -> dict[str, str]:
 def stack_key(env: Mapping[str, str]) -> str:
     """The part of the key that needs no torch: in an image, its base and first dependency layer (the first
     words of `contract.STACK`); the variables that reach the stack or how Python and pytest start; what of the
-    environment the self-tests exercise (`exercised`); torchyard's in-image files (`shipped`); the Python."""
+    environment the self-tests exercise (`exercised`); torchyard's in-image files (`replay.shipped`); the Python."""
     return _digest(
         {
             "format": FORMAT,
@@ -150,7 +142,7 @@ def stack_key(env: Mapping[str, str]) -> str:
             "base": env.get(contract.STACK, "").split(" ")[:2],
             "variables": contract.stack_environment(env) | _python_variables(env),
             "environment": exercised(),
-            "torchyard": shipped(),
+            "torchyard": replay.shipped(),
             "python": sys.version,
         }
     )

@@ -27,7 +27,7 @@ from typing import Any
 from torchyard import contract
 from torchyard.inimage import INIMAGE
 
-FORMAT = 1
+FORMAT = 2  # 2: torchyard's shared modules too, by their path in the package
 
 
 def file_digests(paths: Iterable[Path]) -> list[tuple[str, str]]:
@@ -38,6 +38,15 @@ def file_digests(paths: Iterable[Path]) -> list[tuple[str, str]]:
             if path.is_file() and "__pycache__" not in path.parts:
                 digests.append((str(path), hashlib.sha256(path.read_bytes()).hexdigest()))
     return digests
+
+
+def shipped() -> list[tuple[str, str]]:
+    """torchyard's in-image files (`contract.INIMAGE_MODULES`: the in-image side and the shared modules it
+    imports), each by its path in the package and its digest: the same wherever they are (an image, `--local`'s
+    copy, an installed torchyard, whose host side is no part)."""
+    package = INIMAGE.parent
+    digests = file_digests(package / module for module in contract.INIMAGE_MODULES)
+    return [(Path(path).relative_to(package).as_posix(), digest) for path, digest in digests]
 
 
 def _case_files(env: Mapping[str, str]) -> list[Path]:
@@ -81,7 +90,7 @@ def fingerprint(argv: Sequence[str], env: Mapping[str, str], device: Mapping[str
     document = {
         "format": FORMAT,
         "environment": environment_identity(env),
-        "inimage": file_digests([INIMAGE]),
+        "inimage": shipped(),
         "cases": file_digests(_case_files(env)),
         "tests": file_digests(test_paths),
         "argv": list(argv),

@@ -8,19 +8,16 @@ import importlib.util
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import cast
 
 import pytest
 
-from torchyard import contract
+from torchyard.inimage.evaluation.evaluations import artifact_cache
 from torchyard.inimage.ops.expectations import stack_identity
 from torchyard.inimage.ops.options import ops_options
 from torchyard.inimage.ops.session import OpsSession, entry_backends, selection
 from torchyard.inimage.start.precision import DTYPES
 from torchyard.inimage.start.probe import torch_device
-from torchyard.inimage.start.settings import option_values
-from torchyard.inimage.start.tolerances import load_tolerances
-from torchyard.names import Precision
+from torchyard.inimage.start.settings import RUN_SETTINGS
 
 pytestmark = pytest.mark.ops
 
@@ -50,20 +47,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="session")
 def ops_session(request: pytest.FixtureRequest) -> Iterator[OpsSession]:
-    values = option_values(request.config)
-    precision = cast(Precision, values.text(contract.PRECISION))
-    device = torch_device(values.text(contract.ACCELERATOR))
-    backends, _ = entry_backends(device, values.items(contract.SUITES))
+    settings = request.config.stash[RUN_SETTINGS]
+    device = torch_device(settings.accelerator)
+    backends, _ = entry_backends(device, settings.suites)
     with tempfile.TemporaryDirectory(prefix="torchyard-ops-") as scratch:
         session = OpsSession(
             ops_options(request.config),
             device=device,
-            dtype=DTYPES[precision],
-            identity=stack_identity(values.text(contract.ACCELERATOR), precision),
-            tolerances=load_tolerances(values.text(contract.TOLERANCES)),
+            dtype=DTYPES[settings.precision],
+            identity=stack_identity(settings.accelerator, settings.precision),
+            tolerances=settings.tolerances,
             backends=backends,
-            report_dir=Path(values.text(contract.REPORT_DIR)),
+            report_dir=settings.report_dir,
             workdir=Path(scratch),
+            cache=artifact_cache(settings),
         )
         yield session
         for path in session.finish():

@@ -15,7 +15,7 @@ from torchyard.inimage.evaluation.cache.artifacts import ArtifactCache
 from torchyard.inimage.evaluation.trees import Leaf
 from torchyard.names import BackendName
 
-# How `parity.localize` says where a failing backend diverges: node by node through its exported program
+# How `evaluation.localize` says where a failing backend diverges: node by node through its exported program
 # ("nodes"), node by node through its lowered program's own runtime ("lowered nodes"), or by bisecting its
 # compiler's steps ("compiler steps").
 Localizes = Literal["nodes", "lowered nodes", "compiler steps"]

@@ -1,0 +1,124 @@
+"""A run held to its baseline: the entry's last trusted run, or one named (`torchyard test --baseline PATH`: a
+reports folder, a parity.json, or a CI artifact downloaded from the default branch's run).
+
+The last trusted run of each entry is kept on this host, under the project's name (`trust.project_scope`, which
+no checkout's content decides), outside every checkout: only a trusted run writes it, as its reports are final;
+an untrusted run reads it and never writes it. What it keeps is a parity.json, read back as data (bounded, never
+executed). The comparison (`reports.compare`) goes into the run's parity.json (`changes`) and at the top of its
+parity.md, under the host's line, so the step summary shows it; an entry's `fail-on-change` kinds fail the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from torchyard import contract
+from torchyard.errors import UsageError
+from torchyard.reports.compare import Changes, compare
+from torchyard.reports.files import read_json
+from torchyard.reports.merge import Run, load_run, reports_under
+from torchyard.run.stamp import HOST_LINE
+from torchyard.util.atomic import write_atomically
+
+KEPT = "parity.json"
+
+
+def store_for(project: str, env: Mapping[str, str] = os.environ) -> Path:
+    """This host's folder of the project's trusted baselines, one per entry (`$XDG_CACHE_HOME/torchyard`)."""
+    cache = Path(env.get("XDG_CACHE_HOME") or Path(env.get("HOME", "~")).expanduser() / ".cache")
+    return cache / "torchyard" / "baselines" / project
+
+
+def named_baseline(entry: str, path: Path) -> Run:
+    """The run `path` names for `entry`: the parity.json itself, or under a folder the one whose run is the
+    entry's (the host stamps the entry into each), or the only one; one clear line otherwise."""
+    reports = reports_under([path])
+    runs = [load_run(report) for report in reports]
+    mine = [run for run in runs if run.environment.get("entry") == entry] or (runs if len(runs) == 1 else [])
+    if len(mine) != 1:
+        found = ", ".join(sorted({str(run.environment.get("entry", run.name)) for run in runs})) or "none"
+        raise UsageError(f"--baseline {path}: no one run of entry {entry!r} there (runs of: {found})")
+    return mine[0]
+
+
+def kept_baseline(entry: str, store: Path) -> Run | None:
+    """The entry's last trusted run on this host, where one was kept (a kept file that does not read as a
+    parity.json is said and set aside: the run is compared with nothing)."""
+    kept = store / entry / KEPT
+    if not kept.is_file() or kept.is_symlink():
+        return None
+    try:
+        return load_run(kept)
+    except UsageError as error:
+        print(f"torchyard: the kept baseline of {entry} is set aside: {error}", file=sys.stderr)
+        return None
+
+
+def hold_to_baseline(
+    entry: str,
+    folder: Path,
+    *,
+    named: Path | None,
+    store: Path,
+    trusted: bool,
+    fail_on: Sequence[str] = (),
+    key: str = "",
+) -> int:
+    """Compare the run in `folder` (its parity.json, as the host stamped it) with its baseline, write what
+    changed into its reports, and keep it as the entry's next baseline where the run is trusted. 1 where a
+    change of a `fail_on` kind was found, else 0 (a run without a parity.json is compared with nothing). `key`
+    names what it is kept as (the reports folder's name: `cpu`, `cpu-local`), the entry's name by default."""
+    key = key or entry
+    report = folder / contract.PARITY_JSON
+    if not report.is_file():
+        return 0
+    current = load_run(report)
+    baseline = named_baseline(entry, named) if named is not None else kept_baseline(key, store)
+    status = 0
+    if baseline is not None:
+        changes = compare(current, baseline, quiet=_quiet(current) and _quiet(baseline))
+        failing = changes.of(fail_on)
+        _write(folder, changes, fail_on)
+        for change in failing:
+            print(f"torchyard: {entry}: {change.case} on {change.backend} changed ({change.kind}): {change.said}")
+        status = 1 if failing else 0
+        print(f"torchyard: {entry}: {len(changes.changes)} changes against {changes.baseline}", file=sys.stderr)
+    else:
+        print(f"torchyard: {entry}: no baseline to compare with yet", file=sys.stderr)
+    if trusted:
+        _keep(report, store / key / KEPT)
+    return status
+
+
+def _quiet(run: Run) -> bool:
+    """Whether the run's machine was quiet while it timed its backends (env.json's `load`, as the speed table
+    reads it): only then are two runs' latencies compared."""
+    load = run.environment.get("load")
+    return isinstance(load, dict) and load.get("loaded") is False
+
+
+def _write(folder: Path, changes: Changes, fail_on: Sequence[str]) -> None:
+    """`changes` into parity.json and at the top of parity.md, under the host's line; each file replaced by
+    rename, so a link the run left in its place is never written through."""
+    report = folder / contract.PARITY_JSON
+    data = read_json(report, "parity.json")
+    if isinstance(data, dict):
+        data["changes"] = changes.as_dict()
+        write_atomically(report, json.dumps(data, indent=2, default=str) + "\n")
+    page = folder / contract.PARITY_MARKDOWN
+    text = page.read_text(encoding="utf-8", errors="replace") if page.is_file() and not page.is_symlink() else ""
+    first, _, rest = text.partition("\n")
+    block = changes.markdown(fail_on)
+    text = f"{first}\n\n{block}\n{rest}" if first.startswith(HOST_LINE) else f"{block}\n{text}"
+    write_atomically(page, text)
+
+
+def _keep(report: Path, kept: Path) -> None:
+    """The trusted run's parity.json as the entry's next baseline (read as data first: what is kept parses)."""
+    data = read_json(report, "parity.json")
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(kept, json.dumps(data, indent=2, default=str) + "\n")

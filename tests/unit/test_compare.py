@@ -1,0 +1,190 @@
+"""What a change changed (issue 60): a run held to its baseline, case by case and backend by backend, reports
+exactly the changes made and nothing for what did not change; the baseline is the entry's last trusted run,
+which an untrusted run reads and never writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torchyard.errors import UsageError
+from torchyard.reports import html, markdown
+from torchyard.reports.compare import compare
+from torchyard.reports.merge import Run, merge
+from torchyard.run.baseline import hold_to_baseline, store_for
+from torchyard.run.stamp import HOST_LINE
+
+BOUNDS = {"max_scaled_error": 1e-4, "max_rel_l2": 1e-5, "min_cosine": 0.9999999}
+
+
+def result(case: str, backend: str, **given: Any) -> dict[str, Any]:
+    """One parity result as the harness writes it, passing with small errors unless `given` says otherwise."""
+    scaled, rel = given.pop("errors", (1e-7, 1e-8))
+    return {
+        "case": case, "backend": backend, "suite": "parity", "outcome": "passed", "status": "passed", "reason": "",
+        "bounds": BOUNDS, "compile_seconds": 2.0, "artifact_bytes": 0, "cache": "", "replayed": "",
+        "latency_ms": 1.0, "graphs": None, "graph_breaks": None, "graph_break_reasons": [], "delegation": None,
+        "comparisons": [{"output": "output", "scaled_max_error": scaled, "rel_l2_error": rel, "cosine": 1.0}],
+        **given,
+    }  # fmt: skip
+
+
+DELEGATED = {"subgraphs": 1, "delegated-nodes": 12, "non-delegated-nodes": 1, "left-out": []}
+BASELINE = [
+    result("mlp", "inductor", graphs=1, graph_breaks=0),
+    result("mlp", "executorch-xnnpack", artifact_bytes=50_000, delegation=DELEGATED),
+    result("attention", "export"),
+    result("attention", "inductor", graphs=1, graph_breaks=0),
+    result("steady", "export"),
+    result("steady", "inductor", graphs=1, graph_breaks=0),
+]
+
+
+def run(results: list[dict[str, Any]], **environment: Any) -> Run:
+    return Run("cpu", Path("parity.json"), "fp32", {"entry": "cpu", "torch": "2.14.1", **environment}, tuple(results))
+
+
+def changed(results: list[dict[str, Any]], **environment: Any) -> list[tuple[str, str, str]]:
+    found = compare(run(results, **environment), run(BASELINE))
+    return [(change.case, change.backend, change.kind) for change in found.changes]
+
+
+def test_an_unchanged_run_reports_nothing_but_its_count() -> None:
+    same = compare(run(BASELINE), run(BASELINE))
+    assert same.changes == () and same.unchanged == len(BASELINE)
+    assert same.markdown().splitlines()[-1] == "- 6 cases and backends unchanged; nothing changed"
+
+
+def test_each_kind_of_change_is_reported_for_its_case_and_backend_alone() -> None:
+    """The checks an outside repository's two cases modules make: a debug print (a graph break), an operator
+    XNNPACK does not take (a split delegate), a float32 reformulation whose error grows tenfold while it
+    passes, and a case that does not change."""
+    print_added = result("mlp", "inductor", graphs=2, graph_breaks=1, graph_break_reasons=["builtin print"])
+    split = {"subgraphs": 2, "delegated-nodes": 11, "non-delegated-nodes": 2, "left-out": ["aten.cumsum.default"]}
+    xnnpack = result("mlp", "executorch-xnnpack", artifact_bytes=50_000, delegation=split)
+    drifted = result("attention", "export", errors=(2e-5, 1e-8))  # 0.1% -> 20% of its bound: passes, grew
+    now = [print_added, xnnpack, drifted, *BASELINE[3:]]
+    assert changed(now) == [
+        ("attention", "export", "error"),
+        ("mlp", "executorch-xnnpack", "delegation"),
+        ("mlp", "inductor", "graph-breaks"),
+    ]
+    found = compare(run(now), run(BASELINE))
+    said = {change.kind: change.said for change in found.changes}
+    assert said["graph-breaks"] == "graph breaks 0 → 1 (builtin print)"
+    assert said["delegation"] == (
+        "delegated subgraphs 1 → 2; nodes left to portable kernels 1 → 2; newly left out: aten.cumsum.default"
+    )
+    assert said["error"].startswith("output: scaled_max_error tenfold or more, 0.10% → 20.00% of its bound")
+    assert found.unchanged == 3  # attention on inductor, steady on both
+
+
+def test_outcomes_programs_and_times_that_changed_are_reported() -> None:
+    now = [
+        result("mlp", "inductor", outcome="failed", status="failed", reason="scaled max error 3e-4 > 1e-4"),
+        result("mlp", "executorch-xnnpack", artifact_bytes=80_000, delegation=DELEGATED),
+        result("attention", "export", compile_seconds=9.0),
+        *BASELINE[3:],
+    ]
+    found = compare(run(now), run(BASELINE))
+    assert [(change.case, change.backend, change.kind) for change in found.changes] == [
+        ("attention", "export", "lowering-time"),
+        ("mlp", "executorch-xnnpack", "program-size"),
+        ("mlp", "inductor", "outcome"),
+    ]
+    assert found.changes[-1].said == "passed → failed: scaled max error 3e-4 > 1e-4"
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        ({"compile_seconds": 2.0, "cache": "hit"}, {"compile_seconds": 9.0, "cache": "miss"}),  # cached then
+        ({"compile_seconds": 2.0, "replayed": "2026-12-01"}, {"compile_seconds": 9.0}),  # not lowered then
+        ({"compile_seconds": 2.0}, {"compile_seconds": 2.9}),  # within twice
+        ({"compile_seconds": 0.1}, {"compile_seconds": 0.5}),  # five times, by less than a second
+        ({"errors": (1e-9, 1e-10)}, {"errors": (5e-7, 1e-10)}),  # 500 times nothing is still under 1% of the bound
+        ({"artifact_bytes": 50_000}, {"artifact_bytes": 52_000}),  # a few KiB
+        ({"latency_ms": 1.0}, {"latency_ms": 9.0}),  # a loaded machine's (or unknown) latency says nothing
+    ],
+)
+def test_noise_is_no_change(before: dict[str, Any], after: dict[str, Any]) -> None:
+    assert compare(run([result("mlp", "export", **after)]), run([result("mlp", "export", **before)])).changes == ()
+
+
+def test_latency_is_compared_only_on_quiet_machines_and_the_stacks_are_named_where_they_differ() -> None:
+    quiet = compare(run([result("mlp", "export", latency_ms=9.0)]), run([result("mlp", "export")]), quiet=True)
+    assert [change.kind for change in quiet.changes] == ["latency"]
+    upgraded = compare(run([result("mlp", "export")], torch="2.15.0"), run([result("mlp", "export")]))
+    assert upgraded.stacks == ("torch 2.14.1 → 2.15.0",) and upgraded.unchanged == 1
+    assert "The stacks differ (torch 2.14.1 → 2.15.0)" in upgraded.markdown()
+
+
+def test_what_a_run_wrote_is_shown_as_text() -> None:
+    hostile = result("mlp", "export", outcome="failed", reason="[click](https://x.invalid) <img src=x> # heading")
+    line = compare(run([hostile]), run([result("mlp", "export")])).markdown().splitlines()[2]
+    assert "\\[click\\]" in line and "\\<img" in line and "](" not in line.replace("\\](", "")
+
+
+def reports(folder: Path, results: list[dict[str, Any]], *, trust: str = "trusted") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    environment = {"entry": "cpu", "trust": trust, "torch": "2.14.1"}
+    data = {"environment": environment, "precision": "fp32", "results": results}
+    (folder / "parity.json").write_text(json.dumps(data))
+    (folder / "parity.md").write_text(f"{HOST_LINE} entry `cpu`, image `x`, **{trust}** run\n## Parity\n")
+    return folder
+
+
+def test_a_trusted_run_becomes_the_baseline_and_an_untrusted_one_reads_it_and_never_writes_it(tmp_path: Path) -> None:
+    store = store_for("project-0123", {"XDG_CACHE_HOME": str(tmp_path / "cache")})
+    first = reports(tmp_path / "first", BASELINE)
+    assert hold_to_baseline("cpu", first, named=None, store=store, trusted=True) == 0  # nothing to compare yet
+    kept = store / "cpu" / "parity.json"
+    assert json.loads(kept.read_text())["results"] == BASELINE
+    broken = [result("mlp", "inductor", graphs=2, graph_breaks=1), *BASELINE[1:]]
+    pull_request = reports(tmp_path / "pr", broken, trust="untrusted")
+    status = hold_to_baseline("cpu", pull_request, named=None, store=store, trusted=False, fail_on=("graph-breaks",))
+    assert status == 1  # the entry fails on graph breaks
+    assert json.loads(kept.read_text())["results"] == BASELINE  # never written by the untrusted run
+    page = (pull_request / "parity.md").read_text().splitlines()
+    assert page[0].startswith(HOST_LINE) and page[2].startswith("### What changed against the trusted run of `cpu`")
+    assert "**(fails this run: `fail-on-change`)**" in (pull_request / "parity.md").read_text()
+    changes = json.loads((pull_request / "parity.json").read_text())["changes"]
+    assert [change["kind"] for change in changes["changes"]] == ["graph-breaks"] and changes["unchanged"] == 5
+    assert hold_to_baseline("cpu", pull_request, named=None, store=store, trusted=False) == 0  # reported only
+
+
+def test_a_named_baseline_is_the_entrys_run_under_a_folder_and_a_kept_file_that_is_a_link_is_none(
+    tmp_path: Path,
+) -> None:
+    artifact = tmp_path / "artifact"
+    reports(artifact / "cpu", BASELINE)
+    other = reports(artifact / "cuda", BASELINE)
+    data = json.loads((other / "parity.json").read_text())
+    (other / "parity.json").write_text(json.dumps({**data, "environment": {"entry": "cuda"}}))
+    now = reports(tmp_path / "now", [result("mlp", "inductor", graphs=1, graph_breaks=0)])
+    store = tmp_path / "store"
+    assert hold_to_baseline("cpu", now, named=artifact, store=store, trusted=False) == 0
+    assert json.loads((now / "parity.json").read_text())["changes"]["removed"][:1] == ["attention on export"]
+    with pytest.raises(UsageError, match="no one run of entry 'rocm' there"):
+        hold_to_baseline("rocm", now, named=artifact, store=store, trusted=False)
+    (store / "cpu").mkdir(parents=True)
+    (store / "cpu" / "parity.json").symlink_to(artifact / "cpu" / "parity.json")
+    fresh = reports(tmp_path / "fresh", BASELINE)
+    assert hold_to_baseline("cpu", fresh, named=None, store=store, trusted=False) == 0
+    assert "changes" not in json.loads((fresh / "parity.json").read_text())  # a link is no kept baseline
+
+
+def test_the_compatibility_page_marks_the_cells_that_changed(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    reports(tmp_path / "main" / "cpu", BASELINE)
+    now = reports(tmp_path / "pr" / "cpu", [result("mlp", "inductor", graphs=2, graph_breaks=1), *BASELINE[1:]])
+    hold_to_baseline("cpu", now, named=tmp_path / "main", store=store, trusted=False)
+    table = merge([now])
+    assert table.cell("cpu", "mlp", "inductor").changes == ["graph-breaks: graph breaks 0 → 1"]
+    assert table.cell("cpu", "mlp", "export").changes == []
+    assert "| `mlp` |  | ✅ Δ | ✅ |" in markdown.render(table)  # export (not run), inductor, executorch-xnnpack
+    page = html.render(table)
+    assert 'class="passed changed"' in page and "changed: graph-breaks: graph breaks 0 → 1" in page
