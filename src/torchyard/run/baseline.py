@@ -21,7 +21,6 @@ from torchyard.errors import UsageError
 from torchyard.reports.compare import Changes, compare
 from torchyard.reports.files import read_json
 from torchyard.reports.merge import Run, load_run, reports_under
-from torchyard.run.stamp import HOST_LINE
 from torchyard.util.atomic import write_atomically
 
 KEPT = "parity.json"
@@ -102,8 +101,8 @@ def _quiet(run: Run) -> bool:
 
 
 def _write(folder: Path, changes: Changes, fail_on: Sequence[str]) -> None:
-    """`changes` into parity.json and at the top of parity.md, under the host's line; each file replaced by
-    rename, so a link the run left in its place is never written through."""
+    """`changes` into parity.json and at the top of parity.md, under its first line (the host's, or the run's
+    title); each file replaced by rename, so a link the run left in its place is never written through."""
     report = folder / contract.PARITY_JSON
     data = read_json(report, "parity.json")
     if isinstance(data, dict):
@@ -111,10 +110,8 @@ def _write(folder: Path, changes: Changes, fail_on: Sequence[str]) -> None:
         write_atomically(report, json.dumps(data, indent=2, default=str) + "\n")
     page = folder / contract.PARITY_MARKDOWN
     text = page.read_text(encoding="utf-8", errors="replace") if page.is_file() and not page.is_symlink() else ""
-    first, _, rest = text.partition("\n")
-    block = changes.markdown(fail_on)
-    text = f"{first}\n\n{block}\n{rest}" if first.startswith(HOST_LINE) else f"{block}\n{text}"
-    write_atomically(page, text)
+    first, _, rest = text.partition("\n")  # the host's line, or the run's own title where no host stamps it
+    write_atomically(page, f"{first}\n\n{changes.markdown(fail_on)}\n{rest}" if text else changes.markdown(fail_on))
 
 
 def _keep(report: Path, kept: Path) -> None:
