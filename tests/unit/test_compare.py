@@ -123,9 +123,14 @@ def test_latency_is_compared_only_on_quiet_machines_and_the_stacks_are_named_whe
 
 
 def test_what_a_run_wrote_is_shown_as_text() -> None:
+    """A container writes parity.json: its case names and reasons are a pull request's text."""
     hostile = result("mlp", "export", outcome="failed", reason="[click](https://x.invalid) <img src=x> # heading")
     line = compare(run([hostile]), run([result("mlp", "export")])).markdown().splitlines()[2]
     assert "\\[click\\]" in line and "\\<img" in line and "](" not in line.replace("\\](", "")
+    forged = "mlp`\n# Approved | ok\x1b[2J"
+    page = compare(run([result(forged, "export", outcome="failed")]), run([result(forged, "export")])).markdown()
+    assert page.splitlines()[2].startswith("- `mlp??# Approved ? ok?[2J` on export, outcome: passed → failed")
+    assert len(page.splitlines()) == 4  # the heading, a blank line, the change, the count: no line of its own
 
 
 def reports(folder: Path, results: list[dict[str, Any]], *, trust: str = "trusted") -> Path:

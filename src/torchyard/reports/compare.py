@@ -85,8 +85,17 @@ class Changes:
         return "\n".join(lines) + "\n"
 
 
+NAME_LENGTH = 200  # a case's or a backend's name as shown: a run wrote it, so it is cut, and kept to one line
+
+
+def plain(text: str) -> str:
+    """A name a run wrote (a case's, a backend's), as one line of printable characters that cannot close a code
+    span or a table cell, cut to NAME_LENGTH."""
+    return "".join(char if char.isprintable() and char not in "`|" else "?" for char in text[:NAME_LENGTH])
+
+
 def _code(text: str) -> str:
-    return text.replace("`", "'")
+    return plain(text)
 
 
 def _text(text: str) -> str:

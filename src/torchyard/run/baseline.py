@@ -18,7 +18,7 @@ from pathlib import Path
 
 from torchyard import contract
 from torchyard.errors import UsageError
-from torchyard.reports.compare import Changes, compare
+from torchyard.reports.compare import Changes, compare, plain
 from torchyard.reports.files import read_json
 from torchyard.reports.merge import Run, load_run, reports_under
 from torchyard.util.atomic import write_atomically
@@ -83,7 +83,10 @@ def hold_to_baseline(
         failing = changes.of(fail_on)
         _write(folder, changes, fail_on)
         for change in failing:
-            print(f"torchyard: {entry}: {change.case} on {change.backend} changed ({change.kind}): {change.said}")
+            said = plain(" ".join(change.said.split()))
+            print(
+                f"torchyard: {entry}: {plain(change.case)} on {plain(change.backend)} changed ({change.kind}): {said}"
+            )
         status = 1 if failing else 0
         print(f"torchyard: {entry}: {len(changes.changes)} changes against {changes.baseline}", file=sys.stderr)
     else:
