@@ -11,21 +11,25 @@ inside the checkout, never an option that would choose an index or a file to ins
 
 from __future__ import annotations
 
+import ast
 import difflib
 import posixpath
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
 from torchyard.errors import ConfigError, UsageError
 from torchyard.matrix.reader import Table, describe
-from torchyard.matrix.schema import Project
+from torchyard.matrix.schema import Project, ProjectKind
 from torchyard.matrix.values import checkout_path
+from torchyard.names import BACKEND_DISTRIBUTIONS
 from torchyard.util.checkout import read_checkout_file
 
 # What a source folder is told when it is taken for a package.
@@ -200,3 +204,166 @@ def load_project(
     return Project(
         root=root, name=name, extras=tuple(extras), groups=tuple(groups), requirements=tuple(dict.fromkeys(locked))
     )
+
+
+PYTHONS = ("3.11", "3.12", "3.13")
+# A source folder's requirements file, where it has one; and the folder's Python (the cpu base's: bookworm's).
+REQUIREMENTS_FILE = "requirements.txt"
+SETUP_PY = "setup.py"
+SOURCE_PYTHON = PYTHONS[0]
+TEST_GROUPS = (frozenset({"test", "tests", "testing"}), frozenset({"dev"}))
+
+
+@dataclass(frozen=True)
+class Adopter:
+    """What `torchyard init` reads of an adopter's project: its pyproject.toml (or, for a source folder, its
+    requirements.txt or setup.py) and whether it has a tests folder."""
+
+    name: str
+    python: str
+    torch: str
+    tests: bool
+    extras: tuple[str, ...]  # its test dependencies, as the pyproject spells the names (the loader looks them up so)
+    groups: tuple[str, ...]
+    own_cases: bool  # a `torchyard.cases` entry point
+    kind: ProjectKind = "package"
+    requirements_file: str | None = None  # a source folder's, where it has one
+    left_out: tuple[str, ...] = ()  # test extras and groups not taken, each with why
+    # A source folder's setup.py (no requirements.txt): its literal install_requires, None where it has none.
+    setup_requirements: tuple[str, ...] | None = None
+    setup_file: bool = False
+
+
+def _python(project: Mapping[str, object], file: str) -> str:
+    specifier = project.get("requires-python", "")
+    try:
+        allowed = SpecifierSet(str(specifier))
+    except InvalidSpecifier:
+        raise ConfigError(f"{file}: project.requires-python: not a version specifier: {specifier!r}") from None
+    for version in PYTHONS:
+        if allowed.contains(f"{version}.0") or allowed.contains(f"{version}.99"):
+            return version
+    raise ConfigError(f"{file}: project.requires-python {specifier!r} allows none of {', '.join(PYTHONS)}")
+
+
+def _torch(lines: Sequence[object], where: str) -> str:
+    for line in lines:
+        try:
+            requirement = Requirement(str(line))
+        except InvalidRequirement:
+            raise ConfigError(f"{where}: not a PEP 508 requirement: {line!r}") from None
+        if canonicalize_name(requirement.name) == "torch":
+            return f'"torch{requirement.specifier}"'
+    return '"torch"'
+
+
+def _names(table: object) -> list[str]:
+    return [str(name) for name in table] if isinstance(table, dict) else []
+
+
+# What an entry's stack decides: torch, its domain libraries and every backend's distributions.
+STACK = frozenset(canonicalize_name(name) for name in ("torch", "torchvision", "torchaudio", *BACKEND_DISTRIBUTIONS))
+
+
+def _stack_pin(requirements: object) -> str | None:
+    """The first requirement of a list that pins a distribution of the stack to one version."""
+    for text in requirements if isinstance(requirements, list) else []:
+        if not isinstance(text, str):
+            continue  # a dependency group's {include-group = ...}
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            continue
+        exact = any(spec.operator in ("==", "===") and "*" not in spec.version for spec in requirement.specifier)
+        if exact and canonicalize_name(requirement.name) in STACK:
+            return text
+    return None
+
+
+def _is_setup(node: ast.Call) -> bool:
+    """A call of `setup(...)` or `setuptools.setup(...)`, not of some other object's `setup` method."""
+    function = node.func
+    if isinstance(function, ast.Name):
+        return function.id == "setup"
+    return isinstance(function, ast.Attribute) and function.attr == "setup" and _dotted(function.value) == "setuptools"
+
+
+def _dotted(node: ast.expr) -> str:
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def setup_py_requirements(root: Path) -> tuple[str, ...] | None:
+    """The `install_requires` of a setup.py's `setup(...)` where it is a literal list of strings (the file is
+    parsed, never run; a call that lists them wins over one that does not); () where the call has none; None
+    where there is no setup.py or no such literal."""
+    path = root / SETUP_PY
+    if not (path.exists() or path.is_symlink()):
+        return None
+    try:
+        tree = ast.parse(read_checkout_file(path, "setup.py").decode("utf-8"))
+    except (UsageError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and _is_setup(node)]
+    given = next((word.value for call in calls for word in call.keywords if word.arg == "install_requires"), None)
+    if given is None:
+        return () if calls else None
+    try:
+        value = ast.literal_eval(given)
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):  # not a literal, or an unhashable one
+        return None
+    listed = isinstance(value, list | tuple) and all(isinstance(item, str) for item in value)
+    return tuple(item.strip() for item in value if item.strip()) if listed else None
+
+
+def read_source(root: Path) -> Adopter:
+    """A repository with no package: its folder's name, the cpu base's Python, torch as its requirements.txt
+    names it (read as the loader reads it: inside the checkout, through no link, requirements only); with no
+    requirements.txt, what a setup.py's `setup()` lists as install_requires (a setup.py package's metadata is
+    not static, and the host never runs it: its modules are taken as a source folder)."""
+    listed = root / REQUIREMENTS_FILE
+    present = listed.exists() or listed.is_symlink()
+    requirements = read_requirements(root, REQUIREMENTS_FILE) if present else ()
+    setup = None if present else setup_py_requirements(root)
+    for line in setup or ():
+        _torch([line], f"{SETUP_PY}: install_requires")  # each one a PEP 508 requirement, or one line
+    torch = _torch(requirements or setup or (), REQUIREMENTS_FILE if present else f"{SETUP_PY}: install_requires")
+    tests = (root / "tests").is_dir()
+    setup_file = (root / SETUP_PY).exists() and not present
+    return Adopter(
+        root.name, SOURCE_PYTHON, torch, tests, (), (), False, "source", REQUIREMENTS_FILE if present else None,
+        setup_requirements=setup if setup_file else None, setup_file=setup_file,
+    )  # fmt: skip
+
+
+def read_adopter(root: Path) -> Adopter:
+    """The project at `root`; its test dependencies are looked for only where it has a tests folder. Without
+    a pyproject.toml `[project]` (none, or one of tool settings only) it is a source folder."""
+    file = str(root / "pyproject.toml")
+    pyproject = root / "pyproject.toml"
+    data = read_pyproject(pyproject) if pyproject.exists() or pyproject.is_symlink() else {}
+    if "project" not in data:
+        return read_source(root)
+    project = data.get("project")
+    if not isinstance(project, dict) or not isinstance(project.get("name"), str):
+        raise ConfigError(f"{file}: [project] with a name is required (PEP 621)")
+    tests = (root / "tests").is_dir()
+    extras: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    optional: dict[str, Any] = project.get("optional-dependencies") or {}
+    grouped: dict[str, Any] = data.get("dependency-groups") or {}
+    left_out: tuple[str, ...] = ()
+    for wanted in TEST_GROUPS if tests else ():
+        extras = tuple(n for n in _names(optional) if canonicalize_name(n) in wanted)
+        groups = tuple(n for n in _names(grouped) if canonicalize_name(n) in wanted)
+        # One that pins the stack (torch==2.4.0, say) cannot lock beside the entry's own: left out, and said.
+        pins = {("extra", n): _stack_pin(optional[n]) for n in extras}
+        pins |= {("dependency group", n): _stack_pin(grouped[n]) for n in groups}
+        left_out += tuple(f"{kind} {name!r} pins {pin}" for (kind, name), pin in pins.items() if pin)
+        extras = tuple(n for n in extras if not pins[("extra", n)])
+        groups = tuple(n for n in groups if not pins[("dependency group", n)])
+        if extras or groups:
+            break
+    points: Any = project.get("entry-points")
+    own_cases = isinstance(points, dict) and bool(points.get("torchyard.cases"))
+    torch = _torch(project.get("dependencies", []) or [], f"{file}: project.dependencies")
+    return Adopter(project["name"], _python(project, file), torch, tests, extras, groups, own_cases, left_out=left_out)
