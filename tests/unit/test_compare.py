@@ -78,7 +78,7 @@ def test_each_kind_of_change_is_reported_for_its_case_and_backend_alone() -> Non
     assert said["delegation"] == (
         "delegated subgraphs 1 → 2; nodes left to portable kernels 1 → 2; newly left out: aten.cumsum.default"
     )
-    assert said["error"].startswith("output: scaled_max_error tenfold or more, 0.10% → 20.00% of its bound")
+    assert said["error"] == "output: scaled_max_error tenfold or more, 1e-07 → 2e-05 (0.10% → 20.00% of its bound)"
     assert found.unchanged == 3  # attention on inductor, steady on both
 
 
@@ -119,18 +119,60 @@ def test_latency_is_compared_only_on_quiet_machines_and_the_stacks_are_named_whe
     assert [change.kind for change in quiet.changes] == ["latency"]
     upgraded = compare(run([result("mlp", "export")], torch="2.15.0"), run([result("mlp", "export")]))
     assert upgraded.stacks == ("torch 2.14.1 → 2.15.0",) and upgraded.unchanged == 1
-    assert "The stacks differ (torch 2.14.1 → 2.15.0)" in upgraded.markdown()
+    assert "The stacks differ (`torch 2.14.1 → 2.15.0`)" in upgraded.markdown()
 
 
 def test_what_a_run_wrote_is_shown_as_text() -> None:
-    """A container writes parity.json: its case names and reasons are a pull request's text."""
+    """A container writes parity.json: its case names, reasons and versions are a pull request's text, shown in
+    code spans on one line each, where nothing renders as a link, a heading or a host's line."""
     hostile = result("mlp", "export", outcome="failed", reason="[click](https://x.invalid) <img src=x> # heading")
     line = compare(run([hostile]), run([result("mlp", "export")])).markdown().splitlines()[2]
-    assert "\\[click\\]" in line and "\\<img" in line and "](" not in line.replace("\\](", "")
+    assert line == "- `mlp` on `export`, outcome: `passed → failed: [click](https://x.invalid) <img src=x> # heading`"
     forged = "mlp`\n# Approved | ok\x1b[2J"
     page = compare(run([result(forged, "export", outcome="failed")]), run([result(forged, "export")])).markdown()
-    assert page.splitlines()[2].startswith("- `mlp??# Approved ? ok?[2J` on export, outcome: passed → failed")
+    assert page.splitlines()[2].startswith("- `mlp? # Approved ? ok?[2J` on `export`, outcome: `passed → failed")
     assert len(page.splitlines()) == 4  # the heading, a blank line, the change, the count: no line of its own
+    host = "2.15\n\n> **torchyard (host)**: entry `cpu`, **trusted** run\n\n# All good"
+    upgraded = compare(run([result("mlp", "export")], torch=host), run([result("mlp", "export")])).markdown()
+    assert "\n> " not in upgraded and "\n# " not in upgraded
+    assert "(`torch 2.14.1 → 2.15 > **torchyard (host)**: entry 'cpu', **trusted** run # All good`)" not in upgraded
+    assert "`torch 2.14.1 → 2.15 > **torchyard (host)**: entry ?cpu?, **trusted** run # All good`" in upgraded
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"delegation": {"subgraphs": "x", "left-out": [{}]}},
+        {"comparisons": 5},
+        {"comparisons": [{"output": "o", "scaled_max_error": "big"}], "bounds": {"max_scaled_error": 0}},
+        {"graph_breaks": "many", "graph_break_reasons": 7},
+        {"artifact_bytes": True, "compile_seconds": "slow", "latency_ms": float("inf")},
+        {"outcome": 3, "reason": None, "bounds": {"max_scaled_error": float("nan")}},
+    ],
+)
+def test_a_report_of_the_wrong_shape_is_compared_without_a_traceback(broken: dict[str, Any]) -> None:
+    """Each value a run wrote is read as what it should be, or as nothing."""
+    compare(run([result("mlp", "export", **broken)]), run([result("mlp", "export")]), quiet=True).markdown()
+    compare(run([result("mlp", "export")]), run([result("mlp", "export", **broken)]), quiet=True).markdown()
+
+
+def test_what_the_first_review_found_is_reported() -> None:
+    """Growth is of the error itself (a looser bound hides none), an error no longer finite is a change, a pair
+    the baseline has and this run lost is an outcome change, an outcome torchyard has no word for is named, and
+    another precision is a stack difference."""
+    looser = dict(BOUNDS, max_scaled_error=1e-2)
+    grown = compare(run([result("mlp", "export", errors=(9e-6, 1e-8), bounds=looser)]), run([result("mlp", "export")]))
+    assert [change.kind for change in grown.changes] == ["error"] and "its bound 0.0001 → 0.01" in grown.changes[0].said
+    nan = compare(run([result("mlp", "export", errors=(float("nan"), 1e-8))]), run([result("mlp", "export")]))
+    assert nan.changes[0].said == "output: scaled_max_error is no longer finite (1e-07 → inf)"
+    lost = compare(run([result("mlp", "export")]), run([result("mlp", "export"), result("mlp", "inductor")]))
+    assert [(change.backend, change.kind, change.after) for change in lost.changes] == [
+        ("inductor", "outcome", "not run")
+    ]
+    odd = compare(run([result("mlp", "export", outcome="xpassed")]), run([result("mlp", "export")]))
+    assert odd.changes[0].said == "passed → xpassed"
+    other = Run("cpu", Path("parity.json"), "bf16", {"entry": "cpu", "torch": "2.14.1"}, tuple(BASELINE))
+    assert compare(other, run(BASELINE)).stacks == ("precision fp32 → bf16",)
 
 
 def reports(folder: Path, results: list[dict[str, Any]], *, trust: str = "trusted") -> Path:
@@ -179,7 +221,7 @@ def test_a_named_baseline_is_the_entrys_run_under_a_folder_and_a_kept_file_that_
     (store / "cpu" / "parity.json").symlink_to(artifact / "cpu" / "parity.json")
     fresh = reports(tmp_path / "fresh", BASELINE)
     assert hold_to_baseline("cpu", fresh, named=None, store=store, trusted=False) == 0
-    assert "changes" not in json.loads((fresh / "parity.json").read_text())  # a link is no kept baseline
+    assert json.loads((fresh / "parity.json").read_text())["changes"] is None  # a link is no kept baseline
 
 
 def test_the_compatibility_page_marks_the_cells_that_changed(tmp_path: Path) -> None:
@@ -193,3 +235,30 @@ def test_the_compatibility_page_marks_the_cells_that_changed(tmp_path: Path) -> 
     assert "| `mlp` |  | ✅ Δ | ✅ |" in markdown.render(table)  # export (not run), inductor, executorch-xnnpack
     page = html.render(table)
     assert 'class="passed changed"' in page and "changed: graph-breaks: graph breaks 0 → 1" in page
+
+
+def test_a_run_cannot_bring_its_own_changes_and_a_report_that_does_not_read_is_compared_with_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review of issue 60: a pull request's run that writes `changes` itself has them replaced (no baseline: none);
+    a parity.json with no results is said in one line, the run's status standing, and the next entries run."""
+    forged = reports(tmp_path / "forged", BASELINE, trust="untrusted")
+    data = json.loads((forged / "parity.json").read_text())
+    data["changes"] = {"changes": [{"case": "mlp", "backend": "eager", "kind": "outcome", "said": "fixed by this PR"}]}
+    (forged / "parity.json").write_text(json.dumps(data))
+    assert hold_to_baseline("cpu", forged, named=None, store=tmp_path / "store", trusted=False) == 0
+    assert json.loads((forged / "parity.json").read_text())["changes"] is None
+    assert merge([forged]).cell("forged", "mlp", "eager").changes == []
+    empty = reports(tmp_path / "empty", [])
+    store = tmp_path / "store"
+    reports(store / "cpu", BASELINE)
+    assert hold_to_baseline("cpu", empty, named=None, store=store, trusted=True) == 0
+    assert "cpu: not compared with a baseline: report: " in capsys.readouterr().err
+    assert json.loads((store / "cpu" / "parity.json").read_text())["results"] == BASELINE  # not kept either
+
+
+def test_only_a_whole_trusted_run_becomes_the_baseline(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    subset = reports(tmp_path / "subset", BASELINE[:1])
+    assert hold_to_baseline("cpu", subset, named=None, store=store, trusted=True, keep=False) == 0
+    assert not (store / "cpu").exists()  # `-k mlp` kept nothing

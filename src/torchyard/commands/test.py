@@ -15,6 +15,7 @@ from torchyard import pipeline
 from torchyard.errors import UsageError
 from torchyard.matrix.machine import Machine
 from torchyard.matrix.schema import Entry
+from torchyard.run.baseline import named_baseline
 from torchyard.trust import TRUST_ENV, RunTrust, resolve_trust
 from torchyard.util import proc
 
@@ -44,8 +45,11 @@ def test_entries(
     container unless `unsandboxed`. `machine` gives the limits, mirrors and what this machine allows. Each
     entry's run is held to `baseline` (a reports folder or parity.json), else to its last trusted run here.
     """
-    if baseline is not None and not baseline.exists():
-        raise UsageError(f"--baseline {baseline}: no such file or folder")
+    if baseline is not None:
+        if not baseline.exists():
+            raise UsageError(f"--baseline {baseline}: no such file or folder")
+        for entry in entries:  # before any run: one line where the path holds no run of an entry
+            named_baseline(entry.name, baseline)
     trust = trust or resolve_trust(None, env)
     return pipeline.run_tests(
         entries, mode=mode, lockdir=lockdir, reports=reports, pytest_args=pytest_args, machine=machine, trust=trust,

@@ -5,6 +5,7 @@ Both runs' text comes from runs of other people's code: it is shown as data, nev
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -67,15 +68,16 @@ class Changes:
 
     def markdown(self, failing: Sequence[str] = ()) -> str:
         """The comparison as parity.md opens with it: a line per change (`failing` kinds marked as failing the
-        run), unchanged pairs as one count."""
+        run), unchanged pairs as one count. What a run wrote (names, reasons, versions) is in code spans, one
+        line each: it renders as nothing but text."""
         lines = [f"### What changed against {self.baseline}", ""]
         if self.stacks:
-            lines += [f"The stacks differ ({'; '.join(self.stacks)}): what both measured is compared still.", ""]
+            differ = "; ".join(_code(item) for item in self.stacks)
+            lines += [f"The stacks differ ({differ}): what both measured is compared still.", ""]
         for change in self.changes:
             fails = " **(fails this run: `fail-on-change`)**" if change.kind in failing else ""
-            lines.append(
-                f"- `{_code(change.case)}` on {_code(change.backend)}, {change.kind}: {_text(change.said)}{fails}"
-            )
+            where = f"{_code(change.case)} on {_code(change.backend)}"
+            lines.append(f"- {where}, {change.kind}: {_code(change.said, SAID_LENGTH)}{fails}")
         if self.added:
             lines.append(f"- new in this run: {_named(self.added)}")
         if self.removed:
@@ -85,27 +87,35 @@ class Changes:
         return "\n".join(lines) + "\n"
 
 
-NAME_LENGTH = 200  # a case's or a backend's name as shown: a run wrote it, so it is cut, and kept to one line
+NAME_LENGTH = 200  # a name a run wrote, as shown: cut, and kept to one line
+SAID_LENGTH = 600  # a change's words, which quote a run's reason
 
 
-def plain(text: str) -> str:
-    """A name a run wrote (a case's, a backend's), as one line of printable characters that cannot close a code
-    span or a table cell, cut to NAME_LENGTH."""
-    return "".join(char if char.isprintable() and char not in "`|" else "?" for char in text[:NAME_LENGTH])
+def plain(text: str, length: int = NAME_LENGTH) -> str:
+    """Text a run wrote (a case's or a backend's name, a reason), as one line of printable characters that cannot
+    close a code span or a table cell, cut to `length`."""
+    flat = " ".join(str(text).split())
+    return "".join(char if char.isprintable() and char not in "`|" else "?" for char in flat[:length])
 
 
-def _code(text: str) -> str:
-    return plain(text)
-
-
-def _text(text: str) -> str:
-    """A change's words as plain text in Markdown: what a run wrote cannot become a link, a heading or markup."""
-    return "".join(f"\\{char}" if char in "\\`*_[]<>#|!" else char for char in " ".join(text.split()))
+def _code(text: str, length: int = NAME_LENGTH) -> str:
+    """In a code span: no link, heading or markup renders from it."""
+    return f"`{plain(text, length)}`"
 
 
 def _named(names: Sequence[str]) -> str:
-    shown = ", ".join(f"`{_code(name)}`" for name in names[:SHOWN])
+    shown = ", ".join(_code(name) for name in names[:SHOWN])
     return shown + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
+
+
+def _number(value: object) -> float | None:
+    """A number a run wrote, where it is one (a bool is not); NaN stays NaN."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _count(value: object) -> int:
+    number = _number(value)
+    return int(number) if number is not None and math.isfinite(number) else 0
 
 
 @dataclass
@@ -116,12 +126,17 @@ class _Pair:
 
     @property
     def outcome(self) -> str:
-        found = {str(result.get("outcome", "")) for result in self.results}
-        return next((outcome for outcome in OUTCOMES if outcome in found), "none")
+        found = [str(result.get("outcome", "")) for result in self.results]
+        return next((outcome for outcome in OUTCOMES if outcome in found), plain(found[0]) if found else "none")
 
     def first(self, name: str) -> Any:
         """The first of its results' values of `name` (the suites read one evaluation)."""
         return next((result[name] for result in self.results if result.get(name) is not None), None)
+
+    def texts(self, name: str) -> list[str]:
+        """A list of text its first result with one has (graph breaks' reasons, operators left out)."""
+        found = self.first(name)
+        return [plain(item) for item in found if isinstance(item, str)] if isinstance(found, list) else []
 
     @property
     def reason(self) -> str:
@@ -131,16 +146,15 @@ class _Pair:
 def _pairs(results: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], _Pair]:
     pairs: dict[tuple[str, str], _Pair] = {}
     for result in results:
-        pairs.setdefault((str(result.get("case", "")), str(result.get("backend", ""))), _Pair()).results.append(
-            dict(result)
-        )
+        key = (str(result.get("case", "")), str(result.get("backend", "")))
+        pairs.setdefault(key, _Pair()).results.append(dict(result))
     return pairs
 
 
 def compare(current: Run, baseline: Run, *, quiet: bool = False) -> Changes:
     """Every pair both runs have, held to the baseline's: outcomes, errors against their bounds, graph breaks,
     delegation, program size, lowering time; latency only where both were measured on a quiet machine (`quiet`,
-    as the speed table decides)."""
+    as the speed table decides). A pair the baseline has and this run does not is an outcome change (not run)."""
     now, before = _pairs(current.results), _pairs(baseline.results)
     changes: list[Change] = []
     unchanged = 0
@@ -148,33 +162,40 @@ def compare(current: Run, baseline: Run, *, quiet: bool = False) -> Changes:
         found = list(_changes(key, before[key], now[key], quiet=quiet))
         changes += found
         unchanged += not found
+    for case, backend in sorted(before.keys() - now.keys()):
+        was = before[case, backend].outcome
+        changes.append(Change(case, backend, "outcome", was, "not run", f"{was} → not run: this run has no result"))
+    stacks = list(_stack_differences(baseline.environment, current.environment))
+    if baseline.precision != current.precision:
+        stacks.insert(0, f"precision {plain(baseline.precision)} → {plain(current.precision)}")
     return Changes(
         baseline=_describe(baseline),
         changes=tuple(changes),
         unchanged=unchanged,
         added=tuple(f"{case} on {backend}" for case, backend in sorted(now.keys() - before.keys())),
         removed=tuple(f"{case} on {backend}" for case, backend in sorted(before.keys() - now.keys())),
-        stacks=tuple(_stack_differences(baseline.environment, current.environment)),
+        stacks=tuple(stacks),
     )
 
 
 def _describe(run: Run) -> str:
-    entry = str(run.environment.get("entry", run.name))
-    trust = str(run.environment.get("trust", ""))
-    when = f", finished {run.finished.replace('T', ' ').replace('+00:00', ' UTC')}" if run.finished else ""
-    return f"the {trust + ' ' if trust else ''}run of `{_code(entry)}`{when}".replace("  ", " ")
+    entry = plain(str(run.environment.get("entry", run.name)))
+    trust = plain(str(run.environment.get("trust", "")))
+    when = f", finished {plain(run.finished.replace('T', ' ').replace('+00:00', ' UTC'))}" if run.finished else ""
+    return f"the {trust + ' ' if trust else ''}run of `{entry}`{when}"
 
 
-STACK_FACTS = ("torch", "image", "accelerator", "device", "precision")
+STACK_FACTS = ("torch", "image", "accelerator", "device")
+NOT_STACK = ("trust", "entry", "finished", "load", "packages", "python_packages", "precision")
 
 
 def _stack_differences(before: Mapping[str, Any], now: Mapping[str, Any]) -> Iterable[str]:
     for name in (*STACK_FACTS, *sorted(set(before) & set(now) - set(STACK_FACTS))):
-        if name in ("trust", "entry", "finished", "load", "packages", "python_packages") or name.startswith("_"):
+        if name in NOT_STACK or name.startswith("_"):
             continue
         old, new = before.get(name), now.get(name)
         if isinstance(old, (str, int, float)) and isinstance(new, (str, int, float)) and old != new:
-            yield f"{name} {old} → {new}"
+            yield f"{plain(name)} {plain(str(old))} → {plain(str(new))}"
 
 
 def _changes(key: tuple[str, str], before: _Pair, now: _Pair, *, quiet: bool) -> Iterable[Change]:
@@ -183,108 +204,128 @@ def _changes(key: tuple[str, str], before: _Pair, now: _Pair, *, quiet: bool) ->
         said = f"{before.outcome} → {now.outcome}" + (f": {now.reason}" if now.reason else "")
         yield Change(case, backend, "outcome", before.outcome, now.outcome, said)
     yield from _errors(case, backend, before, now)
-    old_breaks, new_breaks = before.first("graph_breaks"), now.first("graph_breaks")
-    if isinstance(new_breaks, int) and new_breaks > (old_breaks if isinstance(old_breaks, int) else 0):
-        reasons = [str(reason) for reason in now.first("graph_break_reasons") or []]
+    old_breaks, new_breaks = _count(before.first("graph_breaks")), _count(now.first("graph_breaks"))
+    if new_breaks > old_breaks:
+        reasons = now.texts("graph_break_reasons")
         why = f" ({'; '.join(reasons[:SHOWN])})" if reasons else ""
-        said = f"graph breaks {old_breaks if old_breaks is not None else 0} → {new_breaks}{why}"
-        yield Change(case, backend, "graph-breaks", old_breaks, new_breaks, said)
-    yield from _delegation(case, backend, before.first("delegation"), now.first("delegation"))
-    old_bytes, new_bytes = before.first("artifact_bytes"), now.first("artifact_bytes")
-    if (
-        isinstance(old_bytes, int) and isinstance(new_bytes, int) and old_bytes > 0
-        and new_bytes >= old_bytes * PROGRAM_GREW and new_bytes - old_bytes >= PROGRAM_BYTES
-    ):  # fmt: skip
         yield Change(
-            case, backend, "program-size", old_bytes, new_bytes, f"program {old_bytes:,} → {new_bytes:,} bytes"
+            case, backend, "graph-breaks", old_breaks, new_breaks, f"graph breaks {old_breaks} → {new_breaks}{why}"
         )
+    yield from _delegation(case, backend, before, now)
+    old_bytes, new_bytes = _count(before.first("artifact_bytes")), _count(now.first("artifact_bytes"))
+    if old_bytes > 0 and new_bytes >= old_bytes * PROGRAM_GREW and new_bytes - old_bytes >= PROGRAM_BYTES:
+        said = f"program {old_bytes:,} → {new_bytes:,} bytes"
+        yield Change(case, backend, "program-size", old_bytes, new_bytes, said)
     yield from _slower(case, backend, before, now, quiet=quiet)
 
 
 def _errors(case: str, backend: str, before: _Pair, now: _Pair) -> Iterable[Change]:
-    """The output whose error grew the most against its bound: tenfold (and noticeable against the bound), or
-    past half its bound where it was under half. Where both runs compared the same outputs."""
-    old = _worst_shares(before)
-    worst: tuple[float, str, float, float, str] | None = None
-    for (output, metric), share in _worst_shares(now).items():
-        previous = old.get((output, metric))
-        if previous is None or share < NOTICED:
+    """The output whose error grew the most: tenfold (its value, whatever the bounds did) and at least NOTICED of
+    its bound now, or past half its bound where the baseline's value was under half of it; an error no longer
+    finite where it was. Where both runs compared the same outputs."""
+    old, new = _errors_of(before), _errors_of(now)
+    worst: tuple[float, Change] | None = None
+    for key, (value, bound) in new.items():
+        if key not in old:
             continue
-        grew = share >= GREW * previous if previous > 0 else share >= NOTICED
-        crossed = share > HALF >= previous
-        if (grew or crossed) and (worst is None or share / max(previous, 1e-300) > worst[0]):
-            why = "tenfold or more" if grew else "past half its bound"
-            worst = (share / max(previous, 1e-300), output, previous, share, f"{metric} {why}")
+        was, was_bound = old[key]
+        output, metric = key
+        # Both against this run's bound, and noticed against the tighter of the two: a looser bound hides nothing.
+        share, previous = value / bound, was / bound
+        if not math.isfinite(value) and math.isfinite(was):
+            said = f"{output}: {metric} is no longer finite ({was:.3g} → {value})"
+            grown = math.inf
+        elif (
+            math.isfinite(value)
+            and value >= NOTICED * min(bound, was_bound)
+            and (value >= GREW * was or share > HALF >= previous)
+        ):
+            why = "tenfold or more" if value >= GREW * was else "past half its bound"
+            bounds = f"; its bound {was_bound:.3g} → {bound:.3g}" if was_bound != bound else ""
+            said = (
+                f"{output}: {metric} {why}, {was:.3g} → {value:.3g} ({previous:.2%} → {share:.2%} of its bound){bounds}"
+            )
+            grown = value / max(was, 1e-300)
+        else:
+            continue
+        if worst is None or grown > worst[0]:
+            worst = (
+                grown,
+                Change(case, backend, "error", round(was, 12), value if math.isfinite(value) else str(value), said),
+            )
     if worst is not None:
-        _, output, previous, share, what = worst
-        said = f"{output}: {what}, {previous:.2%} → {share:.2%} of its bound"
-        yield Change(case, backend, "error", round(previous, 6), round(share, 6), said)
+        yield worst[1]
 
 
-def _worst_shares(pair: _Pair) -> dict[tuple[str, str], float]:
-    """Each output's errors as shares of their bounds (the result's `bounds`), by output and metric."""
-    shares: dict[tuple[str, str], float] = {}
+def _errors_of(pair: _Pair) -> dict[tuple[str, str], tuple[float, float]]:
+    """Each output's largest error by metric, with the bound it was held to (the result's `bounds`); NaN is an
+    error larger than any."""
+    errors: dict[tuple[str, str], tuple[float, float]] = {}
     for result in pair.results:
-        found = result.get("bounds")
+        found, comparisons = result.get("bounds"), result.get("comparisons")
         bounds: dict[str, Any] = found if isinstance(found, dict) else {}
-        for comparison in result.get("comparisons") or []:
+        for comparison in comparisons if isinstance(comparisons, list) else []:
             if not isinstance(comparison, dict):
                 continue
-            batch = f" {comparison['batch']}" if comparison.get("batch") else ""
+            batch = f" {plain(str(comparison['batch']))}" if comparison.get("batch") else ""
             for metric, bound_name in ERROR_BOUNDS.items():
-                value, bound = comparison.get(metric), bounds.get(bound_name)
-                if isinstance(value, (int, float)) and isinstance(bound, (int, float)) and bound > 0:
-                    key = (f"{comparison.get('output', '')}{batch}", metric)
-                    shares[key] = max(shares.get(key, 0.0), float(value) / float(bound))
-    return shares
+                value, bound = _number(comparison.get(metric)), _number(bounds.get(bound_name))
+                if value is None or bound is None or not bound > 0 or not math.isfinite(bound):
+                    continue
+                value = math.inf if math.isnan(value) else value
+                key = (f"{plain(str(comparison.get('output', '')))}{batch}", metric)
+                errors[key] = max(errors.get(key, (value, bound)), (value, bound))
+    return errors
 
 
-def _delegation(case: str, backend: str, before: Any, now: Any) -> Iterable[Change]:
+def _delegation(case: str, backend: str, before: _Pair, now: _Pair) -> Iterable[Change]:
     """A delegate that took less: more subgraphs (a split), more nodes left to portable kernels, operators newly
-    left out (named)."""
-    if not isinstance(before, dict) or not isinstance(now, dict):
+    left out (named). Before and after as its counts."""
+    was, then = before.first("delegation"), now.first("delegation")
+    if not isinstance(was, dict) or not isinstance(then, dict):
         return
+    counts = {
+        name: (_count(was.get(name)), _count(then.get(name)))
+        for name in ("subgraphs", "delegated-nodes", "non-delegated-nodes")
+    }
     said = []
-    if int(now.get("subgraphs", 0)) > int(before.get("subgraphs", 0)):
-        said.append(f"delegated subgraphs {before.get('subgraphs')} → {now.get('subgraphs')}")
-    if int(now.get("non-delegated-nodes", 0)) > int(before.get("non-delegated-nodes", 0)):
+    if counts["subgraphs"][1] > counts["subgraphs"][0]:
+        said.append(f"delegated subgraphs {counts['subgraphs'][0]} → {counts['subgraphs'][1]}")
+    if counts["non-delegated-nodes"][1] > counts["non-delegated-nodes"][0]:
         said.append(
-            f"nodes left to portable kernels {before.get('non-delegated-nodes')} → {now.get('non-delegated-nodes')}"
+            f"nodes left to portable kernels {counts['non-delegated-nodes'][0]} → {counts['non-delegated-nodes'][1]}"
         )
-    left = sorted(set(now.get("left-out") or []) - set(before.get("left-out") or []))
+    left_before = set(_texts(was.get("left-out")))
+    left = sorted(set(_texts(then.get("left-out"))) - left_before)
     if left:
-        said.append(
-            f"newly left out: {', '.join(left[:SHOWN])}"
-            + (f" and {len(left) - SHOWN} more" if len(left) > SHOWN else "")
-        )
+        more = f" and {len(left) - SHOWN} more" if len(left) > SHOWN else ""
+        said.append(f"newly left out: {', '.join(left[:SHOWN])}{more}")
     if said:
-        yield Change(case, backend, "delegation", before, now, "; ".join(said))
+        before_counts = {name: pair[0] for name, pair in counts.items()}
+        after_counts = {name: pair[1] for name, pair in counts.items()}
+        yield Change(case, backend, "delegation", before_counts, after_counts, "; ".join(said))
+
+
+def _texts(value: object) -> list[str]:
+    return [plain(item) for item in value if isinstance(item, str)] if isinstance(value, list) else []
 
 
 def _slower(case: str, backend: str, before: _Pair, now: _Pair, *, quiet: bool) -> Iterable[Change]:
     """Lowering or compiling that took longer, where both runs did it (neither replayed) the same way (the
     artifact cache hit in both or in neither); latency only on a quiet machine, where both were measured."""
     evaluated = not before.first("replayed") and not now.first("replayed")
-    old, new = before.first("compile_seconds"), now.first("compile_seconds")
-    same_way = (before.first("cache") or "") == (now.first("cache") or "")
+    old, new = _number(before.first("compile_seconds")), _number(now.first("compile_seconds"))
+    same_way = str(before.first("cache") or "") == str(now.first("cache") or "")
     if (
-        evaluated and same_way and isinstance(old, (int, float)) and isinstance(new, (int, float)) and old > 0
-        and new >= SLOWER * old and new - old >= SLOWER_SECONDS
+        evaluated and same_way and old is not None and new is not None and old > 0
+        and new >= SLOWER * old and new - old >= SLOWER_SECONDS and math.isfinite(new)
     ):  # fmt: skip
-        yield Change(
-            case, backend, "lowering-time", round(old, 3), round(new, 3), f"lowering {old:.1f} s → {new:.1f} s"
-        )
-    old, new = before.first("latency_ms"), now.first("latency_ms")
-    if (
-        quiet
-        and isinstance(old, (int, float))
-        and isinstance(new, (int, float))
-        and old > 0
-        and new >= LATENCY_SLOWER * old
-    ):
-        yield Change(
-            case, backend, "latency", round(old, 3), round(new, 3), f"median latency {old:.2f} ms → {new:.2f} ms"
-        )
+        said = f"lowering {old:.1f} s → {new:.1f} s"
+        yield Change(case, backend, "lowering-time", round(old, 3), round(new, 3), said)
+    old, new = _number(before.first("latency_ms")), _number(now.first("latency_ms"))
+    if quiet and old is not None and new is not None and old > 0 and new >= LATENCY_SLOWER * old and math.isfinite(new):
+        said = f"median latency {old:.2f} ms → {new:.2f} ms"
+        yield Change(case, backend, "latency", round(old, 3), round(new, 3), said)
 
 
-__all__ = ["CHANGE_KINDS", "Change", "Changes", "compare"]
+__all__ = ["CHANGE_KINDS", "Change", "Changes", "compare", "plain"]

@@ -66,32 +66,38 @@ def hold_to_baseline(
     trusted: bool,
     fail_on: Sequence[str] = (),
     key: str = "",
+    keep: bool = True,
 ) -> int:
     """Compare the run in `folder` (its parity.json, as the host stamped it) with its baseline, write what
-    changed into its reports, and keep it as the entry's next baseline where the run is trusted. 1 where a
-    change of a `fail_on` kind was found, else 0 (a run without a parity.json is compared with nothing). `key`
-    names what it is kept as (the reports folder's name: `cpu`, `cpu-local`), the entry's name by default."""
+    changed into its reports (and that nothing was compared, where there is no baseline: a run cannot bring its
+    own), and keep it as the entry's next baseline where the run is trusted and `keep` (a whole run of the
+    entry: no pytest arguments, no named baseline). 1 where a change of a `fail_on` kind was found, else 0. A
+    report that cannot be read or compared is said in one line and compared with nothing: the run's own status
+    stands. `key` names what it is kept as (the reports folder's name: `cpu`, `cpu-local`; the entry's by
+    default)."""
     key = key or entry
     report = folder / contract.PARITY_JSON
-    if not report.is_file():
+    if not report.is_file() or report.is_symlink():
         return 0
-    current = load_run(report)
     baseline = named_baseline(entry, named) if named is not None else kept_baseline(key, store)
-    status = 0
-    if baseline is not None:
-        changes = compare(current, baseline, quiet=_quiet(current) and _quiet(baseline))
-        failing = changes.of(fail_on)
+    try:
+        current = load_run(report)
+        changes = compare(current, baseline, quiet=_quiet(current) and _quiet(baseline)) if baseline else None
         _write(folder, changes, fail_on)
+    except (UsageError, ValueError, TypeError, RecursionError, OSError) as error:
+        print(f"torchyard: {entry}: not compared with a baseline: {plain(str(error))}", file=sys.stderr)
+        return 0
+    status = 0
+    if changes is None:
+        print(f"torchyard: {entry}: no baseline to compare with yet", file=sys.stderr)
+    else:
+        failing = changes.of(fail_on)
         for change in failing:
-            said = plain(" ".join(change.said.split()))
-            print(
-                f"torchyard: {entry}: {plain(change.case)} on {plain(change.backend)} changed ({change.kind}): {said}"
-            )
+            where, said = f"{plain(change.case)} on {plain(change.backend)}", plain(change.said)
+            print(f"torchyard: {entry}: {where} changed ({change.kind}): {said}")
         status = 1 if failing else 0
         print(f"torchyard: {entry}: {len(changes.changes)} changes against {changes.baseline}", file=sys.stderr)
-    else:
-        print(f"torchyard: {entry}: no baseline to compare with yet", file=sys.stderr)
-    if trusted:
+    if trusted and keep:
         _keep(report, store / key / KEPT)
     return status
 
@@ -103,18 +109,22 @@ def _quiet(run: Run) -> bool:
     return isinstance(load, dict) and load.get("loaded") is False
 
 
-def _write(folder: Path, changes: Changes, fail_on: Sequence[str]) -> None:
-    """`changes` into parity.json and at the top of parity.md, under its first line (the host's, or the run's
-    title); each file replaced by rename, so a link the run left in its place is never written through."""
+def _write(folder: Path, changes: Changes | None, fail_on: Sequence[str]) -> None:
+    """`changes` into parity.json (None: no baseline, so a `changes` the run wrote itself is replaced) and at
+    the top of parity.md, under its first line (the host's, or the run's title); each file replaced by rename,
+    so a link the run left in its place is never written through."""
     report = folder / contract.PARITY_JSON
     data = read_json(report, "parity.json")
     if isinstance(data, dict):
-        data["changes"] = changes.as_dict()
+        data["changes"] = changes.as_dict() if changes is not None else None
         write_atomically(report, json.dumps(data, indent=2, default=str) + "\n")
+    if changes is None:
+        return
     page = folder / contract.PARITY_MARKDOWN
     text = page.read_text(encoding="utf-8", errors="replace") if page.is_file() and not page.is_symlink() else ""
     first, _, rest = text.partition("\n")  # the host's line, or the run's own title where no host stamps it
-    write_atomically(page, f"{first}\n\n{changes.markdown(fail_on)}\n{rest}" if text else changes.markdown(fail_on))
+    block = changes.markdown(fail_on)
+    write_atomically(page, f"{first}\n\n{block}\n{rest}" if text else block)
 
 
 def _keep(report: Path, kept: Path) -> None:
