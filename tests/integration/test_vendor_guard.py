@@ -88,7 +88,7 @@ def test_unguarded_install_replaces_the_vendor_torch(
         " /tmp/r.json torch && /v/bin/pip install -q --no-index --find-links /w needs-new-torch"
         " && /v/bin/python -m torchyard_vendor verify /tmp/r.json"
     )
-    vendor_py = Path(__file__).parents[2] / "src" / "torchyard" / "inimage" / "vendor.py"
+    vendor_py = Path(__file__).parents[2] / "src" / "torchyard" / "inimage" / "checks" / "vendor.py"
     with pytest.raises(docker.errors.ContainerError) as caught:
         client.containers.run(
             vendor_base,

@@ -65,9 +65,9 @@ def test_the_shipped_suites_fail_a_backend_that_computes_wrong_values(beside: py
     assert result.ret == 1
     result.stdout.fnmatch_lines_random(
         [
-            "*test_export_save_load_run?scaled_when_traced? PASSED*",
-            "*test_export_save_load_run?narrowed_when_traced? FAILED*",
-            "*test_export_save_load_run?broken_everywhere? SKIPPED*",
+            "*test_export_save_load_run?*scaled_when_traced*? PASSED*",
+            "*test_export_save_load_run?*narrowed_when_traced*? FAILED*",
+            "*test_export_save_load_run?*broken_everywhere*? SKIPPED*",
             "*test_parity?scaled_when_traced-eager? PASSED*",
             "*test_parity?scaled_when_traced-export? FAILED*",
             "*test_parity?narrowed_when_traced-eager? PASSED*",

@@ -81,9 +81,11 @@ class RunSettings:
 
     @property
     def compile_backends(self) -> tuple[str, ...]:
-        """inductor once per compile mode the entry asks for, each but the default after a colon."""
+        """The compile suite's backends (`names.BACKEND_FACTS`), each once per torch.compile mode the entry asks
+        for, each mode but the default after a colon."""
         modes = self.options.compile_modes or ("default",)
-        return tuple("inductor" if mode == "default" else f"inductor:{mode}" for mode in modes)
+        compiled = [name for name in BACKEND_NAMES if BACKEND_SUITES[name] == "compile"]
+        return tuple(name if mode == "default" else f"{name}:{mode}" for name in compiled for mode in modes)
 
     @property
     def train_backends(self) -> tuple[str, ...]:

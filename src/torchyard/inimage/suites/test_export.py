@@ -9,6 +9,7 @@ from torchyard.inimage.evaluation.evaluations import Evaluations
 from torchyard.inimage.evaluation.harness import Result
 from torchyard.inimage.plugin.outcomes import conclude
 from torchyard.inimage.plugin.verdicts import on_disk, ran
+from torchyard.names import BACKEND_SUITES
 
 pytestmark = pytest.mark.export
 
@@ -19,6 +20,9 @@ def passes(result: Result) -> bool:
     return ran(result) and on_disk(result)
 
 
-def test_export_save_load_run(case: Case, evaluations: Evaluations, request: pytest.FixtureRequest) -> None:
-    result = evaluations.result(case, "export")
+@pytest.mark.parametrize("backend", [backend for backend, suite in BACKEND_SUITES.items() if suite == "export"])
+def test_export_save_load_run(
+    case: Case, backend: str, evaluations: Evaluations, request: pytest.FixtureRequest
+) -> None:
+    result = evaluations.result(case, backend)
     conclude(request, "export", case, result, passed=passes(result), rule=RULE)
