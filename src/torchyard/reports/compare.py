@@ -134,9 +134,8 @@ class _Pair:
         return next((result[name] for result in self.results if result.get(name) is not None), None)
 
     def texts(self, name: str) -> list[str]:
-        """A list of text its first result with one has (graph breaks' reasons, operators left out)."""
-        found = self.first(name)
-        return [plain(item) for item in found if isinstance(item, str)] if isinstance(found, list) else []
+        """A list of text its first result with one has (graph breaks' reasons)."""
+        return _texts(self.first(name))
 
     @property
     def reason(self) -> str:
@@ -181,7 +180,7 @@ def compare(current: Run, baseline: Run, *, quiet: bool = False) -> Changes:
 def _describe(run: Run) -> str:
     entry = plain(str(run.environment.get("entry", run.name)))
     trust = plain(str(run.environment.get("trust", "")))
-    when = f", finished {plain(run.finished.replace('T', ' ').replace('+00:00', ' UTC'))}" if run.finished else ""
+    when = f", finished {plain(run.finished_utc)}" if run.finished else ""
     return f"the {trust + ' ' if trust else ''}run of `{entry}`{when}"
 
 
@@ -307,6 +306,7 @@ def _delegation(case: str, backend: str, before: _Pair, now: _Pair) -> Iterable[
 
 
 def _texts(value: object) -> list[str]:
+    """The text items of a list a run wrote, each as one plain line."""
     return [plain(item) for item in value if isinstance(item, str)] if isinstance(value, list) else []
 
 

@@ -47,8 +47,13 @@ class Run:
     def line(self) -> str:
         """What every format says of the run: its precision, its stack's versions and when it finished."""
         versions = ", ".join(f"{name} {self.environment[name]}" for name in VERSIONS if self.environment.get(name))
-        when = f"; finished {self.finished.replace('T', ' ').replace('+00:00', ' UTC')}" if self.finished else ""
+        when = f"; finished {self.finished_utc}" if self.finished else ""
         return f"{self.precision}; {versions}{when}"
+
+    @property
+    def finished_utc(self) -> str:
+        """When the run finished, as a reader reads it (`2026-12-06 19:32:19 UTC`); "" where it does not say."""
+        return self.finished.replace("T", " ").replace("+00:00", " UTC")
 
     @property
     def backends(self) -> list[str]:
@@ -109,7 +114,11 @@ def _run_name(report: Path) -> str:
 
 def load_run(report: Path) -> Run:
     """One parity.json, checked enough that a broken or foreign file is one line, not a traceback."""
-    data = read_json(report, "parity.json")
+    return run_of(report, read_json(report, "parity.json"))
+
+
+def run_of(report: Path, data: Any) -> Run:
+    """The run a parity.json's data (read from `report`) holds; one line where it holds none."""
     results = data.get("results") if isinstance(data, dict) else None
     if not isinstance(results, list):
         results = None

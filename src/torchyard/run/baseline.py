@@ -15,12 +15,13 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from torchyard import contract
 from torchyard.errors import UsageError
 from torchyard.reports.compare import Changes, compare, plain
 from torchyard.reports.files import read_json
-from torchyard.reports.merge import Run, load_run, reports_under
+from torchyard.reports.merge import Run, load_run, reports_under, run_of
 from torchyard.util.atomic import write_atomically
 
 KEPT = "parity.json"
@@ -81,9 +82,10 @@ def hold_to_baseline(
         return 0
     baseline = named_baseline(entry, named) if named is not None else kept_baseline(key, store)
     try:
-        current = load_run(report)
+        data = read_json(report, "parity.json")  # once: compared, written back with what changed, kept
+        current = run_of(report, data)
         changes = compare(current, baseline, quiet=_quiet(current) and _quiet(baseline)) if baseline else None
-        _write(folder, changes, fail_on)
+        _write(folder, data, changes, fail_on)
     except (UsageError, ValueError, TypeError, RecursionError, OSError) as error:
         print(f"torchyard: {entry}: not compared with a baseline: {plain(str(error))}", file=sys.stderr)
         return 0
@@ -98,7 +100,7 @@ def hold_to_baseline(
         status = 1 if failing else 0
         print(f"torchyard: {entry}: {len(changes.changes)} changes against {changes.baseline}", file=sys.stderr)
     if trusted and keep:
-        _keep(report, store / key / KEPT)
+        _keep(data, store / key / KEPT)
     return status
 
 
@@ -109,15 +111,12 @@ def _quiet(run: Run) -> bool:
     return isinstance(load, dict) and load.get("loaded") is False
 
 
-def _write(folder: Path, changes: Changes | None, fail_on: Sequence[str]) -> None:
+def _write(folder: Path, data: dict[str, Any], changes: Changes | None, fail_on: Sequence[str]) -> None:
     """`changes` into parity.json (None: no baseline, so a `changes` the run wrote itself is replaced) and at
     the top of parity.md, under its first line (the host's, or the run's title); each file replaced by rename,
     so a link the run left in its place is never written through."""
-    report = folder / contract.PARITY_JSON
-    data = read_json(report, "parity.json")
-    if isinstance(data, dict):
-        data["changes"] = changes.as_dict() if changes is not None else None
-        write_atomically(report, json.dumps(data, indent=2, default=str) + "\n")
+    data["changes"] = changes.as_dict() if changes is not None else None
+    write_atomically(folder / contract.PARITY_JSON, json.dumps(data, indent=2, default=str) + "\n")
     if changes is None:
         return
     page = folder / contract.PARITY_MARKDOWN
@@ -127,8 +126,7 @@ def _write(folder: Path, changes: Changes | None, fail_on: Sequence[str]) -> Non
     write_atomically(page, f"{first}\n\n{block}\n{rest}" if text else block)
 
 
-def _keep(report: Path, kept: Path) -> None:
-    """The trusted run's parity.json as the entry's next baseline (read as data first: what is kept parses)."""
-    data = read_json(report, "parity.json")
+def _keep(data: dict[str, Any], kept: Path) -> None:
+    """The trusted run's parity.json, as read and written back, as the entry's next baseline."""
     kept.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(kept, json.dumps(data, indent=2, default=str) + "\n")

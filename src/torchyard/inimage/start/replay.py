@@ -12,6 +12,7 @@ that it is one, and from when, in parity.md, parity.json and on the console.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -40,6 +41,7 @@ def file_digests(paths: Iterable[Path]) -> list[tuple[str, str]]:
     return digests
 
 
+@functools.cache  # the entry point's replay key and the self-tests' proof both read it; the files do not change
 def shipped() -> list[tuple[str, str]]:
     """torchyard's in-image files (`contract.INIMAGE_MODULES`: the in-image side and the shared modules it
     imports), each by its path in the package and its digest: the same wherever they are (an image, `--local`'s
