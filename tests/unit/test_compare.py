@@ -217,6 +217,8 @@ def test_a_named_baseline_is_the_entrys_run_under_a_folder_and_a_kept_file_that_
     assert json.loads((now / "parity.json").read_text())["changes"]["removed"][:1] == ["attention on export"]
     with pytest.raises(UsageError, match="no one run of entry 'rocm' there"):
         hold_to_baseline("rocm", now, named=artifact, store=store, trusted=False)
+    with pytest.raises(UsageError, match=r"no one run of entry 'rocm' there \(runs of: cuda\)"):
+        hold_to_baseline("rocm", now, named=other, store=store, trusted=False)  # one run, another entry's
     (store / "cpu").mkdir(parents=True)
     (store / "cpu" / "parity.json").symlink_to(artifact / "cpu" / "parity.json")
     fresh = reports(tmp_path / "fresh", BASELINE)

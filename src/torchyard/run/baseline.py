@@ -34,11 +34,12 @@ def store_for(project: str, env: Mapping[str, str] = os.environ) -> Path:
 
 
 def named_baseline(entry: str, path: Path) -> Run:
-    """The run `path` names for `entry`: the parity.json itself, or under a folder the one whose run is the
-    entry's (the host stamps the entry into each), or the only one; one clear line otherwise."""
+    """The run `path` names for `entry`: the one whose run is the entry's (the host stamps the entry into each),
+    or the only one where no host stamped it; one clear line otherwise."""
     reports = reports_under([path])
     runs = [load_run(report) for report in reports]
-    mine = [run for run in runs if run.environment.get("entry") == entry] or (runs if len(runs) == 1 else [])
+    unnamed = [run for run in runs if "entry" not in run.environment]  # a parity.json no host stamped
+    mine = [run for run in runs if run.environment.get("entry") == entry] or (unnamed if len(runs) == 1 else [])
     if len(mine) != 1:
         found = ", ".join(sorted({str(run.environment.get("entry", run.name)) for run in runs})) or "none"
         raise UsageError(f"--baseline {path}: no one run of entry {entry!r} there (runs of: {found})")
