@@ -52,7 +52,9 @@ OPS_OPERATORS_DEFAULT = OPS_QUICK
 OPS_SAMPLES_DEFAULT = 2
 # What a change can change against a baseline run, per case and backend (`reports.compare`); an entry's
 # `fail-on-change` names the kinds that fail its run.
-ChangeKind = Literal["outcome", "error", "graph-breaks", "delegation", "program-size", "lowering-time", "latency"]
+ChangeKind = Literal[
+    "outcome", "error", "graph-breaks", "recompilations", "delegation", "program-size", "lowering-time", "latency"
+]
 CHANGE_KINDS: tuple[ChangeKind, ...] = get_args(ChangeKind)
 
 # The longest localization may take for one failing result (seconds; an entry's `localize-timeout`).

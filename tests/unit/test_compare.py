@@ -13,7 +13,7 @@ import pytest
 from torchyard.errors import UsageError
 from torchyard.reports import html, markdown
 from torchyard.reports.compare import compare
-from torchyard.reports.merge import Run, merge
+from torchyard.reports.merge import Cell, Run, merge
 from torchyard.run.baseline import hold_to_baseline, store_for
 from torchyard.run.stamp import HOST_LINE
 
@@ -80,6 +80,24 @@ def test_each_kind_of_change_is_reported_for_its_case_and_backend_alone() -> Non
     )
     assert said["error"] == "output: scaled_max_error tenfold or more, 1e-07 → 2e-05 (0.10% → 20.00% of its bound)"
     assert found.unchanged == 3  # attention on inductor, steady on both
+
+
+def test_recompilations_that_rose_are_reported_with_the_guard_that_failed() -> None:
+    """A policy whose forward reads a counter it bumps (or a batch of a new shape) is compiled again per call:
+    the compiled path still passes, and the deployment pays a compile where it paid none."""
+    again = result(
+        "steady", "inductor", graphs=2, graph_breaks=0, recompiles=1,
+        recompile_reasons=["0/0: self.calls == 1", "0/1: tensor 'x' size mismatch at index 0"],
+    )  # fmt: skip
+    found = compare(run([*BASELINE[:5], again]), run([*BASELINE[:5], {**BASELINE[5], "recompiles": 0}]))
+    assert [(change.case, change.backend, change.kind) for change in found.changes] == [
+        ("steady", "inductor", "recompilations")
+    ]
+    assert found.changes[0].said == (
+        "recompilations 0 → 1 (0/0: self.calls == 1; 0/1: tensor 'x' size mismatch at index 0)"
+    )
+    assert compare(run(BASELINE), run([*BASELINE[:5], again])).changes == ()  # fewer is no change to report
+    assert compare(run([*BASELINE[:5], again]), run(BASELINE)).changes[0].before == 0  # none counted before
 
 
 def test_outcomes_programs_and_times_that_changed_are_reported() -> None:
@@ -234,9 +252,29 @@ def test_the_compatibility_page_marks_the_cells_that_changed(tmp_path: Path) -> 
     table = merge([now])
     assert table.cell("cpu", "mlp", "inductor").changes == ["graph-breaks: graph breaks 0 → 1"]
     assert table.cell("cpu", "mlp", "export").changes == []
-    assert "| `mlp` |  | ✅ Δ | ✅ |" in markdown.render(table)  # export (not run), inductor, executorch-xnnpack
+    # export (not run), inductor (changed, and short of one graph), executorch-xnnpack (one node left out)
+    assert "| `mlp` |  | ✅ Δ (1 graph break) | ✅ (92% delegated in 1 subgraph) |" in markdown.render(table)
     page = html.render(table)
     assert 'class="passed changed"' in page and "changed: graph-breaks: graph breaks 0 → 1" in page
+    assert 'title="1 graph break; changed: graph-breaks: graph breaks 0 → 1"' in page
+    assert "pass Δ<br><small>1 graph break</small>" in page and "; program 50,000 bytes</p>" in page
+
+
+def test_a_cell_names_what_it_measured_short_of_the_best_and_nothing_else() -> None:
+    """Issue 60: the page shows graph breaks, recompilations and a delegate's share where they are not the best
+    possible; a whole delegated program in one subgraph, or no compile at all, adds nothing. A run's values are
+    read as counts or as nothing (its code wrote them)."""
+    whole = {"subgraphs": 1, "delegated-nodes": 40, "non-delegated-nodes": 0, "left-out": []}
+    split = {"subgraphs": 3, "delegated-nodes": 30, "non-delegated-nodes": 10, "left-out": ["aten.cumsum.default"]}
+    assert Cell([result("m", "executorch-xnnpack", delegation=whole)]).signals == []
+    assert Cell([result("m", "executorch-xnnpack", delegation=split)]).signals == ["75% delegated in 3 subgraphs"]
+    assert Cell([result("m", "inductor", graphs=3, graph_breaks=2, recompiles=1)]).signals == [
+        "2 graph breaks", "1 recompile",
+    ]  # fmt: skip
+    assert Cell([result("m", "inductor", graphs=1, graph_breaks=0, recompiles=0)]).signals == []
+    forged = {"subgraphs": "many", "delegated-nodes": True, "non-delegated-nodes": -4}
+    hostile = result("m", "inductor", graph_breaks="1<script>", recompiles=True, delegation=forged)
+    assert Cell([hostile]).signals == []
 
 
 def test_a_run_cannot_bring_its_own_changes_and_a_report_that_does_not_read_is_compared_with_nothing(

@@ -364,12 +364,39 @@ def test_reports_are_written_and_uploaded_outside_the_checkout(workflow: Path) -
             if re.search(r"nox -s \$\{\{ matrix.session|torchyard test", step.get("run", ""))
         ]
         (command,) = [line for line in run.splitlines() if re.search(r"nox -s |torchyard test", line)]
-        assert command.split(" || ")[0].endswith('--reports "$RUNNER_TEMP/reports"'), run
-        (upload,) = [step for step in steps if str(step.get("with", {}).get("name", "")).startswith("reports-")]
+        assert '--reports "$RUNNER_TEMP/reports"' in command.split(" || ")[0], run
+        (upload,) = [
+            step
+            for step in steps
+            if str(step.get("with", {}).get("name", "")).startswith("reports-")
+            and step["uses"].startswith("actions/upload-artifact@")
+        ]
         # A native entry's venv run writes <entry>-local (run/venv.py); the pull-request job runs no native one.
         native = "${{ matrix.native && '-local' || '' }}" if name == "suites" else ""
         assert upload["with"]["path"] == "${{ runner.temp }}/reports/${{ matrix.name }}" + native
         assert upload["with"]["if-no-files-found"] == "warn"  # an early failure has none: its own error says why
+
+
+@pytest.mark.parametrize("workflow", BOTH, ids=["ci", "template"])
+def test_a_pull_requests_suites_are_held_to_the_default_branchs_last_reports(workflow: Path) -> None:
+    """Issue 60: a hosted runner keeps nothing, so a pull request's job downloads the entry's reports from the
+    default branch's newest push run that has them (a push: no pull request's run, whatever its branch's name)
+    and names them with --baseline only where a parity.json came down; the token reads, and writes nothing."""
+    jobs = yaml.safe_load(workflow.read_text().replace("@SPEC@", "torchyard"))["jobs"]
+    suites = jobs["suites"]
+    (download,) = [s for s in suites["steps"] if s.get("uses", "").startswith("dawidd6/action-download-artifact@")]
+    assert download["if"] == "github.event_name == 'pull_request'"
+    assert download["with"]["branch"] == "${{ github.event.repository.default_branch }}"
+    assert (download["with"]["event"], download["with"]["name"]) == ("push", "reports-${{ matrix.name }}")
+    assert download["with"]["if_no_artifact_found"] == "warn" and download["with"]["search_artifacts"] is True
+    assert download["with"]["path"] == "${{ runner.temp }}/baseline"
+    assert suites["permissions"] == {"contents": "read", "actions": "read"}
+    (run,) = [s["run"] for s in suites["steps"] if "matrix.session" in s.get("run", "")]
+    found = 'if [ -f "$RUNNER_TEMP/baseline/parity.json" ]; then baseline=(--baseline "$RUNNER_TEMP/baseline"); fi'
+    assert found in run
+    assert run.rstrip().endswith('"${baseline[@]}"')
+    order = [s.get("name", s.get("uses", "")) for s in suites["steps"]]
+    assert order.index(download["name"]) < order.index("suites in the image")
 
 
 def test_the_test_session_passes_the_reports_folder_to_torchyard_test(nox_sessions: set[str]) -> None:

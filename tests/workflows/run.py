@@ -145,6 +145,10 @@ def repositories(scratch: Path, scenario: Scenario, adopter_project: Path | None
         if scenario.change == "docs":
             with (work / "README.md").open("a") as readme:
                 readme.write("\nA line from a pull request.\n")
+        elif scenario.change == "model":
+            policy = work / "src" / "robopolicy" / "policy.py"
+            layer = "nn.Linear(64, 64))"
+            policy.write_text(policy.read_text().replace(layer, "nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 64))", 1))
         elif scenario.change == "broken-matrix":
             matrix = work / "matrix.toml"
             matrix.write_text(matrix.read_text().replace('suites = ["export"]', 'suites = ["exports"]', 1))
@@ -214,6 +218,8 @@ def act_command(scenario: Scenario, repos: Repositories, scratch: Path) -> list[
     command += [f"--matrix=name:{ENTRY}", *stand_ins(repos.work / scenario.workflow)]
     command += [f"--var={key}={value}" for key, value in scenario.variables.items()]
     command += [f"--env={key}={value}" for key, value in scenario.env.items()]
+    # The earlier runs of this invocation, for action-download-artifact's stand-in (GitHub's runs API).
+    command += [f"--env={RECORDED_RUNS}={recorded_runs(scratch)}"]
     if scenario.job:
         command += ["--job", scenario.job]
     return command
@@ -233,18 +239,47 @@ def act_env(scenario: Scenario, repos: Repositories, venv: Path | None) -> dict[
     return env
 
 
+RECORDED_RUNS = "ACT_RECORDED_RUNS"
+
+
+def recorded_runs(scratch: Path) -> Path:
+    """The runs every scenario of this invocation finished, a JSON line each (its scratch folder's parent)."""
+    return scratch.parent / "runs.jsonl"
+
+
+def record_run(scenario: Scenario, repos: Repositories, result: Outcome, scratch: Path) -> None:
+    """This run as GitHub's runs API lists it (repository, workflow, branch, event, conclusion), with where act's
+    artifact server kept its artifacts: the next scenarios' runs find it as they would on GitHub."""
+    stored = sorted((scratch / "artifacts").glob("*"))  # act's artifact server: a folder per run id (one here)
+    runs = stored[0] if stored else scratch / "artifacts" / "none"
+    named = re.search(r"(?m)^name: *(.+?) *$", (repos.work / scenario.workflow).read_text())
+    failed = any(results - {"success", "skipped"} for results in result.results.values())
+    record = {
+        "repository": OWNERS[scenario.repository],
+        "workflow": Path(scenario.workflow).name,
+        "name": named[1] if named else scenario.workflow,
+        "branch": scenario.branch,
+        "event": scenario.event,
+        "conclusion": "failure" if failed else "success",
+        "artifacts": str(runs),
+    }
+    with recorded_runs(scratch).open("a") as stream:
+        stream.write(json.dumps(record) + "\n")
+
+
 @dataclass(frozen=True)
 class Outcome:
     results: dict[str, set[str]]  # job id -> results of its jobs (a matrix has several)
     seconds: dict[str, float]  # job name -> wall time
     log: str
+    summary: str = ""  # what the steps wrote to $GITHUB_STEP_SUMMARY (act logs each as a `summary` record)
 
 
 def outcome(lines: Sequence[str]) -> Outcome:
     results: dict[str, set[str]] = {}
     first: dict[str, float] = {}
     last: dict[str, float] = {}
-    text = []
+    text, summaries = [], []
     for line in lines:
         try:
             record = json.loads(line)
@@ -252,6 +287,8 @@ def outcome(lines: Sequence[str]) -> Outcome:
             text.append(line)
             continue
         text.append(str(record.get("msg", "")))
+        if record.get("command") == "summary":
+            summaries.append(str(record.get("content", "")))
         job, job_id = str(record.get("job", "")), str(record.get("jobID", ""))
         if "jobResult" in record and job_id:
             results.setdefault(job_id, set()).add(str(record["jobResult"]))
@@ -261,7 +298,7 @@ def outcome(lines: Sequence[str]) -> Outcome:
             first.setdefault(job, moment)
             last[job] = moment
     seconds = {job: last[job] - first[job] for job in first}
-    return Outcome(results=results, seconds=seconds, log="\n".join(text))
+    return Outcome(results=results, seconds=seconds, log="\n".join(text), summary="\n".join(summaries))
 
 
 def artifacts(scratch: Path) -> dict[str, Path]:
@@ -296,6 +333,9 @@ def problems(scenario: Scenario, result: Outcome, scratch: Path) -> Iterator[str
     for text in expect.not_in_log:
         if text in result.log:
             yield f"the log has {text!r}"
+    for text in expect.summary:
+        if text not in result.summary:
+            yield f"the step summaries lack {text!r}"
 
 
 def run(
@@ -310,6 +350,7 @@ def run(
     lines = (completed.stdout + completed.stderr).splitlines()
     (scratch / "act.log").write_text("\n".join(lines) + "\n")
     result = outcome(lines)
+    record_run(scenario, repos, result, scratch)
     found = list(problems(scenario, result, scratch))
     jobs = ", ".join(f"{job} {seconds:.0f} s" for job, seconds in sorted(result.seconds.items()))
     verdict = "ok" if not found else "FAILED"

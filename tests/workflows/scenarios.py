@@ -10,7 +10,8 @@ from typing import Literal
 
 Event = Literal["push", "pull_request", "pull_request_target"]
 # What the scenario's branch (the pushed one, or the pull request's head) commits on top of the default branch.
-Change = Literal["none", "docs", "broken-matrix"]
+# `model`: the adopter's policy gains a layer, so its exported program grows (a change the comparison reports).
+Change = Literal["none", "docs", "model", "broken-matrix"]
 
 REPORTS = ("env.json", "junit.xml", "parity.json", "parity.md")
 DEFAULT_BRANCH = "main"
@@ -31,6 +32,8 @@ class Expect:
     # text the log must hold, and text it must not
     log: tuple[str, ...] = ()
     not_in_log: tuple[str, ...] = ()
+    # text the jobs' step summaries must hold
+    summary: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -141,18 +144,22 @@ SCENARIOS = (
             trust={"reports-cpu": "trusted"},
         ),
     ),
+    # Held to the push's reports, downloaded as a hosted runner must (this host's kept baseline is not named):
+    # the policy's new layer shows in the step summary as its program grown.
     Scenario(
         name="adopter-pull-request",
         repository="adopter",
         workflow=ADOPTER,
         event="pull_request",
         branch="feature",
-        change="docs",
+        change="model",
         expect=Expect(
             succeeded=frozenset({"plan", "suites", "compatibility"}),
             skipped=frozenset({"suites-pull-request"}),
             artifacts={"reports-cpu": REPORTS, "compatibility": ("compatibility.html",)},
             trust={"reports-cpu": "untrusted"},
+            log=("artifact reports-cpu of an earlier run into", "--baseline"),
+            summary=("### What changed against", "program-size: `program ", "`robopolicy` on `export`"),
         ),
     ),
     Scenario(

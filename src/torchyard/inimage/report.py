@@ -235,6 +235,14 @@ def notes(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]) -> 
     )
     lines += sorted(
         {
+            f"- recompiled `{r['case']}` ({r['backend']}): {r['recompiles']} times: "
+            + "; ".join(r.get("recompile_reasons") or [])
+            for r in records
+            if r.get("recompiles")
+        }
+    )
+    lines += sorted(
+        {
             f"- delegation of `{r['case']}` ({r['backend']}): {d['subgraphs']} subgraphs, "
             f"{d['delegated-nodes']} of {d['delegated-nodes'] + d['non-delegated-nodes']} nodes delegated; "
             f"left to portable kernels: {', '.join(d['left-out'])}"

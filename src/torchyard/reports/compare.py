@@ -210,6 +210,12 @@ def _changes(key: tuple[str, str], before: _Pair, now: _Pair, *, quiet: bool) ->
         yield Change(
             case, backend, "graph-breaks", old_breaks, new_breaks, f"graph breaks {old_breaks} → {new_breaks}{why}"
         )
+    old_again, new_again = _count(before.first("recompiles")), _count(now.first("recompiles"))
+    if new_again > old_again:
+        guards = now.texts("recompile_reasons")
+        why = f" ({'; '.join(guards[:SHOWN])})" if guards else ""
+        said = f"recompilations {old_again} → {new_again}{why}"
+        yield Change(case, backend, "recompilations", old_again, new_again, said)
     yield from _delegation(case, backend, before, now)
     old_bytes, new_bytes = _count(before.first("artifact_bytes")), _count(now.first("artifact_bytes"))
     if old_bytes > 0 and new_bytes >= old_bytes * PROGRAM_GREW and new_bytes - old_bytes >= PROGRAM_BYTES:

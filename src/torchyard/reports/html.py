@@ -17,10 +17,20 @@ from torchyard.reports.ops import OpsTable, plain_text
 WORDS = {"passed": "pass", "xfailed": "known", "failed": "fail", "error": "error", "skipped": "skip", "none": ""}
 PAGE_LEGEND = (
     "pass; known: an exact known failure; fail or error; skip (blank: not run); Δ: changed against the run's "
-    "baseline (hover for what)"
+    "baseline (hover for what); small print: graph breaks, recompilations, and a delegate's share where it left "
+    "part of the program out"
 )
 OPS_CLASSES = {"wrong value": "failed", "crashed": "error", "passed": "passed", "set aside": "skipped", "none": ""}
 METRICS = ("max_abs_error", "scaled_max_error", "rel_l2_error", "cosine")
+# A result's measures shown in its detail, with their words (parity.json's keys).
+MEASURED = (
+    ("compile_seconds", "lowered or compiled in {:.2f} s"),
+    ("latency_ms", "median latency {:.3f} ms"),
+    ("artifact_bytes", "program {:,} bytes"),
+    ("graphs", "graphs: {}"),
+    ("graph_breaks", "graph breaks: {}"),
+    ("recompiles", "recompilations: {}"),
+)
 
 
 STYLE = """
@@ -111,6 +121,17 @@ def _diverges_brief(results: list[dict[str, Any]]) -> str:
     return ""
 
 
+def _measured(result: dict[str, Any]) -> str:
+    """What a result measured besides its errors: lowering or compile time beside its latency, its program's
+    size, its graphs and recompilations (each where the run wrote a number)."""
+    said = []
+    for key, words in MEASURED:
+        value = result.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value:
+            said.append(words.format(value))
+    return f"<p>{escape('; '.join(said))}</p>" if said else ""
+
+
 def _number(value: object) -> str:
     return f"{value:.1f}" if isinstance(value, float) else escape(str(value if value is not None else "?"))
 
@@ -123,6 +144,7 @@ def _detail(anchor: str, title: str, results: list[dict[str, Any]]) -> str:
             f"suite ({escape(str(result.get('dtype', '')))}; reference: {escape(str(result.get('reference', '')))})"
             f"{': ' + escape(str(result['reason'])) if result.get('reason') else ''}</p>"
         )
+        parts.append(_measured(result))
         if isinstance(result.get("diverges"), dict):
             parts.append(_where_it_diverges(result["diverges"]))
         comparisons = [item for item in result.get("comparisons") or [] if isinstance(item, dict)]
@@ -164,9 +186,11 @@ def render(table: CompatibilityTable, ops: OpsTable | None = None) -> str:
             anchor = f"r{len(details)}"
             title = f"{case} on {backend}, {run}"
             details.append(_detail(anchor, title, cell.results))
+            signals = cell.signals
             label = WORDS[cell.outcome] + (" Δ" if cell.changes else "")
-            changed = "".join(f"; changed: {change}" for change in cell.changes)
-            tip = escape(cell.reason + _diverges_brief(cell.results) + changed, quote=True)
+            label += f"<br><small>{escape(', '.join(signals))}</small>" if signals else ""
+            said = [cell.reason + _diverges_brief(cell.results), *signals, *(f"changed: {c}" for c in cell.changes)]
+            tip = escape("; ".join(filter(None, said)), quote=True)
             marked = " changed" if cell.changes else ""
             cells.append(
                 f'<td class="{cell.outcome}{marked}" data-outcome="{cell.outcome}" title="{tip}">'

@@ -11,7 +11,8 @@ from torchyard.reports.ops import OpsTable
 SYMBOLS = {"passed": "✅", "xfailed": "⚠️ known", "failed": "❌ failed", "error": "❌ error", "skipped": "·", "none": ""}
 LEGEND = (
     "✅ passed · ⚠️ known failure (exact) · ❌ failed or error · `·` skipped (blank: not run) · Δ changed against "
-    "the run's baseline (its parity.md says what)"
+    "the run's baseline (its parity.md says what) · in brackets: graph breaks, recompilations, and a delegate's "
+    "share where it left part of the program out"
 )
 
 
@@ -57,4 +58,5 @@ def _operators(table: OpsTable) -> str:
 
 
 def _symbol(cell: Cell) -> str:
-    return SYMBOLS[cell.outcome] + (" Δ" if cell.changes else "")
+    signals = cell.signals
+    return SYMBOLS[cell.outcome] + (" Δ" if cell.changes else "") + (f" ({', '.join(signals)})" if signals else "")

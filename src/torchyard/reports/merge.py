@@ -67,6 +67,9 @@ class Run:
         return sorted(found, key=order)
 
 
+DELEGATION_COUNTS = ("delegated-nodes", "non-delegated-nodes", "subgraphs")  # parity.json's `delegation`
+
+
 @dataclass
 class Cell:
     results: list[dict[str, Any]] = field(default_factory=list)
@@ -82,6 +85,33 @@ class Cell:
     def reason(self) -> str:
         """The reason of the first result with the cell's outcome (why it failed, was skipped or is known)."""
         return next((str(r.get("reason", "")) for r in self.results if r.get("outcome") == self.outcome), "")
+
+    @property
+    def signals(self) -> list[str]:
+        """What its results measured short of the best possible, in a few words each: graph breaks,
+        recompilations, a delegate that left part of the program out (its share, and its subgraphs)."""
+        said = []
+        for name, noun in (("graph_breaks", "graph break"), ("recompiles", "recompile")):
+            count = _first_count(self.results, name)
+            if count:
+                said.append(f"{count} {noun}{'s' if count > 1 else ''}")
+        delegation: dict[str, Any] = next(
+            (r["delegation"] for r in self.results if isinstance(r.get("delegation"), dict)), {}
+        )
+        taken, left, subgraphs = (_count(delegation.get(key)) for key in DELEGATION_COUNTS)
+        if taken + left and (left or subgraphs > 1):
+            plural = "s" if subgraphs != 1 else ""
+            said.append(f"{taken / (taken + left):.0%} delegated in {subgraphs} subgraph{plural}")
+        return said
+
+
+def _count(value: object) -> int:
+    """A count a run wrote, or 0 where it wrote something else."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _first_count(results: Sequence[dict[str, Any]], name: str) -> int:
+    return next((_count(r.get(name)) for r in results if _count(r.get(name))), 0)
 
 
 @dataclass(frozen=True)

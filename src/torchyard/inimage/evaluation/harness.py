@@ -69,6 +69,10 @@ class Result:
     graphs: int | None = None
     graph_breaks: int | None = None
     graph_break_reasons: list[str] = field(default_factory=list)
+    # Frames dynamo compiled again when a guard failed (a new shape, a Python value that changed), the guards'
+    # first lines (None: not compiled)
+    recompiles: int | None = None
+    recompile_reasons: list[str] = field(default_factory=list)
     # An ExecuTorch delegate's share of the program (`backends.executorch.delegation`; None: no delegate)
     delegation: dict[str, Any] | None = None
 
@@ -362,12 +366,16 @@ COMPILER_CACHES = {
 
 
 def _take_accounting(result: Result, notes: dict[str, Any]) -> None:
-    """torch.compile's graphs and graph breaks, where the backend compiled with it; a delegate's share."""
+    """torch.compile's graphs, graph breaks and recompilations, where the backend compiled with it; a delegate's
+    share."""
     if notes.get("delegation") is not None:
         result.delegation = dict(notes["delegation"])
     if "graph_breaks" in notes:
         result.graphs, result.graph_breaks = int(notes["graphs"]), int(notes["graph_breaks"])
         result.graph_break_reasons = [str(reason) for reason in notes["graph_break_reasons"]]
+    if "recompiles" in notes:
+        result.recompiles = int(notes["recompiles"])
+        result.recompile_reasons = [str(reason) for reason in notes["recompile_reasons"]]
 
 
 def compiler_cache_counts() -> dict[str, int]:

@@ -19,6 +19,7 @@ from torchyard.inimage.cases import Call, Case
 from torchyard.inimage.cases.builtin import CASES
 from torchyard.inimage.evaluation.backends import Job, unavailable_reason
 from torchyard.inimage.evaluation.backends.executorch import Delegate, ExecuTorch
+from torchyard.inimage.evaluation.backends.inductor import graph_counts, graphs_since
 from torchyard.inimage.evaluation.backends.running import export_program
 from torchyard.inimage.evaluation.cache.artifacts import ArtifactCache
 from torchyard.inimage.evaluation.harness import FLOAT64, Result, evaluate, failure_reason, make_reference
@@ -323,6 +324,27 @@ def test_a_graph_break_is_counted_and_named_and_fails_only_a_case_that_needs_one
     whole = {**broken.as_dict(), "case": "whole", "graphs": 1, "graph_breaks": 0, "graph_break_reasons": []}
     note = report.notes([broken.as_dict(), {**broken.as_dict(), "backend": "inductor"}, whole], {})
     assert note == "- graph breaks in `printing` (inductor): 1, 2 graphs: Failed to trace builtin operator\n"
+
+
+@pytest.mark.harness("compile", "parity")
+def test_a_recompilation_is_counted_with_the_guard_that_failed() -> None:
+    """Issue 60: a frame compiled again (a batch of a new shape here) is dynamo's recompilation, counted from its
+    compilation metrics with the guard that failed, and said in parity.md's notes; a call that reuses a graph
+    adds none. Dynamo's own accounting, whatever the backend: `eager` keeps this test free of compiles."""
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: x * 2, backend="eager")
+    before = graph_counts()
+    for rows in (2, 5, 7):  # the second shape fails the first graph's guard; dynamo then compiles it dynamic
+        compiled(torch.randn(rows, 3))
+    notes = graphs_since(before)
+    assert (notes["graphs"], notes["recompiles"]) == (2, 1), notes
+    assert notes["recompile_reasons"] == ["0/0: tensor 'x' size mismatch at index 0. expected 2, actual 5"], notes
+    before = graph_counts()
+    compiled(torch.randn(9, 3))
+    assert graphs_since(before)["recompiles"] == 0
+    record = {"case": "policy", "backend": "inductor", **notes}
+    note = report.notes([record], {})
+    assert note == "- recompiled `policy` (inductor): 1 times: " + notes["recompile_reasons"][0] + "\n", note
 
 
 class SplitByCumsum(torch.nn.Module):

@@ -1,5 +1,6 @@
 """torch.compile with inductor, in one of torch.compile's modes (`inductor:<mode>`): graph breaks allowed, as
-torch.compile allows them, and counted by dynamo's own accounting; one graph where the case says `fullgraph`."""
+torch.compile allows them, and counted with recompilations by dynamo's own accounting; one graph where the case
+says `fullgraph`."""
 
 from __future__ import annotations
 
@@ -39,21 +40,33 @@ def run(job: Job, mode: str = "default") -> BackendRun:
     return BackendRun(outputs, compile_seconds, seconds, latency_ms=latency, notes=graphs_since(before))
 
 
-def graph_counts() -> tuple[dict[str, int], int]:
-    """Dynamo's graph breaks by reason, and the graphs it has made, so far in this process."""
-    from torch._dynamo.utils import counters
-
-    return dict(counters["graph_break"]), int(counters["stats"]["unique_graphs"])
+Counts = tuple[dict[str, int], int, frozenset[str]]
 
 
-def graphs_since(before: tuple[dict[str, int], int]) -> dict[str, object]:
+def graph_counts() -> Counts:
+    """Dynamo's graph breaks by reason, the graphs it has made, and the frames it has compiled (their compile
+    ids), so far in this process."""
+    from torch._dynamo.utils import counters, get_compilation_metrics
+
+    compiled = frozenset(str(metrics.compile_id) for metrics in get_compilation_metrics())
+    return dict(counters["graph_break"]), int(counters["stats"]["unique_graphs"]), compiled
+
+
+def graphs_since(before: Counts) -> dict[str, object]:
     """What the compile since `before` made: its graphs, its graph breaks and their reasons, first line each
-    (dynamo counts a reason once per process: a worker that compiled the same code before adds none)."""
-    breaks, graphs = graph_counts()
+    (dynamo counts a reason once per process: a worker that compiled the same code before adds none), and its
+    recompilations with the guard that failed, from dynamo's compilation metrics (the last 64 compiles)."""
+    breaks, graphs, _ = graph_counts()
     reasons = {reason: count - before[0].get(reason, 0) for reason, count in breaks.items()}
     named = sorted(reason.strip().splitlines()[0] for reason, count in reasons.items() if count > 0)
+    from torch._dynamo.utils import get_compilation_metrics
+
+    new = [metrics for metrics in get_compilation_metrics() if str(metrics.compile_id) not in before[2]]
+    guards = [str(metrics.recompile_reason) for metrics in new if getattr(metrics, "recompile_reason", None)]
     return {
         "graphs": graphs - before[1],
         "graph_breaks": sum(c for c in reasons.values() if c > 0),
         "graph_break_reasons": named,
+        "recompiles": len(guards),
+        "recompile_reasons": sorted({guard.strip().splitlines()[0] for guard in guards}),
     }
