@@ -100,6 +100,16 @@ def test_recompilations_that_rose_are_reported_with_the_guard_that_failed() -> N
     assert compare(run([*BASELINE[:5], again]), run(BASELINE)).changes[0].before == 0  # none counted before
 
 
+def test_torch_tensorrts_engines_split_and_nodes_left_to_pytorch_are_a_delegation_change() -> None:
+    """Torch-TensorRT counts the engines it built and the nodes it left to PyTorch (not the nodes it took)."""
+    one = {"subgraphs": 1, "non-delegated-nodes": 0, "left-out": [], "left-to": "PyTorch"}
+    two = {"subgraphs": 2, "non-delegated-nodes": 1, "left-out": ["aten.cumsum.default"], "left-to": "PyTorch"}
+    found = compare(run([result("mlp", "tensorrt", delegation=two)]), run([result("mlp", "tensorrt", delegation=one)]))
+    assert [change.said for change in found.changes] == [
+        "delegated subgraphs 1 → 2; nodes left to PyTorch 0 → 1; newly left out: aten.cumsum.default"
+    ]
+
+
 def test_outcomes_programs_and_times_that_changed_are_reported() -> None:
     now = [
         result("mlp", "inductor", outcome="failed", status="failed", reason="scaled max error 3e-4 > 1e-4"),
@@ -272,6 +282,8 @@ def test_a_cell_names_what_it_measured_short_of_the_best_and_nothing_else() -> N
         "2 graph breaks", "1 recompile",
     ]  # fmt: skip
     assert Cell([result("m", "inductor", graphs=1, graph_breaks=0, recompiles=0)]).signals == []
+    engines = {"subgraphs": 2, "non-delegated-nodes": 3, "left-out": ["aten.cumsum.default"], "left-to": "PyTorch"}
+    assert Cell([result("m", "tensorrt", delegation=engines)]).signals == ["2 subgraphs, 3 nodes left out"]
     forged = {"subgraphs": "many", "delegated-nodes": True, "non-delegated-nodes": -4}
     hostile = result("m", "inductor", graph_breaks="1<script>", recompiles=True, delegation=forged)
     assert Cell([hostile]).signals == []

@@ -119,6 +119,14 @@ def _shortened(reason: str) -> str:
     return reason if len(reason) <= REASON_CHARS else f"{reason[:REASON_CHARS].rstrip()}... (whole in parity.json)"
 
 
+def _delegated(delegation: Mapping[str, Any]) -> str:
+    """A delegate's share in words: its subgraphs and the nodes it took, where its accounting counts them
+    (Torch-TensorRT's counts its engines and what it left only)."""
+    taken, left = delegation.get("delegated-nodes"), delegation["non-delegated-nodes"]
+    share = f", {taken} of {taken + left} nodes delegated" if isinstance(taken, int) else f", {left} nodes left"
+    return f"{delegation['subgraphs']} subgraphs{share}"
+
+
 def summary(records: Sequence[Mapping[str, Any]], tests: Mapping[str, int] | None = None) -> str:
     """Counts by outcome, with what pytest's count of `tests` holds besides them, then each failure and known
     failure on a line of its own, its reason whole."""
@@ -243,9 +251,8 @@ def notes(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]) -> 
     )
     lines += sorted(
         {
-            f"- delegation of `{r['case']}` ({r['backend']}): {d['subgraphs']} subgraphs, "
-            f"{d['delegated-nodes']} of {d['delegated-nodes'] + d['non-delegated-nodes']} nodes delegated; "
-            f"left to portable kernels: {', '.join(d['left-out'])}"
+            f"- delegation of `{r['case']}` ({r['backend']}): {_delegated(d)}; "
+            f"left to {d.get('left-to', 'portable kernels')}: {', '.join(d['left-out'])}"
             for r in records
             if (d := r.get("delegation")) and d.get("left-out")
         }

@@ -284,8 +284,8 @@ def _errors_of(pair: _Pair) -> dict[tuple[str, str], tuple[float, float]]:
 
 
 def _delegation(case: str, backend: str, before: _Pair, now: _Pair) -> Iterable[Change]:
-    """A delegate that took less: more subgraphs (a split), more nodes left to portable kernels, operators newly
-    left out (named). Before and after as its counts."""
+    """A delegate that took less: more subgraphs (a split; Torch-TensorRT's engines), more nodes left outside it
+    (to portable kernels, or to PyTorch), operators newly left out (named). Before and after as its counts."""
     was, then = before.first("delegation"), now.first("delegation")
     if not isinstance(was, dict) or not isinstance(then, dict):
         return
@@ -297,9 +297,8 @@ def _delegation(case: str, backend: str, before: _Pair, now: _Pair) -> Iterable[
     if counts["subgraphs"][1] > counts["subgraphs"][0]:
         said.append(f"delegated subgraphs {counts['subgraphs'][0]} → {counts['subgraphs'][1]}")
     if counts["non-delegated-nodes"][1] > counts["non-delegated-nodes"][0]:
-        said.append(
-            f"nodes left to portable kernels {counts['non-delegated-nodes'][0]} → {counts['non-delegated-nodes'][1]}"
-        )
+        where = plain(str(then.get("left-to") or "portable kernels"))
+        said.append(f"nodes left to {where} {counts['non-delegated-nodes'][0]} → {counts['non-delegated-nodes'][1]}")
     left_before = set(_texts(was.get("left-out")))
     left = sorted(set(_texts(then.get("left-out"))) - left_before)
     if left:

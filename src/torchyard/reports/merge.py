@@ -99,9 +99,12 @@ class Cell:
             (r["delegation"] for r in self.results if isinstance(r.get("delegation"), dict)), {}
         )
         taken, left, subgraphs = (_count(delegation.get(key)) for key in DELEGATION_COUNTS)
-        if taken + left and (left or subgraphs > 1):
-            plural = "s" if subgraphs != 1 else ""
+        plural = "s" if subgraphs != 1 else ""
+        counted = isinstance(delegation.get("delegated-nodes"), int)  # Torch-TensorRT counts what it left only
+        if counted and taken + left and (left or subgraphs > 1):
             said.append(f"{taken / (taken + left):.0%} delegated in {subgraphs} subgraph{plural}")
+        elif left or subgraphs > 1:
+            said.append(f"{subgraphs} subgraph{plural}, {left} nodes left out")
         return said
 
 

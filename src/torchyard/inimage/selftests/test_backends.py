@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import operator
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,50 @@ def test_aotinductor_runs_where_it_generates_code_and_keeps_a_package_of_its_own
     )
     # torch's packager refuses a path that does not end in .pt2; export's .pt2 of the same case is another file.
     assert aotinductor.ARTIFACT.suffix.endswith(".pt2") and aotinductor.ARTIFACT.suffix != export.ARTIFACT.suffix
+
+
+def _partitioned() -> torch.fx.GraphModule:
+    """A module shaped as Torch-TensorRT's partition leaves it (its own code names the children): an engine, the
+    operators it left to PyTorch in a graph of their own, a second engine. Built here: no TensorRT on a CPU."""
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    summed = graph.call_function(torch.ops.aten.cumsum.default, (x, 0))
+    graph.output(graph.call_function(torch.ops.aten.sort.default, (summed,)))
+    fallback = torch.fx.GraphModule(torch.nn.Module(), graph)
+    root = torch.nn.Module()
+    root.add_module("_run_on_acc_0", torch.nn.Identity())
+    root.add_module("_run_on_gpu_1", fallback)
+    root.add_module("_run_on_acc_2", torch.nn.Identity())
+    top = torch.fx.Graph()
+    value = top.placeholder("x")
+    for name in ("_run_on_acc_0", "_run_on_gpu_1", "_run_on_acc_2"):
+        value = top.call_module(name, (value,))
+    top.output(value)
+    return torch.fx.GraphModule(root, top)
+
+
+def execute_engine(*inputs: object) -> object:  # a loaded program's engine call, as Torch-TensorRT inlines it
+    return inputs
+
+
+def test_torch_tensorrts_engines_and_what_it_left_to_pytorch_are_counted_from_its_partition() -> None:
+    """Issue 60: Torch-TensorRT's engines built and nodes left to PyTorch, in the compiled module and in a
+    loaded one. This runs the accounting only: Torch-TensorRT itself needs an NVIDIA GPU."""
+    from torchyard.inimage.evaluation.backends import tensorrt
+
+    assert tensorrt.engines(_partitioned()) == {
+        "subgraphs": 2, "non-delegated-nodes": 2, "left-to": "PyTorch",
+        "left-out": ["aten.cumsum.default", "aten.sort.default"],
+    }  # fmt: skip
+    loaded = torch.fx.Graph()
+    x = loaded.placeholder("x")
+    engine = loaded.call_function(execute_engine, (x,))
+    first = loaded.call_function(operator.getitem, (engine, 0))
+    loaded.output(loaded.call_function(torch.ops.aten.cumsum.default, (first, 0)))
+    assert tensorrt.engines(torch.fx.GraphModule(torch.nn.Module(), loaded)) == {
+        "subgraphs": 1, "non-delegated-nodes": 1, "left-to": "PyTorch", "left-out": ["aten.cumsum.default"],
+    }  # fmt: skip
+    assert tensorrt.engines(object()) is None  # neither shape: no accounting, and no failure
 
 
 def test_every_backend_name_has_a_runner() -> None:

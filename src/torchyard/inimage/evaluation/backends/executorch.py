@@ -82,6 +82,7 @@ def delegation(program: Any) -> dict[str, Any] | None:
             "delegated-nodes": int(info.num_delegated_nodes),
             "non-delegated-nodes": int(info.num_non_delegated_nodes),
             "left-out": left,
+            "left-to": "portable kernels",
         }
     except Exception:  # an accounting the delegate's verdict does not depend on
         return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import operator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -80,4 +81,35 @@ def run(job: Job) -> BackendRun:
     with torch.no_grad():
         outputs, seconds, latency = run_all(called(program), calls, device)
     saved = artifact if artifact.is_file() else None
-    return BackendRun(outputs, compile_seconds, seconds, saved, state[0], latency_ms=latency)
+    notes = {**state[0], "delegation": engines(program)}
+    return BackendRun(outputs, compile_seconds, seconds, saved, notes, latency_ms=latency)
+
+
+def engines(program: Any) -> dict[str, Any] | None:
+    """What Torch-TensorRT built and what it left to PyTorch, as its own partition names them: in the compiled
+    module, each `_run_on_acc_*` child an engine and the operators of each `_run_on_gpu_*` child PyTorch's; in a
+    loaded program (engines inlined as `tensorrt.execute_engine` calls), every other call PyTorch's. None where
+    the module has neither shape: torchyard's note, never the result's failure."""
+    try:
+        children = dict(program.named_children())
+        built: list[Any] = [name for name in children if name.startswith("_run_on_acc")]
+        left = [
+            node
+            for name, child in children.items()
+            if name.startswith("_run_on_gpu") and isinstance(child, torch.fx.GraphModule)
+            for node in child.graph.nodes
+            if node.op == "call_function"
+        ]
+        if not built:
+            calls = [node for node in program.graph.nodes if node.op == "call_function"]
+            built = [node for node in calls if "execute_engine" in str(node.target)]
+            left = [node for node in calls if node not in built]
+        operators = [str(node.target) for node in left if node.target is not operator.getitem]
+        return {
+            "subgraphs": len(built),
+            "non-delegated-nodes": len(operators),
+            "left-out": sorted(set(operators)),
+            "left-to": "PyTorch",
+        }
+    except Exception:  # an accounting the result's verdict does not depend on
+        return None
