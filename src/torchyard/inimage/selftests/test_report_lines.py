@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -338,7 +339,8 @@ def test_a_recompilation_is_counted_with_the_guard_that_failed() -> None:
         compiled(torch.randn(rows, 3))
     notes = graphs_since(before)
     assert (notes["graphs"], notes["recompiles"]) == (2, 1), notes
-    assert notes["recompile_reasons"] == ["0/0: tensor 'x' size mismatch at index 0. expected 2, actual 5"], notes
+    (guard,) = notes["recompile_reasons"]  # the frame's number is the process's: other tests compiled before
+    assert re.fullmatch(r"\d+/0: tensor 'x' size mismatch at index 0\. expected 2, actual 5", guard), notes
     before = graph_counts()
     compiled(torch.randn(9, 3))
     assert graphs_since(before)["recompiles"] == 0
