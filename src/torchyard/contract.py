@@ -119,6 +119,9 @@ class RunOptions:
     builtin_cases: bool = _carried(True, verdicts=True, means="leave the built-in corpus out")
     compile_modes: tuple[str, ...] = _carried(("default",), verdicts=True, choices=COMPILE_MODES,
         means="comma-separated torch.compile modes, each a backend column")
+    fullgraph: bool = _carried(False, verdicts=True,
+        means="every case compiles to one graph (torch.compile's fullgraph, as export-like deployment needs): a "
+        "graph break fails it, where by default it is counted")
     ops_operators: str = _carried(OPS_OPERATORS_DEFAULT, verdicts=True, needs="ops", reader="operators",
         means="the ops suite's operators: quick (a few dozen across families), all (the running torch's op_db), "
         "or names, comma-separated")

@@ -139,6 +139,9 @@ MATRIX_KEYS: tuple[Key, ...] = (
     Key("entry", "compile-modes", "array of `torch.compile` modes", "`[\"default\"]`",
         "each mode is a backend of the compile suite: " + _one_of(COMPILE_MODES),
         ["default", "max-autotune-no-cudagraphs"], ["turbo"]),
+    Key("entry", "fullgraph", "boolean", "`false`",
+        "`true` holds every case to one graph under `torch.compile` (as export-like deployment needs): a graph "
+        "break fails the result, where by default it is counted and named", True, "yes"),
     Key("entry", "network", "string (why)", "none",
         "why the entry's tests need the network; they get one only where the machine allows it "
         "(`[allow] network = true`) and the run is trusted", "downloads its weights from the hub", ""),

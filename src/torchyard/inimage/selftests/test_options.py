@@ -82,6 +82,7 @@ def test_the_suites_a_shipped_self_test_proves_are_suites() -> None:
             "parity",
         },
         "test_report_lines::test_a_recompilation_is_counted_with_the_guard_that_failed": {"compile", "parity"},
+        "test_report_lines::test_an_entry_that_says_fullgraph_holds_each_case_to_one_graph": {"compile", "parity"},
         "test_report_lines::test_a_delegates_share_of_the_program_is_recorded_and_what_it_left_out_named": {
             "runtime",
             "parity",

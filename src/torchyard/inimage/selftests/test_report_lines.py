@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 
+from torchyard.contract import RunOptions
 from torchyard.inimage import report
 from torchyard.inimage.cases import Call, Case
 from torchyard.inimage.cases.builtin import CASES
@@ -23,12 +24,14 @@ from torchyard.inimage.evaluation.backends.executorch import Delegate, ExecuTorc
 from torchyard.inimage.evaluation.backends.inductor import graph_counts, graphs_since
 from torchyard.inimage.evaluation.backends.running import export_program
 from torchyard.inimage.evaluation.cache.artifacts import ArtifactCache
+from torchyard.inimage.evaluation.evaluations import Evaluations
 from torchyard.inimage.evaluation.harness import FLOAT64, Result, evaluate, failure_reason, make_reference
 from torchyard.inimage.evaluation.metrics import Comparison, compare_values
 from torchyard.inimage.evaluation.trees import NAMEDTUPLE_ROUTE
 from torchyard.inimage.plugin.first_use import TORCH_TRACE
 from torchyard.inimage.plugin.verdicts import pass_reason
 from torchyard.inimage.start.probe import CPU
+from torchyard.inimage.start.settings import RunSettings
 from torchyard.inimage.start.tolerances import Bounds, load_tolerances
 from torchyard.inimage.suites import test_runtime as runtime_suite
 from torchyard.inimage.suites import test_train as train_suite
@@ -325,6 +328,18 @@ def test_a_graph_break_is_counted_and_named_and_fails_only_a_case_that_needs_one
     whole = {**broken.as_dict(), "case": "whole", "graphs": 1, "graph_breaks": 0, "graph_break_reasons": []}
     note = report.notes([broken.as_dict(), {**broken.as_dict(), "backend": "inductor"}, whole], {})
     assert note == "- graph breaks in `printing` (inductor): 1, 2 graphs: Failed to trace builtin operator\n"
+
+
+@pytest.mark.harness("compile", "parity")
+def test_an_entry_that_says_fullgraph_holds_each_case_to_one_graph(tmp_path: Path) -> None:
+    """Issue 60: an entry (matrix.toml's `fullgraph = true`) holds every case to one graph, as a case's own
+    `fullgraph=True` does: the debug print is a failure, not a count. Dynamo refuses before inductor compiles."""
+    inputs = lambda g: (torch.randn(2, 8, generator=g),)  # noqa: E731
+    made = RunSettings("cpu", "fp32", tmp_path, load_tolerances(), (), ("compile", "parity"), None, {})
+    run = dataclasses.replace(made, options=RunOptions(fullgraph=True), artifacts=False)
+    torch._dynamo.reset()
+    result = Evaluations(run, tmp_path / "scratch").result(Case("printing", Printing, inputs), "inductor")
+    assert result.status == "error" and "Failed to trace builtin operator" in result.reason, result.reason
 
 
 @pytest.mark.harness("compile", "parity")
