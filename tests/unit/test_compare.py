@@ -148,6 +148,13 @@ def test_latency_is_compared_only_on_quiet_machines_and_the_stacks_are_named_whe
     upgraded = compare(run([result("mlp", "export")], torch="2.15.0"), run([result("mlp", "export")]))
     assert upgraded.stacks == ("torch 2.14.1 → 2.15.0",) and upgraded.unchanged == 1
     assert "The stacks differ (`torch 2.14.1 → 2.15.0`)" in upgraded.markdown()
+    # A change to the project's own code moves the image's tag, not its dependency layers' key (the zoo's
+    # real change said the stacks differed by the tag alone); a lock change moves that key.
+    same = [result("mlp", "export")]
+    code = compare(run(same, image="p/cpu:2", stack="s1"), run(same, image="p/cpu:1", stack="s1"))
+    assert code.stacks == ()
+    locked = compare(run([result("mlp", "export")], stack="s2"), run([result("mlp", "export")], stack="s1"))
+    assert locked.stacks == ("stack s1 → s2",)
 
 
 def test_what_a_run_wrote_is_shown_as_text() -> None:

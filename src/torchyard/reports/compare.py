@@ -184,8 +184,10 @@ def _describe(run: Run) -> str:
     return f"the {trust + ' ' if trust else ''}run of `{entry}`{when}"
 
 
-STACK_FACTS = ("torch", "image", "accelerator", "device")
-NOT_STACK = ("trust", "entry", "finished", "load", "packages", "python_packages", "precision")
+# What tells two runs' stacks apart: the versions, the device, and the host's key of the image's dependency
+# layers (`stack`: base, lock, installer). Not the image's tag, which the project's own code moves too.
+STACK_FACTS = ("torch", "stack", "accelerator", "device")
+NOT_STACK = ("trust", "entry", "finished", "load", "packages", "python_packages", "precision", "image")
 
 
 def _stack_differences(before: Mapping[str, Any], now: Mapping[str, Any]) -> Iterable[str]:
