@@ -319,10 +319,13 @@ def _texts(value: object) -> list[str]:
 
 def _slower(case: str, backend: str, before: _Pair, now: _Pair, *, quiet: bool) -> Iterable[Change]:
     """Lowering or compiling that took longer, where both runs did it (neither replayed) the same way (the
-    artifact cache hit in both or in neither); latency only on a quiet machine, where both were measured."""
+    artifact cache hit in both or in neither, each the process's first lowering on the backend or each not: the
+    first pays the stack's warm-up); latency only on a quiet machine, where both were measured."""
     evaluated = not before.first("replayed") and not now.first("replayed")
     old, new = _number(before.first("compile_seconds")), _number(now.first("compile_seconds"))
+    first = before.first("first_lowering"), now.first("first_lowering")
     same_way = str(before.first("cache") or "") == str(now.first("cache") or "")
+    same_way = same_way and isinstance(first[0], bool) and first[0] == first[1]
     if (
         evaluated and same_way and old is not None and new is not None and old > 0
         and new >= SLOWER * old and new - old >= SLOWER_SECONDS and math.isfinite(new)

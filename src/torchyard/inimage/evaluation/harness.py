@@ -42,6 +42,9 @@ class Result:
     reason: str = ""
     comparisons: list[Comparison] = field(default_factory=list)
     compile_seconds: float = 0.0
+    # Whether this was the process's first lowering on its backend, which pays the stack's own warm-up (imports,
+    # dynamo's first trace): a comparison holds lowering times of the same kind only (None: not lowered here).
+    first_lowering: bool | None = None
     run_seconds: float = 0.0
     latency_ms: float | None = None
     artifact: str | None = None
@@ -279,6 +282,9 @@ def _compare(case: Case, run: BackendRun, reference: Reference, bounds: Any) -> 
     return comparisons, shapes_match
 
 
+_LOWERED: set[str] = set()  # the backends this process has run a case on (see `Result.first_lowering`)
+
+
 def evaluate(
     case: Case,
     backend: str | Chosen,
@@ -332,7 +338,7 @@ def evaluate(
         result.error_message = str(error)
         result.cache = "hit" if isinstance(error, RecordedFailure) else ""
         return result
-    result.compile_seconds, result.run_seconds, result.latency_ms = run.compile_seconds, run.run_seconds, run.latency_ms
+    _take_timings(result, run, chosen.name)
     result.artifact = str(run.artifact) if run.artifact else None
     result.artifact_bytes = _file_bytes(run.artifact)
     result.cache = str(run.notes.get("cache", ""))
@@ -363,6 +369,13 @@ COMPILER_CACHES = {
     "inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss"),
     "aot_autograd": ("autograd_cache_hit", "autograd_cache_miss"),
 }
+
+
+def _take_timings(result: Result, run: BackendRun, backend: str) -> None:
+    """How long the lowering and the calls took, and whether this process had lowered on `backend` before."""
+    result.compile_seconds, result.run_seconds, result.latency_ms = run.compile_seconds, run.run_seconds, run.latency_ms
+    result.first_lowering = backend not in _LOWERED
+    _LOWERED.add(backend)
 
 
 def _take_accounting(result: Result, notes: dict[str, Any]) -> None:
