@@ -98,7 +98,7 @@ def test_recompilations_that_rose_are_reported_with_the_guard_that_failed() -> N
         "recompilations 0 → 1 (0/0: self.calls == 1; 0/1: tensor 'x' size mismatch at index 0)"
     )
     assert compare(run(BASELINE), run([*BASELINE[:5], again])).changes == ()  # fewer is no change to report
-    assert compare(run([*BASELINE[:5], again]), run(BASELINE)).changes[0].before == 0  # none counted before
+    assert compare(run([*BASELINE[:5], again]), run(BASELINE)).changes == ()  # a baseline that measured none
 
 
 def test_torch_tensorrts_engines_split_and_nodes_left_to_pytorch_are_a_delegation_change() -> None:
@@ -109,6 +109,43 @@ def test_torch_tensorrts_engines_split_and_nodes_left_to_pytorch_are_a_delegatio
     assert [change.said for change in found.changes] == [
         "delegated subgraphs 1 → 2; nodes left to PyTorch 0 → 1; newly left out: aten.cumsum.default"
     ]
+
+
+def test_what_a_run_wrote_out_of_range_or_never_measured_is_no_change_and_no_crash(tmp_path: Path) -> None:
+    """The review of issue 60's second round: an integer past a float's range crashed the host's comparison (and
+    the page), leaving the run's own `changes` in place; a baseline from before a signal existed read as its
+    zero; times from two machines were compared; a run's `left-to` was shown as written."""
+    huge = 10**400
+    wild = result("mlp", "inductor", graphs=1, graph_breaks=0, recompiles=huge, compile_seconds=huge)
+    found = compare(run([wild, *BASELINE[1:]]), run(BASELINE))  # BASELINE measured no recompiles
+    assert found.changes == ()
+    forged = reports(tmp_path / "forged", [wild, *BASELINE[1:]], trust="untrusted")
+    data = json.loads((forged / "parity.json").read_text())
+    invented = {"changes": [{"case": "mlp", "backend": "inductor", "kind": "outcome", "said": "invented"}]}
+    (forged / "parity.json").write_text(json.dumps({**data, "changes": invented}))
+    assert (
+        hold_to_baseline("cpu", forged, named=reports(tmp_path / "main", BASELINE), store=tmp_path / "s", trusted=False)
+        == 0
+    )
+    assert json.loads((forged / "parity.json").read_text())["changes"]["changes"] == []
+    page = html.render(merge([forged]))  # renders: a number past a float's range is shown as nothing
+    assert "0" * 50 not in page and "lowered or compiled in inf" not in page
+    elsewhere = run([result("mlp", "export", compile_seconds=9.0)], device="Apple M4")
+    assert compare(elsewhere, run([result("mlp", "export")])).changes == ()  # another machine: times not compared
+    markup = {"subgraphs": 2, "non-delegated-nodes": 1, "left-out": [], "left-to": "[click](https://x)"}
+    one = {"subgraphs": 1, "non-delegated-nodes": 0, "left-out": []}
+    said = compare(run([result("m", "tensorrt", delegation=markup)]), run([result("m", "tensorrt", delegation=one)]))
+    assert said.changes[0].said == "delegated subgraphs 1 → 2; nodes left to portable kernels 0 → 1"
+
+
+def test_a_runs_own_words_on_the_compatibility_page_render_as_text(tmp_path: Path) -> None:
+    """The review: the Markdown page (a step summary) printed a run's versions and case names as written."""
+    folder = reports(tmp_path / "cpu", [result("x`](https://evil) ![i](https://e)", "export")])
+    data = json.loads((folder / "parity.json").read_text())
+    data["environment"]["torch"] = "2.1 [click](https://evil)"
+    (folder / "parity.json").write_text(json.dumps(data))
+    page = markdown.render(merge([folder]))
+    assert "`fp32; torch 2.1 [click](https://evil)" in page and "| `x?](https://evil) ![i](https://e)` |" in page
 
 
 def test_outcomes_programs_and_times_that_changed_are_reported() -> None:

@@ -65,7 +65,7 @@ def test_markdown_has_a_column_group_per_run(two_runs: list[Path]) -> None:
         "| case | cpu eager | cpu export | cpu executorch-portable | cpu executorch-xnnpack | cpu-old eager |" in text
     )
     assert "| `mlp` | ✅ | ❌ failed |  | ✅ | ✅ |" in text.replace("cpu-old inductor | ", "")
-    assert "- **cpu-old**: fp32; accelerator cpu, torch 2.11.0" in text
+    assert "- **cpu-old**: `fp32; accelerator cpu, torch 2.11.0" in text
 
 
 def test_a_runs_line_names_each_backends_first_distribution(tmp_path: Path) -> None:
@@ -75,7 +75,7 @@ def test_a_runs_line_names_each_backends_first_distribution(tmp_path: Path) -> N
     data["environment"] |= {**versions, "device": "NVIDIA H200"}
     (run / "parity.json").write_text(json.dumps(data))
     line = "accelerator cpu, torch 2.14.1, executorch 1.5.1, torch_tensorrt 2.14.0, device NVIDIA H200"
-    assert f"- **cuda**: fp32; {line}" in markdown.render(merge([run]))
+    assert f"- **cuda**: `fp32; {line}`" in markdown.render(merge([run]))
 
 
 def test_each_run_says_when_it_finished_where_its_report_says_so_in_the_harness_words(tmp_path: Path) -> None:
@@ -91,7 +91,7 @@ def test_each_run_says_when_it_finished_where_its_report_says_so_in_the_harness_
             (folders[-1] / "parity.json").write_text(json.dumps({**data, "finished": finished}))
     table = merge(folders)
     lines = [line for line in markdown.render(table).splitlines() if line.startswith("- **")]
-    assert lines[0].endswith("; finished 2026-11-30 09:15:02 UTC")
+    assert lines[0].endswith("; finished 2026-11-30 09:15:02 UTC`")
     assert len(lines) == 5 and not any("finished" in line or "bold" in line for line in lines[1:]), lines
     assert "; finished 2026-11-30 09:15:02 UTC</li>" in html.render(table)
 

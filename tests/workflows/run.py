@@ -366,7 +366,10 @@ def run(
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] = os.environ) -> int:
     parser = argparse.ArgumentParser(prog="nox -s workflows", description=__doc__.splitlines()[0])
-    parser.add_argument("--only", action="append", default=[], help="a scenario's name (repeatable)")
+    parser.add_argument(
+        "--only", action="append", default=[],
+        help="a scenario's name (repeatable; adopter-pull-request downloads what adopter-push-main uploads)",
+    )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
     parser.add_argument("--ci", action="store_true", help="the scenarios .ci/run runs (ci = True)")
     parser.add_argument(

@@ -24,6 +24,7 @@ SLOWER = 2.0  # lowering or compiling this many times slower (and by SLOWER_SECO
 SLOWER_SECONDS = 1.0
 LATENCY_SLOWER = 1.5  # a median latency this many times the baseline's, both measured on a quiet machine
 SHOWN = 3  # reasons, operators or outputs named in a change's line (the rest counted)
+LEFT_TO = ("portable kernels", "PyTorch")  # where a delegate's accounting says it left nodes (ExecuTorch, TensorRT)
 
 
 @dataclass(frozen=True)
@@ -109,8 +110,14 @@ def _named(names: Sequence[str]) -> str:
 
 
 def _number(value: object) -> float | None:
-    """A number a run wrote, where it is one (a bool is not); NaN stays NaN."""
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A number a run wrote, where it is one (a bool is not); NaN stays NaN, an integer past a float's range is
+    infinite."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def _count(value: object) -> int:
@@ -157,8 +164,10 @@ def compare(current: Run, baseline: Run, *, quiet: bool = False) -> Changes:
     now, before = _pairs(current.results), _pairs(baseline.results)
     changes: list[Change] = []
     unchanged = 0
+    # Times are compared on one machine only: a pull request's hosted runner and the default branch's may differ.
+    alike = all(baseline.environment.get(name) == current.environment.get(name) for name in ("device", "accelerator"))
     for key in sorted(now.keys() & before.keys()):
-        found = list(_changes(key, before[key], now[key], quiet=quiet))
+        found = list(_changes(key, before[key], now[key], quiet=quiet, timed=alike))
         changes += found
         unchanged += not found
     for case, backend in sorted(before.keys() - now.keys()):
@@ -199,23 +208,24 @@ def _stack_differences(before: Mapping[str, Any], now: Mapping[str, Any]) -> Ite
             yield f"{plain(name)} {plain(str(old))} → {plain(str(new))}"
 
 
-def _changes(key: tuple[str, str], before: _Pair, now: _Pair, *, quiet: bool) -> Iterable[Change]:
+def _changes(key: tuple[str, str], before: _Pair, now: _Pair, *, quiet: bool, timed: bool) -> Iterable[Change]:
     case, backend = key
     if now.outcome != before.outcome:
         said = f"{before.outcome} → {now.outcome}" + (f": {now.reason}" if now.reason else "")
         yield Change(case, backend, "outcome", before.outcome, now.outcome, said)
     yield from _errors(case, backend, before, now)
     old_breaks, new_breaks = _count(before.first("graph_breaks")), _count(now.first("graph_breaks"))
-    if new_breaks > old_breaks:
+    if _both(before, now, "graph_breaks") and new_breaks > old_breaks:
         reasons = now.texts("graph_break_reasons")
         why = f" ({'; '.join(reasons[:SHOWN])})" if reasons else ""
         yield Change(
             case, backend, "graph-breaks", old_breaks, new_breaks, f"graph breaks {old_breaks} → {new_breaks}{why}"
         )
     old_again, new_again = _count(before.first("recompiles")), _count(now.first("recompiles"))
-    if new_again > old_again:
+    if _both(before, now, "recompiles") and new_again > old_again:
         guards = now.texts("recompile_reasons")
-        why = f" ({'; '.join(guards[:SHOWN])})" if guards else ""
+        more = f" and {len(guards) - SHOWN} more" if len(guards) > SHOWN else ""
+        why = f" ({'; '.join(guards[:SHOWN])}{more})" if guards else ""
         said = f"recompilations {old_again} → {new_again}{why}"
         yield Change(case, backend, "recompilations", old_again, new_again, said)
     yield from _delegation(case, backend, before, now)
@@ -223,7 +233,8 @@ def _changes(key: tuple[str, str], before: _Pair, now: _Pair, *, quiet: bool) ->
     if old_bytes > 0 and new_bytes >= old_bytes * PROGRAM_GREW and new_bytes - old_bytes >= PROGRAM_BYTES:
         said = f"program {old_bytes:,} → {new_bytes:,} bytes"
         yield Change(case, backend, "program-size", old_bytes, new_bytes, said)
-    yield from _slower(case, backend, before, now, quiet=quiet)
+    if timed:
+        yield from _slower(case, backend, before, now, quiet=quiet)
 
 
 def _errors(case: str, backend: str, before: _Pair, now: _Pair) -> Iterable[Change]:
@@ -299,7 +310,7 @@ def _delegation(case: str, backend: str, before: _Pair, now: _Pair) -> Iterable[
     if counts["subgraphs"][1] > counts["subgraphs"][0]:
         said.append(f"delegated subgraphs {counts['subgraphs'][0]} → {counts['subgraphs'][1]}")
     if counts["non-delegated-nodes"][1] > counts["non-delegated-nodes"][0]:
-        where = plain(str(then.get("left-to") or "portable kernels"))
+        where = then.get("left-to") if then.get("left-to") in LEFT_TO else "portable kernels"
         said.append(f"nodes left to {where} {counts['non-delegated-nodes'][0]} → {counts['non-delegated-nodes'][1]}")
     left_before = set(_texts(was.get("left-out")))
     left = sorted(set(_texts(then.get("left-out"))) - left_before)
@@ -310,6 +321,11 @@ def _delegation(case: str, backend: str, before: _Pair, now: _Pair) -> Iterable[
         before_counts = {name: pair[0] for name, pair in counts.items()}
         after_counts = {name: pair[1] for name, pair in counts.items()}
         yield Change(case, backend, "delegation", before_counts, after_counts, "; ".join(said))
+
+
+def _both(before: _Pair, now: _Pair, name: str) -> bool:
+    """Whether both runs measured `name` for the pair (a baseline from before a signal existed measured none)."""
+    return before.first(name) is not None and now.first(name) is not None
 
 
 def _texts(value: object) -> list[str]:

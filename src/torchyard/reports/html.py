@@ -4,6 +4,7 @@ its results). Everything shown is escaped: a report's text comes from a run of o
 from __future__ import annotations
 
 import json
+import math
 from html import escape
 from typing import Any
 
@@ -127,9 +128,17 @@ def _measured(result: dict[str, Any]) -> str:
     said = []
     for key, words in MEASURED:
         value = result.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value and _finite(value):
             said.append(words.format(value))
     return f"<p>{escape('; '.join(said))}</p>" if said else ""
+
+
+def _finite(value: float) -> bool:
+    """A number a run wrote that a float holds and that is finite (an integer past a float's range is not)."""
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def _number(value: object) -> str:

@@ -109,8 +109,8 @@ class Cell:
 
 
 def _count(value: object) -> int:
-    """A count a run wrote, or 0 where it wrote something else."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    """A count a run wrote, or 0 where it wrote something else (a bool, a negative, one no float holds exactly)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 2**53 else 0
 
 
 def _first_count(results: Sequence[dict[str, Any]], name: str) -> int:

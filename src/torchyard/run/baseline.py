@@ -10,6 +10,7 @@ parity.md, under the host's line, so the step summary shows it; an entry's `fail
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -82,13 +83,17 @@ def hold_to_baseline(
     if not report.is_file() or report.is_symlink():
         return 0
     baseline = named_baseline(entry, named) if named is not None else kept_baseline(key, store)
+    data: Any = None
     try:
         data = read_json(report, "parity.json")  # once: compared, written back with what changed, kept
         current = run_of(report, data)
         changes = compare(current, baseline, quiet=_quiet(current) and _quiet(baseline)) if baseline else None
         _write(folder, data, changes, fail_on)
-    except (UsageError, ValueError, TypeError, RecursionError, OSError) as error:
+    except (UsageError, ArithmeticError, ValueError, TypeError, RecursionError, OSError) as error:
         print(f"torchyard: {entry}: not compared with a baseline: {plain(str(error))}", file=sys.stderr)
+        if isinstance(data, dict):  # what the run wrote as its own comparison goes all the same
+            with contextlib.suppress(OSError, ValueError, TypeError, RecursionError):
+                _write(folder, data, None, fail_on)
         return 0
     status = 0
     if changes is None:

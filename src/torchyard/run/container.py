@@ -503,10 +503,9 @@ def run_entry(
             if watch.overflowed is not None:
                 _overflowed(entry, watch.overflowed)  # nothing handed over: the reports stay empty
             try:
-                facts = {"trust": plan.scope.trust, "entry": entry.name, "image": plan.image}
-                # The image's dependency layers' key: what a comparison calls the stack (the tag moves with the
-                # project's own code too, which is what a change changes).
-                facts |= {"stack": plan.scope.stack} if plan.scope.stack else {}
+                # `stack`, the image's dependency layers' key, is what a comparison calls the stack (the tag moves
+                # with the project's own code too, which is what a change changes); stamped where empty too.
+                facts = {"trust": plan.scope.trust, "entry": entry.name, "image": plan.image, "stack": plan.scope.stack}
                 hand_over(stage, plan, facts)
             except HandBackError:
                 if watch.overflowed is None:

@@ -379,6 +379,14 @@ def test_a_recompilation_is_counted_with_the_guard_that_failed() -> None:
     before = graph_counts()
     compiled(torch.randn(9, 3))
     assert graphs_since(before)["recompiles"] == 0
+    # After a reset (localization does one) dynamo numbers frames from 0 again: the new compiles carry the
+    # ids of the ones above, and are counted all the same (the review found them dropped).
+    torch._dynamo.reset()
+    again = torch.compile(lambda x: x * 3, backend="eager")
+    before = graph_counts()
+    for rows in (2, 5):
+        again(torch.randn(rows, 3))
+    assert graphs_since(before)["recompiles"] == 1
     record = {"case": "policy", "backend": "inductor", **notes}
     note = report.notes([record], {})
     assert note == f"- recompiled `policy` (inductor): 1 times: {guards[0]}\n", note

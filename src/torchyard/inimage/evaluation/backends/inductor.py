@@ -40,16 +40,16 @@ def run(job: Job, mode: str = "default") -> BackendRun:
     return BackendRun(outputs, compile_seconds, seconds, latency_ms=latency, notes=graphs_since(before))
 
 
-Counts = tuple[dict[str, int], int, frozenset[str]]
+Counts = tuple[dict[str, int], int, tuple[object, ...]]
 
 
 def graph_counts() -> Counts:
-    """Dynamo's graph breaks by reason, the graphs it has made, and the frames it has compiled (their compile
-    ids), so far in this process."""
+    """Dynamo's graph breaks by reason, the graphs it has made, and its records of the compiles it keeps (held,
+    so each stays itself: `torch._dynamo.reset()` numbers frames from 0 again, and a new compile can carry an
+    old one's id), so far in this process."""
     from torch._dynamo.utils import counters, get_compilation_metrics
 
-    compiled = frozenset(str(metrics.compile_id) for metrics in get_compilation_metrics())
-    return dict(counters["graph_break"]), int(counters["stats"]["unique_graphs"]), compiled
+    return dict(counters["graph_break"]), int(counters["stats"]["unique_graphs"]), tuple(get_compilation_metrics())
 
 
 def graphs_since(before: Counts) -> dict[str, object]:
@@ -61,7 +61,7 @@ def graphs_since(before: Counts) -> dict[str, object]:
     named = sorted(reason.strip().splitlines()[0] for reason, count in reasons.items() if count > 0)
     from torch._dynamo.utils import get_compilation_metrics
 
-    new = [metrics for metrics in get_compilation_metrics() if str(metrics.compile_id) not in before[2]]
+    new = [metrics for metrics in get_compilation_metrics() if not any(metrics is old for old in before[2])]
     guards = [str(metrics.recompile_reason) for metrics in new if getattr(metrics, "recompile_reason", None)]
     return {
         "graphs": graphs - before[1],
