@@ -109,7 +109,7 @@ def _named(names: Sequence[str]) -> str:
     return shown + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
 
 
-def _number(value: object) -> float | None:
+def number(value: object) -> float | None:
     """A number a run wrote, where it is one (a bool is not); NaN stays NaN, an integer past a float's range is
     infinite."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -121,8 +121,8 @@ def _number(value: object) -> float | None:
 
 
 def _count(value: object) -> int:
-    number = _number(value)
-    return int(number) if number is not None and math.isfinite(number) else 0
+    found = number(value)
+    return int(found) if found is not None and math.isfinite(found) else 0
 
 
 @dataclass
@@ -287,7 +287,7 @@ def _errors_of(pair: _Pair) -> dict[tuple[str, str], tuple[float, float]]:
                 continue
             batch = f" {plain(str(comparison['batch']))}" if comparison.get("batch") else ""
             for metric, bound_name in ERROR_BOUNDS.items():
-                value, bound = _number(comparison.get(metric)), _number(bounds.get(bound_name))
+                value, bound = number(comparison.get(metric)), number(bounds.get(bound_name))
                 if value is None or bound is None or not bound > 0 or not math.isfinite(bound):
                     continue
                 value = math.inf if math.isnan(value) else value
@@ -338,7 +338,7 @@ def _slower(case: str, backend: str, before: _Pair, now: _Pair, *, quiet: bool) 
     artifact cache hit in both or in neither, each the process's first lowering on the backend or each not: the
     first pays the stack's warm-up); latency only on a quiet machine, where both were measured."""
     evaluated = not before.first("replayed") and not now.first("replayed")
-    old, new = _number(before.first("compile_seconds")), _number(now.first("compile_seconds"))
+    old, new = number(before.first("compile_seconds")), number(now.first("compile_seconds"))
     first = before.first("first_lowering"), now.first("first_lowering")
     same_way = str(before.first("cache") or "") == str(now.first("cache") or "")
     same_way = same_way and isinstance(first[0], bool) and first[0] == first[1]
@@ -348,10 +348,10 @@ def _slower(case: str, backend: str, before: _Pair, now: _Pair, *, quiet: bool) 
     ):  # fmt: skip
         said = f"lowering {old:.1f} s → {new:.1f} s"
         yield Change(case, backend, "lowering-time", round(old, 3), round(new, 3), said)
-    old, new = _number(before.first("latency_ms")), _number(now.first("latency_ms"))
+    old, new = number(before.first("latency_ms")), number(now.first("latency_ms"))
     if quiet and old is not None and new is not None and old > 0 and new >= LATENCY_SLOWER * old and math.isfinite(new):
         said = f"median latency {old:.2f} ms → {new:.2f} ms"
         yield Change(case, backend, "latency", round(old, 3), round(new, 3), said)
 
 
-__all__ = ["CHANGE_KINDS", "Change", "Changes", "compare", "plain"]
+__all__ = ["CHANGE_KINDS", "Change", "Changes", "compare", "number", "plain"]

@@ -8,6 +8,7 @@ import math
 from html import escape
 from typing import Any
 
+from torchyard.reports.compare import number
 from torchyard.reports.merge import OUTCOMES, CompatibilityTable
 from torchyard.reports.ops import LEGEND as OPS_LEGEND
 from torchyard.reports.ops import OUTCOMES as OPS_OUTCOMES
@@ -127,18 +128,10 @@ def _measured(result: dict[str, Any]) -> str:
     size, its graphs and recompilations (each where the run wrote a number)."""
     said = []
     for key, words in MEASURED:
-        value = result.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value and _finite(value):
-            said.append(words.format(value))
+        value = number(result.get(key))  # as the comparison reads it: past a float's range is infinite
+        if value and math.isfinite(value):
+            said.append(words.format(result[key]))
     return f"<p>{escape('; '.join(said))}</p>" if said else ""
-
-
-def _finite(value: float) -> bool:
-    """A number a run wrote that a float holds and that is finite (an integer past a float's range is not)."""
-    try:
-        return math.isfinite(float(value))
-    except OverflowError:
-        return False
 
 
 def _number(value: object) -> str:

@@ -4,7 +4,7 @@ says `fullgraph`."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -40,7 +40,7 @@ def run(job: Job, mode: str = "default") -> BackendRun:
     return BackendRun(outputs, compile_seconds, seconds, latency_ms=latency, notes=graphs_since(before))
 
 
-Counts = tuple[dict[str, int], int, tuple[object, ...]]
+Counts = tuple[dict[str, int], int, tuple[Any, ...]]  # the last: dynamo's CompilationMetrics records
 
 
 def graph_counts() -> Counts:
@@ -56,12 +56,10 @@ def graphs_since(before: Counts) -> dict[str, object]:
     """What the compile since `before` made: its graphs, its graph breaks and their reasons, first line each
     (dynamo counts a reason once per process: a worker that compiled the same code before adds none), and its
     recompilations with the guard that failed, from dynamo's compilation metrics (the last 64 compiles)."""
-    breaks, graphs, _ = graph_counts()
+    breaks, graphs, compiles = graph_counts()
     reasons = {reason: count - before[0].get(reason, 0) for reason, count in breaks.items()}
     named = sorted(reason.strip().splitlines()[0] for reason, count in reasons.items() if count > 0)
-    from torch._dynamo.utils import get_compilation_metrics
-
-    new = [metrics for metrics in get_compilation_metrics() if not any(metrics is old for old in before[2])]
+    new = [metrics for metrics in compiles if not any(metrics is old for old in before[2])]
     guards = [str(metrics.recompile_reason) for metrics in new if getattr(metrics, "recompile_reason", None)]
     return {
         "graphs": graphs - before[1],
