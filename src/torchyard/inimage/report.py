@@ -133,6 +133,12 @@ def summary(records: Sequence[Mapping[str, Any]], tests: Mapping[str, int] | Non
     counts = {outcome: sum(1 for r in records if r["outcome"] == outcome) for outcome in VERDICTS}
     text = "**" + (", ".join(f"{count} {VERDICTS[o]}" for o, count in counts.items() if count) or "no results")
     text += f"** ({len(records)} results)" + _pytest_count(tests) + "\n"
+    eager = [r for r in records if r.get("not_compiled")]
+    if eager:
+        text += (
+            f"\n**Not compiled**: {len(eager)} results of a compiled backend ran eagerly on some call (dynamo's "
+            "reason is each one's): they fail, as no compiled code was judged.\n"
+        )
     first = sorted((r for r in records if r["outcome"] in FIRST), key=lambda r: FIRST.index(r["outcome"]))
     if first:
         text += "\n" + "".join(

@@ -190,7 +190,7 @@ class Evaluations:
     def _localize_train(self, case: Case, result: Result, made: TrainReference) -> None:
         """Where a failing compiled training step diverges (the bisector's step), within the entry's time bound.
         An eager step has no compiler to blame."""
-        if result.status != "failed" or not TrainBackend.parse(result.backend).compiled:
+        if result.status != "failed" or result.not_compiled or not TrainBackend.parse(result.backend).compiled:
             return
         if not self.settings.options.localize_seconds:
             return
@@ -219,7 +219,7 @@ def again_on_failure(case: Case, first: Result, evaluated: Callable[[Path], Resu
     """A result whose values missed (no known failure explains it) is evaluated once more: where the second
     evaluation passes, the result is flaky, and says so with both outcomes. It still fails: a program that
     computes a wrong value only some of the time is wrong."""
-    if first.status != "failed" or case.known_failure(first.backend) is not None:
+    if first.status != "failed" or first.not_compiled or case.known_failure(first.backend) is not None:
         return first
     second = evaluated(workdir / case.name / "again")
     if second.status == "passed":

@@ -19,6 +19,7 @@ import torch
 
 from torchyard.inimage.cases import Call, Case
 from torchyard.inimage.evaluation.backends import NO_CACHE, BackendRun, Chosen, Runner, choose, runner_for
+from torchyard.inimage.evaluation.backends.compiled import NOT_COMPILED, NotCompiled
 from torchyard.inimage.evaluation.cache.artifacts import ArtifactCache
 from torchyard.inimage.evaluation.casts import first_narrowing
 from torchyard.inimage.evaluation.errors import RecordedFailure, describe_error, error_types
@@ -78,6 +79,9 @@ class Result:
     recompile_reasons: list[str] = field(default_factory=list)
     # An ExecuTorch delegate's share of the program (`backends.executorch.delegation`; None: no delegate)
     delegation: dict[str, Any] | None = None
+    # Dynamo's reason that a call of a compiled backend ran no compiled graph (`backends.compiled`): the result
+    # fails, whatever its values, as no compiled code was judged ("" where every call ran compiled code)
+    not_compiled: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -331,6 +335,10 @@ def evaluate(
         before = compiler_cache_counts()
         run = (runner or runner_for(chosen, cache or NO_CACHE))(case, module, device_calls, device, workdir)
         result.compiler_caches = _since(before)
+    except NotCompiled as error:
+        result.status, result.not_compiled = "failed", str(error)
+        result.reason = f"{NOT_COMPILED}{error}"
+        return result
     except Exception as error:
         result.status = "error"
         result.reason = describe_error(error)

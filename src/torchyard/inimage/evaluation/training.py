@@ -25,6 +25,8 @@ from torch.utils import _pytree as pytree
 
 from torchyard.inimage.cases import Call, Case
 from torchyard.inimage.evaluation.backends import BackendRun
+from torchyard.inimage.evaluation.backends.compiled import compile_counted
+from torchyard.inimage.evaluation.backends.inductor import graph_counts, graphs_since
 from torchyard.inimage.evaluation.backends.running import synchronize
 from torchyard.inimage.evaluation.errors import describe_error
 from torchyard.inimage.evaluation.harness import Reference
@@ -176,9 +178,12 @@ def step(
     call = _jittered(module, to_device(case.calls()[0], device, master), jitter)
     loss_of = case.loss or default_loss
 
-    # The module is compiled (forward, and backward through AOTAutograd), not a closure around it: dynamo
-    # caches by code object, and one closure for every case would run into its recompile limit.
-    forward = torch.compile(module, fullgraph=case.fullgraph, mode=backend.mode) if backend.compiled else module
+    # The module is compiled (forward, and backward through AOTAutograd), from a compiler state of its own, and
+    # each step's forward must run compiled code (`compiled.NotCompiled` otherwise).
+    forward: Callable[..., Any] = module
+    if backend.compiled:
+        compiled, tally = compile_counted(module, mode=backend.mode, fullgraph=case.fullgraph)
+        forward = tally.checked(compiled)
 
     def run(*args: Any, **kwargs: Any) -> torch.Tensor:
         with _autocast(device, dtype), _eager_random(backend):
@@ -395,6 +400,7 @@ def train_runner(
         started = time.perf_counter()
         master = next((p.dtype for p in module.parameters()), torch.float32)
         timings: list[float] = []
+        before = graph_counts() if backend.compiled else None
         outputs, _, _ = step(
             case, backend, device=device, dtype=autocast, master=master, scale_gradients=scale_gradients,
             frozen=frozen, timings=timings if timed else None,
@@ -402,7 +408,9 @@ def train_runner(
         # The compared step's seconds include compiling; the step time is the median of the warm ones.
         first = time.perf_counter() - started - sum(timings)
         latency = statistics.median(timings) * 1e3 if timings else None
-        return BackendRun([outputs], first, first, latency_ms=latency)
+        # What compiled (graphs, graph breaks, recompilations), as the inference results of inductor record it.
+        notes = graphs_since(before) if before is not None else {}
+        return BackendRun([outputs], first, first, latency_ms=latency, notes=notes)
 
     return run
 

@@ -209,9 +209,12 @@ def _death(status: int | None, log: Path) -> str:
 
 
 def _outcome(name: str, index: int, backend: str, result: Result) -> Outcome:
-    """A result that is not a backend's error: passed, a wrong value, or nothing to compare with."""
+    """A result that is not a backend's error: passed, a wrong value, or nothing to compare with (or to judge: a
+    sample inductor compiled nothing of)."""
     if result.status == "passed":
         return Outcome(name, index, backend, "passed", metrics=metrics_of(result))
+    if result.not_compiled:  # dynamo compiled nothing of the sample: inductor did not take it
+        return Outcome(name, index, backend, "not supported", first_line(result.reason))
     if result.status == "failed":
         return Outcome(name, index, backend, "wrong value", first_line(result.reason), metrics_of(result))
     return Outcome(name, index, backend, "not supported", first_line(result.reason))  # skipped, or no reference

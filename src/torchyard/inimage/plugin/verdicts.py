@@ -2,7 +2,8 @@
 the mutation session (`nox -s mutants`) all go through (`passes`).
 
 - export: the exported program ran with the eager output's shapes, and was saved and loaded (a file).
-- compile: the compiled module ran with the eager output's shapes (its values are parity's to judge).
+- compile: the compiled module ran compiled code on every call, with the eager output's shapes (its values are
+  parity's to judge).
 - runtime: the lowered program loaded and ran with the eager output's shapes, from a file on disk
   (where the program runs from memory and its file is only kept, TensorRT's engines, running is enough).
 - aot: the AOTInductor package ran with the eager output's shapes, loaded from a file on disk.
@@ -22,8 +23,9 @@ FROM_MEMORY = frozenset(
 
 
 def ran(result: Result) -> bool:
-    """The backend produced outputs of the reference's shapes, whatever their values."""
-    return result.status in ("passed", "failed") and result.shapes_match
+    """The backend produced outputs of the reference's shapes, whatever their values, from its own program: a
+    compiled backend's calls each ran compiled code (`Result.not_compiled`)."""
+    return result.status in ("passed", "failed") and result.shapes_match and not result.not_compiled
 
 
 def on_disk(result: Result) -> bool:

@@ -39,6 +39,9 @@ def test_each_suites_pass_rule(tmp_path: Path) -> None:
     assert not passes("parity", _result("skipped"))
     assert passes("compile", _result("passed")) and passes("compile", _result("failed"))  # values are parity's
     assert not passes("compile", _result("failed", shapes=False)) and not passes("compile", _result("error"))
+    # a call that ran no compiled graph (dynamo ran the frame eagerly) is not the compiled module running
+    eagerly = Result("case", "inductor", "float32", "failed", shapes_match=True, not_compiled="call 2 ran eagerly")
+    assert not passes("compile", eagerly) and not passes("parity", eagerly)
     assert passes("export", _result("failed", artifact=str(program)))
     assert not passes("export", _result("passed")) and not passes("export", _result("passed", artifact=str(empty)))
     assert not passes("export", _result("passed", shapes=False, artifact=str(program)))

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 import torch
 
+from torchyard.inimage.evaluation.backends.compiled import compile_counted
 from torchyard.inimage.evaluation.backends.protocol import Artifact, BackendRun, Job, Localizes
 from torchyard.inimage.evaluation.backends.running import called, run_all, timed
 
@@ -25,18 +26,16 @@ def unavailable(device: torch.device) -> str | None:
 
 
 def run(job: Job, mode: str = "default") -> BackendRun:
-    """In one of torch.compile's modes."""
-    compiled = torch.compile(
-        job.module,
-        backend="inductor",
-        mode=None if mode == "default" else mode,
-        dynamic=job.case.dynamic_shapes is not None,
-        fullgraph=job.case.fullgraph,
-    )
+    """In one of torch.compile's modes, from a compiler state of its own; every call must run compiled code
+    (`compiled.NotCompiled` otherwise)."""
     before = graph_counts()
+    compiled, tally = compile_counted(
+        job.module, mode=mode, dynamic=job.case.dynamic_shapes is not None, fullgraph=job.case.fullgraph
+    )
     with torch.no_grad():
-        _, compile_seconds = timed(lambda: called(compiled)(job.calls[0]), job.device)
-        outputs, seconds, latency = run_all(called(compiled), job.calls, job.device)
+        checked = tally.checked(called(compiled))
+        _, compile_seconds = timed(lambda: checked(job.calls[0]), job.device)
+        outputs, seconds, latency = run_all(checked, job.calls, job.device)
     return BackendRun(outputs, compile_seconds, seconds, latency_ms=latency, notes=graphs_since(before))
 
 

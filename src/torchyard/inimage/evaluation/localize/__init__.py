@@ -114,7 +114,9 @@ def localize_failure(
     where the random one passes."""
     known = case.known_failure(result.backend)
     named = known is not None and bool(known.node)  # a known wrong value that names its node: it is checked
-    if result.status != "failed" or (result.known_values and not named) or case.compare != "values":
+    if result.status != "failed" or result.not_compiled or (result.known_values and not named):
+        return None  # a result whose calls ran eagerly has no compiled step to look for
+    if case.compare != "values":
         return None
     if chosen.localizes is None:
         return None
