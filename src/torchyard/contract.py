@@ -97,6 +97,9 @@ class Carried:
     reader: str = ""  # the loader's reader (`matrix.load.READERS`) beyond its type's own checks
     needs: str = ""  # what the entry must have for the key to mean anything: "tests", or a suite's name
     choices: tuple[str, ...] = ()  # a list's allowed items, where they are a closed set
+    # It chooses which results a run has (which tests, cases, columns, operators), not what one result is: left
+    # out of each result's key (`result_deciding`). Every other option that decides verdicts is in that key.
+    selects: bool = False
 
 
 def _carried(default: object, **how: Any) -> Any:
@@ -112,20 +115,21 @@ class RunOptions:
     side from its environment into `RunSettings.options`, once."""
 
     # fmt: off
-    tests_markers: str = _carried("", verdicts=True, needs="tests",
+    tests_markers: str = _carried("", verdicts=True, needs="tests", selects=True,
         means="a pytest marker expression that selects among the project's own tests (`-m`)")
-    tests_keyword: str = _carried("", verdicts=True, needs="tests",
+    tests_keyword: str = _carried("", verdicts=True, needs="tests", selects=True,
         means="a pytest keyword expression that selects among the project's own tests (`-k`)")
-    builtin_cases: bool = _carried(True, verdicts=True, means="leave the built-in corpus out")
-    compile_modes: tuple[str, ...] = _carried(("default",), verdicts=True, choices=COMPILE_MODES,
+    builtin_cases: bool = _carried(True, verdicts=True, selects=True, means="leave the built-in corpus out")
+    compile_modes: tuple[str, ...] = _carried(("default",), verdicts=True, choices=COMPILE_MODES, selects=True,
         means="comma-separated torch.compile modes, each a backend column")
     fullgraph: bool = _carried(False, verdicts=True,
         means="every case compiles to one graph (torch.compile's fullgraph, as export-like deployment needs): a "
         "graph break fails it, where by default it is counted")
     ops_operators: str = _carried(OPS_OPERATORS_DEFAULT, verdicts=True, needs="ops", reader="operators",
+        selects=True,
         means="the ops suite's operators: quick (a few dozen across families), all (the running torch's op_db), "
         "or names, comma-separated")
-    ops_samples: int = _carried(OPS_SAMPLES_DEFAULT, verdicts=True, needs="ops", reader="positive",
+    ops_samples: int = _carried(OPS_SAMPLES_DEFAULT, verdicts=True, needs="ops", reader="positive", selects=True,
         means="samples of each operator the ops suite runs")
     localize_seconds: int = _carried(LOCALIZE_SECONDS_DEFAULT, verdicts=False, key="localize-timeout",
         reader="duration-or-false",
@@ -141,6 +145,17 @@ def carried(name: str) -> Carried:
     """How the `RunOptions` field `name` crosses."""
     found: Carried = next(item.metadata["carried"] for item in fields(RunOptions) if item.name == name)
     return found
+
+
+def result_deciding(options: RunOptions) -> dict[str, object]:
+    """The options that decide what one result is, by their declaration (`Carried.verdicts`, not `selects`):
+    each result's key holds them, so an option added to `RunOptions` joins the key with no edit of the key's
+    code."""
+    return {
+        item.name: getattr(options, item.name)
+        for item in fields(options)
+        if "carried" in item.metadata and item.metadata["carried"].verdicts and not item.metadata["carried"].selects
+    }
 
 
 def matrix_key(name: str) -> str:

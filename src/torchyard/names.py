@@ -118,6 +118,9 @@ TrainBackendName = Literal["train-eager-sgd", "train-eager-adamw", "train-induct
 TRAIN_BACKENDS: tuple[TrainBackendName, ...] = get_args(TrainBackendName)
 # Timed optimizer steps after the compared one: their median is a train backend's step time.
 TRAIN_TIMED_STEPS = 5
+# A trusted run evaluates a kept verdict again at this replay of it, to audit the result cache (then it counts
+# anew): every kept verdict is evaluated again within that many trusted runs that replay it.
+AUDIT_EVERY = 16
 
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 COMPILE_MODES: tuple[CompileMode, ...] = get_args(CompileMode)

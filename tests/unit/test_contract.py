@@ -131,6 +131,27 @@ def test_an_entry_option_is_declared_once_and_its_key_variable_and_option_follow
         Values({"TORCHYARD_OPS_SAMPLES": "many"}).options()
 
 
+def test_every_option_that_decides_a_result_is_in_its_key_by_declaration() -> None:
+    """Issue 69: an option that changes results entered each result's key only where its author also edited the
+    key's code. Now each option that decides verdicts is in `result_deciding` unless it is declared to select
+    which results exist; a planted option joins it with no other edit, and changing any one changes it."""
+    deciding = contract.result_deciding(RunOptions())
+    for item in dataclasses.fields(RunOptions):
+        how = contract.carried(item.name)
+        assert (item.name in deciding) == (how.verdicts and not how.selects), item.name
+    assert "fullgraph" in deciding and "localize_seconds" not in deciding and "compile_modes" not in deciding
+    assert contract.result_deciding(RunOptions(fullgraph=True)) != deciding
+
+    planted = dataclasses.make_dataclass(
+        "Planted",
+        [("deterministic", bool, contract._carried(False, verdicts=True, means="planted"))],
+        bases=(RunOptions,),
+        frozen=True,
+    )
+    assert contract.result_deciding(planted()) == {**deciding, "deterministic": False}
+    assert contract.result_deciding(planted(deterministic=True))["deterministic"] is True
+
+
 def test_an_unset_variable_reads_as_its_default() -> None:
     unset = Values({})
     assert unset.text(contract.ACCELERATOR) == "cpu" and unset.text(contract.TRUST) == "trusted"

@@ -10,7 +10,7 @@ from typing import Any
 
 from torchyard import contract
 from torchyard.inimage.start.loadavg import loaded_why
-from torchyard.names import TRAIN_TIMED_STEPS
+from torchyard.names import AUDIT_EVERY, TRAIN_TIMED_STEPS
 from torchyard.util.markdown import markdown_table
 
 VERDICTS = {"passed": "pass", "failed": "FAIL", "error": "ERROR", "skipped": "skip", "xfailed": "known failure"}
@@ -133,6 +133,12 @@ def summary(records: Sequence[Mapping[str, Any]], tests: Mapping[str, int] | Non
     counts = {outcome: sum(1 for r in records if r["outcome"] == outcome) for outcome in VERDICTS}
     text = "**" + (", ".join(f"{count} {VERDICTS[o]}" for o, count in counts.items() if count) or "no results")
     text += f"** ({len(records)} results)" + _pytest_count(tests) + "\n"
+    audited = {(r["case"], r["backend"]): str(r["audit"]) for r in records if r.get("audit")}
+    if audited:
+        differ = sorted(f"`{case}` on {backend}: {audit}" for (case, backend), audit in audited.items() if audit != "same")
+        text += f"\n**Cache audit**: {len(audited)} kept verdicts evaluated again, as the rotation asks; " + (
+            f"{len(differ)} differ, and fail the run: " + "; ".join(differ) if differ else "each the same"
+        ) + ".\n"
     eager = [r for r in records if r.get("not_compiled")]
     if eager:
         text += (
@@ -157,8 +163,10 @@ def replayed_line(records: Sequence[Mapping[str, Any]]) -> str:
     oldest = times[0].replace("T", " ").replace("+00:00", " UTC")
     return (
         f"**Replayed**: {len(times)} of {len(records)} results, kept by earlier runs in which they passed; nothing "
-        f"that decides them has changed since (the oldest evaluated {oldest}). `torchyard test --rerun` evaluates "
-        "them again.\n\n"
+        f"that decides them has changed since (the oldest evaluated {oldest}): neither their keys nor what their "
+        "evaluations read (files, folders, variables, the project's code that ran). A trusted run evaluates a "
+        f"kept verdict again at its {AUDIT_EVERY}th replay to audit the cache. `torchyard test --rerun` evaluates "
+        "them all again.\n\n"
     )
 
 
@@ -261,6 +269,13 @@ def notes(records: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any]) -> 
             f"left to {d.get('left-to', 'portable kernels')}: {', '.join(d['left-out'])}"
             for r in records
             if (d := r.get("delegation")) and d.get("left-out")
+        }
+    )
+    lines += sorted(
+        {
+            f"- result cache: `{r['case']}` ({r['backend']}) is evaluated every run: {r['unkeepable']}"
+            for r in records
+            if r.get("unkeepable")
         }
     )
     lines += sorted(

@@ -10,9 +10,11 @@ from typing import Any
 
 import torch
 
+from torchyard import contract
 from torchyard.inimage.cases import Case
 from torchyard.inimage.evaluation.backends import Chosen, choose
 from torchyard.inimage.evaluation.cache.artifacts import ArtifactCache
+from torchyard.inimage.evaluation.cache.record import Record, recording
 from torchyard.inimage.evaluation.cache.results import ResultCache
 from torchyard.inimage.evaluation.errors import TORCHYARD, describe_error, torchyards_fault
 from torchyard.inimage.evaluation.factory import factory_differs
@@ -59,6 +61,9 @@ class Evaluations:
         self._train_references: dict[tuple[str, str], TrainReference] = {}
         self._chosen: dict[str, Chosen] = {}
         self._untrainable: dict[str, str | None] = {}  # per case: its module built and run once, not per backend
+        # What each case's reference read and ran (`cache.record`): kept with every verdict of the case
+        self._records: dict[str, Record] = {}
+        self._train_records: dict[tuple[str, str], Record] = {}
 
     def _as_the_entry_compiles(self, case: Case) -> Case:
         """The case held to one graph where the entry says `fullgraph` (its key says so too)."""
@@ -79,7 +84,9 @@ class Evaluations:
                 self._results[key] = replayed
                 return replayed
             if case.name not in self._references:
-                self._references[case.name] = case_reference(case, device=self.device, dtype=self.dtype)
+                with recording() as recorded:  # what the case's own code reads and runs, kept with its verdicts
+                    self._references[case.name] = case_reference(case, device=self.device, dtype=self.dtype)
+                self._records[case.name] = recorded[0]
             reference = self._references[case.name]
             bounds = Bounds(**decides["bounds"][backend])
 
@@ -98,13 +105,14 @@ class Evaluations:
                     time_bound=self.settings.options.localize_seconds,
                 )  # fmt: skip
                 result.diverges = where.as_dict() if where is not None else result.diverges
-            self.kept.keep(kept, self._results[key])
+            self.kept.keep(kept, self._results[key], self._records[case.name])
         return self._results[key]
 
     def _decides(self, case: Case, backends: Sequence[str]) -> dict[str, Any]:
         """What of the run's settings decides a result on `backends` (the result cache's key has the case's own):
         the bounds those backends are held to, the case's overrides applied, not the whole table's, so a change
-        to a train bound moves no inference result."""
+        to a train bound moves no inference result; and every entry option that decides a result, by its
+        declaration (`contract.result_deciding`)."""
         dtype_name = str(self.dtype).removeprefix("torch.")
         return {
             "dtype": str(self.dtype),
@@ -112,6 +120,7 @@ class Evaluations:
                 name: vars(self.settings.tolerances.bounds(dtype_name, name, case.tolerances)) for name in backends
             },
             "precision": self.settings.precision_settings,
+            "options": contract.result_deciding(self.settings.options),
         }
 
     def train_result(self, case: Case, backend: str) -> Result:
@@ -148,12 +157,14 @@ class Evaluations:
                     if TrainBackend.parse(name).optimizer == optimizer
                 )
                 try:
-                    self._train_references[case.name, optimizer] = make_train_reference(
-                        case, optimizer, device=self.device, dtype=self.dtype, gradient_bound=gradient_bound
-                    )
+                    with recording() as recorded:
+                        self._train_references[case.name, optimizer] = make_train_reference(
+                            case, optimizer, device=self.device, dtype=self.dtype, gradient_bound=gradient_bound
+                        )
                 except Exception as error:  # the model's float64 step, or torchyard's code around it: said apart
                     self._results[key] = Result(case.name, backend, dtype_name, "error", _step_failed(error))
                     return self._results[key]
+                self._train_records[case.name, optimizer] = recorded[0]
             made = self._train_references[case.name, optimizer]
 
             def stepped(workdir: Path) -> Result:
@@ -165,7 +176,7 @@ class Evaluations:
 
             self._results[key] = again_on_failure(case, stepped(self.workdir / case.name), stepped, self.workdir)
             self._localize_train(case, self._results[key], made)
-            self.kept.keep(kept, self._results[key])
+            self.kept.keep(kept, self._results[key], self._train_records[case.name, optimizer])
         return self._results[key]
 
     def _eager_misses_alike(self, case: Case, result: Result) -> str:

@@ -82,6 +82,12 @@ class Result:
     # Dynamo's reason that a call of a compiled backend ran no compiled graph (`backends.compiled`): the result
     # fails, whatever its values, as no compiled code was judged ("" where every call ran compiled code)
     not_compiled: str = ""
+    # Why this passing result is not kept for a replay: its evaluation did what cannot be recorded
+    # (`cache.record`: a subprocess, ctypes, a socket); "" where it was kept or did not pass
+    unkeepable: str = ""
+    # A kept verdict evaluated again to audit the result cache (`cache.results.audited`): "same", or what differs
+    # ("" where this result was not audited)
+    audit: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)

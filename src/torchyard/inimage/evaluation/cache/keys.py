@@ -195,6 +195,24 @@ def released(module_name: str) -> str | None:
     return None
 
 
+@functools.cache
+def installed_pin(path: Path) -> str | None:
+    """`name==version` of the distribution installed from an index whose files hold `path` (its compiled
+    bytecode with it); None for any other file."""
+    parts = path.parts
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts[:-1]:
+            top = parts[len(parts) - 1 - parts[::-1].index(marker) + 1]
+            source = path
+            if "__pycache__" in parts:  # `pkg/__pycache__/mod.cpython-311.pyc` is `pkg/mod.py`'s
+                source = path.parent.parent / f"{path.name.split('.', maxsplit=1)[0]}.py"
+            for name in _candidates(top.split(".", maxsplit=1)[0].split("-", maxsplit=1)[0]):
+                installed = _installed(name)
+                if installed is not None and installed.holds(source):
+                    return installed.pin
+    return None
+
+
 def _unsourced_name(klass: type) -> str | None:
     """What keys a class that has no source of its own (`collections.namedtuple`'s): its fields and defaults."""
     fields = getattr(klass, "_fields", None)

@@ -138,6 +138,11 @@ def closure(
     return sorted(files.items())
 
 
+def files_of(modules: Iterable[str]) -> set[str]:
+    """The project files of loaded `modules` (those neither torchyard's nor released)."""
+    return {str(path) for name in modules if (path := _file(name)) is not None}
+
+
 def _module_of(obj: type | types.FunctionType) -> object:
     """Where a class or function was defined, read as stored (a class's dict, a function's slot)."""
     return vars(obj).get("__module__") if isinstance(obj, type) else obj.__module__

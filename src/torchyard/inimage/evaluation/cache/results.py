@@ -36,12 +36,15 @@ from torchyard.inimage.evaluation.cache import project_code
 from torchyard.inimage.evaluation.cache.digests import tensor_digest
 from torchyard.inimage.evaluation.cache.keys import Unkeyable, code_reach, device_identity, versions, weight_digests
 from torchyard.inimage.evaluation.cache.project_code import TORCHYARD
+from torchyard.inimage.evaluation.cache.record import Record
 from torchyard.inimage.evaluation.harness import Result
 from torchyard.inimage.evaluation.metrics import Comparison
 from torchyard.inimage.evaluation.trees import leaves
+from torchyard.names import AUDIT_EVERY
 from torchyard.util.atomic import replace_atomically
 
-FORMAT = 3  # 3: the project's files each case reaches; 2: the stack's environment, inputs by value only
+# 4: each verdict kept with the record of what its evaluation read; 3: the project's files each case reaches
+FORMAT = 4
 
 
 # torchyard's built-in corpus: its cases are keyed each by its own code (the case digest's code walk), as a
@@ -119,9 +122,12 @@ class ResultCache:
 
     def __init__(self, root: Path | None, *, rerun: bool = False, env: Mapping[str, str] = os.environ) -> None:
         self.root = None if rerun else root
+        self.trusted = env.get(contract.TRUST, "trusted") == "trusted"  # only a trusted run audits and counts
+        self._auditing: dict[str, tuple[Result, Record]] = {}  # the kept verdicts this run evaluates again
         self.stack = env.get(contract.STACK, "")
         self.environment = contract.stack_environment(env)
         self._cases: dict[str, str | None] = {}
+        self._keyed: dict[str, set[str]] = {}  # per case: the project files its key holds (`Record.beyond`)
         self._shared: list[tuple[str, str]] | None = None
 
     def _case_digest(self, case: Case) -> str | None:
@@ -137,12 +143,15 @@ class ResultCache:
                         snapshot_project()
                     if self._shared is None:  # once a process
                         self._shared = project_code.shared_parts(COLLECTED["shared"])
+                    by_walk = _case_callables(case)
+                    files = project_code.closure(
+                        reached, by_walk=by_walk, models=classes, universe=set(COLLECTED["shared"])
+                    )
+                    self._keyed[case.name] = {path for path, _ in files} | project_code.files_of(by_walk)
                     document = {
                         "weights": weight_digests(module),
                         "code": code,
-                        "project": project_code.closure(
-                            reached, by_walk=_case_callables(case), models=classes, universe=set(COLLECTED["shared"])
-                        ),
+                        "project": files,
                         "patches": project_code.files(COLLECTED["patches"]),
                         "shared": self._shared,
                         "inputs": _inputs_digest(case),
@@ -181,11 +190,14 @@ class ResultCache:
         return _digest(document)
 
     def lookup(self, key: str | None) -> Result | None:
-        """The kept result for `key`, marked with when it was evaluated; None on a miss (or a `--rerun`)."""
+        """The kept result for `key`, marked with when it was evaluated; None on a miss (or a `--rerun`), and
+        where anything its evaluation's record names (`record.Record`) is no longer as it was."""
         if key is None or self.root is None:
             return None
         try:
             data = json.loads((self.root / f"{key}.json").read_text())
+            if Record.from_dict(data["record"]).changed():
+                return None
             fields = dict(data["result"])
             fields["comparisons"] = [
                 Comparison(**{name: value for name, value in comparison.items() if name != "passed"})
@@ -193,25 +205,62 @@ class ResultCache:
             ]
             result = Result(**fields)
             result.replayed = str(data["evaluated"])
+            replays = int(data["replays"])
         except (OSError, ValueError, KeyError, TypeError):
             return None  # none, torn or from another format: evaluated again and kept anew
-        return result if result.status == "passed" else None
+        if result.status != "passed":
+            return None
+        if self.trusted and replays + 1 >= AUDIT_EVERY:  # its turn in the audit: evaluated again, then compared
+            self._auditing[key] = (result, Record.from_dict(data["record"]))
+            return None
+        if self.trusted:  # counted by trusted runs only: an untrusted run's scope is thrown away
+            self._write(key, {**data, "replays": replays + 1})
+        return result
 
-    def keep(self, key: str | None, result: Result) -> None:
-        """Keep a passing result under `key`; a failed write only loses the replay."""
+    def keep(self, key: str | None, result: Result, record: Record) -> None:
+        """Keep a passing result under `key` with the record of what its evaluation read, beyond what the key
+        holds; a failed write only loses the replay. A result whose record cannot be kept says why
+        (`Result.unkeepable`)."""
+        if key is not None and key in self._auditing:
+            kept, kept_record = self._auditing.pop(key)
+            result.audit = audited(kept, kept_record, result)
         if key is None or self.root is None or result.status != "passed" or result.replayed:
+            return
+        if record.unkeepable:
+            result.unkeepable = record.unkeepable
             return
         data = {
             "format": FORMAT,
             "evaluated": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "result": dataclasses.replace(result, diverges=None).as_dict(),
+            "record": record.beyond(self._keyed.get(result.case, set())).as_dict(),
+            # Where it starts in the audit's rotation: spread by key, so each run audits a share, not a burst.
+            "replays": int(key[:8], 16) % AUDIT_EVERY,
         }
+        self._write(key, data)
+
+    def _write(self, key: str, data: Mapping[str, object]) -> None:
+        """`<key>.json`, whole or not at all; a failed write only loses the replay."""
+        assert self.root is not None
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             encoded = json.dumps(data, default=str, sort_keys=True).encode()
             replace_atomically(self.root / f"{key}.json", lambda stream: stream.write(encoded), durable=False)
         except OSError:
             pass
+
+
+def audited(kept: Result, record: Record, now: Result) -> str:
+    """How a kept verdict, evaluated again for the audit, compares: "same", or what differs and what the record
+    named (none of which had changed, or the lookup would have missed): the record missed what decides it."""
+    if now.status == kept.status:
+        return "same"
+    named = sorted([*record.files, *record.folders, *(f"${name}" for name in record.variables)])
+    return (
+        f"differs: kept as {kept.status} (evaluated {kept.replayed}), {now.status} when evaluated again; its record "
+        f"named {', '.join(named) or 'nothing beyond its key'}, and none of that had changed: what changed is "
+        "outside what the key and the record see"
+    )
 
 
 def _digest(document: object) -> str:

@@ -1,0 +1,295 @@
+"""What a case's evaluation read while it ran, recorded and kept with each verdict it decides, so a replay is
+proven, not guessed: on lookup every file, folder and variable the record names is read again, and any
+difference is a miss.
+
+The window is the making of the case's reference (its factory, and its forward and loss in eager), where the
+project's code runs in plain Python. In it:
+
+- `sys.settrace` names each project file whose code runs (a trace function called once per new code object:
+  the project's code imported on first use, or found by a computed name, counts by its file's digest).
+- An audit hook (`sys.addaudithook`) names each file opened and each folder listed, with its digest then.
+- `os.environ` reads are recorded by name, with a digest of the value (never the value).
+- What cannot be recorded makes the case's results unkeepable, said in one line: a subprocess, a native library
+  loaded through ctypes, a network connection, the whole environment listed, a trace function already set, or
+  a native library of the project loaded in the process (an extension it built: the code in it is not seen).
+
+A file or variable read by the project's code is also tied to the code (the function) that read it, for the
+whole process: a later case whose window runs that code carries the read too, so a module-level cache filled
+by an earlier case's first call is still keyed. The files the case's key holds already (its walk's, model by
+model) are left out of its record (`Record.beyond`): a change to another model of the same file moves none of
+its results.
+
+"Project" is code neither of the standard library, of torchyard, nor of a distribution installed from an
+index (`keys.released` by path): a released distribution counts by its version, in the stack's identity.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import os
+import stat
+import sys
+import sysconfig
+from collections.abc import Collection, Iterator
+from pathlib import Path
+from types import CodeType, FrameType
+from typing import Any
+
+from torchyard.inimage.evaluation.cache.keys import installed_pin
+from torchyard.inimage.evaluation.cache.project_code import TORCHYARD
+
+# What a window cannot record, by audit event: a result whose evaluation did any of these is never kept.
+UNRECORDABLE = {
+    "subprocess.Popen": "it starts a subprocess",
+    "os.system": "it starts a shell command",
+    "os.posix_spawn": "it starts a process",
+    "os.exec": "it starts a program",
+    "ctypes.dlopen": "it loads a native library through ctypes",
+    "socket.connect": "it opens a network connection",
+    "socket.getaddrinfo": "it resolves a network name",
+}
+STANDARD = tuple(
+    Path(folder).resolve() for folder in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
+)
+VOLATILE = (Path("/proc"), Path("/sys"), Path("/dev"))
+ABSENT = "absent"
+
+
+@dataclasses.dataclass
+class Record:
+    """What a window read: files and folders by digest, variables by a digest of their value, and why the
+    results it decides cannot be kept ("" where they can)."""
+
+    files: dict[str, str] = dataclasses.field(default_factory=dict)
+    folders: dict[str, str] = dataclasses.field(default_factory=dict)
+    variables: dict[str, str] = dataclasses.field(default_factory=dict)
+    unkeepable: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: object) -> Record:
+        """A kept record; `ValueError` where it is not one (the verdict is then evaluated again)."""
+        if not isinstance(data, dict) or set(data) != {"files", "folders", "variables", "unkeepable"}:
+            raise ValueError("not a record")
+        if not all(isinstance(data[k], dict) for k in ("files", "folders", "variables")):
+            raise ValueError("not a record")
+        return cls(dict(data["files"]), dict(data["folders"]), dict(data["variables"]), str(data["unkeepable"]))
+
+    def changed(self, env: Any = os.environ) -> str:
+        """What of the record is no longer as it was, in a line; "" where nothing is."""
+        for path, digest in sorted(self.files.items()):
+            if file_digest(path) != digest:
+                return f"the file {path} changed"
+        for path, digest in sorted(self.folders.items()):
+            if folder_digest(path) != digest:
+                return f"the folder {path} lists other entries"
+        for name, digest in sorted(self.variables.items()):
+            if value_digest(env.get(name)) != digest:
+                return f"the variable {name} changed"
+        return ""
+
+    def beyond(self, keyed: Collection[str]) -> Record:
+        """The record without the files the case's key already holds (`keyed`: its walk's files, counted
+        model by model), so that a change to another model of the same file moves no result of this case."""
+        return dataclasses.replace(self, files={path: d for path, d in self.files.items() if path not in keyed})
+
+
+def file_digest(path: str) -> str:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except (OSError, ValueError):
+        return ABSENT
+
+
+def folder_digest(path: str) -> str:
+    try:
+        names = sorted(os.listdir(path))
+    except (OSError, ValueError):
+        return ABSENT
+    return hashlib.sha256("\0".join(names).encode(errors="surrogateescape")).hexdigest()
+
+
+def value_digest(value: str | None) -> str:
+    return ABSENT if value is None else hashlib.sha256(value.encode(errors="surrogateescape")).hexdigest()
+
+
+@functools.cache
+def project_file(filename: str) -> str | None:
+    """`filename` resolved where it is the project's (its code or its data), else None."""
+    if not filename or filename.startswith("<"):
+        return None
+    path = Path(filename).resolve()
+    if "__pycache__" in path.parts:  # compiled bytecode: its source is what runs, and is recorded
+        return None
+    if path.is_relative_to(TORCHYARD) or any(path.is_relative_to(root) for root in (*STANDARD, *VOLATILE)):
+        return None
+    if installed_pin(path) is not None:  # a released distribution's file: its version keys it
+        return None
+    return str(path)
+
+
+def project_libraries() -> list[str]:
+    """The project's native libraries this process has loaded (an extension it built, a library it opened
+    through ctypes or `torch.ops.load_library`): shared objects mapped from a folder on `sys.path` that no
+    released distribution holds."""
+    try:
+        lines = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:  # not Linux: the loaded extension modules' files
+        lines = [str(getattr(module, "__file__", "")) for module in list(sys.modules.values())]
+    mapped = {line.split(maxsplit=5)[-1] for line in lines if ".so" in line}
+    return sorted(path for path in mapped if _on_path(path) and project_file(path) is not None)
+
+
+@functools.cache
+def _on_path(name: str) -> bool:
+    path = Path(name)
+    return path.is_absolute() and any(path.is_relative_to(folder) for folder in _path_folders())
+
+
+def _path_folders() -> list[Path]:
+    return [Path(entry).resolve() for entry in sys.path if entry and Path(entry).is_dir()]
+
+
+# Reads tied to the project code (a function, a module's body) that made them, for the process.
+_READS_BY_CODE: dict[CodeType, set[tuple[str, str]]] = {}
+
+
+class _Window:
+    def __init__(self) -> None:
+        self.ran: set[CodeType] = set()  # the project's code that ran
+        self.reads: set[tuple[str, str]] = set()  # ("file" | "folder" | "variable", name)
+        self.unkeepable = ""
+        self.seen: set[CodeType] = set()
+
+    def trace(self, frame: FrameType, event: str, arg: object) -> None:
+        code = frame.f_code
+        if code not in self.seen:
+            self.seen.add(code)
+            if project_file(code.co_filename) is not None:
+                self.ran.add(code)
+
+    def read(self, kind: str, name: str) -> None:
+        self.reads.add((kind, name))
+        frame: FrameType | None = sys._getframe(2)
+        while frame is not None:
+            if project_file(frame.f_code.co_filename) is not None:
+                _READS_BY_CODE.setdefault(frame.f_code, set()).add((kind, name))
+                return
+            frame = frame.f_back
+
+    def refuse(self, why: str) -> None:
+        self.unkeepable = self.unkeepable or why
+
+    def record(self) -> Record:
+        native = project_libraries()
+        if native:
+            self.refuse(f"a native library of the project is loaded ({native[0]}): what it computes is not recorded")
+        reads = set(self.reads)
+        for code in self.ran:
+            reads |= _READS_BY_CODE.get(code, set())
+        ran = {found for code in self.ran if (found := project_file(code.co_filename)) is not None}
+        files = {path: file_digest(path) for path in ran}
+        files |= {name: file_digest(name) for kind, name in reads if kind == "file"}
+        folders = {name: folder_digest(name) for kind, name in reads if kind == "folder"}
+        variables = {name: value_digest(os.environ.get(name)) for kind, name in reads if kind == "variable"}
+        return Record(files, folders, variables, self.unkeepable)
+
+
+_ACTIVE: list[_Window] = []
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if not _ACTIVE:
+        return
+    window = _ACTIVE[-1]
+    if event == "open":
+        name = _path_of(args[0])
+        if name is not None and _regular_or_absent(name):
+            found = project_file(name)
+            if found is not None:
+                window.read("file", found)
+    elif event in ("os.listdir", "os.scandir"):
+        name = _path_of(args[0]) if args else None
+        found = project_file(name or ".")
+        if found is not None:
+            window.read("folder", found)
+    elif event in UNRECORDABLE or event.startswith("os.exec"):
+        window.refuse(f"{UNRECORDABLE.get(event, UNRECORDABLE['os.exec'])} ({event})")
+
+
+def _path_of(value: object) -> str | None:
+    if isinstance(value, int):  # a file descriptor: opened before, by a path recorded then
+        return None
+    try:
+        return os.fsdecode(value)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+def _regular_or_absent(name: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(name).st_mode)
+    except (OSError, ValueError):
+        return True  # absent: that it is missing decided what the code did
+
+
+@functools.cache
+def _hooked() -> None:
+    """The audit hook, once a process (an audit hook cannot be removed: it does nothing outside a window)."""
+    sys.addaudithook(_audit)
+
+
+class _RecordedEnviron:
+    """`os.environ`'s class's reads, recorded by name while a window is open."""
+
+    def __init__(self, environ_class: type) -> None:
+        self.environ_class = environ_class
+        self.getitem = environ_class.__getitem__
+        self.iter = environ_class.__iter__
+
+    def __enter__(self) -> None:
+        getitem, iterate = self.getitem, self.iter
+
+        def recorded_getitem(environ: Any, key: Any) -> Any:
+            if _ACTIVE and environ is os.environ and isinstance(key, str):
+                _ACTIVE[-1].read("variable", key)
+            return getitem(environ, key)
+
+        def recorded_iter(environ: Any) -> Iterator[Any]:
+            if _ACTIVE and environ is os.environ:
+                _ACTIVE[-1].refuse("it lists the whole environment (os.environ iterated)")
+            return iterate(environ)  # type: ignore[no-any-return]
+
+        self.environ_class.__getitem__ = recorded_getitem  # type: ignore[method-assign]
+        self.environ_class.__iter__ = recorded_iter  # type: ignore[method-assign]
+
+    def __exit__(self, *_: object) -> None:
+        self.environ_class.__getitem__ = self.getitem  # type: ignore[method-assign]
+        self.environ_class.__iter__ = self.iter  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[Record]]:
+    """A window: what runs in it is recorded; the record is in the yielded list once the window closes."""
+    _hooked()
+    window = _Window()
+    done: list[Record] = []
+    previous = sys.gettrace()
+    if previous is not None:
+        window.refuse("a trace function is already set (a debugger or coverage): what ran cannot be recorded")
+    _ACTIVE.append(window)
+    if previous is None:
+        sys.settrace(window.trace)  # type: ignore[arg-type]
+    try:
+        with _RecordedEnviron(type(os.environ)):
+            yield done
+    finally:
+        if previous is None:
+            sys.settrace(None)
+        _ACTIVE.pop()
+        done.append(window.record())

@@ -1,0 +1,260 @@
+"""A replay is proven by what ran (issue 69): each kept verdict holds the record of what its evaluation read, and a
+change to any of it is a miss, while a case beside that read none of it still replays; what cannot be recorded
+is never kept; and a planted stale verdict is caught by the cache's own audit.
+
+A small project of its own, in two processes as two runs would be: one keeps every verdict; one after the
+changes a static walk of the source does not see (each such case evaluated again, the untouched one replayed),
+with kept verdicts forged on disk to say pass for a case that fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from torchyard.names import AUDIT_EVERY
+
+pytestmark = pytest.mark.harness("parity")
+
+MODELS = '''
+import importlib, json, os, shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+HERE = Path(__file__).parent
+_TABLE = {}
+
+
+def table():
+    """A module-level cache, filled by the first call: a later case reads no file."""
+    if "scale" not in _TABLE:
+        _TABLE["scale"] = json.loads((HERE / "scale.json").read_text())["scale"]
+    return _TABLE["scale"]
+
+
+def inputs(generator):
+    return (torch.randn(2, 4, generator=generator),)
+
+
+class Base(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+
+class Plain(Base):
+    def forward(self, x):
+        return self.linear(x)
+
+
+class ComputedImport(Base):
+    def forward(self, x):
+        return importlib.import_module("mypkg." + "kern" + "els").fast(self.linear(x))
+
+
+class RelativeImport(Base):
+    def forward(self, x):
+        from . import helpers
+        return helpers.twice(self.linear(x))
+
+
+class Cached(Base):
+    def forward(self, x):
+        return self.linear(x) * table()
+
+
+class Arrays(Base):
+    def forward(self, x):
+        shift = torch.from_numpy(np.load(HERE / "shift.npy")).float()
+        return self.linear(x) + shift + torch.load(HERE / "bias.pt")
+
+
+class Config(Base):
+    def forward(self, x):
+        return self.linear(x) * yaml.safe_load((HERE / "config.yaml").read_text())["gain"]
+
+
+class Variable(Base):
+    def forward(self, x):
+        return self.linear(x) * float(os.environ.get("MYPKG_GAIN", "1"))
+
+
+class DependencyReads(Base):
+    def forward(self, x):
+        return self.linear(x) * (shutil.get_terminal_size().columns / 80)  # COLUMNS, read by the standard library
+
+
+class Registered(Base):
+    def forward(self, x):
+        from . import ops  # registers mypkg::scale on first use
+        return torch.ops.mypkg.scale(self.linear(x))
+
+
+class Listed(Base):
+    def forward(self, x):
+        return self.linear(x) * len(os.listdir(HERE / "shards"))
+
+
+class Wrong(Base):
+    def forward(self, x):  # off by 1 % where it computes in float32: fails on every backend
+        return self.linear(x) * (1.01 if x.dtype == torch.float32 else 1.0)
+
+
+class Shell(Base):
+    def forward(self, x):
+        subprocess = importlib.import_module("subprocess")
+        subprocess.run(["true"], check=True)
+        return self.linear(x)
+'''
+
+FILES = {
+    "mypkg/__init__.py": "",
+    "mypkg/models.py": MODELS,
+    "mypkg/kernels.py": "def fast(x):\n    return x * 2\n",
+    "mypkg/helpers.py": "def twice(x):\n    return x * 2\n",
+    "mypkg/scale.json": '{"scale": 1.5}',
+    "mypkg/config.yaml": "gain: 2\n",
+    "mypkg/shards/a": "",
+    "mypkg/ops.py": textwrap.dedent(
+        """
+        import torch
+
+        @torch.library.custom_op("mypkg::scale", mutates_args=())
+        def scale(x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+        """
+    ),
+}
+# Each change a walk of the source misses, by the case that must be evaluated again after it.
+CHANGES = {
+    "computed_import": ("mypkg/kernels.py", "def fast(x):\n    return x * 3\n"),
+    "relative_import": ("mypkg/helpers.py", "def twice(x):\n    return x * 3\n"),
+    "cached_first": ("mypkg/scale.json", '{"scale": 2.5}'),
+    "config": ("mypkg/config.yaml", "gain: 3\n"),
+    "registered": ("mypkg/ops.py", FILES["mypkg/ops.py"].replace("x * 2", "x * 3")),
+    "listed": ("mypkg/shards/b", ""),
+}
+# Every case: the two of one cached table share it (the second reads no file: the first filled the cache).
+CASES = {
+    "plain": "Plain", "computed_import": "ComputedImport", "relative_import": "RelativeImport",
+    "cached_first": "Cached", "cached_second": "Cached", "arrays": "Arrays", "config": "Config",
+    "variable": "Variable", "dependency_reads": "DependencyReads", "registered": "Registered", "listed": "Listed",
+    "shell": "Shell",
+}  # fmt: skip
+
+RUN = """
+import importlib, json, sys
+from pathlib import Path
+
+import torch
+
+from mypkg import models
+from torchyard.inimage.cases import Case
+from torchyard.inimage.evaluation.evaluations import Evaluations, result_cache
+from torchyard.inimage.start.settings import RunSettings
+from torchyard.inimage.start.tolerances import load_tolerances
+
+root = Path(sys.argv[1])
+settings = RunSettings(
+    "cpu", "fp32", root / "reports", load_tolerances(), (), ("parity",), None, {}, cache=root / "cache"
+)
+evaluations = Evaluations(settings, root / "work", result_cache(settings))
+forged = json.loads(sys.argv[3])  # case -> its replays so far: a kept pass forged on disk under its key
+out = {}
+for name, model in json.loads(sys.argv[2]).items():
+    module, _, cls = model.rpartition(".")
+    case = Case(name, getattr(importlib.import_module(f"mypkg.{module or 'models'}"), cls), models.inputs)
+    if name in forged:
+        key = evaluations.kept.key(case, "eager", evaluations.device, kind="inference", **evaluations._decides(case, ["eager"]))
+        plain = json.loads(next((root / "cache" / "verdicts").glob("*.json")).read_text())
+        plain["result"]["case"], plain["replays"] = name, forged[name]
+        (root / "cache" / "verdicts" / f"{key}.json").write_text(json.dumps(plain))
+    result = evaluations.result(case, "eager")
+    out[name] = [result.status, bool(result.replayed), result.unkeepable, result.audit]
+print(json.dumps(out))
+"""
+
+
+def run(root: Path, cases: dict[str, str], forged: dict[str, int] | None = None, **env: str) -> dict[str, list[object]]:
+    """One run of `cases`, in a process of its own, as a run of the suites would be; `forged`: the cases whose
+    kept verdict is forged (a pass, with its count of replays) before they are looked up."""
+    variables = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), *sys.path]), **env}
+    done = subprocess.run(
+        [sys.executable, "-c", RUN, str(root), json.dumps(cases), json.dumps(forged or {})],
+        capture_output=True, text=True, env=variables, check=False, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    found: dict[str, list[object]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+def test_a_change_the_key_cannot_see_is_seen_by_the_record_and_a_stale_verdict_by_the_audit(tmp_path: Path) -> None:
+    for name, text in FILES.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    import numpy as np
+    import torch
+
+    np.save(tmp_path / "mypkg/shift.npy", np.zeros(4))
+    torch.save(torch.zeros(4), tmp_path / "mypkg/bias.pt")
+
+    first = run(tmp_path, CASES, COLUMNS="80")
+    assert all(status == "passed" and not replayed for status, replayed, _, _ in first.values()), first
+    assert "subprocess" in str(first["shell"][2]) and not any(first[name][2] for name in CASES if name != "shell")
+
+    for name, text in CHANGES.values():
+        (tmp_path / name).write_text(text)
+    np.save(tmp_path / "mypkg/shift.npy", np.ones(4))
+    torch.save(torch.ones(4), tmp_path / "mypkg/bias.pt")
+    # Beside them, a kept pass forged on disk for a case that fails: replayed until its turn in the audit (the
+    # first), caught at its turn (the second).
+    forged = {"wrong": 0, "wrong_at_its_audit": AUDIT_EVERY - 1}
+    again = run(tmp_path, {**CASES, **dict.fromkeys(forged, "Wrong")}, forged, COLUMNS="120", MYPKG_GAIN="2")
+    changed = {*CHANGES, "cached_second", "arrays", "variable", "dependency_reads", "shell", "wrong_at_its_audit"}
+    evaluated = {name for name, (_, replayed, _, _) in again.items() if not replayed}
+    assert evaluated == changed, (sorted(evaluated ^ changed), again)
+    assert again["wrong"][:2] == ["passed", True]  # what a forged verdict does until the audit comes to it
+    status, _, _, audit = again["wrong_at_its_audit"]
+    assert status == "failed" and str(audit).startswith("differs: kept as passed"), audit
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler to build a native library with")
+def test_a_native_library_of_the_project_makes_its_results_unkeepable(tmp_path: Path) -> None:
+    """Code in a shared object the project built (loaded on import, before any case runs) is not seen by the
+    record: its results are evaluated every run, and say why."""
+    for name, text in FILES.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    (tmp_path / "mypkg/scale.c").write_text("double gain(void) { return 2.0; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", "_scale.so", "scale.c"], cwd=tmp_path / "mypkg", check=True)
+    (tmp_path / "mypkg/native.py").write_text(
+        textwrap.dedent(
+            """
+            import ctypes
+            from pathlib import Path
+
+            from mypkg.models import Base
+
+            _lib = ctypes.CDLL(str(Path(__file__).with_name("_scale.so")))
+            _lib.gain.restype = ctypes.c_double
+
+
+            class Native(Base):
+                def forward(self, x):
+                    return self.linear(x) * _lib.gain()
+            """
+        )
+    )
+    found = run(tmp_path, {"native": "native.Native"})
+    status, replayed, unkeepable, _ = found["native"]
+    assert status == "passed" and not replayed and "_scale.so" in str(unkeepable), found
+    assert not list((tmp_path / "cache" / "verdicts").glob("*.json"))
