@@ -135,10 +135,14 @@ def summary(records: Sequence[Mapping[str, Any]], tests: Mapping[str, int] | Non
     text += f"** ({len(records)} results)" + _pytest_count(tests) + "\n"
     audited = {(r["case"], r["backend"]): str(r["audit"]) for r in records if r.get("audit")}
     if audited:
-        differ = sorted(f"`{case}` on {backend}: {audit}" for (case, backend), audit in audited.items() if audit != "same")
-        text += f"\n**Cache audit**: {len(audited)} kept verdicts evaluated again, as the rotation asks; " + (
-            f"{len(differ)} differ, and fail the run: " + "; ".join(differ) if differ else "each the same"
-        ) + ".\n"
+        differ = sorted(
+            f"`{case}` on {backend}: {audit}" for (case, backend), audit in audited.items() if audit != "same"
+        )
+        text += (
+            f"\n**Cache audit**: {len(audited)} kept verdicts evaluated again, as the rotation asks; "
+            + (f"{len(differ)} differ, and fail the run: " + "; ".join(differ) if differ else "each the same")
+            + ".\n"
+        )
     eager = [r for r in records if r.get("not_compiled")]
     if eager:
         text += (

@@ -342,9 +342,7 @@ def evaluate(
         run = (runner or runner_for(chosen, cache or NO_CACHE))(case, module, device_calls, device, workdir)
         result.compiler_caches = _since(before)
     except NotCompiled as error:
-        result.status, result.not_compiled = "failed", str(error)
-        result.reason = f"{NOT_COMPILED}{error}"
-        return result
+        return _not_compiled(result, error)
     except Exception as error:
         result.status = "error"
         result.reason = describe_error(error)
@@ -369,12 +367,33 @@ def evaluate(
     else:
         result.status = "failed"
         result.reason = failure_reason(result.comparisons, bounds)
-    known = case.known_failure(chosen.name)
+    _take_known_values(result, case, calls, run, bounds=bounds, device=device, dtype=dtype)
+    return result
+
+
+def _not_compiled(result: Result, error: NotCompiled) -> Result:
+    """A compiled backend's result whose call ran no compiled graph: it fails, with dynamo's reason."""
+    result.status, result.not_compiled = "failed", str(error)
+    result.reason = f"{NOT_COMPILED}{error}"
+    return result
+
+
+def _take_known_values(
+    result: Result,
+    case: Case,
+    calls: list[Call],
+    run: BackendRun,
+    *,
+    bounds: Any,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> None:
+    """Whether the outputs meet what the case's known failure says this backend computes instead."""
+    known = case.known_failure(result.backend)
     if known is not None and known.computes is not None:
         result.known_values = _computes_instead(
             case, known.computes, calls, run, bounds=bounds, device=device, dtype=dtype
         )
-    return result
 
 
 # The counters dynamo keeps for the compiler's own caches: inductor's compiled graphs (a forward and a backward

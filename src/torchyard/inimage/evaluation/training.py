@@ -178,12 +178,7 @@ def step(
     call = _jittered(module, to_device(case.calls()[0], device, master), jitter)
     loss_of = case.loss or default_loss
 
-    # The module is compiled (forward, and backward through AOTAutograd), from a compiler state of its own, and
-    # each step's forward must run compiled code (`compiled.NotCompiled` otherwise).
-    forward: Callable[..., Any] = module
-    if backend.compiled:
-        compiled, tally = compile_counted(module, mode=backend.mode, fullgraph=case.fullgraph)
-        forward = tally.checked(compiled)
+    forward = _forward(case, module, backend)
 
     def run(*args: Any, **kwargs: Any) -> torch.Tensor:
         with _autocast(device, dtype), _eager_random(backend):
@@ -247,6 +242,16 @@ def step(
         for _ in range(TRAIN_TIMED_STEPS):
             timings.append(_timed_step(run, call, optimizer, scaler, device))
     return values, names, frozen
+
+
+def _forward(case: Case, module: torch.nn.Module, backend: TrainBackend) -> Callable[..., Any]:
+    """The module as the step calls it: compiled where the backend is (forward, and backward through
+    AOTAutograd), from a compiler state of its own, each call required to run compiled code
+    (`compiled.NotCompiled` otherwise)."""
+    if not backend.compiled:
+        return module
+    compiled, tally = compile_counted(module, mode=backend.mode, fullgraph=case.fullgraph)
+    return tally.checked(compiled)
 
 
 def _eager_random(backend: TrainBackend) -> contextlib.AbstractContextManager[object]:

@@ -5,6 +5,7 @@ with dynamo's reason, for inference and for the compiled training step alike."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,7 @@ class Disabled(Tanh):
         return torch.tanh(self.linear(x))
 
 
-def inputs(rows: int) -> object:
+def inputs(rows: int) -> Callable[[torch.Generator], tuple[torch.Tensor]]:
     return lambda g: (torch.randn(rows, 8, generator=g),)
 
 
@@ -67,10 +68,7 @@ def test_every_case_of_one_model_class_compiles_and_a_planted_fault_fails_in_eac
         torch._inductor.config.patch(post_grad_custom_post_pass=wrong_tanh_pass()),
     ):
         results = [
-            evaluate(
-                case, "inductor", device=RUN_DEVICE, dtype=torch.float32, tolerances=TOLERANCES,
-                workdir=tmp_path / case.name,
-            )  # fmt: skip
+            evaluate(case, "inductor", device=RUN_DEVICE, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
             for case in cases
         ]
     for result in results:
@@ -94,9 +92,7 @@ def test_a_module_dynamo_does_not_compile_fails_as_not_compiled(tmp_path: Path) 
     """`torch.compiler.disable` on the whole forward: eager's numbers under inductor's name. The result fails as
     not compiled (no localization: there is no compiled step), and the compile suite's rule does not pass it."""
     case = Case("disabled", Disabled, inputs(4))
-    result = evaluate(
-        case, "inductor", device=RUN_DEVICE, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path
-    )
+    result = evaluate(case, "inductor", device=RUN_DEVICE, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
     assert result.status == "failed" and result.reason.startswith(NOT_COMPILED), result.reason
     assert "call 1 of the compiled module ran eagerly" in result.not_compiled, result.not_compiled
     assert not ran(result) and result.diverges is None

@@ -174,7 +174,8 @@ for name, model in json.loads(sys.argv[2]).items():
     module, _, cls = model.rpartition(".")
     case = Case(name, getattr(importlib.import_module(f"mypkg.{module or 'models'}"), cls), models.inputs)
     if name in forged:
-        key = evaluations.kept.key(case, "eager", evaluations.device, kind="inference", **evaluations._decides(case, ["eager"]))
+        decides = evaluations._decides(case, ["eager"])
+        key = evaluations.kept.key(case, "eager", evaluations.device, kind="inference", **decides)
         plain = json.loads(next((root / "cache" / "verdicts").glob("*.json")).read_text())
         plain["result"]["case"], plain["replays"] = name, forged[name]
         (root / "cache" / "verdicts" / f"{key}.json").write_text(json.dumps(plain))

@@ -87,7 +87,7 @@ def inductor_backend(mode: str, dynamic: bool | None, tally: Tally) -> Any:
     options, its equality and its reset are inductor's), whose compiled graphs count their runs into `tally`."""
     wrapper: Any = torch._TorchCompileInductorWrapper  # fenced by selftests/test_compiled.py
 
-    class Counted(wrapper):  # type: ignore[misc, valid-type]
+    class Counted(wrapper):  # type: ignore[misc]
         __name__ = "inductor"  # as torch.compile names it to dynamo's minifier
 
         def __call__(self, model: Any, inputs: Any, **options: Any) -> Any:

@@ -108,7 +108,7 @@ def file_digest(path: str) -> str:
 
 def folder_digest(path: str) -> str:
     try:
-        names = sorted(os.listdir(path))
+        names = sorted(entry.name for entry in Path(path).iterdir())
     except (OSError, ValueError):
         return ABSENT
     return hashlib.sha256("\0".join(names).encode(errors="surrogateescape")).hexdigest()
@@ -233,7 +233,7 @@ def _path_of(value: object) -> str | None:
 
 def _regular_or_absent(name: str) -> bool:
     try:
-        return stat.S_ISREG(os.stat(name).st_mode)
+        return stat.S_ISREG(Path(name).stat().st_mode)
     except (OSError, ValueError):
         return True  # absent: that it is missing decided what the code did
 
@@ -247,7 +247,7 @@ def _hooked() -> None:
 class _RecordedEnviron:
     """`os.environ`'s class's reads, recorded by name while a window is open."""
 
-    def __init__(self, environ_class: type) -> None:
+    def __init__(self, environ_class: Any) -> None:
         self.environ_class = environ_class
         self.getitem = environ_class.__getitem__
         self.iter = environ_class.__iter__
@@ -265,12 +265,12 @@ class _RecordedEnviron:
                 _ACTIVE[-1].refuse("it lists the whole environment (os.environ iterated)")
             return iterate(environ)  # type: ignore[no-any-return]
 
-        self.environ_class.__getitem__ = recorded_getitem  # type: ignore[method-assign]
-        self.environ_class.__iter__ = recorded_iter  # type: ignore[method-assign]
+        self.environ_class.__getitem__ = recorded_getitem
+        self.environ_class.__iter__ = recorded_iter
 
     def __exit__(self, *_: object) -> None:
-        self.environ_class.__getitem__ = self.getitem  # type: ignore[method-assign]
-        self.environ_class.__iter__ = self.iter  # type: ignore[method-assign]
+        self.environ_class.__getitem__ = self.getitem
+        self.environ_class.__iter__ = self.iter
 
 
 @contextlib.contextmanager
@@ -284,7 +284,7 @@ def recording() -> Iterator[list[Record]]:
         window.refuse("a trace function is already set (a debugger or coverage): what ran cannot be recorded")
     _ACTIVE.append(window)
     if previous is None:
-        sys.settrace(window.trace)  # type: ignore[arg-type]
+        sys.settrace(window.trace)
     try:
         with _RecordedEnviron(type(os.environ)):
             yield done
