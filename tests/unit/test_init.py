@@ -15,7 +15,15 @@ import pytest
 import yaml
 
 from torchyard.cli import main
-from torchyard.commands.init import GITIGNORE_HEADER, gitignore_update, init, init_date, render, runner_spec
+from torchyard.commands.init import (
+    GITIGNORE_HEADER,
+    default_branch,
+    gitignore_update,
+    init,
+    init_date,
+    render,
+    runner_spec,
+)
 from torchyard.errors import ConfigError, UsageError
 from torchyard.matrix import parse_plan
 from torchyard.names import ACCELERATOR_NAMES
@@ -496,3 +504,38 @@ def test_a_setup_py_requirement_that_is_not_pep_508_is_one_line(tmp_path: Path) 
     (root / "setup.py").write_text("from setuptools import setup\nsetup(install_requires=['torch >> 2'])\n")
     with pytest.raises(ConfigError, match=r"^setup.py: install_requires: not a PEP 508 requirement: 'torch >> 2'$"):
         render(root, TODAY, "torchyard")
+
+
+def test_the_workflow_runs_on_pushes_to_the_default_branch_only(tmp_path: Path) -> None:
+    """Issue 70: the template ran on a push to any branch, and gave that branch's own noxfile the runners and the
+    registry's secrets, though torchyard trusts only the default branch. Now its push filter names the default
+    branch git names, and its plan job (which every other job needs) checks the one GitHub names."""
+    repo = tmp_path / "repo"
+    (repo / ".git" / "objects").mkdir(parents=True)
+    (repo / ".git" / "HEAD").write_text("ref: refs/heads/feature\n")
+    said = {"refs/remotes/origin/HEAD": b"origin/trunk\n", "HEAD": b"feature\n"}
+
+    def git(args: object, **_: object) -> bytes:
+        return said.get(list(args)[-1], b"")  # type: ignore[call-overload]
+
+    assert default_branch(repo, runner=git) == "trunk"
+    del said["refs/remotes/origin/HEAD"]  # a repository with no remote: the branch checked out
+    assert default_branch(repo, runner=git) == "feature"
+    said["HEAD"] = b"feat+[x]\n"  # a pattern to the filter: the plain default instead
+    assert default_branch(repo, runner=git) == "main"
+    assert default_branch(tmp_path / "elsewhere") == "main"  # no checkout: nothing run, the plain default
+
+    workflow = yaml.safe_load(
+        render(project(tmp_path / "elsewhere"), TODAY, "torchyard==0.1.0", branch="trunk")[
+            ".github/workflows/torchyard.yml"
+        ]
+    )
+    on = workflow[True]  # YAML 1.1 reads the key `on` as true
+    assert on["push"] == {"branches": ["trunk"]}
+    plan = workflow["jobs"]["plan"]
+    assert (
+        plan["if"]
+        == "github.event_name != 'push' || github.ref == format('refs/heads/{0}', github.event.repository.default_branch)"
+    )
+    for name, job in workflow["jobs"].items():
+        assert name == "plan" or "plan" in job["needs"] or "suites" in job["needs"], name

@@ -317,7 +317,10 @@ def test_only_the_approved_job_checks_the_pull_request_out(workflow: Path) -> No
                 assert step["with"]["persist-credentials"] is False, name
     assert heads == ["suites-pull-request"]
     plan = jobs["plan"]
-    assert runs_for(plan, "pull_request_target") and "if" not in plan
+    # unconditional for every event but a push (which only the default branch's runs: test_init)
+    assert runs_for(plan, "pull_request_target") and plan.get("if", "github.event_name != 'push'").startswith(
+        "github.event_name != 'push'"
+    )
     assert all("ref" not in step.get("with", {}) for step in plan["steps"])
     assert jobs["suites-pull-request"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.self-hosted) }}"
 
@@ -420,13 +423,14 @@ def test_the_test_session_passes_the_reports_folder_to_torchyard_test(nox_sessio
     assert args.reports == Path("/runner/temp/reports") and rest == ["cpu"]
 
 
-def test_an_adopters_push_to_another_branch_builds_from_the_default_branchs_matrix_and_never_pushes() -> None:
-    """Such a push is untrusted (trust.py): without the default branch's matrix.toml its build was refused,
-    and with TORCHYARD_REGISTRY set it asked to push, which an untrusted run never does."""
+def test_an_adopters_pull_request_builds_from_the_default_branchs_matrix_and_never_pushes() -> None:
+    """A pull request is untrusted (trust.py): without the default branch's matrix.toml its build was refused, and
+    with TORCHYARD_REGISTRY set it asked to push, which an untrusted run never does. (A push to another branch
+    runs nothing: `test_init`.)"""
     jobs = yaml.safe_load(TEMPLATE.read_text().replace("@SPEC@", "torchyard"))["jobs"]
     for job in ("plan", "suites"):
         (step,) = [s for s in jobs[job]["steps"] if str(s.get("name", "")).startswith("the trusted matrix.toml")]
-        assert "github.event_name == 'push'" in step["if"] and "default_branch" in step["if"]
+        assert "pull_request" in step["if"] and "push" not in step["if"]
         assert step["env"]["BASE_REF"] == "${{ github.base_ref || github.event.repository.default_branch }}"
     (image,) = [
         s for s in jobs["suites"]["steps"] if s.get("name") == "the image (pulled, built from cache, or built cold)"

@@ -170,15 +170,13 @@ SCENARIOS = (
         event="push",
         branch="feature",
         change="docs",
-        # With a registry named, the default branch pushes images; this push must not (and need not reach it).
+        # Only the default branch's pushes run (issue 70): its filter names it, and act, which does not apply
+        # branch filters (nektos/act#2489), shows the plan job's own check: no job runs, nothing is pushed.
         variables={"TORCHYARD_REGISTRY": "127.0.0.1:9/torchyard"},
         expect=Expect(
-            succeeded=frozenset({"plan", "suites", "compatibility"}),
-            skipped=frozenset({"suites-pull-request"}),
-            artifacts={"reports-cpu": REPORTS},
-            trust={"reports-cpu": "untrusted"},
-            # act's verbose log spells the workflow's `--push` expression: the refusal and the summary tell.
-            not_in_log=("an untrusted run does not push images", ", pushed"),
+            succeeded=frozenset(),
+            skipped=frozenset({"plan", "suites", "compatibility", "suites-pull-request"}),
+            not_in_log=(", pushed",),
         ),
     ),
     Scenario(

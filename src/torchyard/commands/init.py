@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import sys
 import sysconfig
@@ -30,7 +31,9 @@ from torchyard.errors import ConfigError, UsageError
 from torchyard.lock.pairs import pairs
 from torchyard.matrix.project import REQUIREMENTS_FILE, SETUP_PY, Adopter, read_adopter
 from torchyard.matrix.schema import ProjectKind
+from torchyard.util import proc
 from torchyard.util.atomic import write_atomically
+from torchyard.util.git import head_fact
 
 PROJECT_COMMENTS: dict[ProjectKind, str] = {
     "package": "# This project, built from its source into every image; its dependencies (and the extras and groups "
@@ -217,12 +220,31 @@ def test_dependencies(facts: Adopter) -> str:
     )
 
 
-def render(root: Path, today: dt.date, spec: str, facts: Adopter | None = None) -> dict[str, str]:
+DEFAULT_BRANCH = "main"  # where git names none: a new repository's, as GitHub makes it
+# A branch name the workflow's filter reads as itself: no glob character (`*`, `?`, `+`, `!`, `[`) or quote.
+PLAIN_BRANCH = re.compile(r"[A-Za-z0-9._/-]+")
+
+
+def default_branch(root: Path, runner: proc.DataRunner = proc.data) -> str:
+    """The default branch of the repository holding `root`, as git names it: the remote's HEAD where a clone
+    has one, else the branch checked out, else `DEFAULT_BRANCH`; one whose name is not plain is taken as that
+    too (the workflow's filter would read it as a pattern)."""
+    remote = head_fact(root, ["symbolic-ref", "--quiet", "--short", "refs/remotes/origin/HEAD"], "", runner=runner)
+    named = remote.removeprefix("origin/") or head_fact(
+        root, ["symbolic-ref", "--quiet", "--short", "HEAD"], "", runner=runner
+    )
+    return named if PLAIN_BRANCH.fullmatch(named) else DEFAULT_BRANCH
+
+
+def render(
+    root: Path, today: dt.date, spec: str, facts: Adopter | None = None, branch: str = DEFAULT_BRANCH
+) -> dict[str, str]:
     """The files to write, by path relative to `root` (pure apart from reading the project, where `facts` is not
     what was read of it already); `spec` is the workflow's install line ("" leaves it for the user, and the
-    workflow refuses to start)."""
+    workflow refuses to start); `branch` the default branch, the only one whose pushes the workflow runs."""
     facts = facts or read_adopter(root)
     values = {
+        "@DEFAULT_BRANCH@": branch,
         "@PROJECT@": facts.name,
         "@TODAY@": today.isoformat(),
         "@PYTHON@": facts.python,
@@ -294,7 +316,8 @@ def init(
     installed, where GitHub's runners can do the same."""
     spec, unreachable = (user_spec(spec), "") if spec is not None else installed_spec()
     facts = read_adopter(root)  # once: what the files say and what init says of the project
-    rendered = render(root, today or init_date(env), spec, facts)
+    branch = default_branch(root)
+    rendered = render(root, today or init_date(env), spec, facts, branch)
     existing = [name for name in rendered if (root / name).exists()]
     if existing and not force:
         raise UsageError(f"{', '.join(existing)} already exist: torchyard init never overwrites (--force replaces)")
@@ -308,6 +331,9 @@ def init(
         write_atomically(root / GITIGNORE, gitignore)
         written.append(root / GITIGNORE)
         print(f"wrote {GITIGNORE}: torchyard's block, so runs leave nothing for git to add", file=sys.stderr)
+    print(
+        f"{WORKFLOW}: pushes to {branch!r} run it (the default branch: the only one torchyard trusts)", file=sys.stderr
+    )
     if facts.kind == "source":
         print(source_line(facts), file=sys.stderr)
     if facts.tests:
