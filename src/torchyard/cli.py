@@ -330,6 +330,7 @@ def _on_this_machine(args: argparse.Namespace, passthrough: list[str], machine: 
             keep=args.keep,
             trust=trust,
             project=project_scope(args.matrix, os.environ),
+            matrix=args.matrix,
             unsandboxed=args.unsandboxed,
             baseline=args.baseline,
             env={**os.environ, REUSE_RESULTS: "1"} if args.reuse_results else os.environ,

@@ -35,7 +35,7 @@ from torchyard.run.handback import reports_folder, summarize
 from torchyard.run.inplace import run_in_place
 from torchyard.run.venv import run_local
 from torchyard.seal import Seal, check_matrix_flags, default_memory
-from torchyard.trust import RunTrust, project_scope
+from torchyard.trust import MATRIX, RunTrust, matrix_tag, project_scope
 from torchyard.util import proc
 from torchyard.util.git import head_fact
 from torchyard.util.markdown import append_step_summary, markdown_table
@@ -70,6 +70,7 @@ class Request:
     options: BuildOptions = NO_OPTIONS
     tests: Tests | None = None
     summarize_found: bool = True  # the images found on this runner go into the step summary too
+    matrix_tag: str = ""  # sets the matrix file's entries apart in caches and baselines (`trust.matrix_tag`)
 
 
 @dataclass
@@ -246,6 +247,7 @@ def run_containers(request: Request, progress: Progress) -> None:
         plan = plan_run(
             entry, image.tag, client=client, reports=progress.folders[entry.name], project=request.project,
             trust=tests.trust, machine=request.machine, memory=memory, env=request.env,
+            matrix_tag=request.matrix_tag,
         )  # fmt: skip
         print(
             f"running {entry.name} in {plan.name} ({tests.trust.level}; cache {plan.scope.volume}); reports in "
@@ -270,7 +272,7 @@ def held(entry: Entry, folder: Path, status: int, request: Request) -> int:
     assert tests is not None
     changed = hold_to_baseline(
         entry.name, folder, named=tests.baseline, store=store_for(request.project, request.env),
-        trusted=tests.trust.trusted, fail_on=entry.fail_on_change, key=folder.name,
+        trusted=tests.trust.trusted, fail_on=entry.fail_on_change, key=folder.name + request.matrix_tag,
         keep=not tests.pytest_args and tests.baseline is None,  # the entry's whole run, as its suites ran it
     )  # fmt: skip
     return status or changed
@@ -351,10 +353,14 @@ def run_tests(
     baseline: Path | None = None,
     runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
+    matrix: Path = Path(MATRIX),
 ) -> int:
-    """Every step for `entries` (`project`: matrix.toml's folder's when not given); the first non-zero status is
+    """Every step for `entries` of `matrix` (`project`: its folder's when not given); the first non-zero status is
     the result (all entries still run)."""
     tests = Tests(mode, reports, pytest_args, trust, keep, unsandboxed, baseline)
-    project = project or project_scope(Path("matrix.toml"), env)
-    request = Request(tuple(entries), lockdir, machine, project, runner, env, tests=tests, summarize_found=False)
+    project = project or project_scope(matrix, env)
+    request = Request(
+        tuple(entries), lockdir, machine, project, runner, env, tests=tests, summarize_found=False,
+        matrix_tag=matrix_tag(matrix),
+    )  # fmt: skip
     return first_failure(execute(STEPS, request).statuses)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Literal, get_args
 
 from torchyard import contract
 from torchyard.errors import UsageError
+from torchyard.util.git import find_checkout
 
 Trust = Literal["trusted", "untrusted"]
 TRUST_LEVELS: tuple[Trust, ...] = get_args(Trust)
@@ -91,3 +93,18 @@ def project_scope(matrix: Path, env: Mapping[str, str]) -> str:
     readable = re.sub(r"[^a-z0-9]+", "-", identity.rstrip("/").rpartition("/")[2].lower())
     readable = readable[:READABLE_LENGTH].strip("-") or "project"
     return f"{readable}-{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
+
+
+MATRIX = "matrix.toml"
+
+
+def matrix_tag(matrix: Path) -> str:
+    """What sets a matrix file's entries apart from another's of the same project, in their caches' and
+    baselines' names: "" for a checkout's own `matrix.toml` at its top (and for one outside any checkout, whose
+    project is its folder already); else `-m` and 8 hex of its path within its checkout (or of its name), so
+    examples/zoo/matrix.toml's `cpu` and the root's `cpu` share neither a trusted cache nor a kept baseline.
+    Read from the path alone, never from the files: a pull request moves no run into another's scope."""
+    checkout = find_checkout(matrix.parent)
+    absolute = Path(os.path.abspath(matrix))  # noqa: PTH100 (lexical, as find_checkout is)
+    within = absolute.relative_to(checkout.top).as_posix() if checkout is not None else absolute.name
+    return "" if within == MATRIX else f"-m{hashlib.sha256(within.encode()).hexdigest()[:8]}"

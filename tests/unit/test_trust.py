@@ -87,3 +87,27 @@ def test_a_projects_scope_is_a_readable_name_docker_takes_and_a_hash(identity: s
     assert name == readable and re.fullmatch(r"[0-9a-f]{12}", digest)
     # A path component of an image name, and part of a volume's name (torchyard.image.plan, torchyard.run.scopes).
     assert re.fullmatch(r"[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*", scope)
+
+
+def test_two_matrix_files_of_one_repository_share_no_entry_cache_or_baseline(tmp_path: Path) -> None:
+    """Issue 70: examples/zoo/matrix.toml's `cpu` and the root's `cpu`, both named as Actions names the
+    repository, read and wrote one trusted volume and one kept baseline, and each run was held to the other's.
+    The matrix file's path within its checkout now sets them apart; the project (the siblings a new cache
+    starts from) stays the repository's, and the root's own matrix.toml keeps its names."""
+    from torchyard.matrix.load import load_plan
+    from torchyard.run.scopes import cache_scope
+    from torchyard.trust import matrix_tag
+
+    (tmp_path / ".git" / "objects").mkdir(parents=True)
+    (tmp_path / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    root, zoo = tmp_path / "matrix.toml", tmp_path / "examples" / "zoo" / "matrix.toml"
+    assert matrix_tag(root) == ""
+    assert re.fullmatch(r"-m[0-9a-f]{8}", matrix_tag(zoo)) and matrix_tag(zoo) != matrix_tag(tmp_path / "gpu.toml")
+    assert matrix_tag(tmp_path / "outside" / "matrix.toml") == matrix_tag(tmp_path / "outside" / "matrix.toml")
+    env = {"GITHUB_REPOSITORY": "torchyard/torchyard"}
+    assert project_scope(root, env) == project_scope(zoo, env)
+    entry = next(iter(load_plan(Path(__file__).parents[2] / "matrix.toml").entries))
+    ours = cache_scope(entry, project_scope(root, env), "trusted", "1")
+    theirs = cache_scope(entry, project_scope(zoo, env), "trusted", "1", matrix_tag=matrix_tag(zoo))
+    assert ours.volume != theirs.volume and ours.project == theirs.project
+    assert ours.volume == f"torchyard-cache-{ours.project}-{entry.name}"  # the root's trusted cache keeps its name

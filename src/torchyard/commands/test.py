@@ -16,7 +16,7 @@ from torchyard.errors import UsageError
 from torchyard.matrix.machine import Machine
 from torchyard.matrix.schema import Entry
 from torchyard.run.baseline import named_baseline
-from torchyard.trust import TRUST_ENV, RunTrust, resolve_trust
+from torchyard.trust import MATRIX, TRUST_ENV, RunTrust, resolve_trust
 from torchyard.util import proc
 
 
@@ -35,8 +35,9 @@ def test_entries(
     baseline: Path | None = None,
     runner: proc.Runner = proc.run,
     env: Mapping[str, str] = os.environ,
+    matrix: Path = Path(MATRIX),
 ) -> int:
-    """Run every selected entry; the first non-zero status is the result (all entries still run).
+    """Run every selected entry of `matrix`; the first non-zero status is the result (all entries still run).
 
     `container` runs each entry in its image, except native ones (MPS), which run in a venv made from
     their lock once the host is shown to have their device; `local` runs every entry in such a venv;
@@ -54,5 +55,5 @@ def test_entries(
     return pipeline.run_tests(
         entries, mode=mode, lockdir=lockdir, reports=reports, pytest_args=pytest_args, machine=machine, trust=trust,
         keep=keep, project=project, unsandboxed=unsandboxed, baseline=baseline, runner=runner,
-        env={**env, TRUST_ENV: trust.level},
+        env={**env, TRUST_ENV: trust.level}, matrix=matrix,
     )  # fmt: skip

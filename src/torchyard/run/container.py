@@ -138,6 +138,7 @@ def plan_run(
     project: str,
     trust: RunTrust,
     machine: Machine,
+    matrix_tag: str = "",
     memory: str,
     env: Mapping[str, str] = os.environ,
 ) -> RunPlan:
@@ -150,7 +151,9 @@ def plan_run(
         image=image,
         name=name,
         reports=reports,
-        scope=cache_scope(entry, project, trust.level, name.rsplit("-", 1)[-1], stack_of(found.labels)),
+        scope=cache_scope(
+            entry, project, trust.level, name.rsplit("-", 1)[-1], stack_of(found.labels), matrix_tag=matrix_tag
+        ),
         user=run_user(os.getuid(), os.getgid()),
         seal=Seal(machine.limits, memory, network=_network(entry, trust, machine)),
         image_id=str(found.id),

@@ -56,8 +56,12 @@ class CacheScope:
         return {ENTRY_LABEL: entry.name, SCOPE_LABEL: self.project, TRUST_LABEL: self.trust, **stack}
 
 
-def cache_scope(entry: Entry, project: str, trust: Trust, run_id: str, stack: str = "") -> CacheScope:
-    trusted = f"torchyard-cache-{project}-{entry.name}"
+def cache_scope(
+    entry: Entry, project: str, trust: Trust, run_id: str, stack: str = "", *, matrix_tag: str = ""
+) -> CacheScope:
+    """The entry's scope; `matrix_tag` (`trust.matrix_tag`) keeps a second matrix file's entry of the same name
+    apart, while its project (the siblings a new cache starts from) stays the repository's."""
+    trusted = f"torchyard-cache-{project}-{entry.name}{matrix_tag}"
     if trust == "trusted":
         return CacheScope(trusted, None, project, trust, stack)
     return CacheScope(f"{trusted}-untrusted-{run_id}", trusted, project, trust, stack)
