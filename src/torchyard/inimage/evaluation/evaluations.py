@@ -220,10 +220,39 @@ class Evaluations:
             return again.status == "passed"
 
         where = localize_train(result.backend, correct, time_bound=self.settings.options.localize_seconds)
+        if LAYOUT_OPTIMIZATION in where.pass_name:
+            note = self.channels_last_note(case, result, made)
+            where = dataclasses.replace(where, note=note) if note else where
         result.diverges = where.as_dict()
+
+    def channels_last_note(self, case: Case, result: Result, made: TrainReference) -> str:
+        """Why a compiled step the bisector blames on inductor's layout optimization (its convolutions' layout,
+        channels-last, in training) misses: where the eager step in channels-last misses the float64 step too, by
+        as much within `EAGER_ALIKE`, it is the stack's channels-last precision, not a wrong compile. "" else."""
+        eager = f"train-eager-{TrainBackend.parse(result.backend).optimizer}"
+        runner = train_runner(eager, self.dtype, made.frozen, timed=False, channels_last=True)
+        dtype_name = str(self.dtype).removeprefix("torch.")
+        alike = evaluate(
+            case, eager, device=self.device, dtype=self.dtype, weights=torch.float32,
+            tolerances=self.settings.tolerances, workdir=self.workdir / case.name / "channels-last",
+            reference=made.reference, runner=runner,
+            bounds=self.settings.tolerances.bounds(dtype_name, result.backend, case.tolerances),
+        )  # fmt: skip
+        worst, eagers = _worst_rel_l2(result), _worst_rel_l2(alike)
+        if alike.status != "failed" or worst > EAGER_ALIKE * eagers:
+            return ""
+        return (
+            f"the stack's precision, not a wrong compile: inductor's layout optimization (the bisector's step) takes "
+            f"the step in channels-last, and the eager step in channels-last misses the float64 step too (worst "
+            f"relative L2 {eagers:.3g}, this step's {worst:.3g}): the stack's channels-last kernels (BatchNorm's "
+            "backward on the CPU) sum in float32 where the contiguous ones sum in float64. "
+            "`torch._inductor.config.layout_optimization = False` keeps the step contiguous; own-cases.md, Training, "
+            "says how to loosen a case's bounds"
+        )
 
 
 EAGER_ALIKE = 10.0  # a compiled step within this factor of eager's own miss is float32's, not the compiler's
+LAYOUT_OPTIMIZATION = "layout_optimization"  # the bisector's name for inductor's choice of channels-last
 
 
 def again_on_failure(case: Case, first: Result, evaluated: Callable[[Path], Result], workdir: Path) -> Result:

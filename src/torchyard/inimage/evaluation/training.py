@@ -54,6 +54,9 @@ class TrainBackend:
     compiled: bool
     optimizer: str  # "sgd" or "adamw"
     mode: str = "default"
+    # The module and its 4-D inputs in channels-last, as inductor's layout optimization runs a compiled step
+    # with convolutions (`evaluations.channels_last_note`); no backend name says it
+    channels_last: bool = False
 
     @classmethod
     def parse(cls, name: str) -> TrainBackend:
@@ -172,10 +175,9 @@ def step(
     gradients' RMS that the step divides by: in the gradients' units, with their relative error. `jitter`
     moves every floating weight, buffer and input by that relative amount, each element up or down at random
     (`spread`)."""
-    module = case.fresh_module().to(dtype=master).to(device).train()
+    module, call = _prepared(case, backend, device=device, master=master, jitter=jitter)
     named = [(name, p) for name, p in module.named_parameters() if p.requires_grad and p.is_floating_point()]
     optimizer = _optimizer(backend.optimizer, [p for _, p in named])
-    call = _jittered(module, to_device(case.calls()[0], device, master), jitter)
     loss_of = case.loss or default_loss
 
     forward = _forward(case, module, backend)
@@ -242,6 +244,26 @@ def step(
         for _ in range(TRAIN_TIMED_STEPS):
             timings.append(_timed_step(run, call, optimizer, scaler, device))
     return values, names, frozen
+
+
+def _prepared(
+    case: Case, backend: TrainBackend, *, device: torch.device, master: torch.dtype, jitter: float
+) -> tuple[torch.nn.Module, Call]:
+    """The case's module and first call on `device` in `master`, moved by `jitter` (`_jittered`), in
+    channels-last where the backend says so."""
+    module = case.fresh_module().to(dtype=master).to(device).train()
+    if backend.channels_last:
+        module = module.to(memory_format=torch.channels_last)
+    call = _jittered(module, to_device(case.calls()[0], device, master), jitter)
+    if backend.channels_last:
+        call = Call(*pytree.tree_map(_channels_last, (tuple(call.args), dict(call.kwargs))))
+    return module, call
+
+
+def _channels_last(leaf: Any) -> Any:
+    if isinstance(leaf, torch.Tensor) and leaf.dim() == 4:
+        return leaf.contiguous(memory_format=torch.channels_last)
+    return leaf
 
 
 def _forward(case: Case, module: torch.nn.Module, backend: TrainBackend) -> Callable[..., Any]:
@@ -396,10 +418,12 @@ def train_runner(
     scale_gradients: Callable[[torch.Tensor], torch.Tensor] | None = None,
     *,
     timed: bool = True,
+    channels_last: bool = False,
 ) -> Callable[..., BackendRun]:
     """A runner (as the harness calls it, with float32 master weights) that takes one step on the device
-    under `autocast` (float32: none) and, `timed`, times more; `scale_gradients` plants a broken step."""
-    backend = TrainBackend.parse(backend_name)
+    under `autocast` (float32: none) and, `timed`, times more; `scale_gradients` plants a broken step;
+    `channels_last`: in that memory format."""
+    backend = dataclasses.replace(TrainBackend.parse(backend_name), channels_last=channels_last)
 
     def run(case: Case, module: torch.nn.Module, calls: list[Call], device: torch.device, workdir: Any) -> BackendRun:
         started = time.perf_counter()
