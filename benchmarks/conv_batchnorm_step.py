@@ -15,6 +15,7 @@ from collections.abc import Callable
 import torch
 import torch._inductor.config as inductor_config
 from torch import nn
+from torch._inductor.compiler_bisector import CompilerBisector
 
 Grads = dict[str, torch.Tensor]
 
@@ -76,8 +77,6 @@ def main() -> None:
         found = _norm_weight_gradient(norm.float(), inputs.to(memory_format=layout), upstream.to(memory_format=layout))
         print(f"BatchNorm2d backward alone, {layout}: grad[weight] {float((found - exact).norm() / exact.norm()):.2e}")
     if args.bisect:
-        from torch._inductor.compiler_bisector import CompilerBisector
-
         def correct() -> bool:
             found = errors(gradients(model, x, "inductor"), reference)
             return all(found[name] <= 10 * eager[name] for name in found)
