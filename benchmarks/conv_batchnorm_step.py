@@ -77,6 +77,7 @@ def main() -> None:
         found = _norm_weight_gradient(norm.float(), inputs.to(memory_format=layout), upstream.to(memory_format=layout))
         print(f"BatchNorm2d backward alone, {layout}: grad[weight] {float((found - exact).norm() / exact.norm()):.2e}")
     if args.bisect:
+
         def correct() -> bool:
             found = errors(gradients(model, x, "inductor"), reference)
             return all(found[name] <= 10 * eager[name] for name in found)
