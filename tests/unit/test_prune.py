@@ -46,6 +46,10 @@ def test_a_container_running_past_its_deadline_goes_and_one_within_it_stays() ->
     ]
     plan = plan_prune([], containers, {}, keep=1, now=2_000)
     assert [c.name for c in plan.containers] == ["torchyard-cpu-1"]
+    # Issue 70: one whose run is known gone (its staging folder unheld) goes at once, within its deadline too.
+    gone = ContainerFacts("c4", "torchyard-cpu-4", "sha256:a4", running=True, ends_at=3_000, abandoned=True)
+    plan = plan_prune([], [*containers, gone], {}, keep=1, now=2_000)
+    assert [c.name for c in plan.containers] == ["torchyard-cpu-1", "torchyard-cpu-4"]
 
 
 def test_two_projects_entries_of_one_name_are_kept_and_removed_apart() -> None:

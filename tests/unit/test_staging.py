@@ -22,7 +22,7 @@ from torchyard.run.container import (
     staged_reports,
 )
 from torchyard.run.scopes import DEADLINE_LABEL
-from torchyard.run.staging import make_stage, sweep_stages
+from torchyard.run.staging import abandoned, holding, make_stage, sweep_stages
 
 from .test_run import HOST, PLAN, run_plan
 
@@ -244,3 +244,16 @@ def test_the_deadline_fits_inside_what_is_left_of_the_jobs_time(capsys: pytest.C
         _timeout(entry, Limits(), ends, now=10_000 + 118 * 60)
     with pytest.raises(ConfigError, match="TORCHYARD_JOB_ENDS_AT"):
         _timeout(entry, Limits(), {"TORCHYARD_JOB_ENDS_AT": "soon"})
+
+
+def test_a_container_whose_run_is_gone_is_known_by_its_unheld_staging_folder(tmp_path: Path) -> None:
+    """Issue 70: a container outlived its cancelled run and deadline (its own `timeout` stopped by its tests);
+    the next run's sweep now removes it at once, where its run no longer holds its staging folder."""
+    root = tmp_path / "staging"
+    stage = make_stage(root / "torchyard-cpu-abc", None)
+    assert abandoned(root, stage.name)  # nobody holds it: its run is gone
+    with holding(stage):
+        assert not abandoned(root, stage.name)  # a live run's
+    assert not abandoned(root, "torchyard-cpu-other")  # no folder here: another user's run, or none
+    (root / "link").symlink_to(stage)
+    assert not abandoned(root, "link")

@@ -523,3 +523,22 @@ def test_every_job_that_runs_suites_tells_torchyard_when_it_ends() -> None:
             wanted = f'echo "TORCHYARD_JOB_ENDS_AT=$(( $(date +%s) + {job["timeout-minutes"]} * 60 ))" >> "$GITHUB_ENV"'
             assert first == wanted, (path.name, name)
     assert checked >= 4
+
+
+@pytest.mark.parametrize("workflow", BOTH, ids=["ci", "template"])
+def test_a_cancelled_jobs_signal_reaches_torchyard(workflow: Path) -> None:
+    """Issue 70: a cancelled job's container outlived it. The runner signals the step's shell: each step that runs
+    the suites hands the signal on, by `exec` (nox passes it on to torchyard) or by a trap that sends the
+    backgrounded torchyard SIGTERM (a background job ignores SIGINT), and waits for it to end."""
+    jobs = yaml.safe_load(workflow.read_text().replace("@SPEC@", "torchyard"))["jobs"]
+    scripts = [str(step.get("run", "")) for job in jobs.values() for step in job.get("steps", [])]
+    suites = [
+        line.strip() for script in scripts for line in script.splitlines() if "nox -s ${{ matrix.session }}" in line
+    ]
+    assert suites and all(line.startswith("exec nox -s") for line in suites), suites
+    tests = [script for script in scripts if "torchyard test " in script]
+    assert tests, "no step runs torchyard test"
+    for script in tests:
+        assert "torchyard test " in script and '" &\n' in script, script
+        assert "trap 'kill -TERM \"$child\" 2>/dev/null' INT TERM" in script
+        assert 'while kill -0 "$child" 2>/dev/null; do wait "$child" || status=$?; done' in script

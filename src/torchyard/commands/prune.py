@@ -24,7 +24,7 @@ from torchyard.host.engine import engine
 from torchyard.image.layers import image_keys
 from torchyard.image.plan import ALIASES, DEPENDENCY_REPOSITORY
 from torchyard.run.scopes import DEADLINE_LABEL, SCOPE_LABEL, TRUST_LABEL
-from torchyard.run.staging import staging_root, sweep_stages
+from torchyard.run.staging import abandoned, staging_root, sweep_stages
 from torchyard.util.markdown import markdown_table
 
 LABEL = "dev.torchyard.entry"
@@ -53,6 +53,7 @@ class ContainerFacts:
     running: bool
     owner: Owner = ("", "")  # its project and entry, as its labels say
     ends_at: int = 0  # its deadline label (`run.container.DEADLINE_LABEL`); 0: none
+    abandoned: bool = False  # its run is known gone (`run.staging.abandoned`): it goes whatever its deadline
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,8 @@ def plan_prune(
     """What to remove. `containers` are torchyard's, `in_use` the images of every other container on the
     engine, `volumes` maps each torchyard volume to its project and entry, and `untrusted` names the volumes
     of untrusted runs' scopes. A container still running past its deadline (`now`: a run killed outright, whose
-    own bound was stopped) goes as a stopped one does."""
-    stopped = tuple(c for c in containers if not c.running or 0 < c.ends_at < now)
+    own bound was stopped), or whose run is known gone, goes as a stopped one does."""
+    stopped = tuple(c for c in containers if not c.running or c.abandoned or 0 < c.ends_at < now)
     in_use = in_use | {container.image_id for container in containers if container not in stopped}
     groups: dict[Owner, list[ImageFacts]] = {}
     for image in images:
@@ -190,6 +191,7 @@ def _facts(
             c.status == "running",
             _owner(c.labels or {}),
             _deadline(c.labels or {}),
+            abandoned(staging_root(), str(c.name)),
         )
         for c in client.containers.list(all=True, filters={"label": LABEL})
     ]

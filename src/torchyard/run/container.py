@@ -42,6 +42,7 @@ from torchyard.run.handback import (
 )
 from torchyard.run.scopes import (
     DEADLINE_LABEL,
+    ENTRY_LABEL,
     STACK_LABEL,
     TRUST_LABEL,
     CacheScope,
@@ -51,7 +52,15 @@ from torchyard.run.scopes import (
     seed_image,
     sibling_filters,
 )
-from torchyard.run.staging import holding, make_stage, publish, remove_stage, staging_root, sweep_stages
+from torchyard.run.staging import (
+    abandoned,
+    holding,
+    make_stage,
+    publish,
+    remove_stage,
+    staging_root,
+    sweep_stages,
+)
 from torchyard.run.stamp import stamp_reports
 from torchyard.seal import IMAGE_USER, Seal, check_matrix_flags, check_untrusted_seal, run_user, sealing_args
 from torchyard.trust import TRUST_ENV, RunTrust
@@ -271,15 +280,22 @@ def hand_over(stage: Path, plan: RunPlan, facts: Mapping[str, str]) -> None:
 
 
 def sweep_leftovers(client: docker.DockerClient, staging: Path, now: float | None = None) -> None:
-    """Remove what runs killed outright left: torchyard's containers still there past their deadline label
-    (their own `timeout` was stopped, say), then the staging folders of containers that are gone."""
+    """Remove what runs killed outright left: torchyard's containers whose run is gone (its staging folder no
+    longer held: at once, whatever their deadline, for a container's own `timeout` runs as its tests' user,
+    who can stop it) or that are past their deadline label, then the staging folders of containers that are
+    gone."""
     moment = time.time() if now is None else now
-    for container in client.containers.list(all=True, filters={"label": DEADLINE_LABEL}):
+    for container in client.containers.list(all=True, filters={"label": ENTRY_LABEL}):
         ends = (container.labels or {}).get(DEADLINE_LABEL, "")
-        if ends.isdigit() and int(ends) < moment:
-            print(f"torchyard: removing container {container.name}: past its deadline (a run killed outright)")
-            with contextlib.suppress(docker.errors.APIError):
-                container.remove(force=True)
+        if abandoned(staging, str(container.name)):
+            why = "its run is gone (a run killed outright, or its job cancelled)"
+        elif ends.isdigit() and int(ends) < moment:
+            why = "past its deadline (a run killed outright)"
+        else:
+            continue
+        print(f"torchyard: removing container {container.name}: {why}")
+        with contextlib.suppress(docker.errors.APIError):
+            container.remove(force=True)
     alive = {str(container.name) for container in client.containers.list(all=True)}
     for name in sweep_stages(staging, alive):
         print(f"torchyard: removed the staging folder of {name} (a run killed outright)", file=sys.stderr)

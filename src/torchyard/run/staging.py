@@ -74,6 +74,14 @@ def _held(stage: Path) -> bool:
     return False
 
 
+def abandoned(root: Path, name: str) -> bool:
+    """Whether the run of container `name` is known to be gone: its staging folder is in `root` (this user's
+    runs') and no process holds it, which a live run does from before its container starts until it is removed.
+    A container of another user's run, or of none, is not known so: its deadline decides."""
+    stage = root / name
+    return stage.is_dir() and not stage.is_symlink() and not _held(stage)
+
+
 def remove_stage(stage: Path) -> None:
     """Remove a staging folder whatever the container left in it (no link followed, any depth)."""
     try:
