@@ -31,6 +31,7 @@ from torchyard.inimage.start.precision import DTYPES
 from torchyard.inimage.start.probe import torch_device
 from torchyard.inimage.start.settings import RunSettings
 from torchyard.inimage.start.tolerances import Bounds
+from torchyard.names import AUDIT_EVERY
 
 
 def artifact_cache(settings: RunSettings) -> ArtifactCache:
@@ -40,7 +41,11 @@ def artifact_cache(settings: RunSettings) -> ArtifactCache:
 
 def result_cache(settings: RunSettings) -> ResultCache:
     """Passing results by the key of what decides them, beside the artifacts (off with the artifact cache)."""
-    return ResultCache(settings.cache_root / "verdicts" if settings.artifacts else None, rerun=settings.rerun)
+    return ResultCache(
+        settings.cache_root / "verdicts" if settings.artifacts else None,
+        rerun=settings.rerun,
+        audit_every=AUDIT_EVERY if settings.trust == "trusted" else 0,  # an untrusted run's scope is thrown away
+    )
 
 
 class Evaluations:

@@ -77,6 +77,9 @@ def test_the_suites_a_shipped_self_test_proves_are_suites() -> None:
         "test_localize::test_a_compiled_step_that_misses_as_eager_does_is_not_blamed_on_a_compiler_step": {"train"},
         "test_localize::test_every_stage_the_bisector_can_name_has_words": {"compile", "train"},
         "test_result_cache": set(SUITE_NAMES) - {"ops"},
+        "test_records": {"parity"},
+        "test_compiled": {"compile", "parity", "train"},
+        "test_channels_last": {"train"},
         "test_report_lines::test_a_graph_break_is_counted_and_named_and_fails_only_a_case_that_needs_one_graph": {
             "compile",
             "parity",

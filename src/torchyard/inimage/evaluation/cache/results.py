@@ -40,7 +40,6 @@ from torchyard.inimage.evaluation.cache.record import Record
 from torchyard.inimage.evaluation.harness import Result
 from torchyard.inimage.evaluation.metrics import Comparison
 from torchyard.inimage.evaluation.trees import leaves
-from torchyard.names import AUDIT_EVERY
 from torchyard.util.atomic import replace_atomically
 
 # 4: each verdict kept with the record of what its evaluation read; 3: the project's files each case reaches
@@ -120,9 +119,13 @@ def _case_callables(case: Case) -> set[str]:
 class ResultCache:
     """`<key>.json` files under `root`; `root=None` or `rerun`: nothing replayed, nothing kept."""
 
-    def __init__(self, root: Path | None, *, rerun: bool = False, env: Mapping[str, str] = os.environ) -> None:
+    def __init__(
+        self, root: Path | None, *, rerun: bool = False, env: Mapping[str, str] = os.environ, audit_every: int = 0
+    ) -> None:
+        """`audit_every`: a kept verdict is evaluated again at that replay of it (`names.AUDIT_EVERY`, a trusted
+        run's own cache: `evaluations.result_cache`); 0: never, and replays are not counted."""
         self.root = None if rerun else root
-        self.trusted = env.get(contract.TRUST, "trusted") == "trusted"  # only a trusted run audits and counts
+        self.audit_every = audit_every
         self._auditing: dict[str, tuple[Result, Record]] = {}  # the kept verdicts this run evaluates again
         self.stack = env.get(contract.STACK, "")
         self.environment = contract.stack_environment(env)
@@ -210,10 +213,10 @@ class ResultCache:
             return None  # none, torn or from another format: evaluated again and kept anew
         if result.status != "passed":
             return None
-        if self.trusted and replays + 1 >= AUDIT_EVERY:  # its turn in the audit: evaluated again, then compared
+        if self.audit_every and replays + 1 >= self.audit_every:  # its turn: evaluated again, then compared
             self._auditing[key] = (result, Record.from_dict(data["record"]))
             return None
-        if self.trusted:  # counted by trusted runs only: an untrusted run's scope is thrown away
+        if self.audit_every:  # counted by trusted runs only
             self._write(key, {**data, "replays": replays + 1})
         return result
 
@@ -235,7 +238,7 @@ class ResultCache:
             "result": dataclasses.replace(result, diverges=None).as_dict(),
             "record": record.beyond(self._keyed.get(result.case, set())).as_dict(),
             # Where it starts in the audit's rotation: spread by key, so each run audits a share, not a burst.
-            "replays": int(key[:8], 16) % AUDIT_EVERY,
+            "replays": int(key[:8], 16) % self.audit_every if self.audit_every else 0,
         }
         self._write(key, data)
 
