@@ -58,8 +58,39 @@ def describe_error(error: BaseException) -> str:
         name, package = staged
         where = f" (in {name}, at {_stack_frame(frames, package) if package else _frame(frames[-1])})"
     else:
-        where = f" (at {_frame(frames[-1])})" if frames else ""
-    return f"{type(error).__name__}: {message[0] if message else ''}{where}"
+        where = f" (at {_placed(frames)})" if frames else ""
+    return f"{type(error).__name__}: {message[0] if message else ''}{where}{_sealed(error)}"
+
+
+def _placed(frames: traceback.StackSummary) -> str:
+    """Where an error outside any stage is said to be: its innermost frame where that is the project's or
+    torchyard's; else (the standard library, a released distribution: torch's `Module.__getattr__` for a
+    missing attribute) the innermost frame of the project's code that led there, then where it was raised."""
+    from torchyard.inimage.evaluation.cache.record import project_file  # it imports the key code, which imports us
+
+    innermost = frames[-1]
+    if project_file(innermost.filename) is not None or Path(innermost.filename).resolve().is_relative_to(TORCHYARD):
+        return _frame(innermost)
+    ours = [frame for frame in frames if project_file(frame.filename) is not None]
+    return f"{_frame(ours[-1])}; raised at {_frame(innermost)}" if ours else _frame(innermost)
+
+
+# What a network error looks like, by class name or message: a case that reaches for the network in a run that has
+# none (torchyard's containers have none unless the entry says why it needs one).
+NETWORK_ERRORS = frozenset({"URLError", "gaierror", "ConnectionError", "ConnectTimeout", "MaxRetryError"})
+NETWORK_MESSAGES = ("Temporary failure in name resolution", "Name or service not known", "Network is unreachable")
+
+
+def _sealed(error: BaseException) -> str:
+    """What to do about a network error ("" for any other): the run has no network."""
+    named = set(error_types(error)) & NETWORK_ERRORS or any(text in str(error) for text in NETWORK_MESSAGES)
+    if not named:
+        return ""
+    return (
+        "; the run has no network (torchyard's containers are sealed unless the entry's `network` says why it "
+        "needs one): ship what the case downloads with the project (package data, `InputFiles`), or build the "
+        "model without downloading (pretrained weights off)"
+    )
 
 
 def _frame(frame: traceback.FrameSummary) -> str:
