@@ -30,12 +30,12 @@ from torchyard.image.layers import stack_of
 from torchyard.matrix.machine import Limits, Machine, duration_seconds, size_bytes
 from torchyard.matrix.reader import one_line
 from torchyard.matrix.schema import Entry
+from torchyard.run.bounds import Bound, run_bounds
 from torchyard.run.environment import entry_environment
 from torchyard.run.handback import (
     HandBackError,
     crash_note,
     exclusive_run,
-    folder_bytes,
     fresh_folder,
     hand_back,
     read_report,
@@ -402,16 +402,6 @@ def _in_use(client: docker.DockerClient, volume: str) -> bool:
     return bool(client.containers.list(filters={"volume": volume}))
 
 
-@dataclass(frozen=True)
-class Bound:
-    """A folder the run writes on the host and the most it may hold; checked every `every` ticks."""
-
-    what: str
-    folder: Path
-    limit: int
-    every: int = 1
-
-
 class _Watch:
     """Stops the container when the run's time is up (docker stop: SIGTERM, then SIGKILL after 10 s), and
     kills it when a folder it writes on the host passes its bound while it writes: a run cannot fill the
@@ -433,7 +423,7 @@ class _Watch:
                 self.passed = True
             else:
                 due = (bound for bound in self._bounds if tick % bound.every == 0)
-                self.overflowed = next((bound for bound in due if folder_bytes(bound.folder) > bound.limit), None)
+                self.overflowed = next((bound for bound in due if bound.size() > bound.limit), None)
                 if self.overflowed is None:
                     continue
             with contextlib.suppress(docker.errors.APIError):  # gone already
@@ -449,17 +439,6 @@ class _Watch:
     def __exit__(self, *exc: object) -> None:
         self._done.set()
         self._thread.join()
-
-
-def run_bounds(client: docker.DockerClient, plan: RunPlan, stage: Path) -> tuple[Bound, ...]:
-    """The staging folder the reports are written to, and an untrusted run's own cache volume where this host
-    can read the engine's volumes (a root runner: where the pull request's code could otherwise fill the disk)."""
-    bounds = [Bound("reports", stage, size_bytes(plan.seal.limits.reports))]
-    if plan.scope.ephemeral:
-        mountpoint = Path(str(client.volumes.get(plan.scope.volume).attrs.get("Mountpoint", "")))
-        if mountpoint.is_absolute() and os.access(mountpoint, os.R_OK | os.X_OK):
-            bounds.append(Bound("cache", mountpoint, size_bytes(plan.seal.limits.cache), every=10))
-    return tuple(bounds)
 
 
 def format_duration(seconds: int) -> str:
