@@ -24,11 +24,13 @@ def _torchyard(session: nox.Session, install: Sequence[str], *args: str) -> None
         session.install(*install)
         session.run("torchyard", *args)
         return
-    # The environment nox runs in: its interpreter, with its bin/ (uv, docker's helpers) first on PATH.
+    # The environment nox runs in: its interpreter, with its bin/ (uv, docker's helpers) first on PATH. `-P`: the
+    # working folder (a checkout) is not put first on sys.path, so no `torchyard/` committed there is imported.
     bindir = str(Path(sys.executable).parent)
     session.run(
-        sys.executable, "-m", "torchyard", *args, external=True, env={"PATH": bindir + os.pathsep + os.environ["PATH"]}
-    )
+        sys.executable, "-P", "-m", "torchyard", *args, external=True,
+        env={"PATH": bindir + os.pathsep + os.environ["PATH"]},
+    )  # fmt: skip
 
 
 def _session(name: str, doc: str, install: Sequence[str], body: Callable[[nox.Session, Sequence[str]], None]) -> None:

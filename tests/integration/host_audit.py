@@ -46,8 +46,9 @@ def allow_list() -> tuple[Allowed, ...]:
     return (
         Allowed(
             _resolved(sys.executable),
-            "torchyard itself (the interpreter that runs it): `-m torchyard` only, never a file of the checkout's",
-            argv_pattern=r'\["[^"]+", "-m", "torchyard"',
+            "torchyard itself (the interpreter that runs it): `-P -m torchyard` only (the working folder, a "
+            "checkout, never first on sys.path), never a file of the checkout's",
+            argv_pattern=r'\["[^"]+", "-P", "-m", "torchyard"',
         ),
         *(Allowed(client, CLIENT_WHY) for client in sorted(clients) if Path(client).is_file()),
         *(Allowed(folder, "the docker client's own plugins, which it lists before a command") for folder in plugins),
@@ -71,9 +72,13 @@ class Exec:
     succeeded: bool
 
 
-_LINE = re.compile(r'^(?P<pid>\d+)\s+execve\("(?P<path>(?:[^"\\]|\\.)*)", (?P<argv>\[.*?\]), .*?= (?P<result>-?\d+)')
-_UNFINISHED = re.compile(r'^(?P<pid>\d+)\s+execve\("(?P<path>(?:[^"\\]|\\.)*)", (?P<argv>\[.*?\]).*<unfinished \.\.\.>')
-_RESUMED = re.compile(r"^(?P<pid>\d+)\s+<\.\.\. execve resumed>.*= (?P<result>-?\d+)")
+# execve("path", [argv], ...) and execveat(dirfd, "path", [argv], ...): the path is the first string either way
+_CALL = r'(?:execve\(|execveat\([^,]+, )"(?P<path>(?:[^"\\]|\\.)*)", (?P<argv>\[.*?\])'
+_LINE = re.compile(rf"^(?P<pid>\d+)\s+{_CALL}, .*?= (?P<result>-?\d+)")
+_UNFINISHED = re.compile(rf"^(?P<pid>\d+)\s+{_CALL}.*<unfinished \.\.\.>")
+_RESUMED = re.compile(r"^(?P<pid>\d+)\s+<\.\.\. execve(?:at)? resumed>.*= (?P<result>-?\d+)")
+# A file opened by path (absolute, or relative to where the command started): what the audit reads of opens.
+_OPEN = re.compile(r'^(?P<pid>\d+)\s+(?:openat\(AT_FDCWD, |open\()"(?P<path>(?:[^"\\]|\\.)*)"')
 
 
 def read_execs(log: Path) -> list[Exec]:
@@ -88,6 +93,30 @@ def read_execs(log: Path) -> list[Exec]:
             path, argv = pending.pop(match["pid"])
             found.append(Exec(path, argv, match["result"] == "0"))
     return found
+
+
+def read_opens(log: Path, started_in: Path) -> list[str]:
+    """Every path a traced process opened by name (found or not), made absolute against `started_in`."""
+    found = []
+    for line in log.read_text(errors="replace").splitlines():
+        if (match := _OPEN.match(line)) is not None:
+            found.append(os.path.join(started_in, match["path"]))  # noqa: PTH118 (lexical: the path as opened)
+    return found
+
+
+# What the host opens only to run it: Python's modules (their bytecode cache is tried first, found or not), its
+# path configuration, and native libraries. The host reads a checkout's sources as data (a project's files for
+# an image), never its bytecode cache, which torchyard's contexts leave out.
+CODE_OPENED = re.compile(r"(/__pycache__/|\.pth$|\.so(\.[0-9.]+)?$)")
+
+
+def loaded_code(opened: Sequence[str], hostile: Sequence[Path]) -> list[str]:
+    """What the audit refuses of the opens: code loaded from a folder the pull request writes."""
+    return [
+        f"{path}: opened as code from {where}, a folder the pull request writes"
+        for path in opened
+        if CODE_OPENED.search(path) and (where := next((f for f in hostile if _inside(path, f)), None)) is not None
+    ]
 
 
 def _inside(path: str, folder: Path) -> bool:
@@ -121,8 +150,10 @@ def violations(execs: Sequence[Exec], allowed: Sequence[Allowed], hostile: Seque
 
 
 def traced(args: Sequence[str], log: Path) -> list[str]:
-    """`args` under strace, following every child, recording each execve (arguments up to 400 characters)."""
+    """`args` under strace, following every child, recording each execve and execveat (arguments up to 400
+    characters) and each file opened by name."""
     strace = shutil.which("strace")
     if strace is None:
         raise AssertionError("strace is missing: the host audit needs Debian's strace (.ci/run installs it)")
-    return [strace, "-f", "-qq", "-s", "400", "-e", "trace=execve", "-e", "signal=none", "-o", str(log), *args]
+    calls = "trace=execve,execveat,open,openat"
+    return [strace, "-f", "-qq", "-s", "400", "-e", calls, "-e", "signal=none", "-o", str(log), *args]

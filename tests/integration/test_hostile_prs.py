@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -22,7 +23,7 @@ from torchyard.run.staging import staging_root
 from torchyard.seal import Seal
 
 from .conftest import REPO, copy_tree
-from .host_audit import allow_list, read_execs, traced, violations
+from .host_audit import allow_list, loaded_code, read_execs, read_opens, traced, violations
 from .test_run import _run_with_mounted_test
 
 pytestmark = pytest.mark.integration
@@ -69,14 +70,21 @@ class Runner:
         in `assert_untouched`."""
         self.audits.append(self.root / f"execve-{len(self.audits)}.log")
         return subprocess.run(
-            traced([sys.executable, "-m", "torchyard", *args], self.audits[-1]),
+            traced([sys.executable, "-P", "-m", "torchyard", *args], self.audits[-1]),
             cwd=self.checkout, env=self.env, capture_output=True, text=True, timeout=600, check=False,
         )  # fmt: skip
 
     def audit(self) -> list[str]:
         """What the host started that it may not, over every command this runner ran."""
         hostile = (self.checkout, staging_root(), self.root / "reports")
-        return [problem for log in self.audits for problem in violations(read_execs(log), allow_list(), hostile)]
+        return [
+            problem
+            for log in self.audits
+            for problem in [
+                *violations(read_execs(log), allow_list(), hostile),
+                *loaded_code(read_opens(log, self.checkout), hostile),
+            ]
+        ]
 
     def victim_state(self) -> dict[str, bytes]:
         return {item.name: item.read_bytes() for item in sorted(self.victim.iterdir())}
@@ -332,22 +340,34 @@ def test_a_trusted_run_after_the_hostile_ones_is_clean(
 
 
 def test_the_host_audit_names_what_the_host_should_never_start(tmp_path: Path) -> None:
-    """The audit can fail: a program run from the checkout, one off the list, and git started outside its seam
-    (discovering a repository from a folder the pull request chose) are each named."""
+    """The audit can fail: a program run from the checkout, one off the list, git started outside its seam
+    (discovering a repository from a folder the pull request chose), a program started by descriptor
+    (`execveat`), torchyard started so that the checkout comes first on sys.path (a committed `torchyard/`
+    shadows it), and a module of the checkout imported into a host process are each named."""
     checkout = tmp_path / "checkout"
-    checkout.mkdir()
+    (checkout / "torchyard").mkdir(parents=True)
     (checkout / "hook.sh").write_text("#!/bin/sh\ntrue\n")
     (checkout / "hook.sh").chmod(0o755)
+    (checkout / "torchyard" / "__init__.py").write_text("")
+    (checkout / "torchyard" / "__main__.py").write_text("print('the pull request runs on the host')\n")
     log = tmp_path / "execve.log"
+    shutil.copy("/bin/true", checkout / "tool")  # a program of the checkout's, started by its descriptor
+    by_descriptor = f"import os; os.execve(os.open({str(checkout / 'tool')!r}, os.O_RDONLY), ['hook-by-fd'], {{}})"
     script = (
         "import subprocess, sys\n"
         f"subprocess.run([{str(checkout / 'hook.sh')!r}])\n"
         "subprocess.run(['sh', '-c', 'true'])\n"
         f"subprocess.run([sys.executable, {str(checkout / 'setup.py')!r}], capture_output=True)\n"
         f"subprocess.run(['git', 'ls-files'], cwd={str(checkout)!r}, capture_output=True)\n"
+        f"subprocess.run([sys.executable, '-c', {by_descriptor!r}])\n"
+        f"subprocess.run([sys.executable, '-m', 'torchyard', '--help'], cwd={str(checkout)!r}, capture_output=True)\n"
     )
     subprocess.run(traced([sys.executable, "-c", script], log), check=True)
     problems = violations(read_execs(log), allow_list(), [checkout])
+    assert any("hook-by-fd" in problem and "allow-list" in problem for problem in problems), problems
+    assert any("'-m', 'torchyard'" in problem.replace('"', "'") for problem in problems), problems
+    imported = loaded_code(read_opens(log, tmp_path), [checkout])
+    assert any("/torchyard/__pycache__/" in problem for problem in imported), imported
     assert any("hook.sh" in problem and "a folder the pull request writes" in problem for problem in problems)
     assert any(problem.startswith(("/bin/sh", "/usr/bin/sh")) and "allow-list" in problem for problem in problems)
     assert any("git" in problem and "started without --git-dir=" in problem for problem in problems)

@@ -245,7 +245,8 @@ def test_nox_runs_from_torchyards_own_environment(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr("torchyard.cli.run_nox", lambda args: run_nox(args, runner=fake))
     assert main(["nox", "-s", "test-cpu", "--", "--local", "--help"]) == 3
-    assert seen == [[sys.executable, "-m", "nox", "-s", "test-cpu", "--", "--local", "--help"]]
+    # `-P`: the working folder (a checkout) never first on sys.path, where a committed `nox/` would shadow nox
+    assert seen == [[sys.executable, "-P", "-m", "nox", "-s", "test-cpu", "--", "--local", "--help"]]
 
 
 def test_base_bootstraps_the_named_suite_into_its_own_tag(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -542,3 +542,28 @@ def test_a_cancelled_jobs_signal_reaches_torchyard(workflow: Path) -> None:
         assert "torchyard test " in script and '" &\n' in script, script
         assert "trap 'kill -TERM \"$child\" 2>/dev/null' INT TERM" in script
         assert 'while kill -0 "$child" 2>/dev/null; do wait "$child" || status=$?; done' in script
+
+
+def test_a_session_without_its_own_venv_starts_torchyard_with_the_checkout_off_sys_path() -> None:
+    """Issue 70: `python -m torchyard` put the working folder (the checkout) first on sys.path, so a committed
+    `torchyard/__main__.py` ran in the host's own process. The sessions start it with `-P`."""
+    import nox.registry
+
+    import torchyard.nox
+
+    class Session:
+        def __init__(self) -> None:
+            self.posargs, self.ran = ["cpu"], list[tuple[str, ...]]()
+
+        def run(self, *args: str, **kwargs: object) -> None:
+            self.ran.append(args)
+
+    before = dict(nox.registry.get())
+    session = Session()
+    try:
+        torchyard.nox.register()  # no install: the environment nox runs in
+        nox.registry.get()["test-cpu"].func(session)
+    finally:
+        nox.registry.get().clear()
+        nox.registry.get().update(before)
+    assert session.ran and session.ran[0][1:4] == ("-P", "-m", "torchyard"), session.ran

@@ -16,7 +16,9 @@ from torchyard.util import proc
 
 
 def nox_args(args: Sequence[str]) -> list[str]:
-    return [sys.executable, "-m", "nox", *args]
+    """`-P`: the working folder (a checkout) is not put first on sys.path, so no `nox/` committed there is
+    imported in nox's place (nox itself puts the noxfile's folder on the path, for the noxfile's imports)."""
+    return [sys.executable, "-P", "-m", "nox", *args]
 
 
 def run_nox(args: Sequence[str], *, runner: proc.Runner = proc.run) -> int:
