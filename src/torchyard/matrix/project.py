@@ -26,7 +26,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
 from torchyard.errors import ConfigError, UsageError
-from torchyard.matrix.reader import Table, describe
+from torchyard.matrix.reader import Table
 from torchyard.matrix.schema import Project, ProjectKind
 from torchyard.matrix.values import checkout_path
 from torchyard.names import BACKEND_DISTRIBUTIONS
@@ -130,10 +130,14 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
     return lines
 
 
-def read_requirements(folder: Path, relative: str, seen: tuple[str, ...] = ()) -> tuple[str, ...]:
+def read_requirements(
+    folder: Path, relative: str, seen: tuple[str, ...] = (), *, left: list[str] | None = None
+) -> tuple[str, ...]:
     """The requirements of the file `relative` (a path inside `folder`, the checkout, already checked: reached
     through no link), with those of its `-r` includes (relative to it, inside `folder` and reached through no
-    link too). Each line must be a PEP 508 requirement; every mistake is a `ConfigError` naming file and line."""
+    link too). Each line must be a PEP 508 requirement; every mistake is a `ConfigError` naming file and line,
+    the line whole. Given `left` (what `torchyard init` reads of a research repository), a line that is not a
+    requirement to lock (a `git+` URL, an editable, an option) is said there, whole and with why, and left out."""
     if relative in seen:
         raise ConfigError(f"{seen[-1]}: includes {relative} again ({' -> '.join([*seen, relative])})")
     try:
@@ -150,16 +154,23 @@ def read_requirements(folder: Path, relative: str, seen: tuple[str, ...] = ()) -
         if include is not None:
             target = posixpath.normpath(posixpath.join(posixpath.dirname(relative), include["path"]))
             checkout_path(Table({}, where), "-r", folder, target)
-            requirements += read_requirements(folder, target, (*seen, relative))
+            requirements += read_requirements(folder, target, (*seen, relative), left=left)
         elif line.startswith("-"):
-            raise ConfigError(f"{where}: {describe(line)} is an option, not a requirement: {_refused_option(line)}")
+            problem = f"{where}: {line!r} is an option, not a requirement: {_refused_option(line)}"
+            if left is None:
+                raise ConfigError(problem)
+            left.append(problem)
         else:
             try:
                 requirement = Requirement(line)
             except InvalidRequirement as error:
                 hint = f" ({_refused_option('--hash')})" if "--hash" in line else ""
                 reason = str(error).splitlines()[0]
-                raise ConfigError(f"{where}: not a PEP 508 requirement: {describe(line)} ({reason}){hint}") from None
+                problem = f"{where}: not a PEP 508 requirement: {line!r} ({reason}){hint}"
+                if left is None:
+                    raise ConfigError(problem) from None
+                left.append(problem)
+                continue
             requirements.append(str(requirement))  # as packaging writes it: spacing is no change to the lock
     return tuple(requirements)
 
@@ -229,9 +240,12 @@ class Adopter:
     kind: ProjectKind = "package"
     requirements_file: str | None = None  # a source folder's, where it has one
     left_out: tuple[str, ...] = ()  # test extras and groups not taken, each with why
-    # A source folder's setup.py (no requirements.txt): its literal install_requires, None where it has none.
+    # A source folder's setup.py (no requirements.txt): its literal install_requires, None where it has none; or
+    # what init could read of a requirements.txt it cannot take whole (`listed_from` says which).
     setup_requirements: tuple[str, ...] | None = None
     setup_file: bool = False
+    listed_from: str = SETUP_PY
+    left_lines: tuple[str, ...] = ()  # the lines of `listed_from` init left out, each whole with why
 
 
 def _python(project: Mapping[str, object], file: str) -> str:
@@ -322,7 +336,10 @@ def read_source(root: Path) -> Adopter:
     not static, and the host never runs it: its modules are taken as a source folder)."""
     listed = root / REQUIREMENTS_FILE
     present = listed.exists() or listed.is_symlink()
-    requirements = read_requirements(root, REQUIREMENTS_FILE) if present else ()
+    left: list[str] = []
+    requirements = read_requirements(root, REQUIREMENTS_FILE, left=left) if present else ()
+    if left:  # the file cannot be locked as it is: what init could read goes in the entry's requirements
+        return _source(root, requirements, REQUIREMENTS_FILE, tuple(left))
     setup = None if present else setup_py_requirements(root)
     for line in setup or ():
         _torch([line], f"{SETUP_PY}: install_requires")  # each one a PEP 508 requirement, or one line
@@ -332,6 +349,15 @@ def read_source(root: Path) -> Adopter:
     return Adopter(
         root.name, SOURCE_PYTHON, torch, tests, (), (), False, "source", REQUIREMENTS_FILE if present else None,
         setup_requirements=setup if setup_file else None, setup_file=setup_file,
+    )  # fmt: skip
+
+
+def _source(root: Path, requirements: tuple[str, ...], listed_from: str, left: tuple[str, ...]) -> Adopter:
+    """A source folder whose requirements init lists in the entry itself (`listed_from`'s), with what it left."""
+    torch = _torch(requirements, listed_from)
+    return Adopter(
+        root.name, SOURCE_PYTHON, torch, (root / "tests").is_dir(), (), (), False, "source", None,
+        setup_requirements=requirements, listed_from=listed_from, left_lines=left,
     )  # fmt: skip
 
 
