@@ -59,6 +59,8 @@ CHANGE_KINDS: tuple[ChangeKind, ...] = get_args(ChangeKind)
 
 # The longest localization may take for one failing result (seconds; an entry's `localize-timeout`).
 LOCALIZE_SECONDS_DEFAULT = 60
+# The suites whose rule judges that a program runs with eager's output shapes, not its values (parity's to judge).
+SHAPE_SUITES: frozenset[SuiteName] = frozenset({"export", "compile", "runtime", "aot"})
 # What an entry without `suites` runs.
 DEFAULT_SUITES: tuple[SuiteName, ...] = tuple(suite for suite in SUITE_NAMES if suite not in OPT_IN_SUITES)
 # Suites that lower programs for inference: through the artifact cache, localized where they fail (a train

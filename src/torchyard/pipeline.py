@@ -29,7 +29,7 @@ from torchyard.lock.check import require_fresh
 from torchyard.lock.resolve import uv_version
 from torchyard.matrix.machine import MEMORY_SHARE, Machine
 from torchyard.matrix.schema import Entry
-from torchyard.run.baseline import hold_to_baseline, store_for
+from torchyard.reports.baseline import hold_to_baseline, store_for
 from torchyard.run.container import plan_run, require_device_runtime, run_entry
 from torchyard.run.handback import reports_folder, summarize
 from torchyard.run.inplace import run_in_place
@@ -266,7 +266,7 @@ def run_containers(request: Request, progress: Progress) -> None:
 
 
 def held(entry: Entry, folder: Path, status: int, request: Request) -> int:
-    """The run in `folder` held to its baseline (`run.baseline`), its reports final: what changed written into
+    """The run in `folder` held to its baseline (`reports.baseline`), its reports final: what changed written into
     them; the run's status, or 1 where it passed and a change its entry's `fail-on-change` names was found."""
     tests = request.tests
     assert tests is not None

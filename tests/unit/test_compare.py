@@ -12,9 +12,9 @@ import pytest
 
 from torchyard.errors import UsageError
 from torchyard.reports import html, markdown
+from torchyard.reports.baseline import hold_to_baseline, store_for
 from torchyard.reports.compare import compare
 from torchyard.reports.merge import Cell, Run, merge
-from torchyard.run.baseline import hold_to_baseline, store_for
 from torchyard.run.stamp import HOST_LINE
 
 BOUNDS = {"max_scaled_error": 1e-4, "max_rel_l2": 1e-5, "min_cosine": 0.9999999}

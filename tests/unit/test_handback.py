@@ -16,12 +16,12 @@ from torchyard.run.handback import (
     crash_note,
     empty_folder,
     exclusive_run,
-    folder_bytes,
     fresh_folder,
     hand_back,
     read_report,
     reports_folder,
 )
+from torchyard.util.folders import folder_bytes
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="handing back as root is what can take over host files")

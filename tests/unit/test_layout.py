@@ -114,3 +114,17 @@ def test_no_source_file_is_ignored_by_git() -> None:
     sources = [path.relative_to(root).as_posix() for path in (root / "src").rglob("*") if path.is_file()]
     ignored = [name for name in sources if spec.match_file(name) and "__pycache__" not in name]
     assert not ignored, f".gitignore hides sources from commits: {ignored}"
+
+
+# The host side's stages, in the order the data flows: a stage may import an earlier one, never a later one.
+STAGES = ("matrix", "lock", "image", "run", "reports")
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_no_stage_imports_a_later_one(stage: str) -> None:
+    """Issue 72: image/wheel.py imported run/handback (for `folder_bytes`, now in util/folders.py): the one arrow
+    back up the house. Each stage's modules import the stages before it, and none after."""
+    later = {f"torchyard.{name}" for name in STAGES[STAGES.index(stage) + 1 :]}
+    for path in sorted((PACKAGE / stage).rglob("*.py")):
+        found = {name for name in imports(path) if any(name == s or name.startswith(s + ".") for s in later)}
+        assert not found, f"{path.relative_to(PACKAGE)} imports a later stage: {sorted(found)}"

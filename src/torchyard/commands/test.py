@@ -15,7 +15,7 @@ from torchyard import pipeline
 from torchyard.errors import UsageError
 from torchyard.matrix.machine import Machine
 from torchyard.matrix.schema import Entry
-from torchyard.run.baseline import named_baseline
+from torchyard.reports.baseline import named_baseline
 from torchyard.trust import MATRIX, TRUST_ENV, RunTrust, resolve_trust
 from torchyard.util import proc
 

@@ -27,9 +27,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.image.source import ProjectFile, write_files
 from torchyard.matrix.machine import Source, write_index_args
-from torchyard.run.handback import folder_bytes
 from torchyard.seal import Helper, run_user, sealed_run
 from torchyard.util import proc
+from torchyard.util.folders import folder_bytes
 
 # PEP 517: a project without [build-system] is built by setuptools' legacy backend.
 DEFAULT_REQUIRES = ("setuptools>=40.8.0",)

@@ -1,7 +1,8 @@
 """The in-image side: runs inside each image with torch, pytest and what the entry installs.
 
-Nothing here imports the host side (`torchyard.matrix`, `torchyard.lock`, ...); the only shared module is
-the stdlib-only `torchyard.markdown`.
+Nothing here imports the host side (`torchyard.matrix`, `torchyard.lock`, ...): only the stdlib-only modules
+the image ships beside it (`torchyard.contract.INIMAGE_MODULES`: the contract, the shared names, the ops file
+format and the small utilities), as a unit test holds.
 """
 
 from pathlib import Path

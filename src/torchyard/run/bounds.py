@@ -17,7 +17,7 @@ import docker.errors
 
 from torchyard.errors import UsageError
 from torchyard.matrix.machine import size_bytes
-from torchyard.run.handback import folder_bytes
+from torchyard.util.folders import folder_bytes
 
 if TYPE_CHECKING:
     from torchyard.run.container import RunPlan

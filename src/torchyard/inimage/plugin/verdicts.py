@@ -1,5 +1,5 @@
-"""What passes, per suite: the one place each suite's rule is written, which the suites, the self-tests and
-the mutation session (`nox -s mutants`) all go through (`passes`).
+"""The predicates each suite's rule is made of (each suite's own module writes its rule, `passes`, from them), which
+the suites, the self-tests and the mutation session (`nox -s mutants`) all go through; and what a pass rests on.
 
 - export: the exported program ran with the eager output's shapes, and was saved and loaded (a file).
 - compile: the compiled module ran compiled code on every call, with the eager output's shapes (its values are
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from torchyard.inimage.evaluation.backends import BACKENDS
 from torchyard.inimage.evaluation.harness import Result, output_label
-from torchyard.names import SuiteName
+from torchyard.names import SHAPE_SUITES, SuiteName
 
 # The backends whose program runs from memory: the file they keep is not what the runtime suite tests.
 FROM_MEMORY = frozenset(
@@ -53,7 +53,7 @@ def pass_reason(suite: SuiteName, result: Result, rule: str) -> str:
     """What a pass of `result` in `suite` rests on, where its own reason would not say: a suite that does not
     judge values names its rule and leaves the values that missed to the parity suite; a comparison that
     passed by a rule other than the plain bounds (a small leaf's) names it. "" for a plain pass."""
-    if suite in ("export", "compile", "runtime") and result.status == "failed":
+    if suite in SHAPE_SUITES and result.status == "failed":
         return f"passes the {suite} rule ({rule}); its values are the parity suite's to judge: {result.reason}"
     ruled = sorted(  # the largest errors first: the ones that look like failures in the table's columns
         (comparison for comparison in result.comparisons if comparison.passed and comparison.rule),

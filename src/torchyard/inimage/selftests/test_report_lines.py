@@ -36,6 +36,7 @@ from torchyard.inimage.start.settings import RunSettings
 from torchyard.inimage.start.tolerances import Bounds, load_tolerances
 from torchyard.inimage.suites import test_runtime as runtime_suite
 from torchyard.inimage.suites import test_train as train_suite
+from torchyard.names import SHAPE_SUITES
 
 pytestmark = pytest.mark.harness
 
@@ -53,6 +54,11 @@ def test_a_pass_of_a_suite_that_does_not_judge_values_says_so() -> None:
         "parity suite's to judge: scaled max error 0.000147 > 0.0001"
     )
     assert pass_reason("runtime", Result("mlp", "executorch-xnnpack", "float32", "passed"), runtime_suite.RULE) == ""
+    # Every suite that judges shapes says so (issue 72: the aot suite's pass said nothing of where its values are
+    # judged), and one that judges values never does.
+    for suite in SHAPE_SUITES:
+        assert pass_reason(suite, missed, "its rule").startswith(f"passes the {suite} rule (its rule); its values")
+    assert not pass_reason("parity", missed, "its rule").startswith("passes the parity rule")
 
 
 def test_a_leaf_that_passes_by_the_small_leaf_rule_is_named() -> None:
