@@ -8,6 +8,7 @@ with kept verdicts forged on disk to say pass for a case that fails."""
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import json
 import os
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from torchyard.inimage.evaluation.cache.record import _on_path, recording
 from torchyard.names import AUDIT_EVERY
 
 pytestmark = pytest.mark.harness("parity")
@@ -242,32 +244,23 @@ def test_a_change_the_key_cannot_see_is_seen_by_the_record_and_a_stale_verdict_b
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler to build a native library with")
 def test_a_native_library_of_the_project_makes_its_results_unkeepable(tmp_path: Path) -> None:
-    """Code in a shared object the project built (loaded on import, before any case runs) is not seen by the
-    record: its results are evaluated every run, and say why."""
-    for name, text in FILES.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    (tmp_path / "mypkg/scale.c").write_text("double gain(void) { return 2.0; }\n")
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", "_scale.so", "scale.c"], cwd=tmp_path / "mypkg", check=True)
-    (tmp_path / "mypkg/native.py").write_text(
-        textwrap.dedent(
-            """
-            import ctypes
-            from pathlib import Path
-
-            from mypkg.models import Base
-
-            _lib = ctypes.CDLL(str(Path(__file__).with_name("_scale.so")))
-            _lib.gain.restype = ctypes.c_double
-
-
-            class Native(Base):
-                def forward(self, x):
-                    return self.linear(x) * _lib.gain()
-            """
-        )
-    )
-    found = run(tmp_path, {"native": "native.Native"})
-    status, replayed, unkeepable, _ = found["native"]
-    assert status == "passed" and not replayed and "_scale.so" in str(unkeepable), found
-    assert not list((tmp_path / "cache" / "verdicts").glob("*.json"))
+    """Code in a shared object the project built (loaded before any case runs) is not seen by the record: a
+    window while it is loaded from the project's folder on the path is unkeepable, saying which; once that folder
+    is off the path, it is no project's."""
+    with recording() as before:  # what the run's own project loads, if any, is said the same before and after
+        pass
+    (tmp_path / "scale.c").write_text("double gain(void) { return 2.0; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", "_scale.so", "scale.c"], cwd=tmp_path, check=True)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        library = ctypes.CDLL(str(tmp_path / "_scale.so"))
+        library.gain.restype = ctypes.c_double
+        with recording() as recorded:
+            assert library.gain() == 2.0
+        assert "_scale.so" in recorded[0].unkeepable and "native library of the project" in recorded[0].unkeepable
+    finally:
+        sys.path.remove(str(tmp_path))
+        _on_path.cache_clear()
+    with recording() as recorded:
+        pass
+    assert recorded[0].unkeepable == before[0].unkeepable, recorded[0].unkeepable
