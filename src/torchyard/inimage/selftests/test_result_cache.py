@@ -269,6 +269,14 @@ def test_a_change_to_one_model_moves_that_models_keys_only(shop: Path) -> None:
     (shop / "shop/cases.py").write_text(PROJECT["shop/cases.py"] + "CASES.append(Case('third', Second, inputs))\n")
     third = _shop_keys(shop)
     assert third["first"] == second["first"] and third["second"] == second["second"]
+    # Issue 69: nor does a case with a factory of its own, defined beside the others (a detection repository's
+    # new case sent every result back to evaluation); a function the module's other code names still counts.
+    added = "\ndef build_fourth():\n    return Second()\n\nCASES.append(Case('fourth', build_fourth, inputs))\n"
+    (shop / "shop/cases.py").write_text((shop / "shop/cases.py").read_text() + added)
+    fourth = _shop_keys(shop)
+    assert fourth["first"] == second["first"] and fourth["second"] == second["second"] and fourth["fourth"]
+    (shop / "shop/cases.py").write_text((shop / "shop/cases.py").read_text() + "SIZE = build_fourth\n")
+    assert _shop_keys(shop)["first"] != fourth["first"]  # named beyond the cases: it may act for any of them
 
 
 PAIR = (

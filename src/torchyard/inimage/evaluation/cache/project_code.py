@@ -232,28 +232,29 @@ def _top_level_part(name: str, path: Path) -> str:
     """What of module `name` runs on import or can act beyond the models it defines, as a digest of its syntax
     tree: everything but the bodies of its models (`nn.Module` subclasses: the cases that reach one key it),
     of its functions that are undecorated and never named by the module's top-level code (called, passed to a
-    registration, assigned over torch's), and the statements that make cases."""
+    registration, assigned over torch's), and the statements that make cases; a function named by those alone (a
+    case's factory or inputs) is left out whole, so a new case with a factory of its own moves no other key."""
     parsed = _syntax(path)
     if parsed is None:
         return "unreadable"
     tree = copy.deepcopy(parsed)
     module = sys.modules[name]
-    named = {
-        node.id
-        for statement in tree.body
-        if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
-        for node in ast.walk(statement)
-        if isinstance(node, ast.Name)
-    }
+    named: set[str] = set()
+    by_cases: set[str] = set()
+    for statement in tree.body:
+        if not isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            found = {node.id for node in ast.walk(statement) if isinstance(node, ast.Name)}
+            (by_cases if _builds_cases(statement) else named).update(found)
     kept: list[ast.stmt] = []
     for statement in tree.body:
         if _builds_cases(statement):
             continue
-        if (isinstance(statement, ast.ClassDef) and _model_class(module, statement.name)) or (
-            isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef)
-            and not statement.decorator_list
-            and statement.name not in named
-        ):
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef) and not statement.decorator_list:
+            if statement.name in by_cases - named:  # a case's own factory: its walk keys it
+                continue
+            if statement.name not in named:
+                statement.body = [ast.Pass()]
+        elif isinstance(statement, ast.ClassDef) and _model_class(module, statement.name):
             statement.body = [ast.Pass()]
         kept.append(statement)
     tree.body = kept
