@@ -31,10 +31,16 @@ class Tanh(torch.nn.Module):
         return torch.tanh(self.linear(x))
 
 
-class Disabled(Tanh):
-    @torch.compiler.disable  # type: ignore[untyped-decorator]
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.linear(x))
+def disabled() -> torch.nn.Module:
+    """`Tanh` with its forward under `torch.compiler.disable`, made when a test asks: the decorator imports
+    dynamo, which a run that compiles nothing must not (it makes inductor's cache folder)."""
+
+    class Disabled(Tanh):
+        @torch.compiler.disable  # type: ignore[untyped-decorator]
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.tanh(self.linear(x))
+
+    return Disabled()
 
 
 def inputs(rows: int) -> Callable[[torch.Generator], tuple[torch.Tensor]]:
@@ -91,7 +97,7 @@ def test_a_call_past_the_recompile_limit_is_not_compiled_and_says_why() -> None:
 def test_a_module_dynamo_does_not_compile_fails_as_not_compiled(tmp_path: Path) -> None:
     """`torch.compiler.disable` on the whole forward: eager's numbers under inductor's name. The result fails as
     not compiled (no localization: there is no compiled step), and the compile suite's rule does not pass it."""
-    case = Case("disabled", Disabled, inputs(4))
+    case = Case("disabled", disabled, inputs(4))
     result = evaluate(case, "inductor", device=RUN_DEVICE, dtype=torch.float32, tolerances=TOLERANCES, workdir=tmp_path)
     assert result.status == "failed" and result.reason.startswith(NOT_COMPILED), result.reason
     assert "call 1 of the compiled module ran eagerly" in result.not_compiled, result.not_compiled
@@ -100,6 +106,6 @@ def test_a_module_dynamo_does_not_compile_fails_as_not_compiled(tmp_path: Path) 
 
 def test_a_compiled_training_step_that_ran_eagerly_is_not_compiled() -> None:
     """The compiled training step is held to the same rule as inference: its forward must run compiled code."""
-    case = Case("disabled", Disabled, inputs(4))
+    case = Case("disabled", disabled, inputs(4))
     with pytest.raises(NotCompiled, match="ran eagerly"):
         step(case, TrainBackend(True, "sgd"), device=RUN_DEVICE, dtype=torch.float32, master=torch.float32)
