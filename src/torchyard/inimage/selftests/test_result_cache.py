@@ -519,3 +519,22 @@ def test_what_of_the_environment_reaches_the_stack_is_in_the_key(tmp_path: Path)
     ]
     assert len(set(keys[:3])) == 3 and keys[3] == keys[0]
     assert contract.stack_environment({"TORCHINDUCTOR_CACHE_DIR": "/c/gw0", "TORCHYARD_TRUST": "x"}) == {}
+
+
+def test_a_pytest_hook_of_the_project_counts_for_every_case(shop: Path) -> None:
+    """An attacker's review (issue 69): a conftest's `pytest_configure` that patches torch runs at collection,
+    before any record, and pytest calls it by its name alone, which no code of the module names: its body was
+    left out of the module's shared part. A pytest hook counts whole."""
+    hooks = shop / "hooks_mod.py"
+    hooks.write_text("import torch\n\ndef pytest_configure(config):\n    pass\n")
+    try:
+        importlib.import_module("hooks_mod")
+        before = _shop_keys(shop)
+        hooks.write_text(
+            "import torch\n\ndef pytest_configure(config):\n    torch.nn.Tanh.forward = torch.Tensor.log\n"
+        )
+        sys.modules.pop("hooks_mod")
+        importlib.import_module("hooks_mod")
+        assert _shop_keys(shop)["first"] != before["first"]
+    finally:
+        sys.modules.pop("hooks_mod", None)

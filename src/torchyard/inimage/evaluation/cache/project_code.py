@@ -228,11 +228,16 @@ def _without_models(name: str, path: Path, kept: set[str]) -> str:
     return hashlib.sha256(ast.dump(stripped).encode()).hexdigest()
 
 
+# Functions pytest calls by their name alone (a conftest's or plugin's hooks): named, though no code names them.
+HOOKS = ("pytest_",)
+
+
 def _top_level_part(name: str, path: Path) -> str:
     """What of module `name` runs on import or can act beyond the models it defines, as a digest of its syntax
     tree: everything but the bodies of its models (`nn.Module` subclasses: the cases that reach one key it),
     of its functions that are undecorated and never named by the module's top-level code (called, passed to a
-    registration, assigned over torch's), and the statements that make cases; a function named by those alone (a
+    registration, assigned over torch's, or a pytest hook pytest calls by its name), and the statements that make
+    cases; a function named by those alone (a
     case's factory or inputs) is left out whole, so a new case with a factory of its own moves no other key."""
     parsed = _syntax(path)
     if parsed is None:
@@ -249,7 +254,8 @@ def _top_level_part(name: str, path: Path) -> str:
     for statement in tree.body:
         if _builds_cases(statement):
             continue
-        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef) and not statement.decorator_list:
+        hook = isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef) and statement.name.startswith(HOOKS)
+        if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef) and not statement.decorator_list and not hook:
             if statement.name in by_cases - named:  # a case's own factory: its walk keys it
                 continue
             if statement.name not in named:

@@ -33,6 +33,7 @@ import os
 import stat
 import sys
 import sysconfig
+import threading
 from collections.abc import Collection, Iterator
 from pathlib import Path
 from types import CodeType, FrameType
@@ -50,6 +51,8 @@ UNRECORDABLE = {
     "ctypes.dlopen": "it loads a native library through ctypes",
     "socket.connect": "it opens a network connection",
     "socket.getaddrinfo": "it resolves a network name",
+    "os.fork": "it forks a process",
+    "os.forkpty": "it forks a process",
 }
 STANDARD = tuple(
     Path(folder).resolve() for folder in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
@@ -165,6 +168,7 @@ class _Window:
         self.reads: set[tuple[str, str]] = set()  # ("file" | "folder" | "variable", name)
         self.unkeepable = ""
         self.seen: set[CodeType] = set()
+        self.reading: set[CodeType] = set()  # the project code that read something itself in this window
 
     def trace(self, frame: FrameType, event: str, arg: object) -> None:
         code = frame.f_code
@@ -179,6 +183,7 @@ class _Window:
         while frame is not None:
             if project_file(frame.f_code.co_filename) is not None:
                 _READS_BY_CODE.setdefault(frame.f_code, set()).add((kind, name))
+                self.reading.add(frame.f_code)
                 return
             frame = frame.f_back
 
@@ -190,7 +195,9 @@ class _Window:
         if native:
             self.refuse(f"a native library of the project is loaded ({native[0]}): what it computes is not recorded")
         reads = set(self.reads)
-        for code in self.ran:
+        # What code that read nothing here read in an earlier window (a cache it filled then): a shared loader that
+        # read this case's own files here brings no other case's along.
+        for code in self.ran - self.reading:
             reads |= _READS_BY_CODE.get(code, set())
         ran = {found for code in self.ran if (found := project_file(code.co_filename)) is not None}
         files = {path: file_digest(path) for path in ran}
@@ -209,17 +216,26 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     window = _ACTIVE[-1]
     if event == "open":
         name = _path_of(args[0])
-        if name is not None and _regular_or_absent(name):
+        if name is not None and not Path(name).is_absolute() and not os.path.lexists(name):
+            # relative to a folder descriptor (`dir_fd`), which the event does not carry: not recordable
+            window.refuse(f"it opens {name!r} relative to a folder the record cannot name")
+        elif name is not None and _regular_or_absent(name):
             found = project_file(name)
             if found is not None:
                 window.read("file", found)
     elif event in ("os.listdir", "os.scandir"):
         name = _path_of(args[0]) if args else None
         found = project_file(name or ".")
-        if found is not None:
+        if found is not None and not _by_importlib():  # the import system's own look at a folder on the path
             window.read("folder", found)
     elif event in UNRECORDABLE or event.startswith("os.exec"):
         window.refuse(f"{UNRECORDABLE.get(event, UNRECORDABLE['os.exec'])} ({event})")
+
+
+def _by_importlib() -> bool:
+    """Whether the listing being audited is the import system's (its finder caches a folder's names)."""
+    frame = sys._getframe(2)  # _audit's caller: the code that listed
+    return frame is not None and frame.f_code.co_filename.startswith("<frozen importlib")
 
 
 def _path_of(value: object) -> str | None:
@@ -285,11 +301,13 @@ def recording() -> Iterator[list[Record]]:
     _ACTIVE.append(window)
     if previous is None:
         sys.settrace(window.trace)
+        threading.settrace(window.trace)  # the threads the window starts (a pool made before it is not traced)
     try:
         with _RecordedEnviron(type(os.environ)):
             yield done
     finally:
         if previous is None:
             sys.settrace(None)
+            threading.settrace(None)
         _ACTIVE.pop()
         done.append(window.record())

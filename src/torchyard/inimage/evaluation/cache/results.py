@@ -224,7 +224,8 @@ class ResultCache:
         """Keep a passing result under `key` with the record of what its evaluation read, beyond what the key
         holds; a failed write only loses the replay. A result whose record cannot be kept says why
         (`Result.unkeepable`)."""
-        if key is not None and key in self._auditing:
+        audited_now = key is not None and key in self._auditing
+        if key is not None and audited_now:
             kept, kept_record = self._auditing.pop(key)
             result.audit = audited(kept, kept_record, result)
         if key is None or self.root is None or result.status != "passed" or result.replayed:
@@ -237,8 +238,9 @@ class ResultCache:
             "evaluated": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "result": dataclasses.replace(result, diverges=None).as_dict(),
             "record": record.beyond(self._keyed.get(result.case, set())).as_dict(),
-            # Where it starts in the audit's rotation: spread by key, so each run audits a share, not a burst.
-            "replays": int(key[:8], 16) % self.audit_every if self.audit_every else 0,
+            # Where it starts in the audit's rotation: spread by key when first kept, so each run audits a share, not
+            # a burst; from 0 after its audit, so each verdict is audited every `audit_every` replays.
+            "replays": int(key[:8], 16) % self.audit_every if self.audit_every and not audited_now else 0,
         }
         self._write(key, data)
 
