@@ -70,9 +70,11 @@ class Record:
     folders: dict[str, str] = dataclasses.field(default_factory=dict)
     variables: dict[str, str] = dataclasses.field(default_factory=dict)
     unkeepable: str = ""
+    # Per project file, the qualified names of its code that ran (what `beyond` reads; never kept)
+    ran: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {key: value for key, value in dataclasses.asdict(self).items() if key != "ran"}
 
     @classmethod
     def from_dict(cls, data: object) -> Record:
@@ -96,10 +98,36 @@ class Record:
                 return f"the variable {name} changed"
         return ""
 
-    def beyond(self, keyed: Collection[str]) -> Record:
-        """The record without the files the case's key already holds (`keyed`: its walk's files, counted
-        model by model), so that a change to another model of the same file moves no result of this case."""
-        return dataclasses.replace(self, files={path: d for path, d in self.files.items() if path not in keyed})
+    def beyond(self, keyed: Collection[str], models: Collection[str] = ()) -> Record:
+        """The record without the files the case's key already holds (`keyed`: its walk's files, counted model
+        by model), so that a change to another model of the same file moves no result of this case; a file whose
+        code that ran includes a model the key left out (one the walk did not reach, `models` being those it
+        reached as `module:qualname`: reached by a computed name, say) stays, whole."""
+        held = {path for path in self.files if path in keyed and not _unkeyed_model_ran(path, self.ran, models)}
+        return dataclasses.replace(self, files={path: d for path, d in self.files.items() if path not in held})
+
+
+def _unkeyed_model_ran(path: str, ran: dict[str, frozenset[str]], models: Collection[str]) -> bool:
+    """Whether code of a model class of `path` that is not in `models` ran (its body is not in the key)."""
+    module = next(
+        (m for m in list(sys.modules.values()) if isinstance(getattr(m, "__file__", None), str)
+         and project_file(m.__file__) == path),
+        None,
+    )  # fmt: skip
+    if module is None:
+        return bool(ran.get(path))  # no module to read its classes from: keep what ran
+    for name in ran.get(path, ()):
+        top = name.split(".", maxsplit=1)[0]
+        found = vars(module).get(top)
+        if isinstance(found, type) and _is_model(found) and f"{module.__name__}:{top}" not in models:
+            return True
+    return False
+
+
+def _is_model(klass: type) -> bool:
+    import torch  # the record itself needs none: only this question does
+
+    return issubclass(klass, torch.nn.Module)
 
 
 def file_digest(path: str) -> str:
@@ -199,12 +227,17 @@ class _Window:
         # read this case's own files here brings no other case's along.
         for code in self.ran - self.reading:
             reads |= _READS_BY_CODE.get(code, set())
-        ran = {found for code in self.ran if (found := project_file(code.co_filename)) is not None}
+        ran: dict[str, set[str]] = {}
+        for code in self.ran:
+            if (found := project_file(code.co_filename)) is not None:
+                ran.setdefault(found, set()).add(getattr(code, "co_qualname", code.co_name))
         files = {path: file_digest(path) for path in ran}
         files |= {name: file_digest(name) for kind, name in reads if kind == "file"}
         folders = {name: folder_digest(name) for kind, name in reads if kind == "folder"}
         variables = {name: value_digest(os.environ.get(name)) for kind, name in reads if kind == "variable"}
-        return Record(files, folders, variables, self.unkeepable)
+        return Record(
+            files, folders, variables, self.unkeepable, {path: frozenset(names) for path, names in ran.items()}
+        )
 
 
 _ACTIVE: list[_Window] = []

@@ -131,6 +131,7 @@ class ResultCache:
         self.environment = contract.stack_environment(env)
         self._cases: dict[str, str | None] = {}
         self._keyed: dict[str, set[str]] = {}  # per case: the project files its key holds (`Record.beyond`)
+        self._models: dict[str, set[str]] = {}  # per case: the models its walk reached (`module:qualname`)
         self._shared: list[tuple[str, str]] | None = None
 
     def _case_digest(self, case: Case) -> str | None:
@@ -151,6 +152,7 @@ class ResultCache:
                         reached, by_walk=by_walk, models=classes, universe=set(COLLECTED["shared"])
                     )
                     self._keyed[case.name] = {path for path, _ in files} | project_code.files_of(by_walk)
+                    self._models[case.name] = set(classes)
                     document = {
                         "weights": weight_digests(module),
                         "code": code,
@@ -237,7 +239,9 @@ class ResultCache:
             "format": FORMAT,
             "evaluated": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "result": dataclasses.replace(result, diverges=None).as_dict(),
-            "record": record.beyond(self._keyed.get(result.case, set())).as_dict(),
+            "record": record.beyond(
+                self._keyed.get(result.case, set()), self._models.get(result.case, set())
+            ).as_dict(),
             # Where it starts in the audit's rotation: spread by key when first kept, so each run audits a share, not
             # a burst; from 0 after its audit, so each verdict is audited every `audit_every` replays.
             "replays": int(key[:8], 16) % self.audit_every if self.audit_every and not audited_now else 0,
