@@ -39,6 +39,7 @@ from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any
 
+from torchyard import contract
 from torchyard.inimage.evaluation.cache.keys import installed_pin
 from torchyard.inimage.evaluation.cache.project_code import TORCHYARD
 
@@ -173,7 +174,19 @@ def project_libraries() -> list[str]:
     except OSError:  # not Linux: the loaded extension modules' files
         lines = [str(getattr(module, "__file__", "")) for module in list(sys.modules.values())]
     mapped = {line.split(maxsplit=5)[-1] for line in lines if ".so" in line}
-    return sorted(path for path in mapped if _on_path(path) and project_file(path) is not None)
+    made = _compiler_caches()
+    return sorted(
+        path
+        for path in mapped
+        if _on_path(path) and project_file(path) is not None and not any(Path(path).is_relative_to(c) for c in made)
+    )
+
+
+def _compiler_caches() -> list[Path]:
+    """Where the stack's compilers keep what they build (inductor's kernels, in the entry's cache): a `--local`
+    run's cache lies in the checkout, on the path, and its kernels are no native library of the project's."""
+    named = (os.environ.get(contract.INDUCTOR_CACHE), os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+    return [Path(name).resolve() for name in named if name]
 
 
 @functools.cache
