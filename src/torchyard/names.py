@@ -126,3 +126,6 @@ AUDIT_EVERY = 16
 
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 COMPILE_MODES: tuple[CompileMode, ...] = get_args(CompileMode)
+
+# How a failure by the noise rule alone says so in its reason (`metrics.compare_values`): the report counts them.
+NOISE_MISS = "(the noise rule:"

@@ -68,7 +68,15 @@ def test_the_run_environment_carries_each_setting_an_entry_gives() -> None:
         contract.REPORT_DIR: "/reports",
         contract.SUITES: "export,parity",
         contract.TOLERANCES: json.dumps(
-            {"float32.inductor": {"max-rel-l2": None, "max-scaled-error": 1e-4, "min-cosine": 0.9999}}, sort_keys=True
+            {
+                "float32.inductor": {
+                    "max-rel-l2": None,
+                    "max-scaled-error": 1e-4,
+                    "min-cosine": 0.9999,
+                    "noise-factor": None,
+                }
+            },
+            sort_keys=True,
         ),
         contract.CASES: "",
         # The entry's options (none set: their defaults), each by its row (`test_an_entry_option_is_declared_once`).

@@ -10,7 +10,7 @@ from typing import Any
 
 from torchyard import contract
 from torchyard.inimage.start.loadavg import loaded_why
-from torchyard.names import AUDIT_EVERY, TRAIN_TIMED_STEPS
+from torchyard.names import AUDIT_EVERY, NOISE_MISS, TRAIN_TIMED_STEPS
 from torchyard.util.markdown import markdown_table
 
 VERDICTS = {"passed": "pass", "failed": "FAIL", "error": "ERROR", "skipped": "skip", "xfailed": "known failure"}
@@ -149,6 +149,7 @@ def summary(records: Sequence[Mapping[str, Any]], tests: Mapping[str, int] | Non
             f"\n**Not compiled**: {len(eager)} results of a compiled backend ran eagerly on some call (dynamo's "
             "reason is each one's): they fail, as no compiled code was judged.\n"
         )
+    text += _noise_line(records)
     first = sorted((r for r in records if r["outcome"] in FIRST), key=lambda r: FIRST.index(r["outcome"]))
     if first:
         text += "\n" + "".join(
@@ -157,6 +158,22 @@ def summary(records: Sequence[Mapping[str, Any]], tests: Mapping[str, int] | Non
             for r in first
         )
     return text
+
+
+def _noise_line(records: Sequence[Mapping[str, Any]]) -> str:
+    """How many results the noise rule held to eager's own error, and how many it failed that the table's
+    bounds alone would pass ("" where it held none)."""
+    held = [r for r in records if any(c.get("noise") for c in r.get("comparisons", ()))]
+    if not held:
+        return ""
+    tighter = [r for r in held if r["outcome"] in ("failed", "xfailed") and NOISE_MISS in str(r.get("reason", ""))]
+    factors = sorted({f"{r['bounds']['noise_factor']:g}" for r in held if r.get("bounds", {}).get("noise_factor")})
+    return (
+        f"\n**Noise rule**: {len(held)} results held to {' or '.join(factors)} times eager's own error against "
+        "float64 on each output, the table's bounds their ceiling"
+        + (f"; {len(tighter)} of them fail where the table's bounds alone would pass" if tighter else "")
+        + ".\n"
+    )
 
 
 def replayed_line(records: Sequence[Mapping[str, Any]]) -> str:

@@ -189,6 +189,10 @@ MATRIX_KEYS: tuple[Key, ...] = (
         "the largest relative L2 error allowed", 1e-5, float("inf")),
     Key("entry.tolerances.<key>", "min-cosine", "number in [-1, 1]", "the built-in bound",
         "the smallest cosine similarity allowed", 0.99999, 1.5),
+    Key("entry.tolerances.<key>", "noise-factor", "number >= 0", "8 for float32; 0 (off) for bfloat16 and float16, "
+        "and where the entry sets a bound of the key and not this",
+        "hold each output to this many times eager's own error against float64 on it (the two error bounds; "
+        "the others stay the ceiling); 0 turns the noise rule off", 8, -1.0),
 )  # fmt: skip
 
 MACHINE_KEYS: tuple[Key, ...] = (

@@ -55,7 +55,7 @@ OPERATOR_NAMES = re.compile(r"[A-Za-z0-9_.]+(,[A-Za-z0-9_.]+)*")  # op_db's name
 IMAGE_REF = re.compile(r"(?P<name>[a-z0-9][A-Za-z0-9._/:-]*)@(?P<digest>sha256:[0-9a-f]{64})")
 DEFAULT_PLATFORM = "x86_64-manylinux_2_28"
 DEFAULT_TIMEOUT = "2h"
-TOLERANCE_FIELDS = ("max-scaled-error", "max-rel-l2", "min-cosine")
+TOLERANCE_FIELDS = ("max-scaled-error", "max-rel-l2", "min-cosine", "noise-factor")
 
 
 def load_plan(path: Path, *, allowed_docker_run: Collection[str] = ()) -> Plan:
@@ -243,7 +243,9 @@ def _tolerances(table: Table) -> tuple[Tolerance, ...]:
         for field, value in given.items():
             values.bound(bounds, field, value)
         bounds.finish()
-        tolerances.append(Tolerance(key, given["max-scaled-error"], given["max-rel-l2"], given["min-cosine"]))
+        tolerances.append(
+            Tolerance(key, given["max-scaled-error"], given["max-rel-l2"], given["min-cosine"], given["noise-factor"])
+        )
     section.finish()
     return tuple(tolerances)
 

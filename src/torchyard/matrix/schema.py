@@ -57,6 +57,7 @@ class Tolerance:
     max_scaled_error: float | None = None
     max_rel_l2: float | None = None
     min_cosine: float | None = None
+    noise_factor: float | None = None
 
 
 # A package (a pyproject.toml with [project]) is built into a wheel; a source folder (a repository of modules

@@ -86,7 +86,9 @@ def bound(table: Table, key: str, value: float | None) -> None:
     if key == "min-cosine" and not -1.0 <= value <= 1.0:
         raise table.error(key, f"a cosine lies in [-1, 1], got {value}")
     if key != "min-cosine" and value < 0:
-        raise table.error(key, f"an error bound cannot be negative, got {value}")
+        raise table.error(
+            key, f"{'a factor' if key == 'noise-factor' else 'an error bound'} cannot be negative, got {value}"
+        )
 
 
 # docker run's flags that take no value: a word after one of them is not its value.

@@ -15,6 +15,7 @@ def tolerance_overrides(entry: Entry) -> dict[str, dict[str, float | None]]:
             "max-scaled-error": tolerance.max_scaled_error,
             "max-rel-l2": tolerance.max_rel_l2,
             "min-cosine": tolerance.min_cosine,
+            "noise-factor": tolerance.noise_factor,
         }
         for tolerance in entry.tolerances
     }

@@ -9,6 +9,7 @@ output must have is what eager gives on the device at the run's precision.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -110,6 +111,10 @@ class Reference:
     # `spread_factor` times that where it is wider.
     spreads: list[tuple[float, float, float]] = field(default_factory=list)
     spread_factor: float = 0.0
+    # Per call and leaf, eager's own (scaled max, rel L2) error at the run's precision on the device against the
+    # float64 reference (`own_error`), what the noise rule bounds a backend by; empty where the reference is not
+    # finer than the run (float32's, or float64 that eager meets exactly), None for a leaf without one
+    noise: list[list[tuple[float, float] | None]] = field(default_factory=list)
 
 
 def _eager_cpu(
@@ -161,9 +166,17 @@ def make_reference(case: Case, calls: list[Call], *, device: torch.device, dtype
     try:
         outputs, paths = _eager_cpu(case, calls, torch.float64, again)
         kind = _float64_kind(results, outputs[0], dtype)
-        return _checked(outputs, paths, expected, kind + (_where_it_narrows(case, calls) if kind != FLOAT64 else ""))
+        made = _checked(outputs, paths, expected, kind + (_where_it_narrows(case, calls) if kind != FLOAT64 else ""))
     except Exception as float64_error:
         why = describe_error(float64_error)
+    else:
+        if made.error or kind != FLOAT64 or dtype == torch.float64 or case.compare == "statistics":
+            return made
+        try:
+            noise = own_error(module, calls, made, first=results, device=device, dtype=dtype)
+        except Exception:  # a later call that fails eager on the device: the eager backend's result says so
+            return made
+        return dataclasses.replace(made, noise=noise)
     try:
         outputs, paths = _eager_cpu(case, calls, torch.float32)
     except Exception as error:
@@ -172,6 +185,42 @@ def make_reference(case: Case, calls: list[Call], *, device: torch.device, dtype
         )
     kind = f"float32 on cpu (float64 fails: {why})"
     return _checked(outputs, paths, expected, kind + _where_it_narrows(case, calls))
+
+
+def own_error(
+    module: torch.nn.Module,
+    calls: list[Call],
+    reference: Reference,
+    *,
+    first: list[Leaf],
+    device: torch.device,
+    dtype: torch.dtype,
+) -> list[list[tuple[float, float] | None]]:
+    """Per call and leaf, eager's (scaled max, rel L2) error at `dtype` on `device` against the float64 reference:
+    what the precision itself makes of each output (`first`: the first call's outputs, already computed). A leaf
+    with no finite error of its own (not a float tensor, a shape that differs, a non-finite value) has None."""
+    unbounded = Bounds(math.inf, math.inf, -math.inf)
+    noise: list[list[tuple[float, float] | None]] = []
+    with torch.no_grad():
+        for index, expected_leaves in enumerate(reference.outputs):
+            if index:
+                call = to_device(calls[index], device, dtype)
+                got = leaves(module(*call.args, **call.kwargs))
+            else:
+                got = first
+            errors: list[tuple[float, float] | None] = []
+            for output, expected in zip(got, expected_leaves, strict=False):
+                if not (isinstance(output, torch.Tensor) and isinstance(expected, torch.Tensor)):
+                    errors.append(None)
+                    continue
+                if not output.is_floating_point() and not output.is_complex():
+                    errors.append(None)
+                    continue
+                measured = compare_values(output, expected, output.dtype, unbounded, "")
+                finite = measured.passed and math.isfinite(measured.scaled_max_error + measured.rel_l2_error)
+                errors.append((measured.scaled_max_error, measured.rel_l2_error) if finite else None)
+            noise.append(errors)
+    return noise
 
 
 def _checked(outputs: list[list[Leaf]], paths: list[str], expected: list[torch.dtype | None], kind: str) -> Reference:
@@ -262,17 +311,17 @@ def failure_reason(comparisons: Sequence[Comparison], bounds: Bounds) -> str:
 def _compare(case: Case, run: BackendRun, reference: Reference, bounds: Any) -> tuple[list[Comparison], bool]:
     labels = case.batch_labels()
     pairs = [
-        (labels[batch] if batch < len(labels) else "", position, output, expected)
+        (labels[batch] if batch < len(labels) else "", batch, position, output, expected)
         for batch, (outputs, expected_leaves) in enumerate(zip(run.outputs, reference.outputs, strict=True))
         for position, (output, expected) in enumerate(zip(outputs, expected_leaves, strict=True))
     ]
     shapes_match = all(
         output.shape == expected.shape
-        for _, _, output, expected in pairs
+        for _, _, _, output, expected in pairs
         if isinstance(output, torch.Tensor) and isinstance(expected, torch.Tensor)
     )
     comparisons: list[Comparison] = []
-    for label, position, output, expected in pairs:
+    for label, batch, position, output, expected in pairs:
         name = reference.paths[position] if position < len(reference.paths) else str(position)
         if not isinstance(output, torch.Tensor) or not isinstance(expected, torch.Tensor):
             comparison = compare_objects(output, expected, name or "output")
@@ -284,9 +333,11 @@ def _compare(case: Case, run: BackendRun, reference: Reference, bounds: Any) -> 
             else:
                 floor = reference.floors[position] if position < len(reference.floors) else 0.0
                 spread = reference.spreads[position] if position < len(reference.spreads) else None
+                known = reference.noise[batch] if batch < len(reference.noise) else []
+                noise = known[position] if position < len(known) else None
                 comparison = compare_values(
                     output, expected, want, bounds, name or "output", floor=floor, spread=spread,
-                    spread_factor=reference.spread_factor,
+                    spread_factor=reference.spread_factor, noise=noise,
                 )  # fmt: skip
         comparisons.append(dataclasses.replace(comparison, batch=label) if label else comparison)
     return comparisons, shapes_match

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from torchyard.inimage.start.tolerances import Bounds
+from torchyard.names import NOISE_MISS
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,9 @@ class Comparison:
     problem: str
     rule: str = ""
     batch: str = ""  # which batch, where a case has input files (`Case.batch_labels`)
+    # Eager's own (scaled max, rel L2) error at the run's precision against float64, where the noise rule held
+    # this leaf to `noise_factor` times it (`noise_bounds`); None where it was held to the table's bounds alone
+    noise: tuple[float, float] | None = None
 
     @property
     def passed(self) -> bool:
@@ -52,6 +56,20 @@ def beyond_bounds(scaled: float, rel_l2: float, cosine: float, bounds: Bounds) -
     return failures
 
 
+def noise_bounds(bounds: Bounds, noise: tuple[float, float] | None, dtype: torch.dtype) -> Bounds:
+    """`bounds` with the scaled max and relative L2 errors tightened to `bounds.noise_factor` times eager's own
+    (`noise`: eager at the run's precision against float64), each no lower than that factor times the dtype's
+    machine epsilon (an output eager computes exactly still carries a backend's own rounding); the table's
+    bounds stay the ceiling. A fault some times the precision's own error is caught, dense or in a few elements."""
+    if not bounds.noise_factor or noise is None or not dtype.is_floating_point:
+        return bounds
+    least = torch.finfo(dtype).eps
+    scaled, rel_l2 = (bounds.noise_factor * max(value, least) for value in noise)
+    return dataclasses.replace(
+        bounds, max_scaled_error=min(bounds.max_scaled_error, scaled), max_rel_l2=min(bounds.max_rel_l2, rel_l2)
+    )
+
+
 def compare_values(
     output: torch.Tensor,
     reference: torch.Tensor,
@@ -62,10 +80,25 @@ def compare_values(
     floor: float = 0.0,
     spread: tuple[float, float, float] | None = None,
     spread_factor: float = 1.0,
+    noise: tuple[float, float] | None = None,
 ) -> Comparison:
-    """`output` against `reference` within `bounds` (`_plain_values`); a leaf that misses them, where the
-    precision itself moves it by `spread` (a training step's leaf: `Reference.spreads`), is judged again within
+    """`output` against `reference` within `bounds` (`_plain_values`), tightened by the noise rule where eager's
+    own error is known (`noise`, `noise_bounds`: a miss says so); a leaf that misses them, where the precision
+    itself moves it by `spread` (a training step's leaf: `Reference.spreads`), is judged again within
     `spread_factor` times that, and the rule, the bounds it was held to and why, named."""
+    tight = noise_bounds(bounds, noise, expected_dtype)
+    if tight != bounds:
+        assert noise is not None
+        comparison = _plain_values(output, reference, expected_dtype, tight, position, floor=floor)
+        comparison = dataclasses.replace(comparison, noise=noise)
+        if comparison.passed or not _plain_values(output, reference, expected_dtype, bounds, position).passed:
+            return comparison
+        said = (
+            f"{comparison.problem} {NOISE_MISS} eager {_dtype_name(expected_dtype)} is {noise[0]:.3g} scaled, "
+            f"{noise[1]:.3g} rel L2 from float64, and {bounds.noise_factor:g} times that is the bound; the "
+            f"table's bounds {bounds.max_scaled_error:.3g}, {bounds.max_rel_l2:.3g} pass it)"
+        )
+        return dataclasses.replace(comparison, problem=said)
     comparison = _plain_values(output, reference, expected_dtype, bounds, position, floor=floor)
     if comparison.passed or spread is None:
         return comparison
@@ -164,6 +197,10 @@ def _plain_values(
         cosine,
         "; ".join(failures),
     )
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def _readable(tensor: torch.Tensor) -> torch.Tensor:

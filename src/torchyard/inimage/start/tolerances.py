@@ -9,14 +9,24 @@ from dataclasses import dataclass, replace
 from importlib.resources import files
 from typing import Any
 
-FIELDS = {"max-scaled-error": "max_scaled_error", "max-rel-l2": "max_rel_l2", "min-cosine": "min_cosine"}
+FIELDS = {
+    "max-scaled-error": "max_scaled_error",
+    "max-rel-l2": "max_rel_l2",
+    "min-cosine": "min_cosine",
+    "noise-factor": "noise_factor",
+}
 
 
 @dataclass(frozen=True)
 class Bounds:
+    """The bounds an output is held to. `noise_factor` tightens the two error bounds to that many times what
+    eager at the run's precision itself makes of the output against float64 (`metrics.noise_bounds`), the
+    table's bounds its ceiling; 0 holds the output to the table's bounds alone."""
+
     max_scaled_error: float
     max_rel_l2: float
     min_cosine: float
+    noise_factor: float = 0.0
 
 
 class Tolerances:
@@ -32,19 +42,23 @@ class Tolerances:
             raise KeyError(f"no tolerance for {dtype}.{backend} (and no {dtype}.* default)")
         for key in reversed(keys):
             if case and key in case:
-                found = _apply(found, case[key], key)
+                found = _apply(found, case[key], key, override=True)
         return found
 
     def as_dict(self) -> dict[str, dict[str, float]]:
         return {key: vars(bounds) for key, bounds in self._table.items()}
 
 
-def _apply(base: Bounds | None, values: Mapping[str, Any], key: str) -> Bounds:
+def _apply(base: Bounds | None, values: Mapping[str, Any], key: str, *, override: bool = False) -> Bounds:
+    """`values` over `base`. An override (an entry's, a case's) that sets a bound and not `noise-factor` holds the
+    output to the bounds it gives: a bound loosened for a backend is not tightened again by the noise rule."""
     changes = {}
     for name, value in values.items():
         if name not in FIELDS or not isinstance(value, int | float):
             raise ValueError(f"tolerance {key!r}: unknown or non-numeric field {name!r}")
         changes[FIELDS[name]] = float(value)
+    if override and "noise_factor" not in changes:
+        changes["noise_factor"] = 0.0
     if base is None:
         return Bounds(**changes)
     return replace(base, **changes)
@@ -58,5 +72,5 @@ def load_tolerances(overrides_json: str = "") -> Tolerances:
     for key, given in overrides.items():
         values = {name: value for name, value in given.items() if value is not None}
         dtype = key.split(".", 1)[0]
-        table[key] = _apply(table.get(key) or table.get(f"{dtype}.*"), values, key)
+        table[key] = _apply(table.get(key) or table.get(f"{dtype}.*"), values, key, override=True)
     return Tolerances(table)

@@ -27,6 +27,7 @@ import platform
 import types
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -42,8 +43,9 @@ from torchyard.inimage.evaluation.metrics import Comparison
 from torchyard.inimage.evaluation.trees import leaves
 from torchyard.util.atomic import replace_atomically
 
-# 4: each verdict kept with the record of what its evaluation read; 3: the project's files each case reaches
-FORMAT = 4
+# 5: the noise rule (comparisons carry eager's own error); 4: each verdict kept with the record of what its
+# evaluation read; 3: the project's files each case reaches
+FORMAT = 5
 
 
 # torchyard's built-in corpus: its cases are keyed each by its own code (the case digest's code walk), as a
@@ -205,7 +207,7 @@ class ResultCache:
                 return None
             fields = dict(data["result"])
             fields["comparisons"] = [
-                Comparison(**{name: value for name, value in comparison.items() if name != "passed"})
+                Comparison(**{name: _tupled(name, value) for name, value in comparison.items() if name != "passed"})
                 for comparison in fields["comparisons"]
             ]
             result = Result(**fields)
@@ -274,3 +276,8 @@ def audited(kept: Result, record: Record, now: Result) -> str:
 
 def _digest(document: object) -> str:
     return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _tupled(name: str, value: Any) -> Any:
+    """A comparison's field as it was made: JSON gives its pair (`Comparison.noise`) back as a list."""
+    return tuple(value) if name == "noise" and isinstance(value, list) else value
