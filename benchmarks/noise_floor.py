@@ -2,16 +2,16 @@
 bounds alone and to the noise rule, with each output's error as a multiple of eager's own float32 error against
 float64 (the margin the rule leaves: a clean backend must stay under the noise factor).
 
-    python benchmarks/noise_floor.py [--cases FILE.py ...] [--backend NAME ...]   # torch importable; on the CPU
+    python benchmarks/noise_floor.py [--path DIR] [--cases MODULE[:LIST] ...] [--backend NAME ...]   # on the CPU
 
-Without --cases it takes torchyard's built-in corpus; a cases file is one a project's `cases = [...]` lives in.
+Without --cases it takes torchyard's built-in corpus; a cases module is named as an entry's `cases` names it
+(its CASES, or the list after the colon), importable from --path.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import math
 import sys
 import tempfile
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from torchyard.inimage.cases import Case
+from torchyard.inimage.cases import load_cases
 from torchyard.inimage.cases.builtin import CASES
 from torchyard.inimage.evaluation.harness import Result, case_reference, evaluate
 from torchyard.inimage.evaluation.metrics import beyond_bounds
@@ -27,15 +27,6 @@ from torchyard.inimage.start.tolerances import Bounds, load_tolerances
 
 BACKENDS = ("export", "inductor", "aotinductor", "executorch-portable", "executorch-xnnpack")
 CPU = torch.device("cpu")
-
-
-def cases_of(path: Path) -> list[Case]:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent))
-    spec.loader.exec_module(module)
-    return list(module.cases)
 
 
 def table_fails(result: Result, bounds: Bounds) -> bool:
@@ -66,10 +57,12 @@ def margin(result: Result) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", action="append", type=Path, default=[])
+    parser.add_argument("--cases", action="append", default=[])
+    parser.add_argument("--path", action="append", default=[], help="a folder the cases modules import from")
     parser.add_argument("--backend", action="append", default=[])
     args = parser.parse_args()
-    cases = [case for path in args.cases for case in cases_of(path)] if args.cases else CASES
+    sys.path[:0] = args.path
+    cases = load_cases(args.cases, use_entry_points=False, builtin=False) if args.cases else CASES
     tolerances = load_tolerances()
     counts = {"table": 0, "noise": 0, "judged": 0}
     print("| case | backend | table | noise rule | largest multiple of eager's own error |")

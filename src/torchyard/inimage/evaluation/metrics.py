@@ -58,9 +58,10 @@ def beyond_bounds(scaled: float, rel_l2: float, cosine: float, bounds: Bounds) -
 
 def noise_bounds(bounds: Bounds, noise: tuple[float, float] | None, dtype: torch.dtype) -> Bounds:
     """`bounds` with the scaled max and relative L2 errors tightened to `bounds.noise_factor` times eager's own
-    (`noise`: eager at the run's precision against float64), each no lower than that factor times the dtype's
-    machine epsilon (an output eager computes exactly still carries a backend's own rounding); the table's
-    bounds stay the ceiling. A fault some times the precision's own error is caught, dense or in a few elements."""
+    (`noise`: eager at the run's precision against float64), each taken as at least the dtype's machine epsilon:
+    below one unit in the last place, a backend's own correct rounding is as large (a transcendental function's
+    approximation a few ulps off: benchmarks/README.md, "The noise rule"). The table's bounds stay the ceiling.
+    A fault some times the precision's own error is caught, dense or in a few elements."""
     if not bounds.noise_factor or noise is None or not dtype.is_floating_point:
         return bounds
     least = torch.finfo(dtype).eps
