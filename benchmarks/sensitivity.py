@@ -112,10 +112,11 @@ class Faulted(nn.Module):
 
 
 def masks(shape: torch.Size) -> dict[str, torch.Tensor]:
-    """Where a fault lands: every element, one channel (dimension 1), 1 % of the elements (at least one)."""
+    """Where a fault lands: every element, one channel (a conv's dimension 1, else the features, the last), 1 % of
+    the elements (at least one)."""
     generator = torch.Generator().manual_seed(1)
     channel = torch.zeros(shape)
-    channel.select(1, 0).fill_(1.0)
+    channel.select(1 if len(shape) == 4 else -1, 0).fill_(1.0)
     some = (torch.rand(shape, generator=generator) < 0.01).float()
     if not some.any():
         some.view(-1)[0] = 1.0
