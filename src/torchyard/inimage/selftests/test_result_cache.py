@@ -247,9 +247,12 @@ def _forget_shop() -> None:
     project_code._syntax.cache_clear()
 
 
-def _shop_keys(root: Path) -> dict[str, str | None]:
-    """Each shop case's key as a fresh run sees the files now."""
+def _shop_keys(root: Path, *, collected: bool = False) -> dict[str, str | None]:
+    """Each shop case's key as a fresh run sees the files now (`collected`: with the project as the run's
+    collection left it, taken before)."""
     _forget_shop()
+    if not collected:
+        result_cache.COLLECTED.clear()  # as a new run's collection leaves it: what the file of cases imports
     cases = importlib.import_module("shop.cases").CASES
     cache = ResultCache(root / "verdicts")
     return {case.name: cache.key(case, "eager", CPU) for case in cases}
@@ -275,8 +278,27 @@ def test_a_change_to_one_model_moves_that_models_keys_only(shop: Path) -> None:
     (shop / "shop/cases.py").write_text((shop / "shop/cases.py").read_text() + added)
     fourth = _shop_keys(shop)
     assert fourth["first"] == second["first"] and fourth["second"] == second["second"] and fourth["fourth"]
+    # nor a case whose model lives in a module of its own that the file of cases imports for it (vit-pytorch's
+    # DeepViT added beside its CaiT): importing that module only binds names
+    (shop / "shop/fifth.py").write_text(PROJECT["shop/second.py"].replace("Second", "Fifth"))
+    added = "from shop.fifth import Fifth\nCASES.append(Case('fifth', Fifth, inputs))\n"
+    (shop / "shop/cases.py").write_text((shop / "shop/cases.py").read_text() + added)
+    fifth = _shop_keys(shop)
+    assert fifth["first"] == second["first"] and fifth["second"] == second["second"] and fifth["fifth"]
+    # a new module that acts on import moves every key, though no case reaches it
+    (shop / "shop/acts.py").write_text("import torch\n\nTRACE = []\nTRACE.append(torch.get_default_dtype())\n")
+    (shop / "shop/cases.py").write_text((shop / "shop/cases.py").read_text() + "import shop.acts\n")
+    assert _shop_keys(shop)["first"] != fifth["first"]
+    (shop / "shop/acts.py").write_text(
+        "import torch\n\nclass Registry:\n    def __init_subclass__(cls):\n        torch.manual_seed(0)\n"
+    )
+    (shop / "shop/late_model.py").write_text("from shop.acts import Registry\n\nclass Made(Registry):\n    pass\n")
+    (shop / "shop/cases.py").write_text((shop / "shop/cases.py").read_text() + "import shop.late_model\n")
+    registry = _shop_keys(shop)
+    (shop / "shop/late_model.py").write_text("from shop.acts import Registry\n\nclass Other(Registry):\n    pass\n")
+    assert _shop_keys(shop)["first"] != registry["first"]  # a class whose making runs the project's code acts
     (shop / "shop/cases.py").write_text((shop / "shop/cases.py").read_text() + "SIZE = build_fourth\n")
-    assert _shop_keys(shop)["first"] != fourth["first"]  # named beyond the cases: it may act for any of them
+    assert _shop_keys(shop)["first"] != registry["first"]  # named beyond the cases: it may act for any of them
 
 
 PAIR = (
@@ -481,9 +503,9 @@ def test_the_project_is_keyed_as_collection_left_it(shop: Path) -> None:
     """A self-test that patches torch while the run goes on moves no key of the run's own results: the plugin
     takes the patches when collection ends."""
     result_cache.snapshot_project()
-    first = _shop_keys(shop)
+    first = _shop_keys(shop, collected=True)
     importlib.import_module("patcher")
-    assert _shop_keys(shop) == first
+    assert _shop_keys(shop, collected=True) == first
 
 
 @dataclasses.dataclass

@@ -252,7 +252,7 @@ def _top_level_part(name: str, path: Path) -> str:
             (by_cases if _builds_cases(statement) else named).update(found)
     kept: list[ast.stmt] = []
     for statement in tree.body:
-        if _builds_cases(statement):
+        if _builds_cases(statement) or _imports_for_cases(statement, by_cases - named):
             continue
         hook = isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef) and statement.name.startswith(HOOKS)
         if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef) and not statement.decorator_list and not hook:
@@ -267,6 +267,97 @@ def _top_level_part(name: str, path: Path) -> str:
     return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
 
 
+def _imports_for_cases(statement: ast.stmt, for_cases: set[str]) -> bool:
+    """An import whose every name only the statements that make cases use (a new case's model): the case's walk
+    keys what it imports, and the module it loads counts by its own top-level part where that can act."""
+    if not isinstance(statement, ast.Import | ast.ImportFrom):
+        return False
+    bound = [alias.asname or alias.name.split(".")[0] for alias in statement.names]
+    return "*" not in bound and all(name in for_cases for name in bound)
+
+
+# Decorators of a method that only wrap it where it is defined: nothing runs beyond the class.
+PLAIN_DECORATORS = frozenset({"property", "staticmethod", "classmethod", "abstractmethod", "setter"})
+CONSTANTS = (ast.Constant, ast.Tuple, ast.List, ast.Set, ast.Dict, ast.UnaryOp, ast.BinOp, ast.Load, ast.USub,
+             ast.UAdd, ast.operator)  # fmt: skip
+
+
+def _plain_value(node: ast.expr | None, *, names: bool = True) -> bool:
+    """A value whose evaluation calls nothing: constants, and containers of them; names and attributes too where
+    `names` (a class body's name could hold a descriptor whose `__set_name__` runs)."""
+    allowed = (*CONSTANTS, ast.Name, ast.Attribute) if names else CONSTANTS
+    return node is None or all(isinstance(part, allowed) for part in ast.walk(node))
+
+
+def _plain_decorator(node: ast.expr) -> bool:
+    return (isinstance(node, ast.Name) and node.id in PLAIN_DECORATORS) or (
+        isinstance(node, ast.Attribute) and node.attr in PLAIN_DECORATORS
+    )
+
+
+def _plain_class(value: object) -> bool:
+    """A class whose making runs no project code: its metaclass and every `__init_subclass__` above it are the
+    standard library's or a released distribution's (keyed by its version)."""
+    if not isinstance(value, type):
+        return False
+    project = [klass for klass in (type(value), *value.__mro__[1:]) if _file(klass.__module__) is not None]
+    return not any(isinstance(klass, type) and "__init_subclass__" in vars(klass) for klass in project) and (
+        _file(type(value).__module__) is None
+    )
+
+
+def _plain_statement(statement: ast.stmt, module: types.ModuleType, *, in_class: bool = False) -> bool:
+    if isinstance(statement, ast.Import | ast.ImportFrom | ast.Pass):
+        return True
+    if isinstance(statement, ast.Expr):
+        return isinstance(statement.value, ast.Constant)  # a docstring
+    if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):  # a pytest hook runs by its name alone
+        plain = all(in_class and _plain_decorator(decorator) for decorator in statement.decorator_list)
+        return plain and (in_class or not statement.name.startswith(HOOKS))
+    if isinstance(statement, ast.Assign):
+        return all(isinstance(target, ast.Name) for target in statement.targets) and _plain_value(
+            statement.value, names=not in_class
+        )
+    if isinstance(statement, ast.AnnAssign):
+        return isinstance(statement.target, ast.Name) and _plain_value(statement.value, names=not in_class)
+    if isinstance(statement, ast.ClassDef):
+        return (
+            not in_class and not statement.decorator_list and not statement.keywords
+            and all(_plain_value(base) for base in statement.bases)
+            and _plain_class(vars(module).get(statement.name))
+            and all(_plain_statement(inner, module, in_class=True) for inner in statement.body)
+        )  # fmt: skip
+    if isinstance(statement, ast.If) and not in_class:  # `if __name__ == "__main__":` runs nothing on import
+        test = statement.test
+        return (
+            isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+            and not statement.orelse
+        )  # fmt: skip
+    return False
+
+
+def _inert(name: str, path: Path) -> bool:
+    """Whether importing module `name` only bound names (imports, undecorated functions, classes whose making
+    runs no project code, plain constants): it cannot act on a case its walk does not reach, so it is no case's
+    shared part; a model of it, a helper or a constant counts where a case's walk reaches it, and the modules it
+    imports count by their own parts."""
+    tree = _syntax(path)
+    module = sys.modules.get(name)
+    return (
+        tree is not None and module is not None and all(_plain_statement(statement, module) for statement in tree.body)
+    )
+
+
+def _constants_part(path: Path) -> str:
+    """The module-level constants of a file that only binds names, as a digest ("" where it has none): a value
+    read by a name computed at run time (`getattr(module, name)`) is no walk's, so each counts for every case."""
+    tree = _syntax(path)
+    constants = [s for s in tree.body if isinstance(s, ast.Assign | ast.AnnAssign)] if tree is not None else []
+    if not constants:
+        return ""
+    return hashlib.sha256(ast.dump(ast.Module(body=constants, type_ignores=[])).encode()).hexdigest()
+
+
 def shared() -> list[str]:
     """The loaded project modules (every one counts for every case by its top-level part, `shared_parts`), and
     those that patch a released one (counted whole for every case)."""
@@ -274,12 +365,17 @@ def shared() -> list[str]:
 
 
 def shared_parts(names: Iterable[str]) -> list[tuple[str, str]]:
-    """Each of `names`' files by its top-level part (`_top_level_part`)."""
+    """Each of `names`' files by its top-level part (`_top_level_part`), but those that only bind names
+    (`_inert`), by their constants alone where they have any: a new module of a new case's model moves no other
+    case's key."""
     found = {}
     for name in names:
         path = _file(name)
-        if path is not None:
-            found[str(path)] = _top_level_part(name, path)
+        if path is None:
+            continue
+        part = _constants_part(path) if _inert(name, path) else _top_level_part(name, path)
+        if part:
+            found[str(path)] = part
     return sorted(found.items())
 
 
