@@ -416,6 +416,24 @@ def test_a_repository_without_a_package_gets_a_source_folder_entry_with_its_requ
     assert (entry.python, entry.requirements[0], entry.tests) == ("3.11", "torch>=2.0", ("tests",))
 
 
+def test_a_research_repositorys_test_files_at_its_root_are_its_tests(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 71: a detection repository's `test_all.py` sits at its root, with no tests folder."""
+    root = source_repository(tmp_path / "detr")
+    for name in ("test_all.py", "hubconf_test.py", "testing.py", "main.py"):
+        (root / name).write_text("def test_nothing():\n    pass\n")
+    init(root, today=TODAY, env={"PATH": ""}, spec="torchyard")
+    text = (root / "matrix.toml").read_text()
+    assert '\ntests = ["hubconf_test.py", "test_all.py"]\n' in text
+    (entry,) = parse_plan(text, root / "matrix.toml").entries
+    assert entry.tests == ("hubconf_test.py", "test_all.py")
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "pytest goes" in line]
+    assert "the cpu entry runs hubconf_test.py, test_all.py: what they import beyond requirements.txt" in line
+    (root / "test").mkdir()  # a tests folder, where there is one, is what it runs
+    assert render(root, TODAY, "torchyard==0.1.0")["matrix.toml"].count('\ntests = ["test"]\n') == 1
+
+
 @pytest.mark.parametrize("pyproject", [None, "[tool.ruff]\nline-length = 100\n"])
 def test_without_a_requirements_file_the_source_folder_entry_asks_for_what_it_imports(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], pyproject: str | None

@@ -211,7 +211,10 @@ def test_dependencies(facts: Adopter) -> str:
     """One line on what the entry's lock takes for the tests, or what to add."""
     if facts.kind == "source":
         beyond = facts.requirements_file or "torch"
-        return f"matrix.toml: what tests/ imports beyond {beyond} and pytest goes in the cpu entry's requirements"
+        return (
+            f"matrix.toml: the cpu entry runs {_named(facts.tests)}: what they import beyond {beyond} and pytest goes "
+            "in its requirements"
+        )
     left = (
         f"; left out: {'; '.join(facts.left_out)} (the entry's stack decides those; what else your tests need "
         "goes in the cpu entry's requirements)"
@@ -225,9 +228,14 @@ def test_dependencies(facts: Adopter) -> str:
         return f"matrix.toml: no test dependencies taken{left}"
     return (
         "matrix.toml: no test dependencies in pyproject.toml (an extra or dependency group named test, tests, "
-        "testing or dev): what tests/ imports beyond your dependencies and pytest goes in the cpu entry's "
-        "requirements"
+        f"testing or dev): what {_named(facts.tests)} import beyond your dependencies and pytest goes in the cpu "
+        "entry's requirements"
     )
+
+
+def _named(tests: tuple[str, ...]) -> str:
+    """The project's tests as a line names them: its folder (`tests/`), or its test files."""
+    return ", ".join(f"{path}/" if "." not in path else path for path in tests)
 
 
 DEFAULT_BRANCH = "main"  # where git names none: a new repository's, as GitHub makes it
@@ -263,7 +271,7 @@ def render(
         "@PROJECT_COMMENT@": PROJECT_COMMENTS[facts.kind],
         "@PROJECT_VALUE@": project_value(facts),
         "@CASES_MODULE@": CASES_MODULES[facts.kind],
-        "@TESTS@": 'tests = ["tests"]\n' if facts.tests else "",
+        "@TESTS@": f"tests = {json.dumps(list(facts.tests))}\n" if facts.tests else "",
         "@BUILTIN@": BUILTIN_OFF if facts.own_cases else BUILTIN_ON,
         "@SPEC@": json.dumps(spec)[1:-1],  # inside the template's double quotes: JSON's escapes are YAML's too
     }

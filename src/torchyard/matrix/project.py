@@ -223,17 +223,34 @@ REQUIREMENTS_FILE = "requirements.txt"
 SETUP_PY = "setup.py"
 SOURCE_PYTHON = PYTHONS[0]
 TEST_GROUPS = (frozenset({"test", "tests", "testing"}), frozenset({"dev"}))
+TEST_FOLDERS = ("tests", "test")
+
+
+def test_paths(root: Path) -> tuple[str, ...]:
+    """Where the project's tests are: its tests folder, else the files at its root that pytest collects by its
+    default names (`test_*.py`, `*_test.py`: a research repository's `test_all.py`)."""
+    folder = next((name for name in TEST_FOLDERS if (root / name).is_dir() and not (root / name).is_symlink()), None)
+    if folder is not None:
+        return (folder,)
+    return tuple(
+        sorted(
+            path.name
+            for path in root.glob("*.py")
+            if (path.name.startswith("test_") or path.name.endswith("_test.py")) and path.is_file()
+            and not path.is_symlink()
+        )
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Adopter:
     """What `torchyard init` reads of an adopter's project: its pyproject.toml (or, for a source folder, its
-    requirements.txt or setup.py) and whether it has a tests folder."""
+    requirements.txt or setup.py) and where its tests are (`test_paths`)."""
 
     name: str
     python: str
     torch: str
-    tests: bool
+    tests: tuple[str, ...]  # a tests folder, or the test files at its root where it has none
     extras: tuple[str, ...]  # its test dependencies, as the pyproject spells the names (the loader looks them up so)
     groups: tuple[str, ...]
     own_cases: bool  # a `torchyard.cases` entry point
@@ -344,7 +361,7 @@ def read_source(root: Path) -> Adopter:
     for line in setup or ():
         _torch([line], f"{SETUP_PY}: install_requires")  # each one a PEP 508 requirement, or one line
     torch = _torch(requirements or setup or (), REQUIREMENTS_FILE if present else f"{SETUP_PY}: install_requires")
-    tests = (root / "tests").is_dir()
+    tests = test_paths(root)
     setup_file = (root / SETUP_PY).exists() and not present
     return Adopter(
         root.name, SOURCE_PYTHON, torch, tests, (), (), False, "source", REQUIREMENTS_FILE if present else None,
@@ -356,7 +373,7 @@ def _source(root: Path, requirements: tuple[str, ...], listed_from: str, left: t
     """A source folder whose requirements init lists in the entry itself (`listed_from`'s), with what it left."""
     torch = _torch(requirements, listed_from)
     return Adopter(
-        root.name, SOURCE_PYTHON, torch, (root / "tests").is_dir(), (), (), False, "source", None,
+        root.name, SOURCE_PYTHON, torch, test_paths(root), (), (), False, "source", None,
         setup_requirements=requirements, listed_from=listed_from, left_lines=left,
     )  # fmt: skip
 
@@ -372,7 +389,7 @@ def read_adopter(root: Path) -> Adopter:
     project = data.get("project")
     if not isinstance(project, dict) or not isinstance(project.get("name"), str):
         raise ConfigError(f"{file}: [project] with a name is required (PEP 621)")
-    tests = (root / "tests").is_dir()
+    tests = test_paths(root)
     extras: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
     optional: dict[str, Any] = project.get("optional-dependencies") or {}

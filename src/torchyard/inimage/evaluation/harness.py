@@ -26,7 +26,7 @@ from torchyard.inimage.evaluation.casts import first_narrowing
 from torchyard.inimage.evaluation.errors import RecordedFailure, describe_error, error_types
 from torchyard.inimage.evaluation.factory import nondeterministic
 from torchyard.inimage.evaluation.metrics import Comparison, compare_objects, compare_statistics, compare_values
-from torchyard.inimage.evaluation.trees import Leaf, leaf_paths, leaves, to_device
+from torchyard.inimage.evaluation.trees import Leaf, leaf_paths, leaves, opaque, opaque_inputs, to_device
 from torchyard.inimage.start.probe import CPU
 from torchyard.inimage.start.tolerances import Bounds, Tolerances
 
@@ -155,14 +155,21 @@ def make_reference(case: Case, calls: list[Call], *, device: torch.device, dtype
     differs = nondeterministic(case.name, built, again)
     if differs:
         return Reference([], [], [], "none", differs)
+    unseen = opaque_inputs(calls)
+    if unseen:
+        return Reference([], [], [], "none", unseen)
     try:
         module = built.to(dtype=dtype).to(device)
         with torch.no_grad():
             first = to_device(calls[0], device, dtype)
-            results = leaves(module(*first.args, **first.kwargs))
+            given = module(*first.args, **first.kwargs)
+            results = leaves(given)
             expected = [leaf.dtype if isinstance(leaf, torch.Tensor) else None for leaf in results]
     except Exception as error:
         return Reference([], [], [], "none", f"eager on {device.type} fails: {describe_error(error)}")
+    unseen = opaque(given, "the model's output ")
+    if unseen:
+        return Reference([], [], [], "none", unseen)
     try:
         outputs, paths = _eager_cpu(case, calls, torch.float64, again)
         kind = _float64_kind(results, outputs[0], dtype)

@@ -94,6 +94,57 @@ def _paths(value: object, prefix: str) -> list[str]:
     return [path for name, child in zip(names, children, strict=True) for path in _paths(child, f"{prefix}[{name!r}]")]
 
 
+PLAIN_LEAVES = (torch.Tensor, int, float, bool, complex, str, bytes, type(None), torch.dtype, torch.device)
+
+
+def opaque(tree: object, where: str) -> str:
+    """Why `tree` cannot be compared leaf by leaf, where one of its leaves is an object of a class torch's pytree
+    cannot see into that holds tensors (a `NestedTensor` of a tensor and a mask): its tensors would be neither
+    moved, cast nor compared. "" where every leaf is plain, or a registered node's."""
+    register_tree_types(tree)
+    for path, leaf in zip(_paths(tree, ""), pytree.tree_leaves(tree), strict=True):
+        if isinstance(leaf, PLAIN_LEAVES):
+            continue
+        held = _tensors_held(leaf)
+        if held:
+            klass = type(leaf)
+            return (
+                f"{(where + path).strip()} is a {klass.__module__}.{klass.__qualname__}, whose tensors "
+                f"({', '.join(held)}) torch's pytree cannot see into: register the class as a pytree node "
+                "(torch.utils._pytree.register_pytree_node, or make it a dataclass; docs/how-to/own-cases.md, "
+                '"Inputs and outputs of your own types")'
+            )
+    return ""
+
+
+def opaque_inputs(calls: list[Call]) -> str:
+    """`opaque` of the first call whose positional or keyword inputs hold such an object ("" where none does)."""
+    for call in calls:
+        unseen = opaque(call.args, "the case's input ") or opaque(dict(call.kwargs), "the case's keyword input ")
+        if unseen:
+            return unseen
+    return ""
+
+
+def _tensors_held(value: object) -> list[str]:
+    """The attributes of `value` that hold a tensor, directly or in a list, tuple or dict one level down."""
+    try:
+        attributes = dict(vars(value))
+    except TypeError:  # no __dict__: its slots, where it has them
+        attributes = {
+            name: getattr(value, name)
+            for klass in type(value).__mro__
+            for name in getattr(klass, "__slots__", ())
+            if isinstance(name, str) and hasattr(value, name)
+        }
+    held = []
+    for name, item in attributes.items():
+        inner = item.values() if isinstance(item, dict) else item if isinstance(item, list | tuple) else (item,)
+        if any(isinstance(part, torch.Tensor) for part in inner):
+            held.append(name)
+    return held
+
+
 def to_device(call: Call, device: torch.device, dtype: torch.dtype | None = None) -> Call:
     """Tensor leaves to `device` (floating ones to `dtype` when given); other leaves unchanged."""
     register_tree_types((call.args, dict(call.kwargs)))

@@ -297,6 +297,12 @@ def test_a_change_to_one_model_moves_that_models_keys_only(shop: Path) -> None:
     registry = _shop_keys(shop)
     (shop / "shop/late_model.py").write_text("from shop.acts import Registry\n\nclass Other(Registry):\n    pass\n")
     assert _shop_keys(shop)["first"] != registry["first"]  # a class whose making runs the project's code acts
+    for acts in ("def seeded(x=torch.manual_seed({})):\n    return x\n", "def __getattr__(name):\n    return {}\n"):
+        (shop / "shop/more.py").write_text("import torch\n\n" + acts.format(0))
+        (shop / "shop/cases.py").write_text((shop / "shop/cases.py").read_text() + "import shop.more\n")
+        before = _shop_keys(shop)
+        (shop / "shop/more.py").write_text("import torch\n\n" + acts.format(1))
+        assert _shop_keys(shop)["first"] != before["first"], acts  # a default runs on import; any name runs that
     (shop / "shop/cases.py").write_text((shop / "shop/cases.py").read_text() + "SIZE = build_fourth\n")
     assert _shop_keys(shop)["first"] != registry["first"]  # named beyond the cases: it may act for any of them
 

@@ -228,8 +228,9 @@ def _without_models(name: str, path: Path, kept: set[str]) -> str:
     return hashlib.sha256(ast.dump(stripped).encode()).hexdigest()
 
 
-# Functions pytest calls by their name alone (a conftest's or plugin's hooks): named, though no code names them.
-HOOKS = ("pytest_",)
+# Functions called by their name alone, though no code names them: a conftest's or plugin's pytest hooks, and a
+# module's own `__getattr__` and `__dir__` (PEP 562), which Python calls for any name the module lacks.
+HOOKS = ("pytest_", "__getattr__", "__dir__")
 
 
 def _top_level_part(name: str, path: Path) -> str:
@@ -268,94 +269,143 @@ def _top_level_part(name: str, path: Path) -> str:
 
 
 def _imports_for_cases(statement: ast.stmt, for_cases: set[str]) -> bool:
-    """An import whose every name only the statements that make cases use (a new case's model): the case's walk
-    keys what it imports, and the module it loads counts by its own top-level part where that can act."""
-    if not isinstance(statement, ast.Import | ast.ImportFrom):
+    """An import from one module that is inert (`_inert`), whose every name only the statements that make cases use
+    (a new case's model): the case's walk keys what it imports; an import of a module that acts stays, in its
+    order."""
+    if not isinstance(statement, ast.ImportFrom) or statement.level or statement.module is None:
         return False
-    bound = [alias.asname or alias.name.split(".")[0] for alias in statement.names]
-    return "*" not in bound and all(name in for_cases for name in bound)
+    bound = [alias.asname or alias.name for alias in statement.names]
+    path = _file(statement.module)
+    return (
+        "*" not in bound and all(name in for_cases for name in bound)
+        and path is not None and _inert(statement.module, path)
+    )  # fmt: skip
 
 
-# Decorators of a method that only wrap it where it is defined: nothing runs beyond the class.
-PLAIN_DECORATORS = frozenset({"property", "staticmethod", "classmethod", "abstractmethod", "setter"})
-CONSTANTS = (ast.Constant, ast.Tuple, ast.List, ast.Set, ast.Dict, ast.UnaryOp, ast.BinOp, ast.Load, ast.USub,
-             ast.UAdd, ast.operator)  # fmt: skip
+# Decorators a model's method may carry where the module's own global of that name is the builtin.
+PLAIN_DECORATORS = {"property": property, "staticmethod": staticmethod, "classmethod": classmethod}
+PLAIN_NODES = (ast.Constant, ast.Name, ast.Attribute, ast.Subscript, ast.Tuple, ast.List, ast.Load, ast.UnaryOp,
+               ast.USub, ast.UAdd)  # fmt: skip
 
 
-def _plain_value(node: ast.expr | None, *, names: bool = True) -> bool:
-    """A value whose evaluation calls nothing: constants, and containers of them; names and attributes too where
-    `names` (a class body's name could hold a descriptor whose `__set_name__` runs)."""
-    allowed = (*CONSTANTS, ast.Name, ast.Attribute) if names else CONSTANTS
-    return node is None or all(isinstance(part, allowed) for part in ast.walk(node))
+def _plain_value(node: ast.expr | None) -> bool:
+    """An expression that calls nothing of its own: constants, names and attributes (of released code: an inert
+    module imports nothing else), subscripts and tuples of them (a default, an annotation, a base)."""
+    return node is None or all(isinstance(part, PLAIN_NODES) for part in ast.walk(node))
 
 
-def _plain_decorator(node: ast.expr) -> bool:
-    return (isinstance(node, ast.Name) and node.id in PLAIN_DECORATORS) or (
-        isinstance(node, ast.Attribute) and node.attr in PLAIN_DECORATORS
-    )
+def _released_import(statement: ast.Import | ast.ImportFrom) -> bool:
+    """An import of released modules only (no star): what it runs on import is keyed by their versions."""
+    if isinstance(statement, ast.ImportFrom):
+        if statement.level or statement.module is None or any(alias.name == "*" for alias in statement.names):
+            return False
+        names = [statement.module, *(f"{statement.module}.{alias.name}" for alias in statement.names)]
+    else:
+        names = [alias.name for alias in statement.names]
+    return all(_file(name) is None and name.split(".")[0] in sys.modules for name in names)
 
 
-def _plain_class(value: object) -> bool:
-    """A class whose making runs no project code: its metaclass and every `__init_subclass__` above it are the
-    standard library's or a released distribution's (keyed by its version)."""
-    if not isinstance(value, type):
+def _plain_function(statement: ast.FunctionDef | ast.AsyncFunctionDef, module: types.ModuleType, method: bool) -> bool:
+    """Undecorated (a model's method: `property` and the like, where the module's global is the builtin), and its
+    defaults and annotations call nothing; a pytest hook or a module `__getattr__` runs by its name alone."""
+    arguments = statement.args
+    evaluated = [*arguments.defaults, *arguments.kw_defaults, statement.returns]
+    evaluated += [a.annotation for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)]
+    evaluated += [a.annotation for a in (arguments.vararg, arguments.kwarg) if a is not None]
+    decorators_plain = all(method and _builtin_decorator(d, module) for d in statement.decorator_list)
+    return decorators_plain and all(map(_plain_value, evaluated)) and (method or not statement.name.startswith(HOOKS))
+
+
+def _builtin_decorator(node: ast.expr, module: types.ModuleType) -> bool:
+    """`@property` and the like, where the module binds no name of its own over the builtin."""
+    if not isinstance(node, ast.Name) or node.id not in PLAIN_DECORATORS:
         return False
-    project = [klass for klass in (type(value), *value.__mro__[1:]) if _file(klass.__module__) is not None]
-    return not any(isinstance(klass, type) and "__init_subclass__" in vars(klass) for klass in project) and (
-        _file(type(value).__module__) is None
-    )
+    return vars(module).get(node.id, PLAIN_DECORATORS[node.id]) is PLAIN_DECORATORS[node.id]
 
 
-def _plain_statement(statement: ast.stmt, module: types.ModuleType, *, in_class: bool = False) -> bool:
-    if isinstance(statement, ast.Import | ast.ImportFrom | ast.Pass):
-        return True
-    if isinstance(statement, ast.Expr):
-        return isinstance(statement.value, ast.Constant)  # a docstring
-    if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):  # a pytest hook runs by its name alone
-        plain = all(in_class and _plain_decorator(decorator) for decorator in statement.decorator_list)
-        return plain and (in_class or not statement.name.startswith(HOOKS))
-    if isinstance(statement, ast.Assign):
-        return all(isinstance(target, ast.Name) for target in statement.targets) and _plain_value(
-            statement.value, names=not in_class
-        )
-    if isinstance(statement, ast.AnnAssign):
-        return isinstance(statement.target, ast.Name) and _plain_value(statement.value, names=not in_class)
-    if isinstance(statement, ast.ClassDef):
-        return (
-            not in_class and not statement.decorator_list and not statement.keywords
-            and all(_plain_value(base) for base in statement.bases)
-            and _plain_class(vars(module).get(statement.name))
-            and all(_plain_statement(inner, module, in_class=True) for inner in statement.body)
-        )  # fmt: skip
-    if isinstance(statement, ast.If) and not in_class:  # `if __name__ == "__main__":` runs nothing on import
-        test = statement.test
-        return (
-            isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
-            and not statement.orelse
-        )  # fmt: skip
-    return False
+def _plain_model(statement: ast.ClassDef, module: types.ModuleType) -> bool:
+    """A model class (`nn.Module`) of released bases and metaclass, whose body binds methods and constants only:
+    making it runs none of the project's code and nothing of its own."""
+    value = vars(module).get(statement.name)
+    if statement.decorator_list or statement.keywords or not _model_class(module, statement.name):
+        return False
+    assert isinstance(value, type)
+    bases = getattr(value, "__orig_bases__", value.__bases__)
+    if not all(isinstance(base, type) and _file(base.__module__) is None for base in bases):
+        return False
+    if _file(type(value).__module__) is not None or not all(map(_plain_value, statement.bases)):
+        return False
+    for inner in statement.body:
+        if isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef):
+            plain = _plain_function(inner, module, method=True)
+        elif isinstance(inner, ast.Assign):
+            plain = all(isinstance(t, ast.Name) for t in inner.targets) and _constant(inner.value)
+        elif isinstance(inner, ast.AnnAssign):
+            plain = isinstance(inner.target, ast.Name) and _plain_value(inner.annotation) and _constant(inner.value)
+        else:
+            plain = isinstance(inner, ast.Pass) or (
+                isinstance(inner, ast.Expr) and isinstance(inner.value, ast.Constant)
+            )
+        if not plain:
+            return False
+    return True
+
+
+def _constant(node: ast.expr | None) -> bool:
+    return node is None or all(isinstance(part, ast.Constant | ast.Tuple | ast.Load) for part in ast.walk(node))
+
+
+def _main_block(statement: ast.stmt) -> bool:
+    """`if __name__ == "__main__":` with no else: it runs nothing on import."""
+    test = statement.test if isinstance(statement, ast.If) else None
+    return (
+        isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
+        and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq) and len(test.comparators) == 1
+        and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == "__main__"
+        and isinstance(statement, ast.If) and not statement.orelse
+    )  # fmt: skip
 
 
 def _inert(name: str, path: Path) -> bool:
-    """Whether importing module `name` only bound names (imports, undecorated functions, classes whose making
-    runs no project code, plain constants): it cannot act on a case its walk does not reach, so it is no case's
-    shared part; a model of it, a helper or a constant counts where a case's walk reaches it, and the modules it
-    imports count by their own parts."""
+    """Whether importing module `name` runs nothing but released code and binds names: a docstring, imports of
+    released modules, model classes of released bases whose bodies bind methods and constants, undecorated
+    functions whose defaults call nothing, a `__main__` block. It cannot act on a case its walk does not reach,
+    so it is no case's shared part (a model of it, or a helper, counts where a case's walk reaches it, its file
+    with it). Anything else (a constant, a project import, another class, a decorator) makes it count."""
     tree = _syntax(path)
     module = sys.modules.get(name)
-    return (
-        tree is not None and module is not None and all(_plain_statement(statement, module) for statement in tree.body)
-    )
+    if tree is None or module is None:
+        return False
+    for index, statement in enumerate(tree.body):
+        if isinstance(statement, ast.Import | ast.ImportFrom):
+            plain = _released_import(statement)
+        elif isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef):
+            plain = _plain_function(statement, module, method=False)
+        elif isinstance(statement, ast.ClassDef):
+            plain = _plain_model(statement, module)
+        elif isinstance(statement, ast.Expr):
+            plain = index == 0 and isinstance(statement.value, ast.Constant)  # the docstring
+        else:
+            plain = _main_block(statement)
+        if not plain:
+            return False
+    return True
 
 
-def _constants_part(path: Path) -> str:
-    """The module-level constants of a file that only binds names, as a digest ("" where it has none): a value
-    read by a name computed at run time (`getattr(module, name)`) is no walk's, so each counts for every case."""
-    tree = _syntax(path)
-    constants = [s for s in tree.body if isinstance(s, ast.Assign | ast.AnnAssign)] if tree is not None else []
-    if not constants:
-        return ""
-    return hashlib.sha256(ast.dump(ast.Module(body=constants, type_ignores=[])).encode()).hexdigest()
+def _star_imported(names: Iterable[str]) -> set[str]:
+    """The modules `from m import *` in any of `names` takes everything of: what they define acts where it lands
+    (a function named `property` there decorates the importer's methods), so none of them is inert."""
+    starred = set()
+    for name in names:
+        path = _file(name)
+        tree = _syntax(path) if path is not None else None
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names):
+                package = name if path is not None and path.name == "__init__.py" else name.rpartition(".")[0]
+                for _ in range(max(node.level - 1, 0)):
+                    package = package.rpartition(".")[0]
+                starred.add(".".join(part for part in (package if node.level else "", node.module or "") if part))
+    return starred
 
 
 def shared() -> list[str]:
@@ -365,17 +415,17 @@ def shared() -> list[str]:
 
 
 def shared_parts(names: Iterable[str]) -> list[tuple[str, str]]:
-    """Each of `names`' files by its top-level part (`_top_level_part`), but those that only bind names
-    (`_inert`), by their constants alone where they have any: a new module of a new case's model moves no other
-    case's key."""
+    """Each of `names`' files by its top-level part (`_top_level_part`), but those whose import runs only released
+    code and binds names (`_inert`): a new module of a new case's model moves no other case's key."""
+    names = list(names)
+    starred = _star_imported(names)
     found = {}
     for name in names:
         path = _file(name)
         if path is None:
             continue
-        part = _constants_part(path) if _inert(name, path) else _top_level_part(name, path)
-        if part:
-            found[str(path)] = part
+        if name in starred or not _inert(name, path):
+            found[str(path)] = _top_level_part(name, path)
     return sorted(found.items())
 
 
