@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from conv_batchnorm_step import ConvBatchNorm  # the same conv net (run from the checkout: benchmarks/ is on the path)
 from torch import nn
 from torch._dynamo.utils import same
 
@@ -44,19 +45,6 @@ class Mlp(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(self.act(self.norm(self.fc1(x))))  # type: ignore[no-any-return]
-
-
-class ConvNet(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv1, self.norm1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
-        self.conv2, self.norm2 = nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16)
-        self.head = nn.Linear(16, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = torch.relu(self.norm1(self.conv1(x)))
-        x = torch.relu(self.norm2(self.conv2(x)))
-        return self.head(x.mean((2, 3)))  # type: ignore[no-any-return]
 
 
 class Block(nn.Module):
@@ -90,7 +78,7 @@ def _eval(make: Callable[[], nn.Module]) -> Callable[[], nn.Module]:
 # model, its input, and the layer whose output the fault changes (mid-network)
 MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], str]] = {
     "mlp": (_eval(Mlp), (8, 32), "norm"),
-    "conv": (_eval(ConvNet), (4, 3, 16, 16), "norm1"),
+    "conv": (_eval(ConvBatchNorm), (4, 3, 16, 16), "norm1"),
     "block": (_eval(Block), (2, 16, 32), "ff1"),
 }
 
