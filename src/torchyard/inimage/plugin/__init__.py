@@ -27,7 +27,7 @@ from torchyard.inimage.plugin.fail_closed import COLLECTOR, Collector, conclude_
 from torchyard.inimage.plugin.first_use import Freezer, detach_pytest_from_torch_trace, import_first_use
 from torchyard.inimage.plugin.outcomes import PARITY_EAGER, parity_eager_tests
 from torchyard.inimage.plugin.running import Running
-from torchyard.inimage.plugin.selection import select_project_tests
+from torchyard.inimage.plugin.selection import check_expressions, select_project_tests
 from torchyard.inimage.plugin.startup import probe_run
 from torchyard.inimage.start import proofs
 from torchyard.inimage.start.settings import RUN_SETTINGS, add_options, run_settings
@@ -51,6 +51,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_cases_key] = load_cases(settings.case_modules, builtin=settings.options.builtin_cases)
     except CaseLoadError as error:
         pytest.exit(f"torchyard: {error}", returncode=pytest.ExitCode.USAGE_ERROR)
+    check_expressions(settings.options.tests_markers, settings.options.tests_keyword)
     # Each xdist worker compiles into its own inductor cache: no two processes write one directory.
     worker = worker_id(config)
     pin_worker_device(settings.accelerator, worker)  # before torch touches the device

@@ -8,16 +8,32 @@ from collections.abc import Callable
 
 import pytest
 from _pytest.mark import KeywordMatcher, MarkMatcher
+from _pytest.mark import expression as expression_module
 from _pytest.mark.expression import Expression
 
 from torchyard.names import PROJECT  # the marker `collection.mark_items` puts on the project's own tests
+
+# What an expression pytest cannot read raises: its own ParseError up to pytest 8, a SyntaxError since.
+UNREADABLE = (SyntaxError, *(klass for klass in (getattr(expression_module, "ParseError", None),) if klass))
 
 
 def _compiled(expression: str, what: str) -> Expression:
     try:
         return Expression.compile(expression)
-    except SyntaxError as error:
-        raise pytest.UsageError(f"torchyard: {what} {expression!r} is not a pytest expression: {error.msg}") from None
+    except UNREADABLE as error:
+        why = getattr(error, "msg", None) or getattr(error, "message", None) or str(error)
+        raise pytest.UsageError(f"torchyard: {what} {expression!r} is not a pytest expression: {why}") from None
+
+
+def check_expressions(markers: str, keyword: str) -> None:
+    """Stop the run in one line, with pytest's usage error, where either expression cannot be read: checked at
+    configuration, since pytest 8 makes a usage error raised during collection an internal error."""
+    try:
+        for expression, what in ((markers, "marker"), (keyword, "keyword")):
+            if expression.strip():
+                _compiled(expression, f"the project tests' {what} expression")
+    except pytest.UsageError as error:
+        pytest.exit(str(error), returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 def _markers(item: pytest.Item) -> Callable[..., bool]:

@@ -64,7 +64,7 @@ def test_the_projects_tests_are_selected_by_the_entrys_and_the_callers_expressio
 
 @whole_run(REPORTS, "--torchyard-tests-keyword=not (", test_mine=PROJECT_TESTS)
 def test_an_expression_pytest_cannot_read_stops_the_run_in_one_line(beside: pytest.RunResult) -> None:
-    assert beside.ret == pytest.ExitCode.USAGE_ERROR
+    assert beside.ret == pytest.ExitCode.USAGE_ERROR, beside.stderr.lines[-30:]
     assert any(
         "torchyard: the project tests' keyword expression 'not (' is not a pytest expression" in line
         for line in beside.stderr.lines + beside.stdout.lines
