@@ -276,8 +276,8 @@ def _errors(case: str, backend: str, before: _Pair, now: _Pair) -> Iterable[Chan
 
 
 def _errors_of(pair: _Pair) -> dict[tuple[str, str], tuple[float, float]]:
-    """Each output's largest error by metric, with the bound it was held to (the result's `bounds`); NaN is an
-    error larger than any."""
+    """Each output's largest error by metric, with the bound it was held to (the noise rule's `held_to`, else the
+    result's `bounds`); NaN is an error larger than any."""
     errors: dict[tuple[str, str], tuple[float, float]] = {}
     for result in pair.results:
         found, comparisons = result.get("bounds"), result.get("comparisons")
@@ -286,8 +286,11 @@ def _errors_of(pair: _Pair) -> dict[tuple[str, str], tuple[float, float]]:
             if not isinstance(comparison, dict):
                 continue
             batch = f" {plain(str(comparison['batch']))}" if comparison.get("batch") else ""
-            for metric, bound_name in ERROR_BOUNDS.items():
+            held = comparison.get("held_to")  # the noise rule's bounds, tighter than the table's, where it held it
+            for index, (metric, bound_name) in enumerate(ERROR_BOUNDS.items()):
                 value, bound = number(comparison.get(metric)), number(bounds.get(bound_name))
+                if isinstance(held, list) and len(held) == len(ERROR_BOUNDS):
+                    bound = number(held[index])
                 if value is None or bound is None or not bound > 0 or not math.isfinite(bound):
                     continue
                 value = math.inf if math.isnan(value) else value

@@ -31,6 +31,9 @@ class Comparison:
     # Eager's own (scaled max, rel L2) error at the run's precision against float64, where the noise rule held
     # this leaf to `noise_factor` times it (`noise_bounds`); None where it was held to the table's bounds alone
     noise: tuple[float, float] | None = None
+    # The (scaled max, rel L2) bounds the noise rule held it to, where it did: what a comparison with another run
+    # reads as its bound (the result's `bounds` are the table's)
+    held_to: tuple[float, float] | None = None
 
     @property
     def passed(self) -> bool:
@@ -91,7 +94,7 @@ def compare_values(
     if tight != bounds:
         assert noise is not None
         comparison = _plain_values(output, reference, expected_dtype, tight, position, floor=floor)
-        comparison = dataclasses.replace(comparison, noise=noise)
+        comparison = dataclasses.replace(comparison, noise=noise, held_to=(tight.max_scaled_error, tight.max_rel_l2))
         if comparison.passed or not _plain_values(output, reference, expected_dtype, bounds, position).passed:
             return comparison
         said = (

@@ -279,5 +279,5 @@ def _digest(document: object) -> str:
 
 
 def _tupled(name: str, value: Any) -> Any:
-    """A comparison's field as it was made: JSON gives its pair (`Comparison.noise`) back as a list."""
-    return tuple(value) if name == "noise" and isinstance(value, list) else value
+    """A comparison's field as it was made: JSON gives its pairs (`Comparison.noise`, `held_to`) back as lists."""
+    return tuple(value) if name in ("noise", "held_to") and isinstance(value, list) else value
