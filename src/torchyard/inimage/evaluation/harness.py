@@ -25,7 +25,13 @@ from torchyard.inimage.evaluation.cache.artifacts import ArtifactCache
 from torchyard.inimage.evaluation.casts import first_narrowing
 from torchyard.inimage.evaluation.errors import RecordedFailure, describe_error, error_types
 from torchyard.inimage.evaluation.factory import nondeterministic
-from torchyard.inimage.evaluation.metrics import Comparison, compare_objects, compare_statistics, compare_values
+from torchyard.inimage.evaluation.metrics import (
+    UNBOUNDED,
+    Comparison,
+    compare_objects,
+    compare_statistics,
+    compare_values,
+)
 from torchyard.inimage.evaluation.trees import Leaf, leaf_paths, leaves, opaque, opaque_inputs, to_device
 from torchyard.inimage.start.probe import CPU
 from torchyard.inimage.start.tolerances import Bounds, Tolerances
@@ -206,7 +212,6 @@ def own_error(
     """Per call and leaf, eager's (scaled max, rel L2) error at `dtype` on `device` against the float64 reference:
     what the precision itself makes of each output (`first`: the first call's outputs, already computed). A leaf
     with no finite error of its own (not a float tensor, a shape that differs, a non-finite value) has None."""
-    unbounded = Bounds(math.inf, math.inf, -math.inf)
     noise: list[list[tuple[float, float] | None]] = []
     with torch.no_grad():
         for index, expected_leaves in enumerate(reference.outputs):
@@ -223,7 +228,7 @@ def own_error(
                 if not output.is_floating_point() and not output.is_complex():
                     errors.append(None)
                     continue
-                measured = compare_values(output, expected, output.dtype, unbounded, "")
+                measured = compare_values(output, expected, output.dtype, UNBOUNDED, "")
                 finite = measured.passed and math.isfinite(measured.scaled_max_error + measured.rel_l2_error)
                 errors.append((measured.scaled_max_error, measured.rel_l2_error) if finite else None)
             noise.append(errors)

@@ -43,6 +43,10 @@ class Comparison:
         return {**asdict(self), "passed": self.passed}
 
 
+# Bounds that hold any value: a comparison made only to measure (eager's own error, a step's precision spread).
+UNBOUNDED = Bounds(math.inf, math.inf, -math.inf)
+
+
 def _finite(value: float) -> float:
     return value if math.isfinite(value) else float("inf")
 

@@ -30,10 +30,9 @@ from torchyard.inimage.evaluation.backends.inductor import graph_counts, graphs_
 from torchyard.inimage.evaluation.backends.running import synchronize
 from torchyard.inimage.evaluation.errors import describe_error
 from torchyard.inimage.evaluation.harness import Reference
-from torchyard.inimage.evaluation.metrics import compare_values
+from torchyard.inimage.evaluation.metrics import UNBOUNDED, compare_values
 from torchyard.inimage.evaluation.trees import Leaf, leaves, opaque_inputs, to_device
 from torchyard.inimage.start.probe import CPU
-from torchyard.inimage.start.tolerances import Bounds
 from torchyard.names import TRAIN_TIMED_STEPS
 
 ZERO = 1e-9  # of the step's largest gradient: zero in exact arithmetic
@@ -372,11 +371,10 @@ def spread(
     unit = torch.finfo(dtype).eps / 2
     here, names, _ = step(case, backend, device=device, dtype=dtype, master=torch.float32, frozen=frozen)
     moved, _, _ = step(case, backend, device=device, dtype=dtype, master=torch.float32, frozen=frozen, jitter=unit)
-    unbounded = Bounds(math.inf, math.inf, -math.inf)
     found = []
     for name, one, other, floor in zip(names, here, moved, floors, strict=True):
         if isinstance(one, torch.Tensor) and isinstance(other, torch.Tensor) and one.is_floating_point():
-            apart = compare_values(other, one, other.dtype, unbounded, name, floor=floor)
+            apart = compare_values(other, one, other.dtype, UNBOUNDED, name, floor=floor)
             measured = (apart.scaled_max_error, apart.rel_l2_error, 1.0 - apart.cosine)
             found.append(measured if all(map(math.isfinite, measured)) else (0.0, 0.0, 0.0))
         else:
