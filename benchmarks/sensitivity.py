@@ -6,15 +6,19 @@ judged by torchyard (the noise rule, and the table's bounds alone) and, on the s
 backend test suite's tolerances (`allclose`, atol 0.1, rtol 0.04).
 
     python benchmarks/sensitivity.py [--backend NAME ...] [--multiple M ...]   # torch importable; on the CPU
+    python benchmarks/sensitivity.py --named      # the issue's own faults, each at the size it comes in
 
 A fault's size: its own relative L2 effect on the output in float64 (the faulted model against the clean one),
 over eager float32's relative L2 error taken as at least float32's machine epsilon, as the noise rule takes it;
-faults are linear at these sizes, so one float64 run fixes each size.
+faults are linear at these sizes, so one float64 run fixes each size. The named faults (a layer swapped for a
+wrong one: LayerNorm's eps 1e-5 -> 0, BatchNorm's eps off by 2.4 %, tanh GELU for erf GELU, one feature
+x(1+1e-4)) come at their own sizes, measured the same way.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import functools
 import itertools
@@ -165,7 +169,9 @@ class Fault:
         return planted(module, self.site, self.mask, self.kind, self.size)
 
 
-def judged(case: Case, reference: Reference, backend: str, fault: Fault, workdir: Path) -> dict[str, bool] | str:
+def judged(
+    case: Case, reference: Reference, backend: str, fault: Callable[[nn.Module], nn.Module], workdir: Path
+) -> dict[str, bool] | str:
     """Each check's verdict on `backend`'s outputs with `fault` compiled in (pass: True), or why none was made."""
     tolerances = load_tolerances()
     torch._dynamo.reset()
@@ -191,7 +197,12 @@ def main() -> None:
     parser.add_argument("--backend", action="append", default=[])
     parser.add_argument("--multiple", action="append", type=float, default=[])
     parser.add_argument("--model", action="append", default=[])
+    parser.add_argument("--named", action="store_true", help="the named faults, at the sizes they come in")
     args = parser.parse_args()
+    if args.named:
+        with tempfile.TemporaryDirectory() as work:
+            named(args.backend or list(BACKENDS), Path(work))
+        return
     print(f"| model | fault | where | x float32's error | backend | {' | '.join(CHECKS)} |")
     print("|---|---|---|---|---|" + "---|" * len(CHECKS))
     with tempfile.TemporaryDirectory() as work:
@@ -217,6 +228,69 @@ def main() -> None:
                         else " | ".join("pass" if verdicts[check] else "**FAIL**" for check in CHECKS)
                     )
                     print(f"| {name} | {kind} | {where} | {multiple:g} | {backend} | {cells} |", flush=True)
+
+
+def _eps(module: nn.Module, eps: Callable[[float], float]) -> nn.Module:
+    swapped = copy.deepcopy(module)
+    swapped.eps = eps(swapped.eps)
+    return swapped
+
+
+def _one_feature(module: nn.Module) -> nn.Module:
+    """`module` (a Linear) with its first output feature x(1+1e-4)."""
+    swapped = copy.deepcopy(module)
+    with torch.no_grad():
+        swapped.weight[0] *= 1 + 1e-4
+        swapped.bias[0] *= 1 + 1e-4
+    return swapped
+
+
+# The issue's faults at the sizes they come in: model, the layer swapped, and what it is swapped for.
+NAMED: dict[str, tuple[str, str, Callable[[nn.Module], nn.Module]]] = {
+    "LayerNorm eps 1e-5 -> 0": ("block", "norm1", lambda layer: _eps(layer, lambda eps: 0.0)),
+    "LayerNorm eps 1e-5 -> 0 (MLP)": ("mlp", "norm", lambda layer: _eps(layer, lambda eps: 0.0)),
+    "BatchNorm eps x1.024": ("conv", "norm1", lambda layer: _eps(layer, lambda eps: eps * 1.024)),
+    "tanh GELU for erf GELU": ("mlp", "act", lambda layer: nn.GELU(approximate="tanh")),
+    "one feature x(1+1e-4)": ("mlp", "fc2", _one_feature),
+    "one feature x(1+1e-4) (block)": ("block", "ff2", _one_feature),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Swap:
+    site: str
+    swapped: Callable[[nn.Module], nn.Module]
+
+    def __call__(self, module: nn.Module) -> nn.Module:
+        setattr(module, self.site, self.swapped(getattr(module, self.site)))
+        return module
+
+
+def named(backends: list[str], work: Path) -> None:
+    """The named faults: each one's size as a multiple of float32's own error, and each check's verdict."""
+    print(f"| fault | model | x float32's error | backend | {' | '.join(CHECKS)} |")
+    print("|---|---|---|---|" + "---|" * len(CHECKS))
+    for label, (name, site, swapped) in NAMED.items():
+        make, shape, _ = MODELS[name]
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+        case = Case(f"sensitivity_{name}", make, functools.partial(_same_input, x))
+        reference = case_reference(case, device=CPU, dtype=torch.float32)
+        noise = reference.noise[0][0] if reference.noise else None
+        assert noise is not None, reference.kind
+        floor = max(noise[1], torch.finfo(torch.float32).eps)
+        fault = Swap(site, swapped)
+        with torch.no_grad():
+            clean = make().double()(x.double())
+            faulted = fault(make().double())(x.double())
+        multiple = float((faulted - clean).norm() / clean.norm()) / floor
+        for backend in backends:
+            verdicts = judged(case, reference, backend, fault, work / name / backend)
+            cells = (
+                verdicts
+                if isinstance(verdicts, str)
+                else " | ".join("pass" if verdicts[check] else "**FAIL**" for check in CHECKS)
+            )
+            print(f"| {label} | {name} | {multiple:.3g} | {backend} | {cells} |", flush=True)
 
 
 def _same_input(x: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor]:
