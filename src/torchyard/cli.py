@@ -178,11 +178,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     prune_command.add_argument("--keep-storage", default="10g", help="build cache to keep, such as 10g")
     prune_command.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
-    prune_command.add_argument(
+    reach = prune_command.add_mutually_exclusive_group()
+    reach.add_argument(
         "--this-project",
         action="store_true",
         help="only this project's images, caches and containers (its GitHub repository under Actions, else "
-        "--matrix's folder)",
+        "--matrix's folder); the default",
+    )
+    reach.add_argument(
+        "--all-projects",
+        action="store_true",
+        help="every project's on this engine, and BuildKit's build cache (shared by them all)",
     )
     prune_command.add_argument("--matrix", type=Path, default=Path("matrix.toml"), help="path to matrix.toml")
 
@@ -262,9 +268,12 @@ def _machine_free(args: argparse.Namespace, passthrough: list[str]) -> int:
         if args.keep < 0 or not MEMORY.fullmatch(args.keep_storage):
             raise UsageError("prune: --keep takes a whole number >= 0 and --keep-storage a size such as 10g")
         project = None
-        if args.this_project:
+        if not args.all_projects:  # a shared engine holds other projects' images: they are theirs to prune
             if not args.matrix.is_file():
-                raise UsageError(f"prune --this-project: no {args.matrix} here (--matrix PATH names the project's)")
+                raise UsageError(
+                    f"prune: no {args.matrix} here: --matrix PATH names the project's, --all-projects prunes "
+                    "every project's"
+                )
             project = project_scope(args.matrix, os.environ)
         return prune(
             keep=args.keep, keep_storage=args.keep_storage, dry_run=args.dry_run, entries=args.entry, project=project

@@ -76,9 +76,9 @@ def register(*, install: Sequence[str] = ()) -> None:
     _session("refresh", "Move base-image digests and exclude-newer in matrix.toml, for review.", install, refresh)
     _session(
         "prune",
-        "Remove torchyard's stopped containers, images beyond the newest 2 per project and entry (`-- --keep N`), "
-        "untagged images, the cache volumes of a project's entry with no image of that project left, build cache "
-        "beyond `--keep-storage 10g`; `-- --dry-run` says what would go.",
+        "Remove this project's stopped containers, images beyond the newest 2 per entry (`-- --keep N`), "
+        "untagged images, the cache volumes of an entry with no image left; `-- --all-projects`: every project's, "
+        "and build cache beyond `--keep-storage 10g`; `-- --dry-run` says what would go.",
         install,
         prune,
     )

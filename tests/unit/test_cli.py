@@ -307,12 +307,34 @@ def test_locking_every_entry_leaves_those_locked_on_their_runner(
     assert locked == ["cpu", "cuda"]
 
 
+@pytest.mark.parametrize("scope", [[], ["--this-project"]], ids=["default", "--this-project"])
 def test_prune_of_this_project_without_its_matrix_is_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], scope: list[str]
 ) -> None:
-    """Refused before the engine is asked anything: a prune of no project must not become a prune of all."""
-    assert main(["prune", "--this-project", "--matrix", str(tmp_path / "absent.toml")]) == 2
+    """Refused before the engine is asked anything: a prune of no project must not become a prune of all; a
+    prune touches only this project's unless asked for all (issue 71, item 10: a shared engine's other project)."""
+    assert main(["prune", *scope, "--matrix", str(tmp_path / "absent.toml")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
-        f"torchyard: prune --this-project: no {tmp_path / 'absent.toml'} here (--matrix PATH names the project's)"
+        f"torchyard: prune: no {tmp_path / 'absent.toml'} here: --matrix PATH names the project's, --all-projects "
+        "prunes every project's"
     ]
+
+
+def test_prune_takes_this_project_or_all_not_both(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["prune", "--this-project", "--all-projects"])
+    assert stopped.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+def test_prune_scopes_to_this_project_by_default_and_to_all_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[str | None] = []
+    monkeypatch.setattr("torchyard.cli.prune", lambda **kwargs: asked.append(kwargs["project"]) or 0)
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(VALID)
+    monkeypatch.delenv("GITHUB_REPOSITORY", raising=False)
+    assert main(["prune", "--matrix", str(matrix)]) == 0
+    assert main(["prune", "--all-projects", "--matrix", str(tmp_path / "absent.toml")]) == 0
+    assert asked[0] and asked[1] is None

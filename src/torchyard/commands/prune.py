@@ -247,7 +247,8 @@ def prune(
     images, containers, volumes = in_scope(images, containers, volumes, entries=entries, project=project)
     plan = plan_prune(images, containers, volumes, keep=keep, in_use=others, untrusted=untrusted, now=time.time())
     if project is not None:
-        print(f"project {project} only (its images, cache volumes and containers; the build cache is shared)")
+        shared = "the build cache is shared: --all-projects prunes it"
+        print(f"project {project} only (its images, cache volumes and containers; {shared})")
     rows = [("container", container.name, "-") for container in plan.containers]
     rows += [("image", ", ".join(image.tags) or image.id[:19], _size(image)) for image in plan.images]
     rows += [("volume", name, "-") for name in plan.volumes]
