@@ -297,6 +297,8 @@ IMAGE_INIMAGE = "/opt/torchyard/inimage/torchyard/inimage"  # the in-image packa
 TEST_FOLDERS = ("suites", "selftests")
 IMAGE_ENTRYPOINT = ("/opt/torchyard/venv/bin/python", "-m", "torchyard.inimage")  # the Dockerfile's ENTRYPOINT
 IMAGE_TIMEOUT = "/usr/bin/timeout"  # the base's, by its path: the image's PATH starts with the project's scripts
+# Every container of a torchyard image starts under it (PID 1: the deadline, the orphans; `inimage/start/warden.py`).
+IMAGE_WARDEN = "/opt/torchyard/warden"
 
 PLUGIN = "torchyard.inimage.plugin"
 JUNIT = "junit.xml"

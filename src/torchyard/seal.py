@@ -62,6 +62,9 @@ class Helper:
     command: tuple[str, ...]
     options: tuple[str, ...] = ()
     network: bool = False
+    # a torchyard image's warden (PID 1) holds its deadline; a bare base (the preflight probe, which runs no
+    # project code) has only its own `timeout`
+    warden: bool = True
 
 
 def uncopied_volumes(options: Sequence[str]) -> list[str]:
@@ -79,15 +82,22 @@ def uncopied_volumes(options: Sequence[str]) -> list[str]:
 
 def sealed_run(helper: Helper) -> tuple[str, ...]:
     """`docker run` of `helper`, sealed (`helper_args`) and killed after HELPER_SECONDS: a hung backend or copy
-    never holds the runner. The base's `timeout` by its path: the image's PATH starts with the venv, where a
-    project can install a script of that name. Every volume it mounts is `volume-nocopy`: Docker fills an empty
-    volume from the image otherwise, read-only mount or not (a helper mounting one without is torchyard's bug)."""
+    never holds the runner, and a build backend cannot stop or trace the image's warden that ends it (a bare
+    base's own `timeout` where there is no warden). Both by their paths: the image's PATH starts with the venv,
+    where a project can install a script of that name. Every volume it mounts is `volume-nocopy`: Docker fills
+    an empty volume from the image otherwise, read-only mount or not (a helper mounting one without is
+    torchyard's bug)."""
     uncopied = uncopied_volumes(helper.options)
     if uncopied:
         raise ValueError(f"helper {helper.name}: mount {uncopied[0]!r} without volume-nocopy")
+    bound = (
+        (contract.IMAGE_WARDEN, helper.image, str(HELPER_SECONDS), "0", "--")
+        if helper.warden
+        else (contract.IMAGE_TIMEOUT, helper.image, "--signal=KILL", str(HELPER_SECONDS))
+    )
     return (
         "run", "--rm", "--name", helper.name, *helper_args(helper.user, network=helper.network), *helper.options,
-        "--entrypoint", "/usr/bin/timeout", helper.image, "--signal=KILL", str(HELPER_SECONDS), *helper.command,
+        "--entrypoint", *bound, *helper.command,
     )  # fmt: skip
 
 

@@ -2,7 +2,8 @@
 (SIGTERM, SIGHUP) removes its container and hands nothing unvetted to the reports folder the workflows
 upload; torchyard killed outright leaves an empty reports folder, a container that ends on its own bound,
 and leftovers the next run removes. The planted test links the runner's credentials into the reports and
-sleeps (issue 57, route 2)."""
+sleeps (issue 57, route 2). A run whose tests stop or trace every process they can still ends at its deadline
+with no torchyard left to stop it (issue 70, route 1)."""
 
 from __future__ import annotations
 
@@ -123,9 +124,72 @@ def test_a_run_killed_outright_leaves_empty_reports_and_its_container_goes_with_
     child.wait(timeout=30)
     assert list((tmp_path / "reports").iterdir()) == []
     container = _container(client, stage)
-    assert container.attrs["Path"] == "/usr/bin/timeout" and container.status == "running"
+    assert container.attrs["Path"] == "/opt/torchyard/warden" and container.status == "running"
     deadline = int(container.labels["dev.torchyard.ends-at"])
     sweep_leftovers(client, staging_root(), now=deadline - 240)  # minutes before its deadline
     assert not client.containers.list(all=True, filters={"name": name})
     assert not stage.exists()
     assert secret.read_text() == "the runner's key\n"
+
+
+# The tests stop what they can, then sleep: their parent (once the base's `timeout`, the only bound), every
+# process but themselves (`kill(-1)`), the container's first process by signal and by ptrace (a stopped tracee
+# never ends the run). What each attempt got is written where the host can read it while the container runs.
+STOP_EVERYTHING = """
+import ctypes, json, os, signal, time
+
+def test_stop_everything():
+    libc = ctypes.CDLL(None, use_errno=True)
+    traced = libc.ptrace(16, 1, 0, 0)  # PTRACE_ATTACH
+    seen = {"parent": os.getppid(), "ptrace": traced, "errno": ctypes.get_errno()}
+    with open("/reports/attacks.json.part", "w") as stream:
+        json.dump(seen, stream)
+    os.rename("/reports/attacks.json.part", "/reports/attacks.json")
+    for pid, signum in ((1, signal.SIGSTOP), (1, signal.SIGKILL), (os.getppid(), signal.SIGSTOP), (-1, signal.SIGSTOP)):
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:  # kill(-1): no process but this one and the first
+            pass
+    time.sleep(600)
+"""
+
+
+def test_a_run_whose_tests_stop_and_trace_everything_still_ends_at_its_deadline_with_no_torchyard_left(
+    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient
+) -> None:
+    """Issue 70, route 1: a conftest stopped its parent, the container's only bound, and with torchyard killed
+    outright (as a runner's clean-up does) the container outlived its deadline, holding the device. Now the
+    image's warden is its first process: the tests can neither stop nor trace it, and it ends the container
+    at its deadline, with no sweep and no torchyard."""
+    payload = {"tmp": str(tmp_path), "env": machine_env, "test": STOP_EVERYTHING, "timeout": 15}
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, json.dumps(payload)], cwd=REPO, env=machine_env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    ends = time.monotonic() + 600
+    root = staging_root()
+    found: Path | None = None
+    while found is None and time.monotonic() < ends:
+        assert child.poll() is None, child.stdout.read() if child.stdout else ""
+        found = next((stage for stage in root.glob("torchyard-cpu-*") if (stage / "attacks.json").exists()), None)
+        time.sleep(0.2)
+    assert found is not None, "the planted test never ran"
+    container = _container(client, found)
+    time.sleep(1)  # the stops land
+    child.kill()  # no torchyard is left to stop the container
+    child.wait(timeout=30)
+    seen = json.loads((found / "attacks.json").read_text())
+    assert seen["ptrace"] == -1 and seen["errno"] == 1, seen  # EPERM: the warden is not dumpable
+    assert container.attrs["Path"] == "/opt/torchyard/warden"
+    deadline = int(container.labels["dev.torchyard.ends-at"])
+    try:
+        while time.time() < deadline + 10:
+            container.reload()
+            if container.status != "running":
+                break
+            time.sleep(1)
+        assert container.status != "running", f"still running {time.time() - deadline:.0f} s past its deadline"
+        assert container.attrs["State"]["ExitCode"] == 124  # the warden's deadline ended it
+    finally:
+        sweep_leftovers(client, staging_root())
+    assert not client.containers.list(all=True, filters={"name": found.name})

@@ -48,7 +48,7 @@ def run_plan(entry: str, trust: Trust = "trusted") -> RunPlan:
 
 def common(entry: str) -> tuple[str, ...]:
     return (
-        "run", "--name", f"torchyard-{entry}-1", "--init",
+        "run", "--name", f"torchyard-{entry}-1", "--entrypoint", "/opt/torchyard/warden",
         "--label", f"dev.torchyard.entry={entry}",
         "--label", "dev.torchyard.scope=0123abcd4567",
         "--label", "dev.torchyard.trust=trusted",
@@ -91,6 +91,7 @@ def tail(entry: str, markers: str, suites: str = "export,compile,runtime,parity,
             **{row.variable: row.default for row in contract.ENTRY_OPTIONS},
         ),
         f"torchyard/{entry}:0123456789abcdef",
+        "0", "30", "--", "/opt/torchyard/venv/bin/python", "-m", "torchyard.inimage",  # the warden, no deadline
         "/opt/torchyard/inimage/torchyard/inimage/suites",
         "/opt/torchyard/inimage/torchyard/inimage/selftests",
         "-p", "torchyard.inimage.plugin",
@@ -201,7 +202,7 @@ def test_an_untrusted_run_mounts_its_own_cache_seeded_from_the_trusted_scope() -
         "run", "--rm", "--name", "n-seed", *helper_args("1000:1000"),
         "--mount", "type=volume,source=torchyard-cache-0123abcd4567-cpu,target=/seed,readonly,volume-nocopy",
         "--mount", f"type=volume,source={own},target=/cache/inductor,volume-nocopy",
-        "--entrypoint", "/usr/bin/timeout", "img", "--signal=KILL", "1800",
+        "--entrypoint", "/opt/torchyard/warden", "img", "1800", "0", "--",
         "/bin/cp", "-R", "/seed/.", "/cache/inductor/",
     )  # fmt: skip
 

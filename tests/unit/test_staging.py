@@ -108,10 +108,10 @@ def test_a_run_with_a_deadline_is_bounded_inside_the_container_and_labelled() ->
     plan = dataclasses.replace(run_plan("cpu"), timeout_s=600, ends_at=1_900_000_000)
     args = docker_run_args(PLAN.entry("cpu"), plan, HOST, {}, [])
     image = args.index(plan.image)
-    assert args[image - 0 : image + 4] == (plan.image, "--signal=TERM", "--kill-after=30", f"{container_bound(plan)}s")
+    assert args[image - 0 : image + 4] == (plan.image, f"{container_bound(plan)}", "30", "--")
     assert args[image + 4 : image + 7] == ("/opt/torchyard/venv/bin/python", "-m", "torchyard.inimage")
     options = docker_run_options(PLAN.entry("cpu"), plan, HOST, {}, [])
-    assert ("--entrypoint", "/usr/bin/timeout") in itertools.pairwise(options)
+    assert ("--entrypoint", "/opt/torchyard/warden") in itertools.pairwise(options) and "--init" not in options
     assert f"{DEADLINE_LABEL}=1900000000" in options
     assert container_bound(plan) > plan.timeout_s
 
@@ -119,6 +119,12 @@ def test_a_run_with_a_deadline_is_bounded_inside_the_container_and_labelled() ->
 def test_the_entrypoint_the_bound_names_is_the_dockerfiles() -> None:
     dockerfile = (Path(__file__).parents[2] / "docker" / "Dockerfile").read_text()
     assert 'ENTRYPOINT ["/opt/torchyard/venv/bin/python", "-m", "torchyard.inimage"]' in dockerfile
+    # the warden: the base's interpreter, isolated, by the path its first line names; root's, read-only
+    warden = Path(__file__).parents[2] / "src" / "torchyard" / "inimage" / "start" / "warden.py"
+    assert warden.read_text().splitlines()[0] == "#!/opt/torchyard/warden-python -IS"
+    assert "COPY inimage/torchyard/inimage/start/warden.py /opt/torchyard/warden\n" in dockerfile
+    assert 'ln -s "$(cat /opt/torchyard/base-python)" /opt/torchyard/warden-python' in dockerfile
+    assert "chmod 0555 /opt/torchyard/warden" in dockerfile
 
 
 class Untouchable:

@@ -214,7 +214,7 @@ def plan_build(
     # found by any project's untrusted build of the same pins (standing on it, the groups are that image's).
     below = hashlib.sha256(image_dockerfile + image_file("install-layer.sh"))
     for name, node in inimage_files():
-        if name.endswith("/inimage/checks/vendor.py"):
+        if name.endswith(("/inimage/checks/vendor.py", "/inimage/start/warden.py")):  # the toolchain stage's
             below.update(node.read_bytes())
     for key, value in content_args:
         if key in LAYER_ARGS and not (stands_on and key == "WHEELS_ONLY"):

@@ -23,7 +23,8 @@ def base_probe(plan: BuildPlan, *, name: str, user: str) -> Helper:
     base's own `sh` by its path. Its status says what it found: 0 found, 1 not."""
     python = f"python{plan.python}"
     probe = f"command -v {python}" if plan.vendor else f"command -v {python} || command -v apt-get"
-    return Helper(f"{name}-base", user, plan.base_image, ("/bin/sh", "-c", f"({probe}) >/dev/null || exit 1"))
+    command = ("/bin/sh", "-c", f"({probe}) >/dev/null || exit 1")
+    return Helper(f"{name}-base", user, plan.base_image, command, warden=False)
 
 
 def check_base(

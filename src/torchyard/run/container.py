@@ -172,7 +172,7 @@ def plan_run(
 
 
 def container_bound(plan: RunPlan) -> int:
-    """The seconds the container's own `timeout` gives the run: the host's deadline and a grace (a tenth of it,
+    """The seconds the container's warden gives the run: the host's deadline and a grace (a tenth of it,
     5 s to a minute), so the host stops it first and says so, and a torchyard killed outright still leaves no
     container past it."""
     return plan.timeout_s + min(max(plan.timeout_s // 10, 5), IN_CONTAINER_GRACE_S)
@@ -182,7 +182,8 @@ def docker_run_args(
     entry: Entry, plan: RunPlan, host: HostFacts, env: Mapping[str, str], pytest_args: Sequence[str]
 ) -> tuple[str, ...]:
     """`docker run` arguments, from the accelerator's module and matrix.toml (pure, so tests pin them): the
-    options, the image, then the command, under the base's `timeout` where the run has a deadline."""
+    options, the image, then the command, under the image's warden (PID 1), with the run's deadline if it has
+    one (0: none)."""
     command = contract.pytest_args(
         inimage_dir=contract.IMAGE_INIMAGE,
         report_dir=contract.IMAGE_REPORTS,
@@ -190,9 +191,8 @@ def docker_run_args(
         project_tests=entry.tests,
         extra=pytest_args,
     )
-    if plan.timeout_s > 0:
-        bound = ("--signal=TERM", f"--kill-after={KILL_AFTER_S}", f"{container_bound(plan)}s")
-        command = (*bound, *contract.IMAGE_ENTRYPOINT, *command)
+    bound = container_bound(plan) if plan.timeout_s > 0 else 0
+    command = (str(bound), str(KILL_AFTER_S), "--", *contract.IMAGE_ENTRYPOINT, *command)
     return ("run", *docker_run_options(entry, plan, host, env, pytest_args), plan.image, *command)
 
 
@@ -209,8 +209,9 @@ def docker_run_options(
     deadline = {DEADLINE_LABEL: str(plan.ends_at)} if plan.ends_at else {}
     labels = {**plan.scope.labels(entry), **deadline}
     return (
-        "--name", plan.name, "--init",
-        *(("--entrypoint", contract.IMAGE_TIMEOUT) if plan.timeout_s > 0 else ()),
+        # the warden is the container's first process: its own deadline holds without torchyard, and the code
+        # under test can neither stop nor trace it (docs/concepts/trust.md)
+        "--name", plan.name, "--entrypoint", contract.IMAGE_WARDEN,
         *(arg for key, value in labels.items() for arg in ("--label", f"{key}={value}")),
         "--user", plan.user,
         "--mount", f"type=bind,source={plan.stage},target={contract.IMAGE_REPORTS}",
@@ -281,8 +282,8 @@ def hand_over(stage: Path, plan: RunPlan, facts: Mapping[str, str]) -> None:
 
 def sweep_leftovers(client: docker.DockerClient, staging: Path, now: float | None = None) -> None:
     """Remove what runs killed outright left: torchyard's containers whose run is gone (its staging folder no
-    longer held: at once, whatever their deadline, for a container's own `timeout` runs as its tests' user,
-    who can stop it) or that are past their deadline label, then the staging folders of containers that are
+    longer held: at once, whatever their deadline, so a dead run's container never holds the device until its
+    warden ends it) or that are past their deadline label, then the staging folders of containers that are
     gone."""
     moment = time.time() if now is None else now
     for container in client.containers.list(all=True, filters={"label": ENTRY_LABEL}):
