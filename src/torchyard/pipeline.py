@@ -274,6 +274,7 @@ def held(entry: Entry, folder: Path, status: int, request: Request) -> int:
         entry.name, folder, named=tests.baseline, store=store_for(request.project, request.env),
         trusted=tests.trust.trusted, fail_on=entry.fail_on_change, key=folder.name + request.matrix_tag,
         keep=not tests.pytest_args and tests.baseline is None,  # the entry's whole run, as its suites ran it
+        narrowed=" ".join(tests.pytest_args),
     )  # fmt: skip
     return status or changed
 

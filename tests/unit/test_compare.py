@@ -381,3 +381,24 @@ def test_only_a_whole_trusted_run_becomes_the_baseline(tmp_path: Path) -> None:
     subset = reports(tmp_path / "subset", BASELINE[:1])
     assert hold_to_baseline("cpu", subset, named=None, store=store, trusted=True, keep=False) == 0
     assert not (store / "cpu").exists()  # `-k mlp` kept nothing
+
+
+def test_a_narrowed_run_compares_only_what_it_ran_and_says_what_it_left_out_in_one_line(tmp_path: Path) -> None:
+    """Issue 71, item 8: `-- -k detr_transformer` listed every other pair as `passed → not run`, twice (a change
+    each and again as "in the baseline only"). A run given pytest arguments compares the pairs it ran; the rest
+    is one count. A whole run that lost a pair still reports it."""
+    ran = [BASELINE[0], BASELINE[1]]
+    narrowed = compare(run(ran), run(BASELINE), narrowed="-k mlp")
+    assert narrowed.changes == () and narrowed.removed == () and narrowed.left_out == 4
+    text = narrowed.markdown()
+    assert "not run" in text and text.count("not run") == 1, text
+    assert "- 4 cases and backends of the baseline not run by this narrowed run (`-k mlp`): not compared" in text
+    whole = compare(run(ran), run(BASELINE))
+    assert len(whole.changes) == 4 and all(change.after == "not run" for change in whole.changes)
+    assert whole.left_out == 0 and len(whole.removed) == 4
+    store = tmp_path / "store"
+    assert hold_to_baseline("cpu", reports(tmp_path / "whole", BASELINE), named=None, store=store, trusted=True) == 0
+    subset = reports(tmp_path / "subset", ran)
+    assert hold_to_baseline("cpu", subset, named=None, store=store, trusted=True, keep=False, narrowed="-k mlp") == 0
+    written = json.loads((subset / "parity.json").read_text())
+    assert written["changes"]["left_out"] == 4 and written["changes"]["changes"] == []

@@ -54,12 +54,29 @@ def test_a_summary_is_never_read_through_a_link(tmp_path: Path) -> None:
     assert read_report(tmp_path / "real.md") == "| ok |\n"
 
 
-def test_a_run_starts_from_an_empty_folder(tmp_path: Path) -> None:
+def test_a_run_starts_from_an_empty_folder_and_keeps_the_last_runs_reports(tmp_path: Path) -> None:
+    """Issue 71, item 8: a second run emptied the first one's reports 40 s in; now the last run's reports stay,
+    hidden beside the folder (no report reads them as a run), and the one before goes."""
     reports = tmp_path / "cpu"
     reports.mkdir()
     (reports / "parity.md").write_text("last run's table\n")
+    (reports / "nested").mkdir()
+    (reports / "nested" / "ops.md").write_text("ops\n")
     fresh_folder(reports)
     assert list(reports.iterdir()) == []
+    previous = tmp_path / ".cpu.previous"
+    assert (previous / "parity.md").read_text() == "last run's table\n" and (previous / "nested" / "ops.md").is_file()
+    (reports / "parity.md").write_text("this run's table\n")
+    fresh_folder(reports)
+    assert sorted(item.name for item in previous.iterdir()) == ["parity.md"]
+    assert (previous / "parity.md").read_text() == "this run's table\n"
+    fresh_folder(reports)  # an empty folder leaves the kept run as it is
+    assert (previous / "parity.md").read_text() == "this run's table\n"
+    (tmp_path / ".cpu.previous").rename(tmp_path / "moved")
+    (tmp_path / ".cpu.previous").symlink_to(tmp_path / "moved")
+    (reports / "parity.md").write_text("a third\n")
+    with pytest.raises(UsageError, match="is a symbolic link"):  # never moved through a link
+        fresh_folder(reports)
 
 
 def test_a_reports_path_that_is_a_file_or_a_link_is_one_line(tmp_path: Path) -> None:

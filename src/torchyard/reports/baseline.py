@@ -70,6 +70,7 @@ def hold_to_baseline(
     fail_on: Sequence[str] = (),
     key: str = "",
     keep: bool = True,
+    narrowed: str = "",
 ) -> int:
     """Compare the run in `folder` (its parity.json, as the host stamped it) with its baseline, write what
     changed into its reports (and that nothing was compared, where there is no baseline: a run cannot bring its
@@ -77,7 +78,7 @@ def hold_to_baseline(
     entry: no pytest arguments, no named baseline). 1 where a change of a `fail_on` kind was found, else 0. A
     report that cannot be read or compared is said in one line and compared with nothing: the run's own status
     stands. `key` names what it is kept as (the reports folder's name: `cpu`, `cpu-local`; the entry's by
-    default)."""
+    default). `narrowed`: the pytest arguments a narrowed run was given (what it left out is not a change)."""
     key = key or entry
     report = folder / contract.PARITY_JSON
     if not report.is_file() or report.is_symlink():
@@ -87,7 +88,8 @@ def hold_to_baseline(
     try:
         data = read_json(report, "parity.json")  # once: compared, written back with what changed, kept
         current = run_of(report, data)
-        changes = compare(current, baseline, quiet=_quiet(current) and _quiet(baseline)) if baseline else None
+        quiet = _quiet(current) and _quiet(baseline) if baseline else False
+        changes = compare(current, baseline, quiet=quiet, narrowed=narrowed) if baseline else None
         _write(folder, data, changes, fail_on)
     except (UsageError, ArithmeticError, ValueError, TypeError, RecursionError, OSError) as error:
         print(f"torchyard: {entry}: not compared with a baseline: {plain(str(error))}", file=sys.stderr)

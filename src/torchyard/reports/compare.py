@@ -51,6 +51,8 @@ class Changes:
     added: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
     stacks: tuple[str, ...] = ()
+    narrowed: str = ""  # the pytest arguments a narrowed run was given: what it left out is not a change
+    left_out: int = 0  # the baseline's pairs such a run did not run
 
     def of(self, kinds: Iterable[str]) -> list[Change]:
         """The changes of these kinds (an entry's `fail-on-change`)."""
@@ -65,6 +67,8 @@ class Changes:
             "added": list(self.added),
             "removed": list(self.removed),
             "stacks": list(self.stacks),
+            "narrowed": self.narrowed,
+            "left_out": self.left_out,
         }
 
     def markdown(self, failing: Sequence[str] = ()) -> str:
@@ -83,6 +87,12 @@ class Changes:
             lines.append(f"- new in this run: {_named(self.added)}")
         if self.removed:
             lines.append(f"- in the baseline only: {_named(self.removed)}")
+        if self.left_out:
+            noun = "case and backend" if self.left_out == 1 else "cases and backends"
+            lines.append(
+                f"- {self.left_out} {noun} of the baseline not run by this narrowed run ({_code(self.narrowed)}): "
+                "not compared"
+            )
         noun = "case and backend" if self.unchanged == 1 else "cases and backends"
         lines.append(f"- {self.unchanged} {noun} unchanged" + ("" if self.changes else "; nothing changed"))
         return "\n".join(lines) + "\n"
@@ -157,10 +167,12 @@ def _pairs(results: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], _Pair]
     return pairs
 
 
-def compare(current: Run, baseline: Run, *, quiet: bool = False) -> Changes:
+def compare(current: Run, baseline: Run, *, quiet: bool = False, narrowed: str = "") -> Changes:
     """Every pair both runs have, held to the baseline's: outcomes, errors against their bounds, graph breaks,
     delegation, program size, lowering time; latency only where both were measured on a quiet machine (`quiet`,
-    as the speed table decides). A pair the baseline has and this run does not is an outcome change (not run)."""
+    as the speed table decides). A pair the baseline has and this run does not is an outcome change (not run),
+    unless the run was `narrowed` (given pytest arguments: `-k`, a test's id, `-x`): then what it left out is
+    counted in one line, never a change."""
     now, before = _pairs(current.results), _pairs(baseline.results)
     changes: list[Change] = []
     unchanged = 0
@@ -170,7 +182,8 @@ def compare(current: Run, baseline: Run, *, quiet: bool = False) -> Changes:
         found = list(_changes(key, before[key], now[key], quiet=quiet, timed=alike))
         changes += found
         unchanged += not found
-    for case, backend in sorted(before.keys() - now.keys()):
+    missing = sorted(before.keys() - now.keys())
+    for case, backend in () if narrowed else missing:
         was = before[case, backend].outcome
         changes.append(Change(case, backend, "outcome", was, "not run", f"{was} → not run: this run has no result"))
     stacks = list(_stack_differences(baseline.environment, current.environment))
@@ -181,8 +194,10 @@ def compare(current: Run, baseline: Run, *, quiet: bool = False) -> Changes:
         changes=tuple(changes),
         unchanged=unchanged,
         added=tuple(f"{case} on {backend}" for case, backend in sorted(now.keys() - before.keys())),
-        removed=tuple(f"{case} on {backend}" for case, backend in sorted(before.keys() - now.keys())),
+        removed=() if narrowed else tuple(f"{case} on {backend}" for case, backend in missing),
         stacks=tuple(stacks),
+        narrowed=narrowed,
+        left_out=len(missing) if narrowed else 0,
     )
 
 

@@ -128,13 +128,20 @@ class CompatibilityTable:
 
 
 def reports_under(paths: Iterable[Path]) -> list[Path]:
-    """Each parity.json a path names: the file itself, or every one under a folder (sorted)."""
+    """Each parity.json a path names: the file itself, or every one under a folder (sorted), but for those in a
+    hidden folder under it (`.cpu.previous`: the run before a folder's last, `run.handback.previous_of`)."""
     found: list[Path] = []
     for path in paths:
         if path.is_file():
             found.append(path)
         elif path.is_dir():
-            found += sorted(item for item in path.rglob("parity.json") if item.is_file() and not item.is_symlink())
+            found += sorted(
+                item
+                for item in path.rglob("parity.json")
+                if item.is_file()
+                and not item.is_symlink()
+                and not any(part.startswith(".") for part in item.relative_to(path).parts[:-1])
+            )
         else:
             raise UsageError(f"report: {path}: no such file or folder")
     return found

@@ -85,13 +85,35 @@ def exclusive_run(path: Path) -> Iterator[None]:
         os.close(handle)
 
 
+def previous_of(path: Path) -> Path:
+    """Where a run keeps the previous run's reports: beside them, hidden, so no report reads them as a run."""
+    return path.parent / f".{path.name}.previous"
+
+
 def fresh_folder(path: Path) -> None:
-    """An empty folder at `path` (a previous run's reports are removed; links in it are not followed)."""
+    """An empty folder at `path`. What the previous run left there is moved to `previous_of(path)` (the one
+    before it removed), so nothing a user has not read is gone when the next run starts; no link is followed."""
     _usable_folder(path)
-    if path.exists():
-        empty_folder(path)
-    else:
+    if not path.exists():
         path.mkdir(parents=True)
+        return
+    with os.scandir(path) as children:
+        names = [child.name for child in children]
+    if not names:
+        return
+    previous = previous_of(path)
+    _usable_folder(previous)
+    if previous.exists():
+        empty_folder(previous)
+    else:
+        previous.mkdir()
+    source, target = os.open(path, DIRECTORY_FLAGS), os.open(previous, DIRECTORY_FLAGS)
+    try:
+        for name in names:
+            os.rename(name, name, src_dir_fd=source, dst_dir_fd=target)
+    finally:
+        os.close(source)
+        os.close(target)
 
 
 def _remove_entry(parent: int, name: str, holding: int, counter: list[int]) -> None:
