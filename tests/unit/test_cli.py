@@ -331,7 +331,12 @@ def test_prune_scopes_to_this_project_by_default_and_to_all_when_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     asked: list[str | None] = []
-    monkeypatch.setattr("torchyard.cli.prune", lambda **kwargs: asked.append(kwargs["project"]) or 0)
+
+    def prune(**kwargs: str | None) -> int:
+        asked.append(kwargs["project"])
+        return 0
+
+    monkeypatch.setattr("torchyard.cli.prune", prune)
     matrix = tmp_path / "matrix.toml"
     matrix.write_text(VALID)
     monkeypatch.delenv("GITHUB_REPOSITORY", raising=False)
