@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -451,3 +452,20 @@ INIMAGE_MODULES = (
     "util/markdown.py",
     "inimage",
 )
+
+
+# Packages built against one torch build (a C++ extension linked to it), and the local tags PyTorch's indexes give
+# a build (`2.13.0+cpu`, `0.28.0+cu130`, `+rocm6.4`, `+xpu`). The lock (`lock.pairs`) and the image check
+# (`inimage.checks.image`) read the same rule; a vendor's own tag (`2.6.0a0+ecf3bae40a.nv25.01`) says nothing
+# comparable, and is not compared.
+TORCH_COMPANIONS = ("torchvision", "torchaudio")
+INDEX_BUILD = re.compile(r"cpu|cu(\d+)\d|rocm[\d.]+|xpu")
+
+
+def build_family(tag: str) -> str | None:
+    """What must match for two builds to load together: CPU, CUDA's major version (torchvision refuses only a
+    different major; cu130 beside cu132 loads), ROCm, XPU; None for a tag that is not an index's."""
+    match = INDEX_BUILD.fullmatch(tag)
+    if match is None:
+        return None
+    return f"cu{match[1]}" if match[1] else re.sub(r"[\d.]+$", "", tag)

@@ -175,7 +175,7 @@ def plan_build(
         layers = split_lock(lock_bytes.decode("utf-8", errors="replace"))
     except ValueError as error:
         raise ImageBuildError(f"entry {entry.name!r}: {lock_path(lockdir, entry)}: {error}") from None
-    mismatch = mismatched_pair(pin for layer in layers for pin in layer.pins)
+    mismatch = mismatched_pair((pin for layer in layers for pin in layer.pins), entry.accelerator.platform)
     if mismatch:  # a lock written by hand, or by a torchyard without the pair's row: before anything is built
         raise ImageBuildError(f"entry {entry.name!r}: {lock_path(lockdir, entry)}: {mismatch}")
     context += [(layer.path, layer.text.encode()) for layer in layers]

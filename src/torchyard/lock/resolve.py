@@ -120,7 +120,8 @@ def lock_entry(
             reason = unreachable or f"uv could not lock it: {_uv_explanation(error.output)}"
             raise LockError(f"entry {entry.name!r}: {reason}") from None
         body = output.read_text(encoding="utf-8")
-    mismatch = mismatched_pair(line.split()[0] for line in body.splitlines() if "==" in line and line[:1].isalnum())
+    pins = (line.split()[0] for line in body.splitlines() if "==" in line and line[:1].isalnum())
+    mismatch = mismatched_pair(pins, inputs.platform)
     if mismatch:
         raise LockError(f"entry {entry.name!r}: {mismatch}")
     through = [name for name, url in inputs.indexes if name in mirrors and mirrors[name] != Source(name, "index", url)]

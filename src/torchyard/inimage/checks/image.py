@@ -12,13 +12,14 @@ import ast
 import ctypes.util
 import importlib.util
 import os
-import re
 import shutil
 import subprocess
 import sys
 import sysconfig
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from torchyard.contract import TORCH_COMPANIONS, build_family
 
 LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
 INCLUDE_DIRS = ("/usr/include", "/usr/local/include")
@@ -93,33 +94,18 @@ def _build_of(key: str, words: str) -> str | None:
     return f"{words} (torch {version} is {found}): lock torch from the accelerator's index, or keep the base's"
 
 
-# The local tags PyTorch's indexes give a build (`2.13.0+cpu`, `0.28.0+cu130`, `+rocm6.4`, `+xpu`); a vendor's own
-# tag (`2.6.0a0+ecf3bae40a.nv25.01`) says nothing comparable, and is not compared.
-INDEX_BUILD = re.compile(r"cpu|cu(\d+)\d|rocm[\d.]+|xpu")
-COMPANIONS = ("torchvision", "torchaudio")
-
-
-def _family(tag: str) -> str | None:
-    """What must match for the builds to load together: CPU, CUDA's major version (torchvision refuses only a
-    different major; cu130 beside cu132 loads), ROCm, XPU; None for a tag that is not an index's."""
-    match = INDEX_BUILD.fullmatch(tag)
-    if match is None:
-        return None
-    return f"cu{match[1]}" if match[1] else re.sub(r"[\d.]+$", "", tag)
-
-
 def check_torch_companions() -> str | None:
     """torchvision and torchaudio built for the torch beside them: PyPI's torchvision (a CUDA build) beside torch's
     CPU build fails at import (`operator torchvision::nms does not exist`)."""
     torch_version = str(version_constants().get("__version__", ""))
-    family = _family(torch_version.partition("+")[2])
+    family = build_family(torch_version.partition("+")[2])
     if family is None:
         return None
     problems = []
-    for name in COMPANIONS:
+    for name in TORCH_COMPANIONS:
         version = str(version_constants(name).get("__version__", ""))
         tag = version.partition("+")[2]
-        theirs = _family(tag)
+        theirs = build_family(tag)
         if theirs is not None and theirs != family:
             problems.append(
                 f"{name} built for torch {torch_version} ({name} {version} is for torch's {tag} build, and fails at "
