@@ -153,15 +153,67 @@ def test_stop_everything():
     time.sleep(600)
 """
 
+# A helper's attack on the first warden: the tests starve it (its scheduling is theirs to set: same user) and
+# give it 3,000 sleeping children and an endless stream of exiting ones (clone with CLONE_PARENT), so its reaping
+# never ran dry and it never looked at its deadline again.
+FLOOD = r"""#define _GNU_SOURCE
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <errno.h>
+static char stk[65536] __attribute__((aligned(16)));
+static int quick(void *a) { syscall(SYS_exit, 0); return 0; }
+int main(int argc, char **argv) {
+    int S = atoi(argv[1]), F = atoi(argv[2]);
+    signal(SIGTERM, SIG_IGN); signal(SIGINT, SIG_IGN); signal(SIGHUP, SIG_IGN); signal(SIGQUIT, SIG_IGN);
+    for (int i = 0; i < S; i++) {   /* sleepers: children of PID 1, head of its children list */
+        long p = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0);
+        if (p == 0) { for (;;) pause(); }
+        if (p < 0) { fprintf(stderr, "sleeper %d failed\n", i); break; }
+    }
+    fprintf(stderr, "sleepers made\n");
+    for (int i = 1; i < F; i++) if (syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0) == 0) break;
+    long n = 0, fails = 0; time_t last = time(0);
+    for (;;) {   /* each clone: a zombie whose parent is PID 1, cheap (shared mm, vfork) */
+        int p = clone(quick, stk + sizeof stk, CLONE_VM | CLONE_VFORK | CLONE_PARENT | SIGCHLD, 0);
+        if (p < 0) { if (!fails++) perror("clone"); } else n++;
+        if (time(0) != last) { last = time(0); fprintf(stderr, "f%d: %ld made %ld fails\n", getpid(), n, fails); }
+    }
+}
+"""
 
+STARVE_AND_FLOOD = (
+    "import os, subprocess\n"
+    f"FLOOD = {FLOOD!r}\n"
+    """
+def test_starve_and_flood():
+    with open("/tmp/flood.c", "w") as stream:
+        stream.write(FLOOD)
+    subprocess.run(["gcc", "-O2", "-o", "/tmp/flood", "/tmp/flood.c"], check=True)
+    os.sched_setscheduler(1, os.SCHED_IDLE, os.sched_param(0))
+    os.setpriority(os.PRIO_PROCESS, 1, 19)
+    os.sched_setaffinity(1, {0})
+    with open("/reports/attacks.json", "w") as stream:
+        stream.write("{}")
+    os.execv("/tmp/flood", ["/tmp/flood", "3000", "2"])
+"""
+)
+
+
+@pytest.mark.parametrize("planted", [STOP_EVERYTHING, STARVE_AND_FLOOD], ids=["stop-and-trace", "starve-and-flood"])
 def test_a_run_whose_tests_stop_and_trace_everything_still_ends_at_its_deadline_with_no_torchyard_left(
-    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient
+    tmp_path: Path, machine_env: dict[str, str], client: docker.DockerClient, planted: str
 ) -> None:
     """Issue 70, route 1: a conftest stopped its parent, the container's only bound, and with torchyard killed
     outright (as a runner's clean-up does) the container outlived its deadline, holding the device. Now the
-    image's warden is its first process: the tests can neither stop nor trace it, and it ends the container
-    at its deadline, with no sweep and no torchyard."""
-    payload = {"tmp": str(tmp_path), "env": machine_env, "test": STOP_EVERYTHING, "timeout": 15}
+    image's warden is its first process: the tests can neither stop nor trace it, nor keep it reaping past its
+    deadline, and it ends the container at its deadline, with no sweep and no torchyard."""
+    payload = {"tmp": str(tmp_path), "env": machine_env, "test": planted, "timeout": 15}
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, json.dumps(payload)], cwd=REPO, env=machine_env, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -179,7 +231,7 @@ def test_a_run_whose_tests_stop_and_trace_everything_still_ends_at_its_deadline_
     child.kill()  # no torchyard is left to stop the container
     child.wait(timeout=30)
     seen = json.loads((found / "attacks.json").read_text())
-    assert seen["ptrace"] == -1 and seen["errno"] == 1, seen  # EPERM: the warden is not dumpable
+    assert seen.get("ptrace", -1) == -1 and seen.get("errno", 1) == 1, seen  # EPERM: the warden is not dumpable
     assert container.attrs["Path"] == "/opt/torchyard/warden"
     deadline = int(container.labels["dev.torchyard.ends-at"])
     try:

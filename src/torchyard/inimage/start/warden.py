@@ -25,6 +25,7 @@ import time
 TIMED_OUT = 124  # as timeout(1) exits
 PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 PR_SET_DUMPABLE = 4  # <linux/prctl.h>
+REAPED_PER_PASS = 64
 
 
 def _exit_code(status: int) -> int:
@@ -32,18 +33,22 @@ def _exit_code(status: int) -> int:
     return 128 - code if code < 0 else code  # killed by a signal: as a shell reports it
 
 
-def _reap(child: int) -> int | None:
-    """Collect every exited process (orphans are the warden's); the command's exit code once it has ended."""
+def _reap(child: int, most: int = REAPED_PER_PASS) -> tuple[int | None, bool]:
+    """Collect up to `most` exited processes (orphans are the warden's): the command's exit code once it has
+    ended, and whether none is left. Bounded, so a flood of exiting processes never keeps the warden from its
+    deadline: the attack that found it also starved the warden (SCHED_IDLE, one CPU), which a same-uid
+    process may do to it."""
     ended = None
-    while True:
+    for _ in range(most):
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return ended
+            return ended, True
         if pid == 0:
-            return ended
+            return ended, True
         if pid == child:
             ended = _exit_code(status)
+    return ended, False
 
 
 def _signal_all(signum: int, child: int) -> None:
@@ -74,7 +79,7 @@ def main(argv: list[str]) -> int:
     deadline = time.monotonic() + seconds if seconds > 0 else None
     timed_out = False
     while True:
-        ended = _reap(child)
+        ended, drained = _reap(child)
         if ended is not None:
             return TIMED_OUT if timed_out else ended
         left = None if deadline is None else deadline - time.monotonic()
@@ -86,6 +91,8 @@ def main(argv: list[str]) -> int:
             _signal_all(signal.SIGTERM, child)
             deadline = time.monotonic() + kill_after
             continue
+        if not drained:
+            continue  # more to reap: the deadline is looked at first
         found = signal.sigwaitinfo(waited) if left is None else signal.sigtimedwait(waited, left)
         if found is not None and found.si_signo in PASSED_ON:
             with contextlib.suppress(ProcessLookupError):
