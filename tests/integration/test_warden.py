@@ -4,6 +4,7 @@ bounded passes, and refuses what it cannot read in one line. In a container: `te
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -17,7 +18,8 @@ WARDEN = Path(__file__).parents[2] / "src" / "torchyard" / "inimage" / "start" /
 
 
 def warden(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-IS", str(WARDEN), *args], capture_output=True, text=True, timeout=120)
+    command = [sys.executable, "-IS", str(WARDEN), *args]
+    return subprocess.run(command, check=False, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize(("command", "status"), [("exit 3", 3), ("exit 0", 0), ("kill -TERM $$", 128 + 15)])
@@ -40,11 +42,10 @@ def test_a_command_it_cannot_start_or_arguments_it_cannot_read_are_one_line() ->
 def test_reaping_is_done_in_bounded_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     """A flood of exiting processes never keeps the warden from its deadline: each pass reaps at most a few,
     then says more are left."""
-    sys.path.insert(0, str(WARDEN.parent))
-    try:
-        import warden as module
-    finally:
-        sys.path.remove(str(WARDEN.parent))
+    spec = importlib.util.spec_from_file_location("warden", WARDEN)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     children = [os.fork() or os._exit(0) for _ in range(5)]  # the parent gets pids; each child exits at once
     for pid in children:
         os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # exited, not yet reaped
