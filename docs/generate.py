@@ -359,8 +359,10 @@ def parity_page() -> str:
         'confined to one channel or 1 % of the elements (benchmarks/README.md, "Sensitivity"). The table\'s bounds\n'
         "stay the ceiling. A failure the table's bounds alone would pass says so, with eager's own errors. The\n"
         "rule is off (0) where the reference is no finer than the run (float32's, or float64 that eager meets\n"
-        "exactly), for a training step (its precision-spread rule), and where an entry or a case sets a bound of\n"
-        "that key without `noise-factor`: a bound loosened for a backend is the one it is held to.\n",
+        "exactly), and where an entry or a case sets a bound of that key without `noise-factor`: a bound loosened\n"
+        "for a backend is the one it is held to. A training step's leaf is held to that many times eager's own\n"
+        "error on the step, or the precision's spread where that is wider, below its spread-widened bounds;\n"
+        "AdamW's parameters (a step of each gradient's sign) keep the precision-spread rule alone.\n",
     ]
     return "".join(lines).rstrip() + "\n"
 

@@ -29,7 +29,7 @@ from torchyard.inimage.evaluation.backends.compiled import compile_counted
 from torchyard.inimage.evaluation.backends.inductor import graph_counts, graphs_since
 from torchyard.inimage.evaluation.backends.running import synchronize
 from torchyard.inimage.evaluation.errors import describe_error
-from torchyard.inimage.evaluation.harness import Reference
+from torchyard.inimage.evaluation.harness import FLOAT64, Reference
 from torchyard.inimage.evaluation.metrics import UNBOUNDED, compare_values
 from torchyard.inimage.evaluation.trees import Leaf, leaves, opaque_inputs, to_device
 from torchyard.inimage.start.probe import CPU
@@ -335,7 +335,7 @@ def make_train_reference(
         outputs, names, frozen = step(
             case, backend, device=CPU, dtype=torch.float64, master=torch.float64, gradient_bound=gradient_bound
         )
-        made = Reference([outputs], names, expected, "float64 on cpu", floors=floors(outputs, names))
+        made = Reference([outputs], names, expected, FLOAT64, floors=floors(outputs, names))
         return TrainReference(
             _with_spread(made, case=case, backend=backend, device=device, dtype=dtype, frozen=frozen), frozen
         )
@@ -363,11 +363,12 @@ def spread(
     dtype: torch.dtype,
     frozen: dict[str, torch.Tensor],
     floors: list[float],
-) -> list[tuple[float, float, float]]:
+) -> tuple[list[tuple[float, float, float]], list[Leaf]]:
     """Per leaf, how far two eager steps at the run's precision land apart when every weight and input moves by
     that precision's rounding (its unit roundoff, each element up or down): what the precision itself cannot
     hold for this model and optimizer (AdamW's step turns a near-zero gradient's rounding into a step of the
-    learning rate's size). As the comparison measures a leaf: scaled max error, relative L2, 1 - cosine."""
+    learning rate's size). As the comparison measures a leaf: scaled max error, relative L2, 1 - cosine. With
+    the first eager step's leaves (what the noise rule measures eager's own error by)."""
     unit = torch.finfo(dtype).eps / 2
     here, names, _ = step(case, backend, device=device, dtype=dtype, master=torch.float32, frozen=frozen)
     moved, _, _ = step(case, backend, device=device, dtype=dtype, master=torch.float32, frozen=frozen, jitter=unit)
@@ -379,7 +380,38 @@ def spread(
             found.append(measured if all(map(math.isfinite, measured)) else (0.0, 0.0, 0.0))
         else:
             found.append((0.0, 0.0, 0.0))
-    return found
+    return found, here
+
+
+def step_noise(
+    eager: list[Leaf], made: Reference, spreads: list[tuple[float, float, float]], optimizer: str
+) -> list[tuple[float, float] | None]:
+    """Per leaf, what the noise rule holds a step's leaf to: eager's own (scaled max, rel L2) error at the run's
+    precision against the float64 step, or the precision's spread where that is wider (one eager step's own
+    error can be a lucky draw). None without a finite one, and for AdamW's parameters: its first step moves
+    each by the sign of its gradient, so a rounding that flips one sign is a whole step, and compiled steps
+    land up to 6 times eager's own error apart on clean models (benchmarks/README.md, "The noise rule on
+    training steps"); the precision-spread rule holds them. Its state, like every gradient, is linear in them."""
+    noise: list[tuple[float, float] | None] = []
+    for index, (output, expected) in enumerate(zip(eager, made.outputs[0], strict=False)):
+        name = made.paths[index] if index < len(made.paths) else ""
+        if optimizer == "adamw" and name.startswith("param["):
+            noise.append(None)
+            continue
+        if not (isinstance(output, torch.Tensor) and isinstance(expected, torch.Tensor)) or not (
+            output.is_floating_point() and output.shape == expected.shape
+        ):
+            noise.append(None)
+            continue
+        floor = made.floors[index] if index < len(made.floors) else 0.0
+        measured = compare_values(output, expected, output.dtype, UNBOUNDED, "", floor=floor)
+        own = (measured.scaled_max_error, measured.rel_l2_error)
+        if not (measured.passed and all(map(math.isfinite, own))):
+            noise.append(None)
+            continue
+        apart = spreads[index] if index < len(spreads) else (0.0, 0.0, 0.0)
+        noise.append((max(own[0], apart[0]), max(own[1], apart[1])))
+    return noise
 
 
 def _with_spread(
@@ -392,12 +424,14 @@ def _with_spread(
     frozen: dict[str, torch.Tensor],
 ) -> Reference:
     """`made`, each leaf's bounds widened to `SPREAD_FACTOR` times the eager step's own spread where that is
-    wider; as made where the spread cannot be measured (the bounds alone decide then)."""
+    wider, and, where `made` is the float64 step, each leaf held by the noise rule to float32's own error on it
+    (`step_noise`); as made where the spread cannot be measured (the bounds alone decide then)."""
     try:
-        spreads = spread(case, backend, device=device, dtype=dtype, frozen=frozen, floors=made.floors)
+        spreads, eager = spread(case, backend, device=device, dtype=dtype, frozen=frozen, floors=made.floors)
     except Exception:  # the eager step ran once already: a second that fails leaves the plain bounds
         return made
-    return dataclasses.replace(made, spreads=spreads, spread_factor=SPREAD_FACTOR)
+    noise = [step_noise(eager, made, spreads, backend.optimizer)] if made.kind == FLOAT64 else []
+    return dataclasses.replace(made, spreads=spreads, spread_factor=SPREAD_FACTOR, noise=noise)
 
 
 def floors(outputs: list[Leaf], names: list[str]) -> list[float]:
