@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from torchyard.inimage.cases import Case, CaseLoadError, load_cases
+from torchyard.inimage.evaluation.cache import record
 from torchyard.inimage.evaluation.cache.results import snapshot_project
 from torchyard.inimage.evaluation.evaluations import Evaluations, result_cache
 from torchyard.inimage.ops.options import add_options as add_ops_options
@@ -35,6 +36,13 @@ from torchyard.inimage.start.workers import is_controller, pin_worker_device, wo
 
 _cases_key = pytest.StashKey[list[Case]]()
 _FREEZER = Freezer()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """The result cache's record of the project's reads starts here: before the project's conftest and cases are
+    imported, so a data file or a variable their import reads is recorded too (`cache.record.start`)."""
+    record.start()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -178,8 +178,33 @@ class RelativeToFolder(Base):
         return self.linear(x)
 '''
 
+# Read when the module is imported, before any window: a data file, a variable (issue 69: reads before the window).
+AT_IMPORT = """
+from pathlib import Path
+
+import torch
+
+SCALE = float((Path(__file__).parent / "at_import.txt").read_text())
+
+
+class AtImport(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.linear(x) * SCALE
+"""
+VARIABLE_AT_IMPORT = AT_IMPORT.replace(
+    'float((Path(__file__).parent / "at_import.txt").read_text())',
+    'float(__import__("os").environ.get("MYPKG_AT_IMPORT", "1"))',
+)
+
 FILES = {
     "mypkg/__init__.py": "",
+    "mypkg/at_import.py": AT_IMPORT,
+    "mypkg/at_import.txt": "1.0",
+    "mypkg/variable_at_import.py": VARIABLE_AT_IMPORT,
     "mypkg/models.py": MODELS,
     "mypkg/kernels.py": "def fast(x):\n    return x * 2\n",
     "mypkg/helpers.py": "def twice(x):\n    return x * 2\n",
@@ -209,6 +234,7 @@ CHANGES = {
     "listed": ("mypkg/shards/b", ""),
     "loads_a": ("mypkg/a.txt", "2.0"),
     "threaded": ("mypkg/threaded_helper.py", "def scaled(x):\n    return x * 3\n"),
+    "at_import": ("mypkg/at_import.txt", "2.0"),
     **({"config": ("mypkg/config.yaml", "gain: 3\n")} if "yaml" in HAS else {}),
 }
 # Every case: the two of one cached table share it (the second reads no file: the first filled the cache).
@@ -218,6 +244,7 @@ CASES = {
     "dependency_reads": "DependencyReads", "registered": "Registered", "listed": "Listed", "shell": "Shell",
     "loads_a": "LoadsA", "loads_b": "LoadsB", "threaded": "Threaded", "forks": "Forks",
     "relative_to_folder": "RelativeToFolder", "by_computed_name": "ByComputedName",
+    "at_import": "at_import.AtImport", "variable_at_import": "variable_at_import.AtImport",
     **({"arrays": "Arrays"} if "numpy" in HAS else {}), **({"config": "Config"} if "yaml" in HAS else {}),
 }  # fmt: skip
 
@@ -226,6 +253,10 @@ import importlib, json, sys
 from pathlib import Path
 
 import torch
+
+from torchyard.inimage.evaluation.cache import record
+
+record.start()  # as the plugin starts it, before the project is imported
 
 from mypkg import models
 from torchyard.inimage.cases import Case
@@ -298,8 +329,16 @@ def test_a_change_the_key_cannot_see_is_seen_by_the_record_and_a_stale_verdict_b
     # Beside them, a kept pass forged on disk for a case that fails: replayed until its turn in the audit (the
     # first), caught at its turn (the second).
     forged = {"wrong": 0, "wrong_at_its_audit": AUDIT_EVERY - 1}
-    again = run(tmp_path, {**CASES, **dict.fromkeys(forged, "Wrong")}, forged, COLUMNS="120", MYPKG_GAIN="2")
+    again = run(
+        tmp_path,
+        {**CASES, **dict.fromkeys(forged, "Wrong")},
+        forged,
+        COLUMNS="120",
+        MYPKG_GAIN="2",
+        MYPKG_AT_IMPORT="2",
+    )
     changed = {*CHANGES, "cached_second", "saved", "variable", "dependency_reads", *unkeepable, "wrong_at_its_audit"}
+    changed.add("variable_at_import")
     changed.add("by_computed_name")
     changed |= {"arrays"} & set(CASES)
     # a verdict whose turn in the audit's rotation came (its key's spread count) is evaluated again and the same

@@ -13,6 +13,12 @@ project's code runs in plain Python. In it:
   loaded through ctypes, a network connection, the whole environment listed, a trace function already set, or
   a native library of the project loaded in the process (an extension it built: the code in it is not seen).
 
+Reads a project module makes while it is imported, outside any window (a data file or a variable read by its
+body, at collection or on first use in a backend's run), are recorded from the run's start (`start`), by that
+module's file, and join the record of each case that ran that file's code or whose key holds it
+(`Record.beyond`); what cannot be recorded there makes those cases' results unkeepable. The import system's own
+reads of source are not reads.
+
 A file or variable read by the project's code is also tied to the code (the function) that read it, for the
 whole process: a later case whose window runs that code carries the read too, so a module-level cache filled
 by an earlier case's first call is still keyed. The files the case's key holds already (its walk's, model by
@@ -29,6 +35,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import inspect
 import os
 import stat
 import sys
@@ -73,9 +80,14 @@ class Record:
     unkeepable: str = ""
     # Per project file, the qualified names of its code that ran (what `beyond` reads; never kept)
     ran: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    # Per project file, what its code read outside any window, and why a read there cannot be recorded (never kept:
+    # `beyond` takes those of the files the case ran or its key holds)
+    ambient: dict[str, frozenset[tuple[str, str]]] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    ambient_unkeepable: dict[str, str] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
-        return {key: value for key, value in dataclasses.asdict(self).items() if key != "ran"}
+        hidden = ("ran", "ambient", "ambient_unkeepable")
+        return {key: value for key, value in dataclasses.asdict(self).items() if key not in hidden}
 
     @classmethod
     def from_dict(cls, data: object) -> Record:
@@ -105,7 +117,18 @@ class Record:
         code that ran includes a model the key left out (one the walk did not reach, `models` being those it
         reached as `module:qualname`: reached by a computed name, say) stays, whole."""
         held = {path for path in self.files if path in keyed and not _unkeyed_model_ran(path, self.ran, models)}
-        return dataclasses.replace(self, files={path: d for path, d in self.files.items() if path not in held})
+        files = {path: d for path, d in self.files.items() if path not in held}
+        folders, variables, unkeepable = dict(self.folders), dict(self.variables), self.unkeepable
+        for reader in sorted(set(self.ran) | set(keyed)):  # what their code read before any window
+            for kind, name in sorted(self.ambient.get(reader, ())):
+                if kind == "file":
+                    files.setdefault(name, file_digest(name))
+                elif kind == "folder":
+                    folders.setdefault(name, folder_digest(name))
+                else:
+                    variables.setdefault(name, value_digest(os.environ.get(name)))
+            unkeepable = unkeepable or self.ambient_unkeepable.get(reader, "")
+        return dataclasses.replace(self, files=files, folders=folders, variables=variables, unkeepable=unkeepable)
 
 
 def _unkeyed_model_ran(path: str, ran: dict[str, frozenset[str]], models: Collection[str]) -> bool:
@@ -249,15 +272,54 @@ class _Window:
         folders = {name: folder_digest(name) for kind, name in reads if kind == "folder"}
         variables = {name: value_digest(os.environ.get(name)) for kind, name in reads if kind == "variable"}
         return Record(
-            files, folders, variables, self.unkeepable, {path: frozenset(names) for path, names in ran.items()}
-        )
+            files, folders, variables, self.unkeepable, {path: frozenset(names) for path, names in ran.items()},
+            {path: frozenset(found) for path, found in _AMBIENT.items()}, dict(_AMBIENT_UNKEEPABLE),
+        )  # fmt: skip
 
 
 _ACTIVE: list[_Window] = []
+# Reads outside any window, by the project file whose code made them (`start`), and why one could not be recorded
+_AMBIENT: dict[str, set[tuple[str, str]]] = {}
+_AMBIENT_UNKEEPABLE: dict[str, str] = {}
+_AMBIENT_ON: list[bool] = []
+
+
+def start() -> None:
+    """Record the project's reads outside any window from now on, for the process (the run's start: before the
+    project's conftest and cases are imported)."""
+    _hooked()
+    _AMBIENT_ON[:] = [True]
+
+
+def _reader(frame: FrameType | None) -> str | None:
+    """The project module being imported on the stack from `frame` up (the innermost project frame that is a
+    module's or a class's body, not a function's), None where none is: a read outside a window by a function is
+    a backend's run of code its window recorded already."""
+    while frame is not None:
+        code = frame.f_code
+        if not code.co_flags & inspect.CO_OPTIMIZED and (found := project_file(code.co_filename)) is not None:
+            return found
+        frame = frame.f_back
+    return None
+
+
+def _ambient(kind: str, name: str) -> None:
+    reader = _reader(sys._getframe(1))  # torchyard's own frames below the reader are none of the project's
+    if reader is not None:
+        _AMBIENT.setdefault(reader, set()).add((kind, name))
+
+
+def _ambient_refusal(why: str) -> None:
+    reader = _reader(sys._getframe(1))
+    if reader is not None:
+        _AMBIENT_UNKEEPABLE.setdefault(reader, why)
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
     if not _ACTIVE:
+        # the events it records first: reading a frame is an audit event of its own
+        if _AMBIENT_ON and event in OUTSIDE_EVENTS and not _by_importlib():
+            _outside_windows(event, args)
         return
     window = _ACTIVE[-1]
     if event == "open":
@@ -276,6 +338,27 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
             window.read("folder", found)
     elif event in UNRECORDABLE or event.startswith("os.exec"):
         window.refuse(f"{UNRECORDABLE.get(event, UNRECORDABLE['os.exec'])} ({event})")
+
+
+OUTSIDE_EVENTS = frozenset(("open", "os.listdir", "os.scandir", "os.exec", "os.execve", *UNRECORDABLE))
+
+
+def _outside_windows(event: str, args: tuple[Any, ...]) -> None:
+    """What the project's code reads outside any window (`start`): files and folders by name, and what cannot be
+    recorded. Only where the project's code is on the stack: torch, pytest and torchyard read on their own."""
+    if event == "open":
+        name = _path_of(args[0])
+        if name is not None and Path(name).is_absolute() and _regular_or_absent(name):
+            found = project_file(name)
+            if found is not None:
+                _ambient("file", found)
+    elif event in ("os.listdir", "os.scandir"):
+        name = _path_of(args[0]) if args else None
+        found = project_file(name or ".")
+        if found is not None:
+            _ambient("folder", found)
+    elif event in UNRECORDABLE or event.startswith("os.exec"):
+        _ambient_refusal(f"{UNRECORDABLE.get(event, UNRECORDABLE['os.exec'])} when it is imported ({event})")
 
 
 def _by_importlib() -> bool:
@@ -302,8 +385,10 @@ def _regular_or_absent(name: str) -> bool:
 
 @functools.cache
 def _hooked() -> None:
-    """The audit hook, once a process (an audit hook cannot be removed: it does nothing outside a window)."""
+    """The audit hook and the environment's recorded reads, once a process (an audit hook cannot be removed:
+    outside a window it records only what `start` asks for)."""
     sys.addaudithook(_audit)
+    _RecordedEnviron(type(os.environ)).__enter__()
 
 
 class _RecordedEnviron:
@@ -318,13 +403,19 @@ class _RecordedEnviron:
         getitem, iterate = self.getitem, self.iter
 
         def recorded_getitem(environ: Any, key: Any) -> Any:
-            if _ACTIVE and environ is os.environ and isinstance(key, str):
-                _ACTIVE[-1].read("variable", key)
+            if environ is os.environ and isinstance(key, str):
+                if _ACTIVE:
+                    _ACTIVE[-1].read("variable", key)
+                elif _AMBIENT_ON:
+                    _ambient("variable", key)
             return getitem(environ, key)
 
         def recorded_iter(environ: Any) -> Iterator[Any]:
-            if _ACTIVE and environ is os.environ:
-                _ACTIVE[-1].refuse("it lists the whole environment (os.environ iterated)")
+            if environ is os.environ:
+                if _ACTIVE:
+                    _ACTIVE[-1].refuse("it lists the whole environment (os.environ iterated)")
+                elif _AMBIENT_ON:
+                    _ambient_refusal("it lists the whole environment (os.environ iterated) when it is imported")
             return iterate(environ)  # type: ignore[no-any-return]
 
         self.environ_class.__getitem__ = recorded_getitem
@@ -349,8 +440,7 @@ def recording() -> Iterator[list[Record]]:
         sys.settrace(window.trace)
         threading.settrace(window.trace)  # the threads the window starts (a pool made before it is not traced)
     try:
-        with _RecordedEnviron(type(os.environ)):
-            yield done
+        yield done
     finally:
         if previous is None:
             sys.settrace(None)

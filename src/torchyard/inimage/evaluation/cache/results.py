@@ -43,9 +43,10 @@ from torchyard.inimage.evaluation.metrics import Comparison
 from torchyard.inimage.evaluation.trees import leaves
 from torchyard.util.atomic import replace_atomically
 
-# 5: the noise rule (comparisons carry eager's own error); 4: each verdict kept with the record of what its
-# evaluation read; 3: the project's files each case reaches
-FORMAT = 5
+# 6: the noise rule holds training steps, a record holds what its code read at import; 5: the noise rule
+# (comparisons carry eager's own error); 4: each verdict kept with the record of what its evaluation read; 3: the
+# project's files each case reaches
+FORMAT = 6
 
 
 # torchyard's built-in corpus: its cases are keyed each by its own code (the case digest's code walk), as a
@@ -234,16 +235,15 @@ class ResultCache:
             result.audit = audited(kept, kept_record, result)
         if key is None or self.root is None or result.status != "passed" or result.replayed:
             return
-        if record.unkeepable:
-            result.unkeepable = record.unkeepable
+        kept_record = record.beyond(self._keyed.get(result.case, set()), self._models.get(result.case, set()))
+        if kept_record.unkeepable:
+            result.unkeepable = kept_record.unkeepable
             return
         data = {
             "format": FORMAT,
             "evaluated": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "result": dataclasses.replace(result, diverges=None).as_dict(),
-            "record": record.beyond(
-                self._keyed.get(result.case, set()), self._models.get(result.case, set())
-            ).as_dict(),
+            "record": kept_record.as_dict(),
             # Where it starts in the audit's rotation: spread by key when first kept, so each run audits a share, not
             # a burst; from 0 after its audit, so each verdict is audited every `audit_every` replays.
             "replays": int(key[:8], 16) % self.audit_every if self.audit_every and not audited_now else 0,
