@@ -79,9 +79,9 @@ def resolve_trust(flag: str | None, env: Mapping[str, str]) -> RunTrust:
 
 
 def level_of(env: Mapping[str, str]) -> Trust:
-    """The level `torchyard test` resolved and put in the run's environment; trusted where none was set
-    (a direct call, a person's own run)."""
-    return "untrusted" if env.get(TRUST_ENV) == "untrusted" else "trusted"
+    """The level `torchyard test` or `build` resolved and put in the run's environment (`resolve_trust`, a
+    person's own run included); untrusted where none was set or it says anything else: fails closed."""
+    return "trusted" if env.get(TRUST_ENV) == "trusted" else "untrusted"
 
 
 def project_scope(matrix: Path, env: Mapping[str, str]) -> str:

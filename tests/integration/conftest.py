@@ -28,7 +28,7 @@ from torchyard.host.engine import engine
 from torchyard.image.debootstrap import DEFAULT_TAG
 from torchyard.image.layers import image_keys
 from torchyard.image.plan import DEPENDENCY_REPOSITORY
-from torchyard.trust import project_scope
+from torchyard.trust import TRUST_ENV, project_scope
 from torchyard.util import proc
 
 REPO = Path(__file__).parents[2]
@@ -37,6 +37,10 @@ TREE_ITEMS = ("lockfiles", "matrix.toml")
 # The project the tests' own builds are named for, as Actions names one: alike on every runner of a repository
 # (`torchyard/<project>/<entry>`), so a second runner's build finds what the first one pushed.
 PROJECT = project_scope(Path("matrix.toml"), {"GITHUB_REPOSITORY": "torchyard-tests/integration"})
+# The level the CLI resolves for a person's own run and puts in the environment of every build and run: the
+# builds and runs these tests call directly read it back, and a missing one reads as untrusted (`trust.level_of`).
+# A test of an untrusted run says so itself.
+os.environ.setdefault(TRUST_ENV, "trusted")
 
 
 # Tests that empty BuildKit's cache so that their first build starts cold: run first, so the builds after

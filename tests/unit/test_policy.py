@@ -21,15 +21,26 @@ from torchyard.matrix import load_plan
 from torchyard.matrix.gate import TrustedConfig
 from torchyard.matrix.machine import Source
 from torchyard.matrix.schema import ImageRef
+from torchyard.trust import level_of
 
 MATRIX = Path(__file__).parents[2] / "matrix.toml"
 PLAN = load_plan(MATRIX)
 
 
 def test_a_trusted_run_builds_as_configured() -> None:
-    policy = build_policy({})
+    policy = build_policy({"TORCHYARD_TRUST": "trusted"})
     assert policy.trusted and policy.build_args == ()
     check_untrusted_build(PLAN.entry("cpu"), policy)
+
+
+@pytest.mark.parametrize(
+    "env", [{}, {"TORCHYARD_TRUST": ""}, {"TORCHYARD_TRUST": "yes"}, {"TORCHYARD_TRUST": "Trusted"}]
+)
+def test_a_level_the_run_did_not_resolve_is_untrusted(env: dict[str, str]) -> None:
+    """Issue 72: trust read back from the environment took a missing variable as trusted. The CLI resolves the
+    level and puts it there for every build and run; anything else fails closed."""
+    assert level_of(env) == "untrusted"
+    assert level_of({"TORCHYARD_TRUST": "trusted"}) == "trusted"
 
 
 def test_an_untrusted_build_takes_the_trusted_configuration(tmp_path: Path) -> None:
