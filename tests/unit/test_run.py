@@ -228,9 +228,9 @@ def test_in_place_runs_this_interpreter_with_the_lock_to_compare(tmp_path: Path)
     stale.parent.mkdir(parents=True)
     stale.write_text("the last run's table\n")
     python = str(tmp_path / "venv" / "bin" / "python")
-    env = {"PATH": "/usr/bin", "TORCHYARD_TRUST": "trusted"}
+    given = {"PATH": "/usr/bin", "TORCHYARD_TRUST": "trusted"}
     status = run_in_place(
-        PLAN.entry("cpu"), lockdir, tmp_path / "reports", ["-q"], runner=record, env=env, python=python
+        PLAN.entry("cpu"), lockdir, tmp_path / "reports", ["-q"], runner=record, env=given, python=python
     )
     assert not stale.exists()  # a run starts from an empty reports folder
     args, env = seen["args"], seen["env"]
