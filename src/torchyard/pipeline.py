@@ -34,7 +34,7 @@ from torchyard.run.container import plan_run, require_device_runtime, run_entry
 from torchyard.run.handback import reports_folder, summarize
 from torchyard.run.inplace import run_in_place
 from torchyard.run.venv import run_local
-from torchyard.seal import Seal, check_matrix_flags, default_memory
+from torchyard.seal import Seal, check_matrix_flags, check_untrusted_seal, default_memory
 from torchyard.trust import MATRIX, RunTrust, matrix_tag, project_scope
 from torchyard.util import proc
 from torchyard.util.git import head_fact
@@ -156,19 +156,21 @@ def check_devices(request: Request, progress: Progress) -> None:
     except DockerUnavailableError as error:
         raise DockerUnavailableError(f"{error}{LOCAL_HINT}") from None
     progress.host = gather_host_facts(progress.client)
-    check_limits(progress.contained, request.machine, progress.host.memory_bytes)
+    check_limits(progress.contained, request.machine, progress.host.memory_bytes, trusted=request.tests.trust.trusted)
     for entry in progress.contained:
         require_device_runtime(entry, progress.host, request.env)
         progress.folders[entry.name] = reports_folder(request.tests.reports, entry.name)
     progress.cli = build_client(request.env, request.runner)
 
 
-def check_limits(entries: Sequence[Entry], machine: Machine, engine_memory: int) -> None:
-    """A matrix.toml resource flag above this machine's limit, before any image is built for it (`run_entry`
-    checks again against the plan it runs)."""
+def check_limits(entries: Sequence[Entry], machine: Machine, engine_memory: int, *, trusted: bool = True) -> None:
+    """A matrix.toml resource flag above this machine's limit, a flag that would end docker's options early, and
+    for an untrusted run a flag that gives up the seal, each before any image is built for it (`run_entry`
+    checks the whole command again against the plan it runs): a refused flag costs no image."""
     seal = Seal(machine.limits, default_memory(machine.limits, engine_memory, MEMORY_SHARE))
     for entry in entries:
         check_matrix_flags(entry, seal)
+        check_untrusted_seal(entry.accelerator.docker_run, trusted)
 
 
 def check_build_policy(request: Request, progress: Progress) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -109,3 +110,27 @@ def test_a_resource_flag_above_the_machines_limit_stops_the_run_before_any_build
     with pytest.raises(ConfigError, match=r"--memory 64g is above this machine's 12g"):
         pipeline.check_limits([flagged], machine, 64 << 30)
     pipeline.check_limits([entry], machine, 64 << 30)
+
+
+@pytest.mark.parametrize(
+    ("flags", "trusted", "refused"),
+    [
+        (("--privileged",), False, "an untrusted run's container keeps the seal: --privileged"),
+        (("--ipc", "host"), False, "--ipc=host is given to trusted runs only"),
+        (("--cap-add=SYS_ADMIN",), False, "--cap-add=SYS_ADMIN is given to trusted runs only"),
+        (("--label", "x", "attacker/img"), True, "'attacker/img' would be taken for the image"),
+        (("--privileged",), True, ""),
+    ],
+)
+def test_a_flag_the_run_would_refuse_stops_it_before_any_build(
+    flags: tuple[str, ...], trusted: bool, refused: str
+) -> None:
+    """Issue 72: the seal's option checks ran once the images were built; a refused flag now costs no image."""
+    entry = PLAN.entry("cpu")
+    flagged = dataclasses.replace(entry, accelerator=dataclasses.replace(entry.accelerator, docker_run=flags))
+    machine = Machine(limits=Limits(memory="12g"))
+    if refused:
+        with pytest.raises(ConfigError, match=re.escape(refused)):
+            pipeline.check_limits([flagged], machine, 64 << 30, trusted=trusted)
+    else:
+        pipeline.check_limits([flagged], machine, 64 << 30, trusted=trusted)
