@@ -1,4 +1,4 @@
-"""The lane's children (`torchyard.inimage.selftests.fork_server`): where two threads start and end children of the
+"""The lane's children (`torchyard.inimage.start.fork_server`): where two threads start and end children of the
 fork server at once, each gets its own child's exit status, never multiprocessing's 255 for a status another
 thread read first (python/cpython#130895); and the entry point starts the server only where the run's own
 process runs the harness's tests."""
@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from torchyard.inimage.selftests.fork_server import serves_this_run, start_child, status_once_ended
+from torchyard.inimage.start.fork_server import serves_this_run, start_child, status_once_ended
 
 pytestmark = pytest.mark.real_subprocess  # the fork server's children are the subject
 

@@ -56,7 +56,7 @@ def _serve_beside(argv: list[str], stack: str | None) -> None:
     its work sooner, while the run does its own imports. Not where the self-tests are likely proven on this
     stack already (`proofs`): the lane then has nothing to do, and the server's imports would compete with
     the run's."""
-    from torchyard.inimage.selftests import fork_server
+    from torchyard.inimage.start import fork_server
 
     proven = stack is not None and proofs.likely_proven(os.environ, stack, argv)
     if fork_server.serves_this_run(argv) and not proven:

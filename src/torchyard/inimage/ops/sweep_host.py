@@ -167,7 +167,7 @@ class SweepHost:
         operators: Operators | None = None,
         plant: Plant | None = None,
     ) -> None:
-        from torchyard.inimage.selftests import fork_server  # the harness's server: torch imported, no device used
+        from torchyard.inimage.start import fork_server  # the harness's server: torch imported, no device used
 
         context = fork_server.context()
         if context is None:

@@ -30,9 +30,8 @@ from typing import Any
 import pytest
 
 from torchyard import contract
-from torchyard.inimage.selftests import fork_server
-from torchyard.inimage.selftests.fork_server import start_child, status_once_ended
-from torchyard.inimage.start import proofs
+from torchyard.inimage.start import fork_server, proofs
+from torchyard.inimage.start.fork_server import start_child, status_once_ended
 
 TIMEOUT_S = 600.0
 OUTPUT = "output.txt"  # what `Beside`'s child prints, in its folder

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from torchyard.inimage.selftests.beside import Beside, Job, WholeRun
-from torchyard.inimage.selftests.fork_server import selects_harness, start_server
+from torchyard.inimage.start.fork_server import selects_harness, start_server
 from torchyard.inimage.start.proofs import has_proof
 
 BESIDE = "beside"

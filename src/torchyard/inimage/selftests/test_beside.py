@@ -14,8 +14,8 @@ import pytest
 
 from torchyard.inimage.selftests.beside import Beside, Job, WholeRun
 from torchyard.inimage.selftests.conftest import _may_run_harness
-from torchyard.inimage.selftests.fork_server import PRELOAD
 from torchyard.inimage.start import proofs
+from torchyard.inimage.start.fork_server import PRELOAD
 from torchyard.inimage.start.proofs import has_proof
 
 pytestmark = pytest.mark.harness
@@ -24,10 +24,10 @@ pytestmark = pytest.mark.harness
 def test_the_fork_server_ends_without_tearing_down(tmp_path: Path) -> None:
     """Its exit handler runs before every handler registered before it (the server's imports'), and ends
     the process there: what those would have done is never done."""
-    assert PRELOAD[-1] == "torchyard.inimage.selftests.server_last"
+    assert PRELOAD[-1] == "torchyard.inimage.start.server_last"
     torn_down = tmp_path / "torn-down"
     handler = f"import atexit; atexit.register(open, {str(torn_down)!r}, 'w')"
-    script = f"{handler}\nimport torchyard.inimage.selftests.server_last"
+    script = f"{handler}\nimport torchyard.inimage.start.server_last"
     completed = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True)
     assert completed.returncode == 0, completed.stderr
     assert not torn_down.exists()

@@ -27,7 +27,7 @@ PRELOAD = [
     "torchyard.inimage.report",
     "torchyard.inimage.start.probe",
     # Last: it freezes the imports above, and its exit handler must run first.
-    "torchyard.inimage.selftests.server_last",
+    "torchyard.inimage.start.server_last",
 ]
 
 
