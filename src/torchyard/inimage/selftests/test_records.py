@@ -200,7 +200,55 @@ VARIABLE_AT_IMPORT = AT_IMPORT.replace(
     'float(__import__("os").environ.get("MYPKG_AT_IMPORT", "1"))',
 )
 
+
+def hidden(read: str, factor: str = "NS.s") -> str:
+    """A model module whose factor a static walk cannot see: what `read` binds to S is kept in a namespace (the
+    walk counts a standard-library object by its class) and used by forward as `factor`."""
+    return (
+        "import os, pkgutil, threading, types\nfrom pathlib import Path\n\nimport torch\n\n"
+        f"HERE = Path(__file__).parent\nS = 1.0\n{read}\nNS = types.SimpleNamespace(s=S)\ndel S\n\n\n"
+        "class M(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.linear = torch.nn.Linear(4, 4)\n\n"
+        f"    def forward(self, x):\n        return self.linear(x) * ({factor})\n"
+    )
+
+
+# A helper's attack on the record of reads at import (each replayed over its change): a read relative to the working
+# folder, through a loader's `get_data`, in a thread the module's body waits for, through `os.environb`, the
+# environment's own mapping or `os.getenvb`, a data file under a folder named `__pycache__`, a value re-exported
+# by a subpackage's `__init__`, and a file's existence alone.
+ATTACKED = {
+    "mypkg/rel_cwd.py": hidden('S = float(open("cwd_data.txt").read())'),
+    "mypkg/get_data.py": hidden('S = float(pkgutil.get_data("mypkg", "gd.txt"))'),
+    "mypkg/thread_at_import.py": hidden(
+        '_box = []\n_t = threading.Thread(target=lambda: _box.append(float((HERE / "th.txt").read_text())))\n'
+        "_t.start()\n_t.join()\nS = _box[0]"
+    ),
+    "mypkg/environb.py": hidden('S = float(os.environb.get(b"MYPKG_B", b"1"))'),
+    "mypkg/environ_data.py": hidden('S = float(os.environ._data.get(b"MYPKG_D", b"1"))'),
+    "mypkg/getenvb_forward.py": hidden("", 'float(os.getenvb(b"MYPKG_BF", b"1"))'),
+    "mypkg/pycache_data.py": hidden("", 'float((HERE / "data" / "__pycache__" / "pc.txt").read_text())'),
+    "mypkg/sub/__init__.py": "from .inner import S\n",
+    "mypkg/sub/inner.py": 'from pathlib import Path\n\nS = float((Path(__file__).parent / "in.txt").read_text())\n',
+    "mypkg/reexported.py": hidden("from .sub import S"),
+    "mypkg/exists_at_import.py": hidden('S = 2.0 if os.path.exists(HERE / "flag_i") else 1.0'),
+    "mypkg/exists_forward.py": hidden("", '2.0 if os.path.exists(HERE / "flag_f") else 1.0'),
+}
+ATTACKED_DATA = {
+    "cwd_data.txt": "1.0", "mypkg/gd.txt": "1.0", "mypkg/th.txt": "1.0", "mypkg/data/__pycache__/pc.txt": "1.0",
+    "mypkg/sub/in.txt": "1.0",
+}  # fmt: skip
+ATTACKED_CHANGES = {
+    "rel_cwd": ("cwd_data.txt", "3.0"), "get_data": ("mypkg/gd.txt", "3.0"),
+    "thread_at_import": ("mypkg/th.txt", "3.0"), "pycache_data": ("mypkg/data/__pycache__/pc.txt", "3.0"),
+    "reexported": ("mypkg/sub/in.txt", "3.0"), "exists_at_import": ("mypkg/flag_i", ""),
+    "exists_forward": ("mypkg/flag_f", ""),
+}  # fmt: skip
+ATTACKED_VARIABLES = {"environb": "MYPKG_B", "environ_data": "MYPKG_D", "getenvb_forward": "MYPKG_BF"}
+
 FILES = {
+    **ATTACKED,
+    **ATTACKED_DATA,
     "mypkg/__init__.py": "",
     "mypkg/at_import.py": AT_IMPORT,
     "mypkg/at_import.txt": "1.0",
@@ -235,6 +283,7 @@ CHANGES = {
     "loads_a": ("mypkg/a.txt", "2.0"),
     "threaded": ("mypkg/threaded_helper.py", "def scaled(x):\n    return x * 3\n"),
     "at_import": ("mypkg/at_import.txt", "2.0"),
+    **ATTACKED_CHANGES,
     **({"config": ("mypkg/config.yaml", "gain: 3\n")} if "yaml" in HAS else {}),
 }
 # Every case: the two of one cached table share it (the second reads no file: the first filled the cache).
@@ -245,6 +294,7 @@ CASES = {
     "loads_a": "LoadsA", "loads_b": "LoadsB", "threaded": "Threaded", "forks": "Forks",
     "relative_to_folder": "RelativeToFolder", "by_computed_name": "ByComputedName",
     "at_import": "at_import.AtImport", "variable_at_import": "variable_at_import.AtImport",
+    **{name: f"{name}.M" for name in [*ATTACKED_CHANGES, *ATTACKED_VARIABLES]},
     **({"arrays": "Arrays"} if "numpy" in HAS else {}), **({"config": "Config"} if "yaml" in HAS else {}),
 }  # fmt: skip
 
@@ -293,7 +343,7 @@ def run(root: Path, cases: dict[str, str], forged: dict[str, int] | None = None,
     variables = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), *sys.path]), **env}
     done = subprocess.run(
         [sys.executable, "-c", RUN, str(root), json.dumps(cases), json.dumps(forged or {})],
-        capture_output=True, text=True, env=variables, check=False, timeout=300,
+        capture_output=True, text=True, env=variables, check=False, timeout=300, cwd=root,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     found: dict[str, list[object]] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -336,9 +386,10 @@ def test_a_change_the_key_cannot_see_is_seen_by_the_record_and_a_stale_verdict_b
         COLUMNS="120",
         MYPKG_GAIN="2",
         MYPKG_AT_IMPORT="2",
+        **dict.fromkeys(ATTACKED_VARIABLES.values(), "3"),
     )
     changed = {*CHANGES, "cached_second", "saved", "variable", "dependency_reads", *unkeepable, "wrong_at_its_audit"}
-    changed.add("variable_at_import")
+    changed |= {"variable_at_import", *ATTACKED_VARIABLES}
     changed.add("by_computed_name")
     changed |= {"arrays"} & set(CASES)
     # a verdict whose turn in the audit's rotation came (its key's spread count) is evaluated again and the same

@@ -8,7 +8,8 @@ project's code runs in plain Python. In it:
 - `sys.settrace` names each project file whose code runs (a trace function called once per new code object:
   the project's code imported on first use, or found by a computed name, counts by its file's digest).
 - An audit hook (`sys.addaudithook`) names each file opened and each folder listed, with its digest then.
-- `os.environ` reads are recorded by name, with a digest of the value (never the value).
+- Reads of the process environment (`os.environ`, `os.environb`, `os.getenv`, `os.getenvb`, the mapping they
+  share) are recorded by name, with a digest of the value (never the value).
 - What cannot be recorded makes the case's results unkeepable, said in one line: a subprocess, a native library
   loaded through ctypes, a network connection, the whole environment listed, a trace function already set, or
   a native library of the project loaded in the process (an extension it built: the code in it is not seen).
@@ -179,9 +180,15 @@ def project_file(filename: str) -> str | None:
     if not filename or filename.startswith("<"):
         return None
     path = Path(filename).resolve()
-    if "__pycache__" in path.parts:  # compiled bytecode: its source is what runs, and is recorded
+    if "__pycache__" in path.parts and path.suffix == ".pyc":  # compiled bytecode: its source runs, recorded
         return None
     if path.is_relative_to(TORCHYARD) or any(path.is_relative_to(root) for root in (*STANDARD, *VOLATILE)):
+        return None
+    if any(path.is_relative_to(made) for made in _compiler_caches()):  # what the stack's compilers wrote
+        return None
+    if path.parent.name.startswith("torchinductor_") or any(
+        part.startswith("torchinductor_") for part in path.relative_to(path.anchor).parts[:3]
+    ):  # inductor's default folders under the temporary folder (`<tmp>/torchinductor_<user>`)
         return None
     if installed_pin(path) is not None:  # a released distribution's file: its version keys it
         return None
@@ -209,7 +216,7 @@ def _compiler_caches() -> list[Path]:
     """Where the stack's compilers keep what they build (inductor's kernels, in the entry's cache): a `--local`
     run's cache lies in the checkout, on the path, and its kernels are no native library of the project's."""
     named = (os.environ.get(contract.INDUCTOR_CACHE), os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
-    return [Path(name).resolve() for name in named if name]
+    return [Path(os.path.realpath(name)) for name in named if name]
 
 
 @functools.cache
@@ -278,6 +285,9 @@ class _Window:
 
 
 _ACTIVE: list[_Window] = []
+# Set while the record's own code runs in this thread: what it reads itself (a path resolved, a variable looked
+# up) is never the project's, and recording it would recurse.
+_BUSY = threading.local()
 # Reads outside any window, by the project file whose code made them (`start`), and why one could not be recorded
 _AMBIENT: dict[str, set[tuple[str, str]]] = {}
 _AMBIENT_UNKEEPABLE: dict[str, str] = {}
@@ -291,37 +301,60 @@ def start() -> None:
     _AMBIENT_ON[:] = [True]
 
 
-def _reader(frame: FrameType | None) -> str | None:
-    """The project module being imported on the stack from `frame` up (the innermost project frame that is a
-    module's or a class's body, not a function's), None where none is: a read outside a window by a function is
-    a backend's run of code its window recorded already."""
+def _importing(frame: FrameType | None) -> list[str]:
+    """The project modules being imported on the stack from `frame` up (each project frame that is a module's
+    or a class's body, not a function's): the one that reads, and each that imports it (a package's
+    `__init__` re-exporting what its submodule read, the model's module importing that). A read outside a window
+    by a function alone is a backend's run of code its window recorded already."""
+    found: list[str] = []
     while frame is not None:
         code = frame.f_code
-        if not code.co_flags & inspect.CO_OPTIMIZED and (found := project_file(code.co_filename)) is not None:
-            return found
+        if not code.co_flags & inspect.CO_OPTIMIZED and (name := project_file(code.co_filename)) is not None:
+            found.append(name)
         frame = frame.f_back
-    return None
+    return found
+
+
+def _readers() -> list[str]:
+    """Who a read outside any window belongs to: the modules this thread is importing, else, in another thread,
+    those the main thread is importing (a thread a module's body starts and waits for reads on its behalf)."""
+    found = _importing(sys._getframe(2))  # above this and its caller: torchyard's own frames
+    main = threading.main_thread().ident
+    if found or main is None or threading.get_ident() == main:
+        return found
+    return _importing(sys._current_frames().get(main))
 
 
 def _ambient(kind: str, name: str) -> None:
-    reader = _reader(sys._getframe(1))  # torchyard's own frames below the reader are none of the project's
-    if reader is not None:
+    for reader in _readers():
         _AMBIENT.setdefault(reader, set()).add((kind, name))
 
 
 def _ambient_refusal(why: str) -> None:
-    reader = _reader(sys._getframe(1))
-    if reader is not None:
+    for reader in _readers():
         _AMBIENT_UNKEEPABLE.setdefault(reader, why)
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if getattr(_BUSY, "on", False):
+        return
     if not _ACTIVE:
         # the events it records first: reading a frame is an audit event of its own
-        if _AMBIENT_ON and event in OUTSIDE_EVENTS and not _by_importlib():
-            _outside_windows(event, args)
+        if _AMBIENT_ON and event in OUTSIDE_EVENTS and not _by_importlib(sys._getframe(1)):
+            _BUSY.on = True
+            try:
+                _outside_windows(event, args)
+            finally:
+                _BUSY.on = False
         return
-    window = _ACTIVE[-1]
+    _BUSY.on = True
+    try:
+        _in_window(_ACTIVE[-1], event, args, sys._getframe(1))
+    finally:
+        _BUSY.on = False
+
+
+def _in_window(window: _Window, event: str, args: tuple[Any, ...], reader: FrameType | None) -> None:
     if event == "open":
         name = _path_of(args[0])
         if name is not None and not Path(name).is_absolute() and not os.path.lexists(name):
@@ -334,7 +367,7 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     elif event in ("os.listdir", "os.scandir"):
         name = _path_of(args[0]) if args else None
         found = project_file(name or ".")
-        if found is not None and not _by_importlib():  # the import system's own look at a folder on the path
+        if found is not None and not _by_importlib(reader):  # the import system's own look at a folder on the path
             window.read("folder", found)
     elif event in UNRECORDABLE or event.startswith("os.exec"):
         window.refuse(f"{UNRECORDABLE.get(event, UNRECORDABLE['os.exec'])} ({event})")
@@ -348,7 +381,12 @@ def _outside_windows(event: str, args: tuple[Any, ...]) -> None:
     recorded. Only where the project's code is on the stack: torch, pytest and torchyard read on their own."""
     if event == "open":
         name = _path_of(args[0])
-        if name is not None and Path(name).is_absolute() and _regular_or_absent(name):
+        if name is not None and not Path(name).is_absolute():
+            if not os.path.lexists(name):  # relative to a folder descriptor, which the event does not carry
+                _ambient_refusal(f"it opens {name!r} relative to a folder the record cannot name when imported")
+                return
+            name = os.path.abspath(name)  # noqa: PTH100 (as the open resolved it: against the working folder)
+        if name is not None and _regular_or_absent(name):
             found = project_file(name)
             if found is not None:
                 _ambient("file", found)
@@ -361,10 +399,14 @@ def _outside_windows(event: str, args: tuple[Any, ...]) -> None:
         _ambient_refusal(f"{UNRECORDABLE.get(event, UNRECORDABLE['os.exec'])} when it is imported ({event})")
 
 
-def _by_importlib() -> bool:
-    """Whether the listing being audited is the import system's (its finder caches a folder's names)."""
-    frame = sys._getframe(2)  # _audit's caller: the code that listed
-    return frame is not None and frame.f_code.co_filename.startswith("<frozen importlib")
+def _by_importlib(frame: FrameType | None) -> bool:
+    """Whether the read being audited (`frame`: the code that read) is the import system's own (a finder caching
+    a folder's names, a loader reading a module's source): importlib's code, called by importlib's. A loader's
+    `get_data` that the project calls (`pkgutil.get_data`, `__loader__.get_data`) reads the project's data."""
+    caller = frame.f_back if frame is not None else None
+    return all(
+        found is not None and found.f_code.co_filename.startswith("<frozen importlib") for found in (frame, caller)
+    )
 
 
 def _path_of(value: object) -> str | None:
@@ -388,42 +430,133 @@ def _hooked() -> None:
     """The audit hook and the environment's recorded reads, once a process (an audit hook cannot be removed:
     outside a window it records only what `start` asks for)."""
     sys.addaudithook(_audit)
-    _RecordedEnviron(type(os.environ)).__enter__()
+    _record_the_environment()
+    _record_metadata_reads()
 
 
-class _RecordedEnviron:
-    """`os.environ`'s class's reads, recorded by name while a window is open."""
+def _variable_read(key: object) -> None:
+    if not (_ACTIVE or _AMBIENT_ON) or getattr(_BUSY, "on", False) or not isinstance(key, (str, bytes)):
+        return
+    _BUSY.on = True
+    try:
+        name = os.fsdecode(key)
+        if _ACTIVE:
+            _ACTIVE[-1].read("variable", name)
+        else:
+            _ambient("variable", name)
+    finally:
+        _BUSY.on = False
 
-    def __init__(self, environ_class: Any) -> None:
-        self.environ_class = environ_class
-        self.getitem = environ_class.__getitem__
-        self.iter = environ_class.__iter__
 
-    def __enter__(self) -> None:
-        getitem, iterate = self.getitem, self.iter
+def _environment_listed() -> None:
+    if not (_ACTIVE or _AMBIENT_ON) or getattr(_BUSY, "on", False):
+        return
+    _BUSY.on = True
+    try:
+        if _ACTIVE:
+            _ACTIVE[-1].refuse("it lists the whole environment (os.environ iterated)")
+        else:
+            _ambient_refusal("it lists the whole environment (os.environ iterated) when it is imported")
+    finally:
+        _BUSY.on = False
 
-        def recorded_getitem(environ: Any, key: Any) -> Any:
-            if environ is os.environ and isinstance(key, str):
-                if _ACTIVE:
-                    _ACTIVE[-1].read("variable", key)
-                elif _AMBIENT_ON:
-                    _ambient("variable", key)
-            return getitem(environ, key)
 
-        def recorded_iter(environ: Any) -> Iterator[Any]:
-            if environ is os.environ:
-                if _ACTIVE:
-                    _ACTIVE[-1].refuse("it lists the whole environment (os.environ iterated)")
-                elif _AMBIENT_ON:
-                    _ambient_refusal("it lists the whole environment (os.environ iterated) when it is imported")
-            return iterate(environ)  # type: ignore[no-any-return]
+class _RecordedData(dict[bytes, bytes]):
+    """The process environment's own mapping (`os.environ._data`, which `os.environb` shares), each read recorded
+    by name: `os.environ`, `os.environb`, `os.getenv`, `os.getenvb` and the mapping itself all read through it."""
 
-        self.environ_class.__getitem__ = recorded_getitem
-        self.environ_class.__iter__ = recorded_iter
+    def __getitem__(self, key: bytes) -> bytes:
+        _variable_read(key)
+        return super().__getitem__(key)
 
-    def __exit__(self, *_: object) -> None:
-        self.environ_class.__getitem__ = self.getitem
-        self.environ_class.__iter__ = self.iter
+    def get(self, key: bytes, default: Any = None) -> Any:
+        _variable_read(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        _variable_read(key)
+        return super().__contains__(key)
+
+    def __iter__(self) -> Iterator[bytes]:
+        _environment_listed()
+        return super().__iter__()
+
+    def keys(self) -> Any:
+        _environment_listed()
+        return super().keys()
+
+    def items(self) -> Any:
+        _environment_listed()
+        return super().items()
+
+    def values(self) -> Any:
+        _environment_listed()
+        return super().values()
+
+    def copy(self) -> dict[bytes, bytes]:
+        _environment_listed()
+        return dict(super().items())
+
+
+_PLAIN_STAT = os.stat
+
+
+def _stat_read(path: object) -> None:
+    """A file's metadata looked at (`os.stat`: `os.path.exists`, `Path.is_file`), which raises no audit event:
+    recorded as a read of the file (or the folder's listing), where the project's code looked."""
+    if isinstance(path, int) or not (_ACTIVE or _AMBIENT_ON) or getattr(_BUSY, "on", False):
+        return
+    _BUSY.on = True
+    try:
+        name = os.path.abspath(os.fsdecode(path))  # type: ignore[arg-type]  # noqa: PTH100
+        found = project_file(name)
+        if found is None:
+            return
+        try:
+            kind = "folder" if stat.S_ISDIR(_PLAIN_STAT(found).st_mode) else "file"
+        except OSError:
+            kind = "file"  # absent: that it is missing decided what the code did
+        if _ACTIVE:
+            if _importing_or_running(sys._getframe(2)):
+                _ACTIVE[-1].read(kind, found)
+        else:
+            _ambient(kind, found)
+    except (TypeError, ValueError):
+        return
+    finally:
+        _BUSY.on = False
+
+
+def _importing_or_running(frame: FrameType | None) -> bool:
+    while frame is not None:
+        if project_file(frame.f_code.co_filename) is not None:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _record_metadata_reads() -> None:
+    """`os.stat` and `os.lstat` through `_stat_read` (the import system's own stats use `posix` directly)."""
+    for name in ("stat", "lstat"):
+        plain = getattr(os, name)
+
+        def recorded(path: Any, *args: Any, _plain: Any = plain, **kwargs: Any) -> os.stat_result:
+            if kwargs.get("dir_fd") is None:
+                _stat_read(path)
+            return _plain(path, *args, **kwargs)  # type: ignore[no-any-return]
+
+        recorded.__wrapped__ = plain  # type: ignore[attr-defined]
+        setattr(os, name, recorded)
+
+
+def _record_the_environment() -> None:
+    """Every read of the process environment through Python, recorded (`_RecordedData`)."""
+    data = getattr(os.environ, "_data", None)
+    if isinstance(data, dict) and not isinstance(data, _RecordedData):
+        recorded = _RecordedData(data)
+        os.environ._data = recorded  # type: ignore[attr-defined]
+        if getattr(os, "environb", None) is not None and os.environb._data is data:  # type: ignore[attr-defined]
+            os.environb._data = recorded  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager
