@@ -9,10 +9,12 @@ from typing import cast
 
 import docker
 import pytest
+import requests
 
 from tests.unit.test_run import run_plan
 from torchyard.errors import UsageError
 from torchyard.run.bounds import Bound, run_bounds
+from torchyard.run.container import _over
 
 
 class Engine:
@@ -50,3 +52,27 @@ def test_where_nothing_can_count_the_volume_an_untrusted_run_is_refused(tmp_path
         bounds(Engine("/var/lib/docker/volumes/unreadable/_data", -1), "untrusted", tmp_path)
     # a trusted run has no writable scope of the pull request's to bound: only its reports
     assert [b.what for b in bounds(Engine("", None), "trusted", tmp_path)] == ["reports"]
+
+
+class SlowEngine(Engine):
+    """An engine whose count times out once the run has made millions of files (docker-py's 60 s read timeout)."""
+
+    def __init__(self) -> None:
+        super().__init__("/var/lib/docker/volumes/unreadable/_data", 10_000)
+        self.slow = False
+
+    def df(self) -> dict[str, object]:
+        if self.slow:
+            raise requests.exceptions.ReadTimeout("read timed out")
+        return super().df()
+
+
+def test_a_count_the_engine_cannot_give_in_time_is_over_the_bound_and_never_stops_the_watch(tmp_path: Path) -> None:
+    """A helper's route: the engine's `system df` timed out (requests' ReadTimeout, not an API error), which ended
+    the watch's thread, and with it the cache's bound and the host's deadline. Such a count is over the bound."""
+    engine = SlowEngine()
+    (bound,) = [b for b in bounds(engine, "untrusted", tmp_path) if b.what == "cache"]
+    engine.slow = True
+    assert bound.size() > bound.limit
+    failing = Bound("reports", tmp_path, 10, measure=lambda: 1 // 0)
+    assert _over(failing) and not _over(Bound("reports", tmp_path, 10**9))

@@ -203,17 +203,25 @@ def test_the_reports_are_counted_as_they_are_written_without_following_links(tmp
 
 def test_a_chain_deeper_than_the_stack_is_counted_while_it_is_written(tmp_path: Path) -> None:
     """The watch counts what a run writes every second; a chain of 1,100 folders (as the attacker's test in
-    test_trust.py plants) neither recurses nor stops the count."""
+    test_trust.py plants) neither recurses nor hides what lies at its bottom: a helper's route was a file at the
+    bottom of such a chain, which the recursive walk gave up before it counted (Python 3.11 and 3.12's os.fwalk).
+    A chain deeper than the count goes counts as over any bound."""
     handle = os.open(tmp_path, os.O_RDONLY)
     for _ in range(1100):
         os.mkdir("d", dir_fd=handle)
         inner = os.open("d", os.O_RDONLY, dir_fd=handle)
         os.close(handle)
         handle = inner
+    hidden = os.open("hidden", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=handle)
+    os.write(hidden, b"x" * 100_000)
+    os.close(hidden)
     os.close(handle)
     (tmp_path / "top").write_bytes(b"x" * 10)
+    (tmp_path / "shallow" / "a" / "b").mkdir(parents=True)
+    (tmp_path / "shallow" / "a" / "b" / "f").write_bytes(b"x" * 7)
     try:
-        assert folder_bytes(tmp_path) >= 10
+        assert folder_bytes(tmp_path) > 100_000
+        assert folder_bytes(tmp_path / "shallow") == 7
     finally:
         empty_folder(tmp_path)  # pytest's own clean-up of old temporary folders recurses: leave no chain to it
 

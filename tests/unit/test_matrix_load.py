@@ -482,6 +482,13 @@ def test_the_shipped_xpu_entry_takes_torch_from_the_xpu_index_alone() -> None:
         ('["--env=NVIDIA_DRIVER_CAPABILITIES=all"]', "a device runtime reads it"),
         ('["-e", "nvidia_visible_devices=0"]', "a device runtime reads it"),
         ('["--env", "AMD_VISIBLE_DEVICES=all"]', "a device runtime reads it"),
+        # what the dynamic loader reads in every process, the warden that holds the deadline first (issue 70: a
+        # preloaded library would run in it before it made itself untraceable)
+        ('["--env", "LD_PRELOAD=/workspace/x.so"]', "the dynamic loader reads it in every process"),
+        ('["-e", "ld_library_path=/workspace"]', "the dynamic loader reads it"),
+        ('["--env=LD_AUDIT=/workspace/a.so"]', "the dynamic loader reads it"),
+        ('["--env", "GLIBC_TUNABLES=glibc.malloc.check=3"]', "the dynamic loader reads it"),
+        ('["--env", "GCONV_PATH=/workspace"]', "the dynamic loader reads it"),
     ],
 )
 def test_matrix_docker_run_can_only_tighten_the_seal(flags: str, message: str) -> None:

@@ -4,6 +4,7 @@ gets only what the hand-back vetted and the host stamped, and a run stopped midw
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import itertools
 import os
 import time
@@ -263,3 +264,21 @@ def test_a_container_whose_run_is_gone_is_known_by_its_unheld_staging_folder(tmp
     assert not abandoned(root, "torchyard-cpu-other")  # no folder here: another user's run, or none
     (root / "link").symlink_to(stage)
     assert not abandoned(root, "link")
+
+
+def test_a_lock_the_container_takes_on_its_reports_folder_does_not_keep_a_dead_runs_container(tmp_path: Path) -> None:
+    """A helper's route: the staging folder is the container's /reports, and the run held it by a lock on the
+    folder itself; the tests took that lock once the run died, so the container looked alive to every sweep
+    until its deadline. The run's lock is a file beside the folder, which the container cannot reach."""
+    root = tmp_path / "staging"
+    stage = make_stage(root / "torchyard-cpu-abc", None)
+    inside = os.open(stage, os.O_RDONLY | os.O_DIRECTORY)  # what a test in the container can open: /reports
+    try:
+        with holding(stage):
+            assert not abandoned(root, stage.name)
+            fcntl.flock(inside, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the folder's own lock is no run's
+        assert abandoned(root, stage.name)  # the run is gone, whatever the container holds
+    finally:
+        os.close(inside)
+    assert sweep_stages(root, set()) == [stage.name]
+    assert list(root.iterdir()) == []  # the folder and its lock both gone

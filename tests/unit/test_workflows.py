@@ -161,7 +161,7 @@ def test_self_hosted_runners_run_pull_requests_only_approved_untrusted_and_seale
     events = document[True]  # YAML reads the key `on` as True
     assert "pull_request_target" in events and "pull_request" in events
     suites = document["jobs"]["suites"]
-    assert suites["if"] == "github.event_name != 'pull_request_target'"
+    assert suites["if"].startswith("github.event_name != 'pull_request_target'")
     assert "github.event_name == 'pull_request' && needs.plan.outputs.hosted" in suites["strategy"]["matrix"]
     job = document["jobs"]["suites-pull-request"]
     assert job["if"].startswith("github.event_name == 'pull_request_target'")
@@ -567,3 +567,19 @@ def test_a_session_without_its_own_venv_starts_torchyard_with_the_checkout_off_s
         nox.registry.get().clear()
         nox.registry.get().update(before)
     assert session.ran and session.ran[0][1:4] == ("-P", "-m", "torchyard"), session.ran
+
+
+def test_a_dispatched_run_reaches_a_self_hosted_runner_from_the_default_branch_only() -> None:
+    """A helper's route: `workflow_dispatch` runs any branch's noxfile and Dockerfile, and the suites job put it on
+    the self-hosted runners with the registry's secrets. Every job on `matrix.runs-on` now refuses a dispatch of
+    another branch."""
+    document = yaml.safe_load((REPO / ".github" / "workflows" / "ci.yml").read_text())
+    events = document.get("on", document.get(True))
+    assert "workflow_dispatch" in events
+    for name, job in document["jobs"].items():
+        if "matrix.runs-on" not in str(job.get("runs-on", "")):
+            continue
+        condition = " ".join(str(job.get("if", "")).split())
+        default = "github.ref == format('refs/heads/{0}', github.event.repository.default_branch)"
+        dispatched = f"github.event_name != 'workflow_dispatch' || {default}"
+        assert dispatched in condition or "github.event_name == 'pull_request_target'" in condition, (name, condition)

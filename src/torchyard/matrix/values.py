@@ -35,6 +35,13 @@ OWN_VARIABLES = "TORCHYARD_"
 # What a device runtime reads to decide which GPUs a container gets (NVIDIA's container toolkit, AMD's):
 # set in a container's environment they hand it devices no `--gpus` or `--device` asked for.
 RUNTIME_VARIABLES = ("NVIDIA_", "AMD_VISIBLE_DEVICES")
+# What the dynamic loader and the C library read in every process the container starts, its first (the image's
+# warden, which holds the deadline) included, before any of its own code runs: glibc's list of variables a
+# setuid program drops (UNSECURE_ENVVARS), and every LD_ one.
+LOADER_VARIABLES = (
+    "LD_", "GCONV_PATH", "GETCONF_DIR", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH", "MALLOC_",
+    "NIS_PATH", "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TMPDIR", "TZDIR",
+)  # fmt: skip
 TOLERANCE_BACKENDS = (
     *BACKEND_NAMES,
     *(f"inductor:{mode}" for mode in COMPILE_MODES if mode != "default"),
@@ -173,6 +180,12 @@ def docker_run(table: Table, key: str, flags: tuple[str, ...], allowed: Collecti
                 f"{key}[{position}]",
                 f"{flag} {describe(value)}: {OWN_VARIABLES}* variables are torchyard's own (the run's trust "
                 "among them), set by the host alone",
+            )
+        if flag in ("--env", "-e") and value.partition("=")[0].upper().startswith(LOADER_VARIABLES):
+            raise table.error(
+                f"{key}[{position}]",
+                f"{flag} {describe(value)}: the dynamic loader reads it in every process of the container, the "
+                "warden that holds its deadline first; a library the image needs goes in its base or its lock",
             )
         if flag in ("--env", "-e") and value.upper().startswith(RUNTIME_VARIABLES):
             raise table.error(

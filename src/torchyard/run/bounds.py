@@ -66,7 +66,7 @@ def engine_volume_bytes(client: docker.DockerClient, volume: str) -> int | None:
     (a volume driver other than `local` reports -1)."""
     try:
         volumes = client.df().get("Volumes") or []
-    except docker.errors.APIError:
+    except Exception:  # an API error, a read timeout (a volume of millions of files counts slowly): no count
         return None
     size = next((v.get("UsageData", {}).get("Size") for v in volumes if v.get("Name") == volume), None)
     return size if isinstance(size, int) and size >= 0 else None

@@ -403,6 +403,15 @@ def _in_use(client: docker.DockerClient, volume: str) -> bool:
     return bool(client.containers.list(filters={"volume": volume}))
 
 
+def _over(bound: Bound) -> bool:
+    """Whether `bound`'s folder holds more than its limit; a count that fails any way is over it (fails closed):
+    the watch that also holds the deadline never dies of it."""
+    try:
+        return bound.size() > bound.limit
+    except Exception:
+        return True
+
+
 class _Watch:
     """Stops the container when the run's time is up (docker stop: SIGTERM, then SIGKILL after 10 s), and
     kills it when a folder it writes on the host passes its bound while it writes: a run cannot fill the
@@ -424,7 +433,7 @@ class _Watch:
                 self.passed = True
             else:
                 due = (bound for bound in self._bounds if tick % bound.every == 0)
-                self.overflowed = next((bound for bound in due if bound.size() > bound.limit), None)
+                self.overflowed = next((bound for bound in due if _over(bound)), None)
                 if self.overflowed is None:
                     continue
             with contextlib.suppress(docker.errors.APIError):  # gone already

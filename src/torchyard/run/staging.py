@@ -48,11 +48,18 @@ def make_stage(stage: Path, owner: tuple[int, int] | None) -> Path:
     return stage
 
 
+def lock_of(stage: Path) -> Path:
+    """The lock a run holds its staging folder by: beside the folder, never in it. The folder is the container's
+    /reports, and a lock taken on it from inside outlived the run that made it (a dead run's container held it
+    and was never swept)."""
+    return stage.parent / f".{stage.name}.lock"
+
+
 @contextlib.contextmanager
 def holding(stage: Path) -> Iterator[None]:
-    """Hold the staging folder for the run that made it (an exclusive lock on the folder itself, released when
-    the run ends or dies): a concurrent run's sweep leaves a held folder alone."""
-    handle = os.open(stage, DIRECTORY_FLAGS)
+    """Hold the staging folder for the run that made it (an exclusive lock on `lock_of(stage)`, released when the
+    run ends or dies): a concurrent run's sweep leaves a held folder alone."""
+    handle = os.open(lock_of(stage), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(handle, fcntl.LOCK_EX)
         yield
@@ -62,7 +69,7 @@ def holding(stage: Path) -> Iterator[None]:
 
 def _held(stage: Path) -> bool:
     try:
-        handle = os.open(stage, DIRECTORY_FLAGS)
+        handle = os.open(lock_of(stage), os.O_RDWR | os.O_NOFOLLOW)
     except OSError:
         return False
     try:
@@ -88,7 +95,9 @@ def remove_stage(stage: Path) -> None:
         empty_folder(stage)
         stage.rmdir()
     except FileNotFoundError:
-        return
+        pass
+    with contextlib.suppress(FileNotFoundError):
+        lock_of(stage).unlink()
 
 
 def publish(stage: Path, reports: Path) -> None:
@@ -120,7 +129,10 @@ def sweep_stages(root: Path, alive: Collection[str]) -> list[str]:
     handing its reports over, still holds its own); returns their names."""
     if not root.is_dir() or root.is_symlink():
         return []
-    names = sorted(entry.name for entry in os.scandir(root) if entry.name not in alive)
+    with os.scandir(root) as entries:  # the folders: each one's lock lies beside it (`lock_of`)
+        names = sorted(
+            entry.name for entry in entries if entry.name not in alive and entry.is_dir(follow_symlinks=False)
+        )
     gone = [name for name in names if not _held(root / name)]
     for name in gone:
         remove_stage(root / name)
