@@ -104,7 +104,7 @@ def seed_args(
         "--mount", f"type=volume,source={scope.volume},target={contract.IMAGE_CACHE},volume-nocopy",
     )  # fmt: skip
     copy = ("/bin/cp", "-R", f"{SEED_TARGET}/{folder}", f"{contract.IMAGE_CACHE}/")
-    return sealed_run(Helper(f"{name}-seed", user, image, copy, options=mounts))
+    return sealed_run(Helper(f"{name}-seed", user, image, copy, options=mounts, warden=False))  # the base: no warden
 
 
 def local_cache(entry: Entry, trust: Trust) -> str:
