@@ -207,13 +207,8 @@ def main() -> None:
     print("|---|---|---|---|---|" + "---|" * len(CHECKS))
     with tempfile.TemporaryDirectory() as work:
         for name in args.model or MODELS:
-            make, shape, site = MODELS[name]
-            x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
-            case = Case(f"sensitivity_{name}", make, functools.partial(_same_input, x))
-            reference = case_reference(case, device=CPU, dtype=torch.float32)
-            noise = reference.noise[0][0] if reference.noise else None
-            assert noise is not None, reference.kind
-            floor = max(noise[1], torch.finfo(torch.float32).eps)  # as the noise rule takes it
+            make, _, site = MODELS[name]
+            x, case, reference, noise, floor = _measured(name)
             print(f"| {name} | (float32's own error: rel L2 {noise[1]:.3g}, taken as {floor:.3g}) |", flush=True)
             with torch.no_grad():
                 site_shape = getattr(make(), site)(_input_of(make(), site, x)).shape
@@ -266,18 +261,25 @@ class Swap:
         return module
 
 
+def _measured(name: str) -> tuple[torch.Tensor, Case, Reference, tuple[float, float], float]:
+    """Model `name`'s input, case and float64 reference, float32's own (scaled, rel L2) error on its output, and
+    that rel L2 error taken as at least float32's machine epsilon, as the noise rule takes it."""
+    make, shape, _ = MODELS[name]
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    case = Case(f"sensitivity_{name}", make, functools.partial(_same_input, x))
+    reference = case_reference(case, device=CPU, dtype=torch.float32)
+    noise = reference.noise[0][0] if reference.noise else None
+    assert noise is not None, reference.kind
+    return x, case, reference, noise, max(noise[1], torch.finfo(torch.float32).eps)
+
+
 def named(backends: list[str], work: Path) -> None:
     """The named faults: each one's size as a multiple of float32's own error, and each check's verdict."""
     print(f"| fault | model | x float32's error | backend | {' | '.join(CHECKS)} |")
     print("|---|---|---|---|" + "---|" * len(CHECKS))
     for label, (name, site, swapped) in NAMED.items():
-        make, shape, _ = MODELS[name]
-        x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
-        case = Case(f"sensitivity_{name}", make, functools.partial(_same_input, x))
-        reference = case_reference(case, device=CPU, dtype=torch.float32)
-        noise = reference.noise[0][0] if reference.noise else None
-        assert noise is not None, reference.kind
-        floor = max(noise[1], torch.finfo(torch.float32).eps)
+        make = MODELS[name][0]
+        x, case, reference, _, floor = _measured(name)
         fault = Swap(site, swapped)
         with torch.no_grad():
             clean = make().double()(x.double())
