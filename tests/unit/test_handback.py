@@ -202,10 +202,10 @@ def test_the_reports_are_counted_as_they_are_written_without_following_links(tmp
 
 
 def test_a_chain_deeper_than_the_stack_is_counted_while_it_is_written(tmp_path: Path) -> None:
-    """The watch counts what a run writes every second; a chain of 1,100 folders (as the attacker's test in
-    test_trust.py plants) neither recurses nor hides what lies at its bottom: a helper's route was a file at the
-    bottom of such a chain, which the recursive walk gave up before it counted (Python 3.11 and 3.12's os.fwalk).
-    A chain deeper than the count goes counts as over any bound."""
+    """The watch counts what a run writes every second; a chain of 1,100 folders neither recurses nor hides what
+    lies at its bottom: a helper's route was a file at the bottom of such a chain, which the recursive walk gave
+    up before it counted (Python 3.11 and 3.12's os.fwalk). A chain deeper than the count goes counts as over
+    any bound, so the run is stopped (its message names the depth)."""
     handle = os.open(tmp_path, os.O_RDONLY)
     for _ in range(1100):
         os.mkdir("d", dir_fd=handle)

@@ -65,6 +65,7 @@ from torchyard.run.stamp import stamp_reports
 from torchyard.seal import IMAGE_USER, Seal, check_matrix_flags, check_untrusted_seal, run_user, sealing_args
 from torchyard.trust import TRUST_ENV, RunTrust
 from torchyard.util import proc
+from torchyard.util.folders import MAX_DEPTH
 
 OOM_STATUS = 137
 TIMEOUT_STATUS = 124  # as timeout(1) exits
@@ -469,7 +470,8 @@ def note_timeout(reports: Path, entry: Entry, timeout: str) -> str:
 def _overflowed(entry: Entry, bound: Bound) -> NoReturn:
     raise HandBackError(
         f"entry {entry.name!r}: the run wrote more than this machine's {bound.limit >> 20} MiB of {bound.what} "
-        f"(machine.toml [limits] {bound.what}): the container was stopped while it wrote, the reports emptied"
+        f"(machine.toml [limits] {bound.what}), or what it wrote could not be counted (a tree deeper than "
+        f"{MAX_DEPTH} folders): the container was stopped while it wrote, the reports emptied"
     )
 
 
