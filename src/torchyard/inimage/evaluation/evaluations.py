@@ -101,7 +101,10 @@ class Evaluations:
                     workdir=workdir, reference=reference, cache=self.cache, bounds=bounds,
                 )  # fmt: skip
 
-            self._results[key] = again_on_failure(case, evaluated(self.workdir / case.name), evaluated, self.workdir)
+            # what the backend's lowering and run read (a branch only export or a compiler takes), kept with it
+            with recording(trace=False) as lowered:
+                first = evaluated(self.workdir / case.name)
+                self._results[key] = again_on_failure(case, first, evaluated, self.workdir)
             result = self._results[key]
             if self.settings.options.localize_seconds:  # 0: the entry turned localization off
                 where = localize_failure(
@@ -110,7 +113,7 @@ class Evaluations:
                     time_bound=self.settings.options.localize_seconds,
                 )  # fmt: skip
                 result.diverges = where.as_dict() if where is not None else result.diverges
-            self.kept.keep(kept, self._results[key], self._records[case.name])
+            self.kept.keep(kept, self._results[key], self._records[case.name].joined(lowered[0]))
         return self._results[key]
 
     def _decides(self, case: Case, backends: Sequence[str]) -> dict[str, Any]:
@@ -179,9 +182,10 @@ class Evaluations:
                     runner=train_runner(backend, self.dtype, made.frozen),
                 )  # fmt: skip
 
-            self._results[key] = again_on_failure(case, stepped(self.workdir / case.name), stepped, self.workdir)
+            with recording(trace=False) as lowered:
+                self._results[key] = again_on_failure(case, stepped(self.workdir / case.name), stepped, self.workdir)
             self._localize_train(case, self._results[key], made)
-            self.kept.keep(kept, self._results[key], self._train_records[case.name, optimizer])
+            self.kept.keep(kept, self._results[key], self._train_records[case.name, optimizer].joined(lowered[0]))
         return self._results[key]
 
     def _eager_misses_alike(self, case: Case, result: Result) -> str:

@@ -8,11 +8,13 @@ with kept verdicts forged on disk to say pass for a case that fails."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.util
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -246,9 +248,82 @@ ATTACKED_CHANGES = {
 }  # fmt: skip
 ATTACKED_VARIABLES = {"environb": "MYPKG_B", "environ_data": "MYPKG_D", "getenvb_forward": "MYPKG_BF"}
 
+# A second review's routes (each replayed over its change before): a file's existence through `os.access`, the
+# size of a listed entry (`DirEntry.stat`), a folder named as inductor's own, a module the project adds where an
+# import failed, a read only export's tracing makes, a link retargeted, a link's own text, a file's executable
+# bit, a SQLite database, and a loader whose cache the first of two cases filled (the second reads nothing).
+OPTIONAL = "def OPTIONAL():\n    try:\n        import mypkg.optional_plugin\n    except ImportError:\n"
+OPTIONAL += "        return False\n    return True\n\n\nHERE = "
+LRU = "@__import__('functools').cache\ndef TABLE():\n    return float((HERE / 'lru.txt').read_text())\n\n\nHERE = "
+ROUTES = {
+    "mypkg/access_flag.py": hidden("", '2.0 if os.access(HERE / "acc_flag", os.F_OK) else 1.0'),
+    "mypkg/entry_size.py": hidden("", 'float(next(os.scandir(HERE / "sized")).stat().st_size + 1)'),
+    "mypkg/inductor_named.py": hidden("", 'float((HERE / "torchinductor_cfg" / "g.txt").read_text())'),
+    "mypkg/optional_module.py": hidden(
+        "", "__import__('mypkg.optional_plugin').optional_plugin.S if OPTIONAL() else 1.0"
+    ).replace("HERE = ", OPTIONAL),
+    "mypkg/export_only.py": hidden(
+        "", 'float((HERE / "exp.txt").read_text()) if torch.compiler.is_exporting() else 1.0'
+    ),
+    "mypkg/link_retarget.py": hidden("", 'float((HERE / "linked.txt").read_text())'),
+    "mypkg/link_text.py": hidden("", 'float(os.readlink(HERE / "val_link"))'),
+    "mypkg/mode_bit.py": hidden("", '2.0 if os.stat(HERE / "tool.sh").st_mode & 0o100 else 1.0'),
+    "mypkg/database.py": hidden(
+        "", '__import__("sqlite3").connect(HERE / "g.db").execute("select g from t").fetchone()[0]'
+    ),
+    "mypkg/lru.py": hidden("", "TABLE()").replace("HERE = ", LRU) + "\n\nclass Second(M):\n    pass\n",
+}
+ROUTE_DATA = {
+    "mypkg/sized/a": "", "mypkg/torchinductor_cfg/g.txt": "1.0", "mypkg/exp.txt": "1.0", "mypkg/lk1.txt": "1.0",
+    "mypkg/lk3.txt": "3.0", "mypkg/tool.sh": "", "mypkg/lru.txt": "1.0",
+}  # fmt: skip
+ROUTE_CHANGES = {
+    "access_flag": ("mypkg/acc_flag", ""), "entry_size": ("mypkg/sized/a", "xxx"),
+    "inductor_named": ("mypkg/torchinductor_cfg/g.txt", "3.0"),
+    "optional_module": ("mypkg/optional_plugin.py", "S = 3.0\n"), "export_only": ("mypkg/exp.txt", "3.0"),
+    "lru": ("mypkg/lru.txt", "3.0"),
+}  # fmt: skip
+ROUTE_CASES = {
+    **{name: f"{name}.M" for name in ROUTE_CHANGES}, "export_only": "export_only.M@export",
+    "lru_second": "lru.Second", "link_retarget": "link_retarget.M", "link_text": "link_text.M",
+    "mode_bit": "mode_bit.M", "database": "database.M",
+}  # fmt: skip
+# Code outside every case: a conftest's hook and a module a conftest imports read a file each (every case's)
+CONFTEST = {
+    "conftest.py": "from pathlib import Path\n\nimport mypkg.by_conftest\n\n\ndef pytest_sessionstart(session):\n"
+    "    Path(__file__).with_name('hook.txt').read_text()\n",
+    "hook.txt": "1.0",
+    "mypkg/by_conftest.py": "from pathlib import Path\n\nS = Path(__file__).with_name('by_conftest.txt').read_text()\n",
+    "mypkg/by_conftest.txt": "1.0",
+}
+
+
+def plant_routes(root: Path) -> None:
+    """What the routes' files cannot say as text: a link, a link's own text, a mode, a database."""
+    (root / "mypkg/linked.txt").symlink_to("lk1.txt")
+    (root / "mypkg/val_link").symlink_to("1.0")
+    (root / "mypkg/tool.sh").chmod(0o644)
+    with contextlib.closing(sqlite3.connect(root / "mypkg/g.db")) as db, db:
+        db.execute("create table t (g real)")
+        db.execute("insert into t values (1.0)")
+
+
+def change_routes(root: Path) -> None:
+    (root / "mypkg/linked.txt").unlink()
+    (root / "mypkg/linked.txt").symlink_to("lk3.txt")
+    (root / "mypkg/val_link").unlink()
+    (root / "mypkg/val_link").symlink_to("3.0")
+    (root / "mypkg/tool.sh").chmod(0o755)
+    with contextlib.closing(sqlite3.connect(root / "mypkg/g.db")) as db, db:
+        db.execute("update t set g = 3.0")
+
+
 FILES = {
     **ATTACKED,
     **ATTACKED_DATA,
+    **ROUTES,
+    **ROUTE_DATA,
+    **CONFTEST,
     "mypkg/__init__.py": "",
     "mypkg/at_import.py": AT_IMPORT,
     "mypkg/at_import.txt": "1.0",
@@ -284,6 +359,7 @@ CHANGES = {
     "threaded": ("mypkg/threaded_helper.py", "def scaled(x):\n    return x * 3\n"),
     "at_import": ("mypkg/at_import.txt", "2.0"),
     **ATTACKED_CHANGES,
+    **ROUTE_CHANGES,
     **({"config": ("mypkg/config.yaml", "gain: 3\n")} if "yaml" in HAS else {}),
 }
 # Every case: the two of one cached table share it (the second reads no file: the first filled the cache).
@@ -295,6 +371,7 @@ CASES = {
     "relative_to_folder": "RelativeToFolder", "by_computed_name": "ByComputedName",
     "at_import": "at_import.AtImport", "variable_at_import": "variable_at_import.AtImport",
     **{name: f"{name}.M" for name in [*ATTACKED_CHANGES, *ATTACKED_VARIABLES]},
+    **ROUTE_CASES,
     **({"arrays": "Arrays"} if "numpy" in HAS else {}), **({"config": "Config"} if "yaml" in HAS else {}),
 }  # fmt: skip
 
@@ -307,6 +384,9 @@ import torch
 from torchyard.inimage.evaluation.cache import record
 
 record.start()  # as the plugin starts it, before the project is imported
+
+import conftest  # the project's conftest, as pytest imports it
+conftest.pytest_sessionstart(None)  # and its hook, outside any window
 
 from mypkg import models
 from torchyard.inimage.cases import Case
@@ -321,7 +401,8 @@ settings = RunSettings(
 evaluations = Evaluations(settings, root / "work", result_cache(settings))
 forged = json.loads(sys.argv[3])  # case -> its replays so far: a kept pass forged on disk under its key
 out = {}
-for name, model in json.loads(sys.argv[2]).items():
+for name, spec in json.loads(sys.argv[2]).items():
+    model, _, backend = spec.partition("@")
     module, _, cls = model.rpartition(".")
     case = Case(name, getattr(importlib.import_module(f"mypkg.{module or 'models'}"), cls), models.inputs)
     if name in forged:
@@ -331,7 +412,7 @@ for name, model in json.loads(sys.argv[2]).items():
         plain["result"]["case"], plain["replays"] = name, forged[name]
         plain["record"] = {"files": {}, "folders": {}, "variables": {}, "unkeepable": ""}  # a forger's own
         (root / "cache" / "verdicts" / f"{key}.json").write_text(json.dumps(plain))
-    result = evaluations.result(case, "eager")
+    result = evaluations.result(case, backend or "eager")
     out[name] = [result.status, bool(result.replayed), result.unkeepable, result.audit]
 print(json.dumps(out))
 """
@@ -356,6 +437,7 @@ def test_a_change_the_key_cannot_see_is_seen_by_the_record_and_a_stale_verdict_b
         (tmp_path / name).write_text(text)
     import torch
 
+    plant_routes(tmp_path)
     torch.save(torch.zeros(4), tmp_path / "mypkg/bias.pt")
     if "numpy" in HAS:
         import numpy as np
@@ -368,9 +450,14 @@ def test_a_change_the_key_cannot_see_is_seen_by_the_record_and_a_stale_verdict_b
     for name, why in unkeepable.items():
         assert why in str(first[name][2]), (name, first[name])
     assert not any(first[name][2] for name in CASES if name not in unkeepable)
+    # What code outside every case reads (a conftest's hook, a module a conftest imports) is every case's
+    kept = [json.loads(path.read_text()) for path in (tmp_path / "cache" / "verdicts").glob("*.json")]
+    (plain,) = [verdict["record"]["files"] for verdict in kept if verdict["result"]["case"] == "plain"]
+    assert {str(tmp_path / "hook.txt"), str(tmp_path / "mypkg/by_conftest.txt")} <= set(plain), plain
 
     for name, text in CHANGES.values():
         (tmp_path / name).write_text(text)
+    change_routes(tmp_path)
     models = tmp_path / "mypkg/models.py"  # a model of the file that no case's walk reaches
     models.write_text(models.read_text().replace("        return x * 2\n", "        return x * 3\n", 1))
     torch.save(torch.ones(4), tmp_path / "mypkg/bias.pt")
@@ -391,6 +478,9 @@ def test_a_change_the_key_cannot_see_is_seen_by_the_record_and_a_stale_verdict_b
     changed = {*CHANGES, "cached_second", "saved", "variable", "dependency_reads", *unkeepable, "wrong_at_its_audit"}
     changed |= {"variable_at_import", *ATTACKED_VARIABLES}
     changed.add("by_computed_name")
+    # the loader's file read a.txt for loads_a: a case whose code shares that file carries what it read (a cache
+    # such as lru_second's hides the read from the case that uses it)
+    changed |= {"loads_b", "lru_second", "link_retarget", "link_text", "mode_bit", "database"}
     changed |= {"arrays"} & set(CASES)
     # a verdict whose turn in the audit's rotation came (its key's spread count) is evaluated again and the same
     evaluated = {name for name, (_, replayed, _, audit) in again.items() if not replayed and audit != "same"}

@@ -3,11 +3,14 @@ proven, not guessed: on lookup every file, folder and variable the record names 
 difference is a miss.
 
 The window is the making of the case's reference (its factory, and its forward and loss in eager), where the
-project's code runs in plain Python. In it:
+project's code runs in plain Python; a second window without the trace function holds the backend's lowering
+and run (what the project's code reads there, and its modules imported there). In them:
 
 - `sys.settrace` names each project file whose code runs (a trace function called once per new code object:
   the project's code imported on first use, or found by a computed name, counts by its file's digest).
-- An audit hook (`sys.addaudithook`) names each file opened and each folder listed, with its digest then.
+- An audit hook (`sys.addaudithook`) names each file opened (a SQLite database too) and each folder listed, with
+  its digest then; `os.stat`, `os.lstat`, `os.access` and `os.readlink` name the file looked at, and the links
+  on its way; an import that found nothing names the files that would have been the module, as absent.
 - Reads of the process environment (`os.environ`, `os.environb`, `os.getenv`, `os.getenvb`, the mapping they
   share) are recorded by name, with a digest of the value (never the value).
 - What cannot be recorded makes the case's results unkeepable, said in one line: a subprocess, a native library
@@ -20,9 +23,10 @@ module's file, and join the record of each case that ran that file's code or who
 (`Record.beyond`); what cannot be recorded there makes those cases' results unkeepable. The import system's own
 reads of source are not reads.
 
-A file or variable read by the project's code is also tied to the code (the function) that read it, for the
-whole process: a later case whose window runs that code carries the read too, so a module-level cache filled
-by an earlier case's first call is still keyed. The files the case's key holds already (its walk's, model by
+A file or variable read by the project's code is also tied to every project file whose code is on the stack,
+for the whole process: a later case whose window runs code of that file carries the read too, so a cache filled
+by an earlier case's first call (an `lru_cache`, `linecache`) is still keyed. What a conftest's code reads is
+every case's (`PROCESS`). The files the case's key holds already (its walk's, model by
 model) are left out of its record (`Record.beyond`): a change to another model of the same file moves none of
 its results.
 
@@ -36,21 +40,25 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import importlib.machinery
 import inspect
 import os
 import stat
 import sys
 import sysconfig
+import tempfile
 import threading
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from types import CodeType, FrameType
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from torchyard import contract
 from torchyard.inimage.evaluation.cache.keys import installed_pin
 from torchyard.inimage.evaluation.cache.project_code import TORCHYARD
 
+P = ParamSpec("P")
+R = TypeVar("R")
 # What a window cannot record, by audit event: a result whose evaluation did any of these is never kept.
 UNRECORDABLE = {
     "subprocess.Popen": "it starts a subprocess",
@@ -67,6 +75,9 @@ STANDARD = tuple(
     Path(folder).resolve() for folder in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
 )
 VOLATILE = (Path("/proc"), Path("/sys"), Path("/dev"))
+_TEMPORARY = tuple({Path(tempfile.gettempdir()).resolve(), Path("/tmp").resolve()})
+# Reads the project's code made outside every case (a conftest's hook, a module a conftest imports): every case's
+PROCESS = "*"
 ABSENT = "absent"
 
 
@@ -112,6 +123,16 @@ class Record:
                 return f"the variable {name} changed"
         return ""
 
+    def joined(self, other: Record) -> Record:
+        """This record and `other` (the backend's run of the same case, read beside its reference) as one."""
+        paths = {*self.ran, *other.ran}
+        ran = {path: self.ran.get(path, frozenset()) | other.ran.get(path, frozenset()) for path in paths}
+        return dataclasses.replace(
+            self, files=self.files | other.files, folders=self.folders | other.folders,
+            variables=self.variables | other.variables, unkeepable=self.unkeepable or other.unkeepable, ran=ran,
+            ambient=other.ambient, ambient_unkeepable=other.ambient_unkeepable,
+        )  # fmt: skip
+
     def beyond(self, keyed: Collection[str], models: Collection[str] = ()) -> Record:
         """The record without the files the case's key already holds (`keyed`: its walk's files, counted model
         by model), so that a change to another model of the same file moves no result of this case; a file whose
@@ -120,7 +141,9 @@ class Record:
         held = {path for path in self.files if path in keyed and not _unkeyed_model_ran(path, self.ran, models)}
         files = {path: d for path, d in self.files.items() if path not in held}
         folders, variables, unkeepable = dict(self.folders), dict(self.variables), self.unkeepable
-        for reader in sorted(set(self.ran) | set(keyed)):  # what their code read before any window
+        # what their code read in any window or before one; and what code outside every case read (a conftest's
+        # hook, a module a conftest imports): every case's
+        for reader in [PROCESS, *sorted(set(self.ran) | set(keyed))]:
             for kind, name in sorted(self.ambient.get(reader, ())):
                 if kind == "file":
                     files.setdefault(name, file_digest(name))
@@ -156,18 +179,33 @@ def _is_model(klass: type) -> bool:
 
 
 def file_digest(path: str) -> str:
+    """The file's bytes and executable bit; a link's target too (a link retargeted, or left dangling)."""
+    digest = hashlib.sha256()
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        if stat.S_ISLNK(_PLAIN_LSTAT(path).st_mode):
+            digest.update(b"link:" + os.fsencode(_PLAIN_READLINK(path)) + b"\0")
     except (OSError, ValueError):
         return ABSENT
+    try:
+        digest.update(b"x" if _PLAIN_STAT(path).st_mode & 0o111 else b"-")
+        digest.update(Path(path).read_bytes())
+    except (OSError, ValueError):
+        digest.update(b"absent")
+    return digest.hexdigest()
 
 
 def folder_digest(path: str) -> str:
+    """The folder's entries: each one's name, kind, size and executable bit (what a listing's `DirEntry.stat`
+    sees without an event)."""
     try:
-        names = sorted(entry.name for entry in Path(path).iterdir())
+        entries = []
+        for entry in sorted(os.scandir(path), key=lambda found: found.name):
+            info = entry.stat(follow_symlinks=False)
+            size = 0 if stat.S_ISDIR(info.st_mode) else info.st_size
+            entries.append(f"{entry.name}\0{stat.S_IFMT(info.st_mode)}\0{size}\0{info.st_mode & 0o111}")
     except (OSError, ValueError):
         return ABSENT
-    return hashlib.sha256("\0".join(names).encode(errors="surrogateescape")).hexdigest()
+    return hashlib.sha256("\n".join(entries).encode(errors="surrogateescape")).hexdigest()
 
 
 def value_digest(value: str | None) -> str:
@@ -186,9 +224,12 @@ def project_file(filename: str) -> str | None:
         return None
     if any(path.is_relative_to(made) for made in _compiler_caches()):  # what the stack's compilers wrote
         return None
-    if path.parent.name.startswith("torchinductor_") or any(
-        part.startswith("torchinductor_") for part in path.relative_to(path.anchor).parts[:3]
-    ):  # inductor's default folders under the temporary folder (`<tmp>/torchinductor_<user>`)
+    if any(
+        path.is_relative_to(temporary)
+        and path.relative_to(temporary).parts[:1] != ()
+        and path.relative_to(temporary).parts[0].startswith("torchinductor_")
+        for temporary in _TEMPORARY
+    ):  # inductor's default folders, directly under the temporary folder (`<tmp>/torchinductor_<user>`)
         return None
     if installed_pin(path) is not None:  # a released distribution's file: its version keys it
         return None
@@ -229,33 +270,37 @@ def _path_folders() -> list[Path]:
     return [Path(entry).resolve() for entry in sys.path if entry and Path(entry).is_dir()]
 
 
-# Reads tied to the project code (a function, a module's body) that made them, for the process.
-_READS_BY_CODE: dict[CodeType, set[tuple[str, str]]] = {}
-
-
 class _Window:
-    def __init__(self) -> None:
+    def __init__(self, *, project_only: bool = False) -> None:
+        # Only what the project's code does (a backend's lowering: the stack's own files, compilers and
+        # processes are no part of the case's record)
+        self.project_only = project_only
         self.ran: set[CodeType] = set()  # the project's code that ran
         self.reads: set[tuple[str, str]] = set()  # ("file" | "folder" | "variable", name)
         self.unkeepable = ""
         self.seen: set[CodeType] = set()
-        self.reading: set[CodeType] = set()  # the project code that read something itself in this window
+        self.imported: set[str] = set()  # the project's modules imported in the window (by their files)
 
     def trace(self, frame: FrameType, event: str, arg: object) -> None:
         code = frame.f_code
         if code not in self.seen:
             self.seen.add(code)
-            if project_file(code.co_filename) is not None:
-                self.ran.add(code)
+            busy = getattr(_BUSY, "on", False)
+            _BUSY.on = True  # the path it resolves is the record's own look, no read of the project's
+            try:
+                if project_file(code.co_filename) is not None:
+                    self.ran.add(code)
+            finally:
+                _BUSY.on = busy
 
     def read(self, kind: str, name: str) -> None:
+        """A read, also tied to every project file whose code is on the stack, for the process: a later case
+        that runs code of any of those files, or whose key holds one, carries it (a cache one case filled)."""
         self.reads.add((kind, name))
         frame: FrameType | None = sys._getframe(2)
         while frame is not None:
-            if project_file(frame.f_code.co_filename) is not None:
-                _READS_BY_CODE.setdefault(frame.f_code, set()).add((kind, name))
-                self.reading.add(frame.f_code)
-                return
+            if (found := project_file(frame.f_code.co_filename)) is not None:
+                _AMBIENT.setdefault(found, set()).add((kind, name))
             frame = frame.f_back
 
     def refuse(self, why: str) -> None:
@@ -266,14 +311,12 @@ class _Window:
         if native:
             self.refuse(f"a native library of the project is loaded ({native[0]}): what it computes is not recorded")
         reads = set(self.reads)
-        # What code that read nothing here read in an earlier window (a cache it filled then): a shared loader that
-        # read this case's own files here brings no other case's along.
-        for code in self.ran - self.reading:
-            reads |= _READS_BY_CODE.get(code, set())
-        ran: dict[str, set[str]] = {}
+        ran: dict[str, set[str]] = {path: {"<module>"} for path in self.imported}
         for code in self.ran:
             if (found := project_file(code.co_filename)) is not None:
                 ran.setdefault(found, set()).add(getattr(code, "co_qualname", code.co_name))
+        for path in ran:  # what code of the files that ran read in any window or at import (`beyond` too)
+            reads |= _AMBIENT.get(path, set())
         files = {path: file_digest(path) for path in ran}
         files |= {name: file_digest(name) for kind, name in reads if kind == "file"}
         folders = {name: folder_digest(name) for kind, name in reads if kind == "folder"}
@@ -299,39 +342,58 @@ def start() -> None:
     project's conftest and cases are imported)."""
     _hooked()
     _AMBIENT_ON[:] = [True]
+    for name in ("sitecustomize", "usercustomize"):  # the project's, run as Python started: before any record
+        found = project_file(str(getattr(sys.modules.get(name), "__file__", None) or ""))
+        if found is not None:
+            _AMBIENT_UNKEEPABLE.setdefault(PROCESS, f"the project's {name} ran before the record started ({found})")
 
 
-def _importing(frame: FrameType | None) -> list[str]:
-    """The project modules being imported on the stack from `frame` up (each project frame that is a module's
-    or a class's body, not a function's): the one that reads, and each that imports it (a package's
-    `__init__` re-exporting what its submodule read, the model's module importing that). A read outside a window
-    by a function alone is a backend's run of code its window recorded already."""
-    found: list[str] = []
+def _project_frames(frame: FrameType | None) -> tuple[list[str], bool, bool]:
+    """One walk up the stack from `frame`: the project modules being imported (each project frame that is a
+    module's or a class's body, not a function's: the one that reads, and each that imports it, a package's
+    `__init__` re-exporting what its submodule read), whether any project code is on it at all, and whether a
+    conftest's is (its import, a hook or a fixture it defines)."""
+    importing: list[str] = []
+    running = conftest = False
     while frame is not None:
         code = frame.f_code
-        if not code.co_flags & inspect.CO_OPTIMIZED and (name := project_file(code.co_filename)) is not None:
-            found.append(name)
+        if (name := project_file(code.co_filename)) is not None:
+            running = True
+            conftest = conftest or name.endswith(f"{os.sep}conftest.py")
+            if not code.co_flags & inspect.CO_OPTIMIZED:
+                importing.append(name)
         frame = frame.f_back
-    return found
+    return importing, running, conftest
 
 
-def _readers() -> list[str]:
-    """Who a read outside any window belongs to: the modules this thread is importing, else, in another thread,
-    those the main thread is importing (a thread a module's body starts and waits for reads on its behalf)."""
-    found = _importing(sys._getframe(2))  # above this and its caller: torchyard's own frames
+def _importing_or_running(frame: FrameType | None) -> bool:
+    while frame is not None:
+        if project_file(frame.f_code.co_filename) is not None:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _readers(frame: FrameType | None) -> list[str]:
+    """Who a read outside any window, made from `frame`, belongs to: the modules this thread is importing, else,
+    in another thread, those the main thread is importing (a thread a module's body starts and waits for reads
+    on its behalf); what a conftest's code reads (its import, a module it imports, a hook or a fixture it
+    defines and what they call) belongs to every case (`PROCESS`). None: no project code read, or only a
+    function outside every import and conftest (a backend's run of a case, which its window records)."""
+    found, running, conftest = _project_frames(frame)
     main = threading.main_thread().ident
-    if found or main is None or threading.get_ident() == main:
-        return found
-    return _importing(sys._current_frames().get(main))
+    if not running and main is not None and threading.get_ident() != main:
+        found, running, conftest = _project_frames(sys._current_frames().get(main))
+    return [*found, PROCESS] if conftest else found
 
 
-def _ambient(kind: str, name: str) -> None:
-    for reader in _readers():
+def _ambient(kind: str, name: str, readers: list[str]) -> None:
+    for reader in readers:
         _AMBIENT.setdefault(reader, set()).add((kind, name))
 
 
-def _ambient_refusal(why: str) -> None:
-    for reader in _readers():
+def _ambient_refusal(why: str, readers: list[str]) -> None:
+    for reader in readers:
         _AMBIENT_UNKEEPABLE.setdefault(reader, why)
 
 
@@ -343,13 +405,15 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         if _AMBIENT_ON and event in OUTSIDE_EVENTS and not _by_importlib(sys._getframe(1)):
             _BUSY.on = True
             try:
-                _outside_windows(event, args)
+                _outside_windows(event, args, sys._getframe(1))
             finally:
                 _BUSY.on = False
         return
     _BUSY.on = True
     try:
-        _in_window(_ACTIVE[-1], event, args, sys._getframe(1))
+        window, reader = _ACTIVE[-1], sys._getframe(1)
+        if not window.project_only or _importing_or_running(reader):
+            _in_window(window, event, args, reader)
     finally:
         _BUSY.on = False
 
@@ -364,39 +428,68 @@ def _in_window(window: _Window, event: str, args: tuple[Any, ...], reader: Frame
             found = project_file(name)
             if found is not None:
                 window.read("file", found)
+                for link in _links(name):
+                    window.read("file", link)
+    elif event == "sqlite3.connect":
+        name = _path_of(args[0]) if args else None
+        if name is not None and (found := project_file(os.path.abspath(name))) is not None:  # noqa: PTH100
+            window.read("file", found)
     elif event in ("os.listdir", "os.scandir"):
+        if args and isinstance(args[0], int):
+            window.refuse("it lists a folder by its descriptor, which the record cannot name")
+            return
         name = _path_of(args[0]) if args else None
         found = project_file(name or ".")
         if found is not None and not _by_importlib(reader):  # the import system's own look at a folder on the path
             window.read("folder", found)
+    elif event in SETS_TRACE:
+        if _importing_or_running(reader):
+            window.refuse(f"it sets a trace or profile function ({event}): what ran cannot be recorded")
     elif event in UNRECORDABLE or event.startswith("os.exec"):
         window.refuse(f"{UNRECORDABLE.get(event, UNRECORDABLE['os.exec'])} ({event})")
 
 
-OUTSIDE_EVENTS = frozenset(("open", "os.listdir", "os.scandir", "os.exec", "os.execve", *UNRECORDABLE))
+SETS_TRACE = ("sys.settrace", "sys.setprofile")
+OUTSIDE_EVENTS = frozenset(
+    ("open", "os.listdir", "os.scandir", "sqlite3.connect", "os.exec", "os.execve", *UNRECORDABLE)
+)
 
 
-def _outside_windows(event: str, args: tuple[Any, ...]) -> None:
+def _outside_windows(event: str, args: tuple[Any, ...], reader: FrameType | None) -> None:
     """What the project's code reads outside any window (`start`): files and folders by name, and what cannot be
     recorded. Only where the project's code is on the stack: torch, pytest and torchyard read on their own."""
+    readers = _readers(reader)
+    if not readers:
+        return
     if event == "open":
         name = _path_of(args[0])
         if name is not None and not Path(name).is_absolute():
             if not os.path.lexists(name):  # relative to a folder descriptor, which the event does not carry
-                _ambient_refusal(f"it opens {name!r} relative to a folder the record cannot name when imported")
+                why = f"it opens {name!r} relative to a folder the record cannot name when imported"
+                _ambient_refusal(why, readers)
                 return
             name = os.path.abspath(name)  # noqa: PTH100 (as the open resolved it: against the working folder)
         if name is not None and _regular_or_absent(name):
             found = project_file(name)
             if found is not None:
-                _ambient("file", found)
+                _ambient("file", found, readers)
+                for link in _links(name):
+                    _ambient("file", link, readers)
+    elif event == "sqlite3.connect":
+        name = _path_of(args[0]) if args else None
+        if name is not None and (found := project_file(os.path.abspath(name))) is not None:  # noqa: PTH100
+            _ambient("file", found, readers)
     elif event in ("os.listdir", "os.scandir"):
+        if args and isinstance(args[0], int):
+            _ambient_refusal("it lists a folder by its descriptor, which the record cannot name, imported", readers)
+            return
         name = _path_of(args[0]) if args else None
         found = project_file(name or ".")
         if found is not None:
-            _ambient("folder", found)
+            _ambient("folder", found, readers)
     elif event in UNRECORDABLE or event.startswith("os.exec"):
-        _ambient_refusal(f"{UNRECORDABLE.get(event, UNRECORDABLE['os.exec'])} when it is imported ({event})")
+        what = UNRECORDABLE.get(event, UNRECORDABLE["os.exec"])
+        _ambient_refusal(f"{what} when it is imported ({event})", readers)
 
 
 def _by_importlib(frame: FrameType | None) -> bool:
@@ -407,6 +500,21 @@ def _by_importlib(frame: FrameType | None) -> bool:
     return all(
         found is not None and found.f_code.co_filename.startswith("<frozen importlib") for found in (frame, caller)
     )
+
+
+def _links(name: str) -> list[str]:
+    """The links on `name`'s way, each by its own path (its digest holds its target): a link the project
+    retargets changes what is read with no change to what it pointed at before."""
+    found = []
+    path = os.path.abspath(name)  # noqa: PTH100
+    while path != os.path.dirname(path):  # noqa: PTH120
+        try:
+            if stat.S_ISLNK(_PLAIN_LSTAT(path).st_mode) and project_file(os.path.dirname(path)) is not None:  # noqa: PTH120
+                found.append(path)
+        except OSError:
+            pass
+        path = os.path.dirname(path)  # noqa: PTH120
+    return found
 
 
 def _path_of(value: object) -> str | None:
@@ -432,6 +540,49 @@ def _hooked() -> None:
     sys.addaudithook(_audit)
     _record_the_environment()
     _record_metadata_reads()
+    sys.meta_path.append(_AbsentModules())
+
+
+class _AbsentModules:
+    """Last on `sys.meta_path`, asked only where no finder found a module the project's code imports: each file
+    that would have been it, in each project folder it was looked for in, recorded as absent (an optional module
+    the project adds later, `try: import ... except ImportError`)."""
+
+    def find_spec(self, name: str, path: Collection[str] | None = None, target: object = None) -> None:
+        if not (_ACTIVE or _AMBIENT_ON) or getattr(_BUSY, "on", False):
+            return
+        _BUSY.on = True
+        try:
+            window = _ACTIVE[-1] if _ACTIVE else None
+            readers = _readers(sys._getframe(1)) if window is None else []
+            if window is None and not readers:
+                return
+            if window is not None and not _importing_or_running(sys._getframe(1)):
+                return  # torch's or a library's look for an optional module of its own
+            last = name.rpartition(".")[2]
+            for folder in path if path is not None else sys.path:
+                found = project_file(os.path.abspath(folder or "."))  # noqa: PTH100
+                if found is None or not os.path.isdir(found) or Path(found) in _site_folders():  # noqa: PTH112
+                    continue
+                for suffix in ("", *importlib.machinery.all_suffixes()):  # a package's folder, a module's file
+                    candidate = os.path.join(found, last + suffix)  # noqa: PTH118
+                    if window is not None:
+                        window.read("file", candidate)
+                    else:
+                        _ambient("file", candidate, readers)
+        except (TypeError, ValueError, OSError):
+            return
+        finally:
+            _BUSY.on = False
+
+
+@functools.cache
+def _site_folders() -> frozenset[Path]:
+    """Where distributions are installed: their modules count by version, not by a listing."""
+    import site
+
+    named = [*site.getsitepackages(), site.getusersitepackages(), *sysconfig.get_paths().values()]
+    return frozenset(Path(folder).resolve() for folder in named)
 
 
 def _variable_read(key: object) -> None:
@@ -441,9 +592,10 @@ def _variable_read(key: object) -> None:
     try:
         name = os.fsdecode(key)
         if _ACTIVE:
-            _ACTIVE[-1].read("variable", name)
-        else:
-            _ambient("variable", name)
+            if not _ACTIVE[-1].project_only or _importing_or_running(sys._getframe(1)):
+                _ACTIVE[-1].read("variable", name)
+        elif readers := _readers(sys._getframe(1)):
+            _ambient("variable", name, readers)
     finally:
         _BUSY.on = False
 
@@ -454,9 +606,12 @@ def _environment_listed() -> None:
     _BUSY.on = True
     try:
         if _ACTIVE:
-            _ACTIVE[-1].refuse("it lists the whole environment (os.environ iterated)")
+            if not _ACTIVE[-1].project_only or _importing_or_running(sys._getframe(1)):
+                _ACTIVE[-1].refuse("it lists the whole environment (os.environ iterated)")
         else:
-            _ambient_refusal("it lists the whole environment (os.environ iterated) when it is imported")
+            _ambient_refusal(
+                "it lists the whole environment (os.environ iterated) when it is imported", _readers(sys._getframe(1))
+            )
     finally:
         _BUSY.on = False
 
@@ -498,16 +653,31 @@ class _RecordedData(dict[bytes, bytes]):
         return dict(super().items())
 
 
-_PLAIN_STAT = os.stat
+_PLAIN_STAT, _PLAIN_LSTAT, _PLAIN_READLINK = os.stat, os.lstat, os.readlink
+METADATA_READS = ("stat", "lstat", "access", "readlink")
 
 
-def _stat_read(path: object) -> None:
-    """A file's metadata looked at (`os.stat`: `os.path.exists`, `Path.is_file`), which raises no audit event:
-    recorded as a read of the file (or the folder's listing), where the project's code looked."""
+def _stat_read(path: object, by_descriptor: bool = False) -> None:
+    """A file's metadata looked at (`os.stat`: `os.path.exists`, `Path.is_file`; `os.access`, `os.readlink`),
+    which raises no audit event: recorded as a read of the file (or the folder's listing), and of each link on
+    its way, where the project's code looked. One relative to a folder's descriptor cannot be named."""
     if isinstance(path, int) or not (_ACTIVE or _AMBIENT_ON) or getattr(_BUSY, "on", False):
         return
     _BUSY.on = True
     try:
+        caller = sys._getframe(2)
+        if _ACTIVE:
+            if not _importing_or_running(caller):
+                return
+            readers = []
+        elif not (readers := _readers(caller)):  # one walk, before any path is resolved: most stats are no project's
+            return
+        if by_descriptor:
+            if _ACTIVE:
+                _ACTIVE[-1].refuse("it looks at a file relative to a folder's descriptor, which the record cannot name")
+            else:
+                _ambient_refusal("it looks at a file relative to a folder's descriptor when it is imported", readers)
+            return
         name = os.path.abspath(os.fsdecode(path))  # type: ignore[arg-type]  # noqa: PTH100
         found = project_file(name)
         if found is None:
@@ -516,34 +686,25 @@ def _stat_read(path: object) -> None:
             kind = "folder" if stat.S_ISDIR(_PLAIN_STAT(found).st_mode) else "file"
         except OSError:
             kind = "file"  # absent: that it is missing decided what the code did
-        if _ACTIVE:
-            if _importing_or_running(sys._getframe(2)):
-                _ACTIVE[-1].read(kind, found)
-        else:
-            _ambient(kind, found)
+        for read_kind, read in [(kind, found), *(("file", link) for link in _links(name))]:
+            if _ACTIVE:
+                _ACTIVE[-1].read(read_kind, read)
+            else:
+                _ambient(read_kind, read, readers)
     except (TypeError, ValueError):
         return
     finally:
         _BUSY.on = False
 
 
-def _importing_or_running(frame: FrameType | None) -> bool:
-    while frame is not None:
-        if project_file(frame.f_code.co_filename) is not None:
-            return True
-        frame = frame.f_back
-    return False
-
-
 def _record_metadata_reads() -> None:
-    """`os.stat` and `os.lstat` through `_stat_read` (the import system's own stats use `posix` directly)."""
-    for name in ("stat", "lstat"):
+    """`METADATA_READS` through `_stat_read` (the import system's own stats use `posix` directly)."""
+    for name in METADATA_READS:
         plain = getattr(os, name)
 
-        def recorded(path: Any, *args: Any, _plain: Any = plain, **kwargs: Any) -> os.stat_result:
-            if kwargs.get("dir_fd") is None:
-                _stat_read(path)
-            return _plain(path, *args, **kwargs)  # type: ignore[no-any-return]
+        def recorded(path: Any, *args: Any, _plain: Any = plain, **kwargs: Any) -> Any:
+            _stat_read(path, by_descriptor=kwargs.get("dir_fd") is not None)
+            return _plain(path, *args, **kwargs)
 
         recorded.__wrapped__ = plain  # type: ignore[attr-defined]
         setattr(os, name, recorded)
@@ -559,24 +720,56 @@ def _record_the_environment() -> None:
             os.environb._data = recorded  # type: ignore[attr-defined]
 
 
+def quiet(function: Callable[P, R]) -> Callable[P, R]:
+    """`function` is torchyard's own reading of the project (its key, a kept record): never a read of the
+    project's, and with no stack walked per file it stats."""
+
+    @functools.wraps(function)
+    def unrecorded(*args: P.args, **kwargs: P.kwargs) -> R:
+        if getattr(_BUSY, "on", False):
+            return function(*args, **kwargs)
+        _BUSY.on = True
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _BUSY.on = False
+
+    return unrecorded
+
+
 @contextlib.contextmanager
-def recording() -> Iterator[list[Record]]:
-    """A window: what runs in it is recorded; the record is in the yielded list once the window closes."""
+def recording(*, trace: bool = True) -> Iterator[list[Record]]:
+    """A window: what runs in it is recorded; the record is in the yielded list once the window closes. Without
+    `trace` (a backend's lowering and run, which a trace function would slow twofold) the window records what is
+    read and the project's modules imported in it, not each function that ran."""
     _hooked()
-    window = _Window()
+    window = _Window(project_only=not trace)
     done: list[Record] = []
     previous = sys.gettrace()
-    if previous is not None:
+    if trace and previous is not None:
         window.refuse("a trace function is already set (a debugger or coverage): what ran cannot be recorded")
+    loaded = set(sys.modules)
     _ACTIVE.append(window)
-    if previous is None:
-        sys.settrace(window.trace)
-        threading.settrace(window.trace)  # the threads the window starts (a pool made before it is not traced)
+    if trace and previous is None:
+        _BUSY.on = True  # its own trace function is no project's
+        try:
+            sys.settrace(window.trace)
+            threading.settrace(window.trace)  # the threads the window starts (a pool made before it is not traced)
+        finally:
+            _BUSY.on = False
     try:
         yield done
     finally:
-        if previous is None:
-            sys.settrace(None)
-            threading.settrace(None)
+        if trace and previous is None:
+            _BUSY.on = True
+            try:
+                sys.settrace(None)
+                threading.settrace(None)
+            finally:
+                _BUSY.on = False
         _ACTIVE.pop()
+        for name in set(sys.modules) - loaded:  # imported here: by a computed name, on a thread made before
+            found = project_file(str(getattr(sys.modules.get(name), "__file__", None) or ""))
+            if found is not None:
+                window.imported.add(found)
         done.append(window.record())

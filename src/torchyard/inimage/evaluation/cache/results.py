@@ -37,16 +37,16 @@ from torchyard.inimage.evaluation.cache import project_code
 from torchyard.inimage.evaluation.cache.digests import tensor_digest
 from torchyard.inimage.evaluation.cache.keys import Unkeyable, code_reach, device_identity, versions, weight_digests
 from torchyard.inimage.evaluation.cache.project_code import TORCHYARD
-from torchyard.inimage.evaluation.cache.record import Record
+from torchyard.inimage.evaluation.cache.record import Record, quiet
 from torchyard.inimage.evaluation.harness import Result
 from torchyard.inimage.evaluation.metrics import Comparison
 from torchyard.inimage.evaluation.trees import leaves
 from torchyard.util.atomic import replace_atomically
 
-# 6: the noise rule holds training steps, a record holds what its code read at import; 5: the noise rule
-# (comparisons carry eager's own error); 4: each verdict kept with the record of what its evaluation read; 3: the
-# project's files each case reaches
-FORMAT = 6
+# 7: the record holds the backend's run, links, modes and listings' sizes; 6: the noise rule holds training
+# steps, a record holds what its code read at import; 5: the noise rule (comparisons carry eager's own error);
+# 4: each verdict kept with the record of what its evaluation read; 3: the project's files each case reaches
+FORMAT = 7
 
 
 # torchyard's built-in corpus: its cases are keyed each by its own code (the case digest's code walk), as a
@@ -100,6 +100,7 @@ def _inputs_digest(case: Case) -> str:
 COLLECTED: dict[str, list[str]] = {}
 
 
+@quiet
 def snapshot_project() -> None:
     """Take `project_code.shared` and `project_code.patches` once collection has imported the project, its
     tests and its cases."""
@@ -174,6 +175,7 @@ class ResultCache:
                     pass  # failing (its evaluation says how): either way the case runs uncached
         return self._cases[case.name]
 
+    @quiet
     def key(self, case: Case, backend: str, device: torch.device, **decides: object) -> str | None:
         """The key of `case` on `backend` (`decides`: the bounds, dtypes and whatever else the caller's result
         depends on); None where there is no cache or the case has no key."""
@@ -197,6 +199,7 @@ class ResultCache:
         }
         return _digest(document)
 
+    @quiet
     def lookup(self, key: str | None) -> Result | None:
         """The kept result for `key`, marked with when it was evaluated; None on a miss (or a `--rerun`), and
         where anything its evaluation's record names (`record.Record`) is no longer as it was."""
@@ -225,6 +228,7 @@ class ResultCache:
             self._write(key, {**data, "replays": replays + 1})
         return result
 
+    @quiet
     def keep(self, key: str | None, result: Result, record: Record) -> None:
         """Keep a passing result under `key` with the record of what its evaluation read, beyond what the key
         holds; a failed write only loses the replay. A result whose record cannot be kept says why
