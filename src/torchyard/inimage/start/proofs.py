@@ -29,6 +29,7 @@ from packaging.utils import canonicalize_name
 from torchyard import contract
 from torchyard.inimage import TEST_DIRS
 from torchyard.inimage.start import replay
+from torchyard.inimage.start.fork_server import selects_harness
 from torchyard.inimage.start.settings import RUN_SETTINGS
 from torchyard.names import HARNESS
 from torchyard.util.atomic import write_atomically
@@ -311,7 +312,9 @@ def register(config: pytest.Config) -> None:
     if path:
         config.stash[PROOFS] = proofs = Proofs.load(Path(path), rerun=config.getoption(RERUN_OPTION))
         config.pluginmanager.register(proofs, "torchyard-proofs")
-        if not Path(path).is_file() and not hasattr(config, "workerinput"):  # said once, by the controller
+        expression = config.getoption("markexpr", "")
+        selected = not expression or selects_harness(expression)  # a user's -m may leave them all out
+        if selected and not Path(path).is_file() and not hasattr(config, "workerinput"):  # said once
             print(
                 "torchyard: first run on this stack and device: the harness's self-tests run beside the suites "
                 "(they prove torchyard's own comparisons; later runs on this stack leave them out)",
