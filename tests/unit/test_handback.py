@@ -3,6 +3,7 @@ time."""
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import os
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from torchyard import contract
 from torchyard.errors import UsageError
 from torchyard.run.handback import (
+    MAX_REPORT_BYTES,
     HandBackError,
     crash_note,
     empty_folder,
@@ -21,7 +23,7 @@ from torchyard.run.handback import (
     read_report,
     reports_folder,
 )
-from torchyard.util.folders import folder_bytes
+from torchyard.util.folders import ENTRY_BYTES, folder_bytes
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="handing back as root is what can take over host files")
@@ -196,9 +198,33 @@ def test_a_reports_folder_outside_the_checkout_is_taken_as_given(
 def test_the_reports_are_counted_as_they_are_written_without_following_links(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "big").write_bytes(b"x" * 1000)
-    (tmp_path / "huge-elsewhere").write_bytes(b"x" * 5000)
+    (tmp_path / "huge-elsewhere").write_bytes(b"x" * (1 << 20))
     (tmp_path / "a" / "link").symlink_to(tmp_path / "huge-elsewhere")
-    assert folder_bytes(tmp_path / "a") == 1000
+    # the file as the disk holds it (its blocks), and each of the two entries; never what the link points at
+    assert 1000 + 2 * ENTRY_BYTES <= folder_bytes(tmp_path / "a") < 1 << 16
+
+
+def test_what_a_run_hides_from_sizes_is_counted_as_the_disk_holds_it(tmp_path: Path) -> None:
+    """A helper's routes around a count of sizes: space allocated past a file's end (fallocate's KEEP_SIZE,
+    size 0) and thousands of empty files each count."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    with (tmp_path / "kept").open("wb") as stream:
+        if libc.fallocate(stream.fileno(), 1, ctypes.c_long(0), ctypes.c_long(8 << 20)) != 0:  # FALLOC_FL_KEEP_SIZE
+            pytest.skip(f"this filesystem allocates no space past a file's end: {os.strerror(ctypes.get_errno())}")
+    assert (tmp_path / "kept").stat().st_size == 0
+    assert folder_bytes(tmp_path) >= 8 << 20
+    (tmp_path / "many").mkdir()
+    for number in range(2000):
+        (tmp_path / "many" / str(number)).touch()
+    assert folder_bytes(tmp_path / "many") >= 2000 * ENTRY_BYTES
+
+
+def test_a_report_past_the_bound_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    """A parity.json of `[{}, ...]` costs the host many times its size to parse: past 64 MiB, none is read."""
+    with (tmp_path / "env.json").open("wb") as stream:
+        stream.truncate(MAX_REPORT_BYTES + 1)  # sparse: no disk spent
+    with pytest.raises(HandBackError, match="larger than 64 MiB"):
+        read_report(tmp_path / "env.json")
 
 
 def test_a_chain_deeper_than_the_stack_is_counted_while_it_is_written(tmp_path: Path) -> None:
@@ -221,7 +247,7 @@ def test_a_chain_deeper_than_the_stack_is_counted_while_it_is_written(tmp_path: 
     (tmp_path / "shallow" / "a" / "b" / "f").write_bytes(b"x" * 7)
     try:
         assert folder_bytes(tmp_path) > 100_000
-        assert folder_bytes(tmp_path / "shallow") == 7
+        assert 7 + 3 * ENTRY_BYTES <= folder_bytes(tmp_path / "shallow") < 7 + 3 * ENTRY_BYTES + (1 << 16)
     finally:
         empty_folder(tmp_path)  # pytest's own clean-up of old temporary folders recurses: leave no chain to it
 

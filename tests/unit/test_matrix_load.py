@@ -242,6 +242,15 @@ def test_an_entry_cannot_take_the_dependency_images_name() -> None:
     )
 
 
+@pytest.mark.parametrize("name", ["cpu-local", "cuda-in-place", "cpu-m1a2b3c4d"])
+def test_an_entry_cannot_take_a_name_torchyard_gives_another_entrys_runs(name: str) -> None:
+    """A helper's route (issue 70): `cpu-local` shared `cpu --local`'s reports and kept baseline, and
+    `cpu-m<8 hex>` examples/zoo's `cpu`'s cache volume and baseline, so each run was compared with the other's."""
+    said = error_of(VALID.replace('name = "cuda"', f'name = "{name}"'))
+    assert "ends as torchyard names another entry's runs" in said
+    assert parse(VALID.replace('name = "cuda"', 'name = "cpu-local-gpu"')).entries[1].name == "cpu-local-gpu"
+
+
 def test_missing_required_key_in_entry() -> None:
     text = VALID.replace('python = "3.11"\n', "")
     assert error_of(text) == 'matrix.toml: entry "cpu" > python: required key is missing'
@@ -464,6 +473,9 @@ def test_the_shipped_xpu_entry_takes_torch_from_the_xpu_index_alone() -> None:
         ('["--tmpfs", "/tmp:size=100g"]', '"--tmpfs" can give up the container\'s isolation'),
         ('["--ulimit", "nofile=1048576"]', '"--ulimit" can give up'),
         ('["--oom-score-adj", "-1000"]', "a negative --oom-score-adj (-1000) shields the container"),
+        # a stop that waits for the container forever (the warden passes SIGTERM to its child alone)
+        ('["--stop-timeout", "-1"]', '--stop-timeout "-1": a stop waits at most 60 s'),
+        ('["--stop-timeout=86400"]', "a stop waits at most 60 s"),
         ('["--label", "dev.torchyard.trust=trusted"]', "labels under dev.torchyard. are torchyard's own"),
         # a word that is no flag's value: docker run would run it as the image, torchyard's own as its arguments
         ('["--cpus", "1", "attacker/img:1"]', '"attacker/img:1" is neither a flag nor a flag\'s value'),

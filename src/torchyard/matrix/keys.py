@@ -97,7 +97,9 @@ MATRIX_KEYS: tuple[Key, ...] = (
         '`"*"` keeps whatever version the base has',
         "2.9.1", "latest", example_name="torch"),
     # [[entry]]
-    Key("entry", "name", "string", REQUIRED, "the entry's unique name: lowercase letters, digits, `.`, `_`, `-`",
+    Key("entry", "name", "string", REQUIRED,
+        "the entry's unique name: lowercase letters, digits, `.`, `_`, `-`; not ending in `-local`, `-in-place` "
+        "or `-m` and 8 hex digits (the names of other entries' runs)",
         "cpu-py312", "CPU"),
     Key("entry", "accelerator", "string", REQUIRED, "a table under `[accelerators]`", "cuda", "tpu"),
     Key("entry", "python", '"3.N"', REQUIRED, "the entry's Python, one torchyard supports", "3.12", 3.12),

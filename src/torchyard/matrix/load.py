@@ -51,6 +51,7 @@ from torchyard.util.checkout import read_checkout_file
 
 PYTHON_VERSION = re.compile(r"3\.(0|[1-9][0-9]*)")
 ENTRY_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+RESERVED_ENDING = re.compile(r".*-(local|in-place|m[0-9a-f]{8})")
 OPERATOR_NAMES = re.compile(r"[A-Za-z0-9_.]+(,[A-Za-z0-9_.]+)*")  # op_db's names: nn.functional.gelu, __radd__
 IMAGE_REF = re.compile(r"(?P<name>[a-z0-9][A-Za-z0-9._/:-]*)@(?P<digest>sha256:[0-9a-f]{64})")
 DEFAULT_PLATFORM = "x86_64-manylinux_2_28"
@@ -279,6 +280,12 @@ def _entry(
         raise table.error("name", f"expected lowercase letters, digits, '.', '_' or '-', got {describe(name)}")
     if name == "dependencies":  # torchyard/dependencies:<key> are the trusted dependency images
         raise table.error("name", '"dependencies" is torchyard\'s own image name: choose another')
+    if RESERVED_ENDING.fullmatch(name):  # another entry's runs would share its reports, cache and baseline
+        raise table.error(
+            "name",
+            f"{describe(name)} ends as torchyard names another entry's runs (-local and -in-place: its --local and "
+            "--in-place runs; -m and 8 hex digits: an entry of a second matrix file): choose another",
+        )
     if name in seen:
         raise table.error("name", f"duplicate entry name {describe(name)}")
     seen.add(name)

@@ -151,6 +151,9 @@ def stray_words(flags: tuple[str, ...]) -> list[int]:
     return [position for position, _, _, is_flag in _tokens(flags) if not is_flag]
 
 
+MAX_STOP_TIMEOUT = 60
+
+
 def docker_run(table: Table, key: str, flags: tuple[str, ...], allowed: Collection[str]) -> None:
     """Each flag (`--name` or `--name=value`) must be in SAFE_DOCKER_RUN or the machine's allow-list, with a
     value that cannot reach the host: `--env` sets NAME=value (a bare NAME copies the host's value in, the
@@ -206,6 +209,12 @@ def docker_run(table: Table, key: str, flags: tuple[str, ...], allowed: Collecti
         if flag == "--oom-score-adj" and value.startswith("-"):
             raise table.error(
                 f"{key}[{position}]", f"a negative --oom-score-adj ({value}) shields the container from the OOM killer"
+            )
+        if flag == "--stop-timeout" and not (value.isdigit() and int(value) <= MAX_STOP_TIMEOUT):
+            raise table.error(
+                f"{key}[{position}]",
+                f"--stop-timeout {describe(value)}: a stop waits at most {MAX_STOP_TIMEOUT} s for the container "
+                "(-1 would wait for it forever)",
             )
 
 

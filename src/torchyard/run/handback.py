@@ -11,6 +11,7 @@ top folder as it goes, so no depth or width can exhaust the stack or the descrip
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -130,6 +131,10 @@ def _remove_entry(parent: int, name: str, holding: int, counter: list[int]) -> N
         except PermissionError:  # Linux says EPERM, not EISDIR, for unlink on a folder
             if not stat.S_ISDIR(os.stat(entry, dir_fd=folder, follow_symlinks=False).st_mode):
                 raise
+        # A folder the run made unlistable or read-only (0300, 0500: its owner's own on a runner that is not
+        # root) is given back to its owner first; nothing writes while the reports are removed.
+        with contextlib.suppress(OSError):
+            os.chmod(entry, 0o700, dir_fd=folder)
         handle = os.open(entry, DIRECTORY_FLAGS, dir_fd=folder)
         try:
             with os.scandir(handle) as children:
@@ -227,8 +232,12 @@ def _give_up(path: Path, stack: list[tuple[int, Iterator[os.DirEntry[str]], str,
         raise HandBackError(f"the reports in {path} could not be vetted nor emptied ({error.strerror})") from None
 
 
+MAX_REPORT_BYTES = 64 << 20  # a report larger than this is none torchyard wrote (reports/files.py holds the same)
+
+
 def read_report(path: Path) -> str | None:
-    """A report file's text, only if it is a regular file (never through a link); None when absent."""
+    """A report file's text, only if it is a regular file (never through a link); None when absent;
+    `HandBackError` past `MAX_REPORT_BYTES` (the host would hold many times its size to stamp it)."""
     try:
         handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as error:
@@ -236,9 +245,12 @@ def read_report(path: Path) -> str | None:
             return None
         raise
     with os.fdopen(handle, "rb") as stream:
-        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+        info = os.fstat(stream.fileno())
+        if not stat.S_ISREG(info.st_mode):
             return None
-        return stream.read().decode("utf-8", errors="replace")
+        if info.st_size > MAX_REPORT_BYTES:
+            raise HandBackError(f"{path.name} is larger than {MAX_REPORT_BYTES >> 20} MiB: no report torchyard wrote")
+        return stream.read(MAX_REPORT_BYTES + 1).decode("utf-8", errors="replace")
 
 
 def summarize(report_dir: Path, env: Mapping[str, str]) -> None:
@@ -261,7 +273,9 @@ def crash_note(path: Path, status: int, *, in_container: bool) -> str | None:
     crash = next((candidate for candidate in CRASHES if candidate == number), None)
     if crash is None:
         return None
-    text = read_report(path / contract.RUNNING) or ""
+    text = ""
+    with contextlib.suppress(HandBackError):  # a name past the bound names no test
+        text = read_report(path / contract.RUNNING) or ""
     test = "".join(character for character in text.strip() if character.isprintable())[:300]
     said = f"the tests' process died of {crash.name}{f' in {test}' if test else ''}: a native crash (a backend's "
     said += "runtime or a compiled library it loads), so the run wrote no report"
