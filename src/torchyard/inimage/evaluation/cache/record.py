@@ -343,7 +343,10 @@ def start() -> None:
     _hooked()
     _AMBIENT_ON[:] = [True]
     for name in ("sitecustomize", "usercustomize"):  # the project's, run as Python started: before any record
-        found = project_file(str(getattr(sys.modules.get(name), "__file__", None) or ""))
+        where = str(getattr(sys.modules.get(name), "__file__", None) or "")
+        if not where or any(Path(os.path.abspath(where)).is_relative_to(folder) for folder in STANDARD):  # noqa: PTH100
+            continue  # the system's own (Debian's links /etc/python3.X/sitecustomize.py into its standard library)
+        found = project_file(where)
         if found is not None:
             _AMBIENT_UNKEEPABLE.setdefault(PROCESS, f"the project's {name} ran before the record started ({found})")
 
