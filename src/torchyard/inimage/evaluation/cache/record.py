@@ -285,13 +285,9 @@ class _Window:
         code = frame.f_code
         if code not in self.seen:
             self.seen.add(code)
-            busy = getattr(_BUSY, "on", False)
-            _BUSY.on = True  # the path it resolves is the record's own look, no read of the project's
-            try:
+            with _unrecorded():  # the path it resolves is the record's own look, no read of the project's
                 if project_file(code.co_filename) is not None:
                     self.ran.add(code)
-            finally:
-                _BUSY.on = busy
 
     def read(self, kind: str, name: str) -> None:
         """A read, also tied to every project file whose code is on the stack, for the process: a later case
@@ -729,15 +725,21 @@ def quiet(function: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(function)
     def unrecorded(*args: P.args, **kwargs: P.kwargs) -> R:
-        if getattr(_BUSY, "on", False):
+        with _unrecorded():
             return function(*args, **kwargs)
-        _BUSY.on = True
-        try:
-            return function(*args, **kwargs)
-        finally:
-            _BUSY.on = False
 
     return unrecorded
+
+
+@contextlib.contextmanager
+def _unrecorded() -> Iterator[None]:
+    """The record's own work in this thread (`_BUSY`), as it was before once done: nothing it reads is recorded."""
+    busy = getattr(_BUSY, "on", False)
+    _BUSY.on = True
+    try:
+        yield
+    finally:
+        _BUSY.on = busy
 
 
 @contextlib.contextmanager
@@ -754,22 +756,16 @@ def recording(*, trace: bool = True) -> Iterator[list[Record]]:
     loaded = set(sys.modules)
     _ACTIVE.append(window)
     if trace and previous is None:
-        _BUSY.on = True  # its own trace function is no project's
-        try:
+        with _unrecorded():  # its own trace function is no project's
             sys.settrace(window.trace)
             threading.settrace(window.trace)  # the threads the window starts (a pool made before it is not traced)
-        finally:
-            _BUSY.on = False
     try:
         yield done
     finally:
         if trace and previous is None:
-            _BUSY.on = True
-            try:
+            with _unrecorded():
                 sys.settrace(None)
                 threading.settrace(None)
-            finally:
-                _BUSY.on = False
         _ACTIVE.pop()
         for name in set(sys.modules) - loaded:  # imported here: by a computed name, on a thread made before
             found = project_file(str(getattr(sys.modules.get(name), "__file__", None) or ""))
