@@ -303,6 +303,8 @@ IMAGE_WARDEN = "/opt/torchyard/warden"
 
 PLUGIN = "torchyard.inimage.plugin"
 JUNIT = "junit.xml"
+# A report larger than this is none torchyard wrote: the host reads none past it (stamp, compare, page)
+MAX_REPORT_BYTES = 64 << 20
 PARITY_JSON = "parity.json"
 PARITY_MARKDOWN = "parity.md"
 ENVIRONMENT_JSON = "env.json"

@@ -13,7 +13,6 @@ import pytest
 from torchyard import contract
 from torchyard.errors import UsageError
 from torchyard.run.handback import (
-    MAX_REPORT_BYTES,
     HandBackError,
     crash_note,
     empty_folder,
@@ -222,7 +221,7 @@ def test_what_a_run_hides_from_sizes_is_counted_as_the_disk_holds_it(tmp_path: P
 def test_a_report_past_the_bound_is_refused_before_it_is_read(tmp_path: Path) -> None:
     """A parity.json of `[{}, ...]` costs the host many times its size to parse: past 64 MiB, none is read."""
     with (tmp_path / "env.json").open("wb") as stream:
-        stream.truncate(MAX_REPORT_BYTES + 1)  # sparse: no disk spent
+        stream.truncate(contract.MAX_REPORT_BYTES + 1)  # sparse: no disk spent
     with pytest.raises(HandBackError, match="larger than 64 MiB"):
         read_report(tmp_path / "env.json")
 

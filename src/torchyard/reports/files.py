@@ -7,9 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from torchyard.contract import MAX_REPORT_BYTES as MAX_BYTES
 from torchyard.errors import UsageError
-
-MAX_BYTES = 64 << 20  # a report larger than this is not one torchyard wrote
 
 
 def read_json(path: Path, kind: str) -> Any:

@@ -232,12 +232,9 @@ def _give_up(path: Path, stack: list[tuple[int, Iterator[os.DirEntry[str]], str,
         raise HandBackError(f"the reports in {path} could not be vetted nor emptied ({error.strerror})") from None
 
 
-MAX_REPORT_BYTES = 64 << 20  # a report larger than this is none torchyard wrote (reports/files.py holds the same)
-
-
 def read_report(path: Path) -> str | None:
     """A report file's text, only if it is a regular file (never through a link); None when absent;
-    `HandBackError` past `MAX_REPORT_BYTES` (the host would hold many times its size to stamp it)."""
+    `HandBackError` past `contract.MAX_REPORT_BYTES` (the host would hold many times its size to stamp it)."""
     try:
         handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as error:
@@ -248,9 +245,10 @@ def read_report(path: Path) -> str | None:
         info = os.fstat(stream.fileno())
         if not stat.S_ISREG(info.st_mode):
             return None
-        if info.st_size > MAX_REPORT_BYTES:
-            raise HandBackError(f"{path.name} is larger than {MAX_REPORT_BYTES >> 20} MiB: no report torchyard wrote")
-        return stream.read(MAX_REPORT_BYTES + 1).decode("utf-8", errors="replace")
+        if info.st_size > contract.MAX_REPORT_BYTES:
+            bound = contract.MAX_REPORT_BYTES >> 20
+            raise HandBackError(f"{path.name} is larger than {bound} MiB: no report torchyard wrote")
+        return stream.read(contract.MAX_REPORT_BYTES + 1).decode("utf-8", errors="replace")
 
 
 def summarize(report_dir: Path, env: Mapping[str, str]) -> None:
