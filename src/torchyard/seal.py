@@ -44,10 +44,36 @@ def run_user(uid: int, gid: int) -> str:
     return IMAGE_USER if uid == 0 else f"{uid}:{gid}"
 
 
-def helper_args(user: str, *, network: bool = False) -> tuple[str, ...]:
-    """The seal of a container torchyard starts around its own work: a test container's, as `user` (never
-    root); `network` (the wheel's fetch only) lifts nothing else."""
-    return ("--user", user, *sealing_args(Seal(HELPER_SEAL.limits, HELPER_SEAL.memory, network)))
+# The warden (PID 1 of a torchyard image's containers) starts as root with these, starts the command as the
+# run's user, which leaves the command none, and keeps KILL alone: the code under test is another user's, who
+# can neither signal, trace nor reschedule it (a same-user process starved the warden past its deadline).
+WARDEN_USER = "0:0"
+WARDEN_CAPABILITIES = ("KILL", "SETUID", "SETGID")
+
+
+def warden_options() -> tuple[str, ...]:
+    """`docker run`'s options for a container whose first process is the image's warden: torchyard's own,
+    outside what the untrusted seal check reads (an added capability is a loosening anywhere else)."""
+    return ("--user", WARDEN_USER, *(arg for name in WARDEN_CAPABILITIES for arg in ("--cap-add", name)))
+
+
+def warden_bound(seconds: int, kill_after: int, user: str, groups: Sequence[str] = ()) -> tuple[str, ...]:
+    """The warden's arguments before `--` and the command: its deadline, its grace, and the command's ids
+    (`user`, never root, and the supplementary groups the accelerator's devices need)."""
+    return (str(seconds), str(kill_after), f"{user}:{','.join(groups)}" if groups else user, "--")
+
+
+def helper_args(user: str, *, network: bool = False, warden: bool = True) -> tuple[str, ...]:
+    """The seal of a container torchyard starts around its own work: a test container's, its command run as
+    `user` (never root; by the image's warden, else by docker); `network` (the wheel's fetch only) lifts
+    nothing else."""
+    who = warden_options() if warden else ("--user", user)
+    return (*who, *sealing_args(Seal(HELPER_SEAL.limits, HELPER_SEAL.memory, network)))
+
+
+def run_groups(options: Sequence[str]) -> tuple[str, ...]:
+    """The groups `--group-add` gives in `docker run` options: the warden's (root's) own, handed to the command."""
+    return tuple(value for _, flag, value in flag_values(tuple(options)) if flag == "--group-add")
 
 
 @dataclass(frozen=True)
@@ -81,7 +107,7 @@ def uncopied_volumes(options: Sequence[str]) -> list[str]:
 
 
 def sealed_run(helper: Helper) -> tuple[str, ...]:
-    """`docker run` of `helper`, sealed (`helper_args`) and killed after HELPER_SECONDS: a hung backend or copy
+    """`docker run` of `helper`, sealed (`sealing_args`) and killed after HELPER_SECONDS: a hung backend or copy
     never holds the runner, and a build backend cannot stop or trace the image's warden that ends it (a bare
     base's own `timeout` where there is no warden). Both by their paths: the image's PATH starts with the venv,
     where a project can install a script of that name. Every volume it mounts is `volume-nocopy`: Docker fills
@@ -91,12 +117,13 @@ def sealed_run(helper: Helper) -> tuple[str, ...]:
     if uncopied:
         raise ValueError(f"helper {helper.name}: mount {uncopied[0]!r} without volume-nocopy")
     bound = (
-        (contract.IMAGE_WARDEN, helper.image, str(HELPER_SECONDS), "0", "--")
+        (contract.IMAGE_WARDEN, helper.image, *warden_bound(HELPER_SECONDS, 0, helper.user))
         if helper.warden
         else (contract.IMAGE_TIMEOUT, helper.image, "--signal=KILL", str(HELPER_SECONDS))
     )
     return (
-        "run", "--rm", "--name", helper.name, *helper_args(helper.user, network=helper.network), *helper.options,
+        "run", "--rm", "--name", helper.name,
+        *helper_args(helper.user, network=helper.network, warden=helper.warden), *helper.options,
         "--entrypoint", *bound, *helper.command,
     )  # fmt: skip
 

@@ -18,11 +18,11 @@ from torchyard.accelerators.protocol import NO_NVIDIA_DEVICES
 from torchyard.errors import ConfigError, DeviceUnavailableError, UsageError
 from torchyard.matrix import load_plan
 from torchyard.matrix.machine import Limits
-from torchyard.run.container import RunPlan, docker_run_args, require_device_runtime
+from torchyard.run.container import RunPlan, docker_run_args, docker_run_options, require_device_runtime
 from torchyard.run.inplace import require_stack, run_in_place
 from torchyard.run.scopes import cache_scope, seed_args
 from torchyard.run.venv import stage_inimage, sync_venv
-from torchyard.seal import Seal, check_untrusted_seal, helper_args, loosening
+from torchyard.seal import Seal, check_untrusted_seal, helper_args, loosening, warden_options
 from torchyard.trust import Trust
 
 PLAN = load_plan(Path(__file__).parents[2] / "matrix.toml")
@@ -48,11 +48,11 @@ def run_plan(entry: str, trust: Trust = "trusted") -> RunPlan:
 
 def common(entry: str) -> tuple[str, ...]:
     return (
-        "run", "--name", f"torchyard-{entry}-1", "--entrypoint", "/opt/torchyard/warden",
+        "run", "--user", "0:0", "--cap-add", "KILL", "--cap-add", "SETUID", "--cap-add", "SETGID",  # the warden's
+        "--name", f"torchyard-{entry}-1", "--entrypoint", "/opt/torchyard/warden",
         "--label", f"dev.torchyard.entry={entry}",
         "--label", "dev.torchyard.scope=0123abcd4567",
         "--label", "dev.torchyard.trust=trusted",
-        "--user", "1000:1000",
         "--mount", f"type=bind,source=/stage/torchyard-{entry}-1,target=/reports",
         "--mount", f"type=volume,source=torchyard-cache-0123abcd4567-{entry},target=/cache/inductor",
         "--mount", f"type=volume,source=torchyard-cache-0123abcd4567-{entry},target=/tmp/torchinductor_torchyard",
@@ -74,7 +74,9 @@ def env_args(**variables: str) -> tuple[str, ...]:
     return tuple(arg for name in sorted(variables) for arg in ("--env", f"{name}={variables[name]}"))
 
 
-def tail(entry: str, markers: str, suites: str = "export,compile,runtime,parity,train") -> tuple[str, ...]:
+def tail(
+    entry: str, markers: str, suites: str = "export,compile,runtime,parity,train", user: str = "1000:1000"
+) -> tuple[str, ...]:
     """torchyard's own variables (after every flag that could set them), the image and pytest's arguments."""
     return (
         "--env", "LOGNAME=torchyard",
@@ -91,7 +93,8 @@ def tail(entry: str, markers: str, suites: str = "export,compile,runtime,parity,
             **{row.variable: row.default for row in contract.ENTRY_OPTIONS},
         ),
         f"torchyard/{entry}:0123456789abcdef",
-        "0", "30", "--", "/opt/torchyard/venv/bin/python", "-m", "torchyard.inimage",  # the warden, no deadline
+        "0", "30", user, "--",  # the warden: no deadline, its command run as the caller (never root)
+        "/opt/torchyard/venv/bin/python", "-m", "torchyard.inimage",
         "/opt/torchyard/inimage/torchyard/inimage/suites",
         "/opt/torchyard/inimage/torchyard/inimage/selftests",
         "-p", "torchyard.inimage.plugin",
@@ -153,7 +156,8 @@ def test_rocm_run_args(tmp_path: Path) -> None:
         "--device", "/dev/kfd", "--device", "/dev/dri/renderD129",
         "--group-add", "44", "--group-add", "993",
         "--shm-size", "16g", *NO_NVIDIA_DEVICES,
-        *tail("rocm", "export or compile or runtime or parity or harness", "export,compile,runtime,parity"),
+        *tail("rocm", "export or compile or runtime or parity or harness", "export,compile,runtime,parity",
+              "1000:1000:44,993"),  # the devices' groups: the warden gives them to the command
     )  # fmt: skip
 
 
@@ -164,7 +168,7 @@ def test_xpu_run_args_follow_its_suites(tmp_path: Path) -> None:
         *common("xpu"),
         "--device", "/dev/dri/renderD128", "--group-add", "993", "--shm-size", "16g",
         "--env", "ZE_AFFINITY_MASK=0.0", *NO_NVIDIA_DEVICES,
-        *tail("xpu", "export or compile or parity or harness", "export,compile,parity"),
+        *tail("xpu", "export or compile or parity or harness", "export,compile,parity", "1000:1000:993"),
     )  # fmt: skip
 
 
@@ -199,7 +203,7 @@ def test_an_untrusted_run_mounts_its_own_cache_seeded_from_the_trusted_scope() -
     assert not any("source=torchyard-cache-0123abcd4567-cpu," in arg for arg in args)  # never the trusted scope
     assert plan.scope.ephemeral and plan.scope.seed == "torchyard-cache-0123abcd4567-cpu"
     assert seed_args(plan.scope, plan.scope.seed, image="img", user="1000:1000", name="n") == (
-        "run", "--rm", "--name", "n-seed", *helper_args("1000:1000"),
+        "run", "--rm", "--name", "n-seed", *helper_args("1000:1000", warden=False),
         "--mount", "type=volume,source=torchyard-cache-0123abcd4567-cpu,target=/seed,readonly,volume-nocopy",
         "--mount", f"type=volume,source={own},target=/cache/inductor,volume-nocopy",
         "--entrypoint", "/usr/bin/timeout", "img", "--signal=KILL", "1800",  # the entry's base: no warden there
@@ -316,16 +320,18 @@ def test_torchyards_own_variables_come_after_every_flag_that_could_set_them() ->
 
 @pytest.mark.parametrize("name", ["rocm", "xpu", "cuda", "cpu"])
 def test_no_accelerator_opens_the_seal(name: str) -> None:
+    """The only capabilities are the warden's own, which it gives no command (`test_warden.py`)."""
     args = docker_run_args(PLAN.entry(name), run_plan(name, "untrusted"), HOST, {}, [])
-    assert loosening(args[: args.index(run_plan(name).image)]) == []
+    options = docker_run_options(PLAN.entry(name), run_plan(name, "untrusted"), HOST, {}, [])
+    assert args[: args.index(run_plan(name).image)] == ("run", *warden_options(), *options)
+    assert loosening(options) == [] and "--user" not in options
 
 
 @pytest.mark.parametrize("name", ["rocm", "xpu", "cuda", "cpu"])
 def test_every_accelerators_options_pass_the_seal_check_and_a_stray_word_does_not(name: str) -> None:
     """The check reads the options as docker does: a word no flag takes would be the image, the rest its
     arguments; torchyard's own options never hold one, and options that end early are refused whoever made them."""
-    args = docker_run_args(PLAN.entry(name), run_plan(name, "untrusted"), HOST, {}, [])
-    options = args[1 : args.index(run_plan(name).image)]
+    options = docker_run_options(PLAN.entry(name), run_plan(name, "untrusted"), HOST, {}, [])
     check_untrusted_seal(options, trusted=False)
     for cut in (("--label",), ("--label", "x=1", "attacker/img:1")):
         with pytest.raises(ConfigError, match="would be taken for the image"):

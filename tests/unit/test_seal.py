@@ -16,7 +16,16 @@ from torchyard.image.wheel import build_helper, fetch_helper
 from torchyard.matrix import load_plan
 from torchyard.matrix.machine import Limits
 from torchyard.run.scopes import CacheScope, seed_args
-from torchyard.seal import Seal, check_matrix_flags, check_untrusted_seal, helper_args, loosening, run_user, sealed_run
+from torchyard.seal import (
+    Seal,
+    check_matrix_flags,
+    check_untrusted_seal,
+    helper_args,
+    loosening,
+    run_user,
+    sealed_run,
+    warden_options,
+)
 
 
 def _fetch_args(image: str, **kwargs: Any) -> tuple[str, ...]:
@@ -49,7 +58,7 @@ def _contains(args: tuple[str, ...], part: tuple[str, ...]) -> bool:
 @pytest.mark.parametrize("helper", sorted(HELPERS))
 def test_every_helper_container_is_sealed_limited_and_bounded_in_time(helper: str) -> None:
     args = HELPERS[helper]
-    sealed = helper_args(USER, network=helper == "fetch")
+    sealed = helper_args(USER, network=helper == "fetch", warden=helper != "seed")
     assert _contains(args, sealed)
     for flag in ("--cap-drop", "--read-only", "--pids-limit", "--memory", "--memory-swap"):
         assert flag in sealed
@@ -57,8 +66,13 @@ def test_every_helper_container_is_sealed_limited_and_bounded_in_time(helper: st
     bound = args[args.index("--entrypoint") + 1 :]
     if helper == "seed":  # a copy in the entry's base, which has no warden: the base's timeout, by its path
         assert bound[:4] == ("/usr/bin/timeout", "img", "--signal=KILL", "1800") and bound[4].startswith("/")
-    else:  # the image's warden, PID 1, which a build backend can neither stop nor trace, ends it at HELPER_SECONDS
-        assert bound[:5] == ("/opt/torchyard/warden", "img", "1800", "0", "--") and bound[5].startswith("/")
+        assert _contains(args, ("--user", USER)) and "--cap-add" not in args
+    else:  # the image's warden, PID 1, which a build backend can neither stop, trace nor starve, ends it at
+        # HELPER_SECONDS; it starts as root with KILL, SETUID and SETGID and runs the backend as USER, with none
+        assert bound[:6] == ("/opt/torchyard/warden", "img", "1800", "0", USER, "--") and bound[6].startswith("/")
+        assert args[4:12] == warden_options() == (
+            "--user", "0:0", "--cap-add", "KILL", "--cap-add", "SETUID", "--cap-add", "SETGID",
+        )  # fmt: skip
     assert _contains(args, ("--network", "none")) == (helper != "fetch")
     assert _contains(sealed, ("--log-driver", "json-file")) and _contains(sealed, ("--log-opt", "max-file=1"))
 

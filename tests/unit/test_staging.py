@@ -109,8 +109,8 @@ def test_a_run_with_a_deadline_is_bounded_inside_the_container_and_labelled() ->
     plan = dataclasses.replace(run_plan("cpu"), timeout_s=600, ends_at=1_900_000_000)
     args = docker_run_args(PLAN.entry("cpu"), plan, HOST, {}, [])
     image = args.index(plan.image)
-    assert args[image - 0 : image + 4] == (plan.image, f"{container_bound(plan)}", "30", "--")
-    assert args[image + 4 : image + 7] == ("/opt/torchyard/venv/bin/python", "-m", "torchyard.inimage")
+    assert args[image - 0 : image + 5] == (plan.image, f"{container_bound(plan)}", "30", "1000:1000", "--")
+    assert args[image + 5 : image + 8] == ("/opt/torchyard/venv/bin/python", "-m", "torchyard.inimage")
     options = docker_run_options(PLAN.entry("cpu"), plan, HOST, {}, [])
     assert ("--entrypoint", "/opt/torchyard/warden") in itertools.pairwise(options) and "--init" not in options
     assert f"{DEADLINE_LABEL}=1900000000" in options

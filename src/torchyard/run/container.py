@@ -62,7 +62,17 @@ from torchyard.run.staging import (
     sweep_stages,
 )
 from torchyard.run.stamp import stamp_reports
-from torchyard.seal import IMAGE_USER, Seal, check_matrix_flags, check_untrusted_seal, run_user, sealing_args
+from torchyard.seal import (
+    IMAGE_USER,
+    Seal,
+    check_matrix_flags,
+    check_untrusted_seal,
+    run_groups,
+    run_user,
+    sealing_args,
+    warden_bound,
+    warden_options,
+)
 from torchyard.trust import TRUST_ENV, RunTrust
 from torchyard.util import proc
 from torchyard.util.folders import MAX_DEPTH
@@ -193,14 +203,16 @@ def docker_run_args(
         extra=pytest_args,
     )
     bound = container_bound(plan) if plan.timeout_s > 0 else 0
-    command = (str(bound), str(KILL_AFTER_S), "--", *contract.IMAGE_ENTRYPOINT, *command)
-    return ("run", *docker_run_options(entry, plan, host, env, pytest_args), plan.image, *command)
+    options = docker_run_options(entry, plan, host, env, pytest_args)
+    warden = warden_bound(bound, KILL_AFTER_S, plan.user, run_groups(options))
+    return ("run", *warden_options(), *options, plan.image, *warden, *contract.IMAGE_ENTRYPOINT, *command)
 
 
 def docker_run_options(
     entry: Entry, plan: RunPlan, host: HostFacts, env: Mapping[str, str], pytest_args: Sequence[str]
 ) -> tuple[str, ...]:
-    """Every option of `docker run`, before the image: what the untrusted seal check reads, whole."""
+    """Every option of `docker run` before the image but the warden's own (`seal.warden_options`): what the
+    untrusted seal check reads, whole. The code under test runs as `plan.user`, the warden's to set."""
     accelerator = ACCELERATORS[entry.accelerator.name]
     suite_env = {
         **entry_environment(entry, contract.IMAGE_REPORTS),
@@ -214,7 +226,6 @@ def docker_run_options(
         # under test can neither stop nor trace it (docs/concepts/trust.md)
         "--name", plan.name, "--entrypoint", contract.IMAGE_WARDEN,
         *(arg for key, value in labels.items() for arg in ("--label", f"{key}={value}")),
-        "--user", plan.user,
         "--mount", f"type=bind,source={plan.stage},target={contract.IMAGE_REPORTS}",
         "--mount", f"type=volume,source={plan.scope.volume},target={contract.IMAGE_CACHE}",
         "--mount", f"type=volume,source={plan.scope.volume},target={contract.IMAGE_INDUCTOR_DEFAULT}",

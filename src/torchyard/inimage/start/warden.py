@@ -3,20 +3,24 @@
 every process the container orphans, passes on the signals the engine sends, and ends the container at its
 deadline whatever the code under test does.
 
-    /opt/torchyard/warden SECONDS KILL_AFTER -- COMMAND [ARG ...]    (SECONDS 0: no deadline)
+    /opt/torchyard/warden SECONDS KILL_AFTER UID:GID[:GROUP,...] -- COMMAND [ARG ...]    (SECONDS 0: no deadline)
 
 At the deadline every process gets SIGTERM, and KILL_AFTER seconds later the warden exits, which makes the
-kernel kill what is left; it then exits 124, as timeout(1) does. It runs as the tests' own user, so the
-kernel's rules for a namespace's first process are what hold it: the container's processes cannot stop or kill
-it (a signal it does not wait for is dropped), and it makes itself non-dumpable first, so they cannot trace it
-either. A signal it does wait for only ends the run sooner. The base's interpreter runs it isolated (`-IS`):
-nothing of the project or its environment loads into it. Standard library only.
+kernel kill what is left; it then exits 124, as timeout(1) does. It starts as root with three capabilities
+(KILL, SETUID, SETGID) and starts the command as UID:GID (with those supplementary groups), which leaves the
+command none; then it keeps KILL alone, to end the container's processes. So the command and all it starts
+are another user's: they cannot signal, trace or reschedule it (a process may starve another of its own
+user, and a starved warden missed its deadline), and as a namespace's first process it drops any signal it
+does not wait for. A signal it does wait for only ends the run sooner. Started as anyone else (by hand, on a
+host) it runs the command as itself, and refuses any other UID:GID. The base's interpreter runs it isolated
+(`-IS`): nothing of the project or its environment loads into it. Standard library only.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import grp
 import os
 import signal
 import sys
@@ -25,7 +29,54 @@ import time
 TIMED_OUT = 124  # as timeout(1) exits
 PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 PR_SET_DUMPABLE = 4  # <linux/prctl.h>
+CAP_KILL = 5  # <linux/capability.h>
+CAPABILITY_VERSION_3 = 0x20080522
 REAPED_PER_PASS = 64
+USAGE = "warden: usage: warden SECONDS KILL_AFTER UID:GID[:GROUP,...] -- COMMAND [ARG ...]"
+
+
+class CapHeader(ctypes.Structure):
+    _fields_ = (("version", ctypes.c_uint32), ("pid", ctypes.c_int))
+
+
+class CapData(ctypes.Structure):
+    _fields_ = (("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32))
+
+
+def _ids(spec: str) -> tuple[int, int, list[int]]:
+    """UID:GID[:GROUP,...], the ids numeric, a group by number or by its name in the image (ValueError
+    otherwise)."""
+    parts = spec.split(":")
+    if len(parts) not in (2, 3):
+        raise ValueError(spec)
+    names = parts[2].split(",") if len(parts) == 3 and parts[2] else []
+    try:
+        groups = [int(name) if name.isdigit() else grp.getgrnam(name).gr_gid for name in names]
+    except KeyError as error:
+        raise ValueError(spec) from error
+    return int(parts[0]), int(parts[1]), groups
+
+
+def _become(uid: int, gid: int, groups: list[int]) -> None:
+    """The command's ids (in the child, before exec): from root, every id and no capability left (the
+    kernel clears them when the last id leaves 0); from anyone else, only the ids it already has."""
+    if os.getuid() != 0:
+        if (uid, gid) != (os.getuid(), os.getgid()):
+            raise PermissionError(f"runs as {os.getuid()}:{os.getgid()}, cannot start a command as {uid}:{gid}")
+        return
+    os.setgroups(groups)
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+
+
+def _keep_kill_alone(libc: ctypes.CDLL) -> None:
+    """From root: KILL alone, effective and permitted, so ending the container's processes is all it can do."""
+    if os.getuid() != 0:
+        return
+    header = CapHeader(CAPABILITY_VERSION_3, 0)
+    data = (CapData * 2)(CapData(1 << CAP_KILL, 1 << CAP_KILL, 0), CapData(0, 0, 0))
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
 
 
 def _exit_code(status: int) -> int:
@@ -59,11 +110,15 @@ def _signal_all(signum: int, child: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 5 or argv[3] != "--":
-        print("warden: usage: warden SECONDS KILL_AFTER -- COMMAND [ARG ...]", file=sys.stderr)
+    try:
+        if len(argv) < 6 or argv[4] != "--":
+            raise ValueError
+        seconds, kill_after, (uid, gid, groups), command = float(argv[1]), float(argv[2]), _ids(argv[3]), argv[5:]
+    except ValueError:
+        print(USAGE, file=sys.stderr)
         return 125
-    seconds, kill_after, command = float(argv[1]), float(argv[2]), argv[4:]
-    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         print(f"warden: cannot make itself non-dumpable: {os.strerror(ctypes.get_errno())}", file=sys.stderr)
         return 125
     waited = {signal.SIGCHLD, *PASSED_ON}
@@ -72,10 +127,21 @@ def main(argv: list[str]) -> int:
     if child == 0:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
         try:
+            _become(uid, gid, groups)
+        except OSError as error:
+            print(f"warden: {error.strerror or error}", file=sys.stderr)
+            os._exit(125)
+        try:
             os.execvp(command[0], command)
         except OSError as error:
             print(f"warden: {command[0]}: {error.strerror}", file=sys.stderr)
         os._exit(127)
+    try:
+        _keep_kill_alone(libc)
+    except OSError as error:
+        print(f"warden: cannot give up its capabilities: {error.strerror}", file=sys.stderr)
+        _signal_all(signal.SIGKILL, child)
+        return 125
     deadline = time.monotonic() + seconds if seconds > 0 else None
     timed_out = False
     while True:
