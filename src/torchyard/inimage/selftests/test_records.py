@@ -454,6 +454,10 @@ def test_a_change_the_key_cannot_see_is_seen_by_the_record_and_a_stale_verdict_b
     kept = [json.loads(path.read_text()) for path in (tmp_path / "cache" / "verdicts").glob("*.json")]
     (plain,) = [verdict["record"]["files"] for verdict in kept if verdict["result"]["case"] == "plain"]
     assert {str(tmp_path / "hook.txt"), str(tmp_path / "mypkg/by_conftest.txt")} <= set(plain), plain
+    # What only export's tracing reads is in that result's own record (the backend's window), not only in a
+    # listing of its folder that any other change to the folder would also move
+    (exported,) = [verdict["record"]["files"] for verdict in kept if verdict["result"]["case"] == "export_only"]
+    assert str(tmp_path / "mypkg/exp.txt") in exported, sorted(exported)
 
     for name, text in CHANGES.values():
         (tmp_path / name).write_text(text)

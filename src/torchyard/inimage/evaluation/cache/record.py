@@ -249,7 +249,8 @@ def project_libraries() -> list[str]:
     return sorted(
         path
         for path in mapped
-        if _on_path(path) and project_file(path) is not None and not any(Path(path).is_relative_to(c) for c in made)
+        # project_file first: it is no project's for the stack's own and its compilers' (most of what is mapped)
+        if project_file(path) is not None and _on_path(path) and not any(Path(path).is_relative_to(c) for c in made)
     )
 
 
@@ -408,13 +409,28 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
             finally:
                 _BUSY.on = False
         return
+    window = _ACTIVE[-1]
+    if window.project_only and event not in WINDOW_EVENTS:  # most of a compile's events: decided by name
+        return
     _BUSY.on = True
     try:
-        window, reader = _ACTIVE[-1], sys._getframe(1)
-        if not window.project_only or _importing_or_running(reader):
+        reader = sys._getframe(1)
+        # a backend's window: a path no project's is decided before the stack is walked (most of what it opens)
+        if not window.project_only or (_may_be_the_projects(event, args) and _importing_or_running(reader)):
             _in_window(window, event, args, reader)
     finally:
         _BUSY.on = False
+
+
+def _may_be_the_projects(event: str, args: tuple[Any, ...]) -> bool:
+    """Whether `_in_window` could record the event: false only for a named path that is no project's (a
+    relative one may be a folder descriptor's, which it refuses)."""
+    if event not in PATH_EVENTS or not args or isinstance(args[0], int):
+        return True
+    name = _path_of(args[0])
+    if name is None:
+        return args[0] is None  # a listing of the working folder
+    return not os.path.isabs(name) or project_file(name) is not None  # noqa: PTH117 (no Path made per open)
 
 
 def _in_window(window: _Window, event: str, args: tuple[Any, ...], reader: FrameType | None) -> None:
@@ -449,9 +465,9 @@ def _in_window(window: _Window, event: str, args: tuple[Any, ...], reader: Frame
 
 
 SETS_TRACE = ("sys.settrace", "sys.setprofile")
-OUTSIDE_EVENTS = frozenset(
-    ("open", "os.listdir", "os.scandir", "sqlite3.connect", "os.exec", "os.execve", *UNRECORDABLE)
-)
+PATH_EVENTS = ("open", "os.listdir", "os.scandir", "sqlite3.connect")
+OUTSIDE_EVENTS = frozenset((*PATH_EVENTS, "os.exec", "os.execve", *UNRECORDABLE))
+WINDOW_EVENTS = OUTSIDE_EVENTS | frozenset(SETS_TRACE)
 
 
 def _outside_windows(event: str, args: tuple[Any, ...], reader: FrameType | None) -> None:
@@ -666,6 +682,8 @@ def _stat_read(path: object, by_descriptor: bool = False) -> None:
     try:
         caller = sys._getframe(2)
         if _ACTIVE:
+            if _ACTIVE[-1].project_only and not by_descriptor and not _may_be_the_projects("open", (path,)):
+                return  # a backend's window: a path no project's, decided before the stack is walked
             if not _importing_or_running(caller):
                 return
             readers = []
