@@ -10,7 +10,8 @@ network needs the machine's permission (`[allow] network = true`) and a trusted 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from torchyard import contract
@@ -18,6 +19,7 @@ from torchyard.errors import ConfigError
 from torchyard.matrix.machine import Limits, size_bytes
 from torchyard.matrix.schema import Entry
 from torchyard.matrix.values import flag_values, stray_words
+from torchyard.util import proc
 
 SCRATCH = "rw,exec,nosuid,nodev,mode=1777"
 LOG_BYTES = "16m"
@@ -126,6 +128,18 @@ def sealed_run(helper: Helper) -> tuple[str, ...]:
         *helper_args(helper.user, network=helper.network, warden=helper.warden), *helper.options,
         "--entrypoint", *bound, *helper.command,
     )  # fmt: skip
+
+
+@contextlib.contextmanager
+def removed_if_stopped(name: str, *, docker_path: str, runner: proc.Runner, env: Mapping[str, str]) -> Iterator[None]:
+    """The block runs helper container `name`; a stop (Ctrl-C, or SIGTERM and SIGHUP, which torchyard takes as
+    Ctrl-C) removes the container before torchyard ends: `docker run`'s client, killed, leaves it running to its
+    bound (HELPER_SECONDS), beside the runner's next job."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        runner((docker_path, "rm", "--force", name), env=env, capture=True, check=False)
+        raise
 
 
 def sealing_args(seal: Seal) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ with no torchyard left to stop it (issue 70, route 1)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -258,3 +259,46 @@ def test_a_run_whose_tests_stop_and_trace_everything_still_ends_at_its_deadline_
     finally:
         sweep_leftovers(client, staging_root())
     assert not client.containers.list(all=True, filters={"name": found.name})
+
+
+# A helper container (the wheel's fetch and build, the image check, the base's probe, the cache seed) run as
+# torchyard runs it, with the CLI's signal handling; here the base's `sleep`, under the base's `timeout`.
+HELPER_CHILD = """
+import os, sys
+from torchyard.cli import install_stop_handlers
+from torchyard.seal import Helper, removed_if_stopped, sealed_run
+from torchyard.util import proc
+install_stop_handlers()
+name, image = sys.argv[1], sys.argv[2]
+helper = Helper(name, "1000:1000", image, ("/bin/sleep", "600"), warden=False)
+try:
+    with removed_if_stopped(name, docker_path="docker", runner=proc.run, env=dict(os.environ)):
+        proc.run(("docker", *sealed_run(helper)))
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_stopped_run_removes_the_helper_container_it_was_waiting_for(
+    client: docker.DockerClient, local_base: str, stop: signal.Signals
+) -> None:
+    """Issue 70: `docker run`'s client, killed as torchyard stops, left a build backend's container running
+    to its 30-minute bound beside the runner's next job. A stop now removes it before torchyard ends."""
+    name = f"torchyard-helper-stop-{os.urandom(4).hex()}"
+    child = subprocess.Popen(
+        [sys.executable, "-c", HELPER_CHILD, name, local_base], cwd=REPO, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        ends = time.monotonic() + 120
+        while not client.containers.list(filters={"name": name, "status": "running"}):
+            assert child.poll() is None and time.monotonic() < ends, child.stdout.read() if child.stdout else ""
+            time.sleep(0.2)
+        child.send_signal(stop)
+        assert child.wait(timeout=60) == 130
+        assert not client.containers.list(all=True, filters={"name": name})
+    finally:
+        child.kill()
+        for left in client.containers.list(all=True, filters={"name": name}):
+            left.remove(force=True)

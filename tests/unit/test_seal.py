@@ -5,6 +5,8 @@ may tighten it, never loosen it."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from torchyard.seal import (
     check_untrusted_seal,
     helper_args,
     loosening,
+    removed_if_stopped,
     run_user,
     sealed_run,
     warden_options,
@@ -128,3 +131,18 @@ def test_an_untrusted_container_keeps_every_namespace_and_filter(flags: tuple[st
     with pytest.raises(ConfigError, match="an untrusted run's container keeps the seal"):
         check_untrusted_seal(("--cap-drop", "ALL", *flags), trusted=False)
     check_untrusted_seal(flags, trusted=True)
+
+
+def test_a_stop_removes_the_helper_container_and_a_failure_leaves_it_to_docker_run_rm() -> None:
+    calls: list[tuple[str, ...]] = []
+
+    def runner(args: Sequence[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        calls.append(tuple(args))
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    with pytest.raises(KeyboardInterrupt), removed_if_stopped("n-build", docker_path="docker", runner=runner, env={}):
+        raise KeyboardInterrupt
+    assert calls == [("docker", "rm", "--force", "n-build")]
+    with pytest.raises(ValueError), removed_if_stopped("n-build", docker_path="docker", runner=runner, env={}):
+        raise ValueError
+    assert len(calls) == 1

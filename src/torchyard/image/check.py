@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from torchyard.errors import CommandError, ImageBuildError
-from torchyard.seal import Helper, sealed_run
+from torchyard.seal import Helper, removed_if_stopped, sealed_run
 from torchyard.util import proc
 
 PYTHON = "/opt/torchyard/venv/bin/python"
@@ -38,7 +38,8 @@ def check_image(
 ) -> None:  # fmt: skip
     """Run the checks; a failure is one line naming the entry and the check's own words."""
     try:
-        runner((docker_path, *image_check_args(image, name=name, user=user, checks=checks)), env=env, capture=True)
+        with removed_if_stopped(f"{name}-check", docker_path=docker_path, runner=runner, env=env):
+            runner((docker_path, *image_check_args(image, name=name, user=user, checks=checks)), env=env, capture=True)
     except CommandError as error:
         sys.stderr.write(error.output)  # the check's own account, as the build log showed it before
         found = CHECK_LINE.findall(error.output)

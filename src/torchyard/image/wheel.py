@@ -27,7 +27,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.image.source import ProjectFile, write_files
 from torchyard.matrix.machine import Source, write_index_args
-from torchyard.seal import Helper, run_user, sealed_run
+from torchyard.seal import Helper, removed_if_stopped, run_user, sealed_run
 from torchyard.util import proc
 from torchyard.util.folders import folder_bytes
 
@@ -167,7 +167,8 @@ def build_wheel_sealed(
             flush=True,
         )
         try:
-            runner((docker_path, *fetch), env=env)
+            with removed_if_stopped(helpers[0].name, docker_path=docker_path, runner=runner, env=env):
+                runner((docker_path, *fetch), env=env)
         except CommandError as error:
             raise ImageBuildError(
                 f"entry {entry!r}: the project's build requirements did not install ({error})"
@@ -175,7 +176,8 @@ def build_wheel_sealed(
         kill = (docker_path, "kill", helpers[1].name)
         with bounded(out, WHEEL_OUTPUT_LIMIT, lambda: runner(kill, env=env, capture=True, check=False)) as past:
             try:
-                runner((docker_path, *built), env=env)
+                with removed_if_stopped(helpers[1].name, docker_path=docker_path, runner=runner, env=env):
+                    runner((docker_path, *built), env=env)
             except CommandError as error:
                 if not past.is_set():
                     raise ImageBuildError(f"entry {entry!r}: the project's wheel did not build ({error})") from None

@@ -67,6 +67,7 @@ from torchyard.seal import (
     Seal,
     check_matrix_flags,
     check_untrusted_seal,
+    removed_if_stopped,
     run_groups,
     run_user,
     sealing_args,
@@ -380,7 +381,8 @@ def prepare_cache(
     copy = seed_args(scope, source, image=plan.seed_image, user=plan.user, name=plan.name, folder=folder)
     try:
         prime_volume(client, scope, plan.image)
-        runner((docker_path, *copy), env=env)
+        with removed_if_stopped(f"{plan.name}-seed", docker_path=docker_path, runner=runner, env=env):
+            runner((docker_path, *copy), env=env)
     except BaseException as error:
         if new or scope.ephemeral:
             client.volumes.get(scope.volume).remove(force=True)
