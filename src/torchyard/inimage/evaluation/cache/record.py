@@ -300,8 +300,8 @@ class _Window:
                 _AMBIENT.setdefault(found, set()).add((kind, name))
             frame = frame.f_back
 
-    def refuse(self, why: str) -> None:
-        self.unkeepable = self.unkeepable or why
+    def refuse(self, why: str, detail: str = "") -> None:
+        self.unkeepable = self.unkeepable or f"{why}{detail}"
 
     def record(self) -> Record:
         native = project_libraries()
@@ -387,14 +387,31 @@ def _readers(frame: FrameType | None) -> list[str]:
     return [*found, PROCESS] if conftest else found
 
 
-def _ambient(kind: str, name: str, readers: list[str]) -> None:
-    for reader in readers:
-        _AMBIENT.setdefault(reader, set()).add((kind, name))
+class _Readers:
+    """Where a read outside any window goes: to each of `readers` (`_readers`), for the process; the window's
+    own sink is the `_Window`."""
+
+    def __init__(self, readers: list[str]) -> None:
+        self.readers = readers
+
+    def read(self, kind: str, name: str) -> None:
+        for reader in self.readers:
+            _AMBIENT.setdefault(reader, set()).add((kind, name))
+
+    def refuse(self, why: str, detail: str = "") -> None:
+        for reader in self.readers:
+            _AMBIENT_UNKEEPABLE.setdefault(reader, f"{why} when it is imported{detail}")
 
 
-def _ambient_refusal(why: str, readers: list[str]) -> None:
-    for reader in readers:
-        _AMBIENT_UNKEEPABLE.setdefault(reader, why)
+def _sink(frame: FrameType | None, *, by_the_project: bool = False) -> _Window | _Readers | None:
+    """Where a read made from `frame` is recorded: the innermost window (a backend's, or with `by_the_project`
+    any, only where the project's code is on the stack), else the readers outside any window; None: no
+    project code read."""
+    if _ACTIVE:
+        window = _ACTIVE[-1]
+        return window if not (window.project_only or by_the_project) or _importing_or_running(frame) else None
+    readers = _readers(frame)
+    return _Readers(readers) if readers else None
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
@@ -402,28 +419,21 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         return
     if not _ACTIVE:
         # the events it records first: reading a frame is an audit event of its own
-        if _AMBIENT_ON and event in OUTSIDE_EVENTS and not _by_importlib(sys._getframe(1)):
-            _BUSY.on = True
-            try:
-                _outside_windows(event, args, sys._getframe(1))
-            finally:
-                _BUSY.on = False
-        return
-    window = _ACTIVE[-1]
-    if window.project_only and event not in WINDOW_EVENTS:  # most of a compile's events: decided by name
-        return
+        if not (_AMBIENT_ON and event in OUTSIDE_EVENTS) or _by_importlib(sys._getframe(1)):
+            return
+    elif _ACTIVE[-1].project_only and (event not in WINDOW_EVENTS or not _may_be_the_projects(event, args)):
+        return  # a backend's window: most of a compile's events decided by name, and its paths before any walk
     _BUSY.on = True
     try:
         reader = sys._getframe(1)
-        # a backend's window: a path no project's is decided before the stack is walked (most of what it opens)
-        if not window.project_only or (_may_be_the_projects(event, args) and _importing_or_running(reader)):
-            _in_window(window, event, args, reader)
+        if (sink := _sink(reader)) is not None:
+            _record_event(sink, event, args, reader)
     finally:
         _BUSY.on = False
 
 
 def _may_be_the_projects(event: str, args: tuple[Any, ...]) -> bool:
-    """Whether `_in_window` could record the event: false only for a named path that is no project's (a
+    """Whether `_record_event` could record the event: false only for a named path that is no project's (a
     relative one may be a folder descriptor's, which it refuses)."""
     if event not in PATH_EVENTS or not args or isinstance(args[0], int):
         return True
@@ -433,78 +443,43 @@ def _may_be_the_projects(event: str, args: tuple[Any, ...]) -> bool:
     return not os.path.isabs(name) or project_file(name) is not None  # noqa: PTH117 (no Path made per open)
 
 
-def _in_window(window: _Window, event: str, args: tuple[Any, ...], reader: FrameType | None) -> None:
+def _record_event(sink: _Window | _Readers, event: str, args: tuple[Any, ...], reader: FrameType | None) -> None:
+    """An audit event the project's code caused: files and folders read by name, and what cannot be recorded."""
     if event == "open":
         name = _path_of(args[0])
-        if name is not None and not Path(name).is_absolute() and not os.path.lexists(name):
-            # relative to a folder descriptor (`dir_fd`), which the event does not carry: not recordable
-            window.refuse(f"it opens {name!r} relative to a folder the record cannot name")
-        elif name is not None and _regular_or_absent(name):
-            found = project_file(name)
-            if found is not None:
-                window.read("file", found)
-                for link in _links(name):
-                    window.read("file", link)
+        if name is None:  # a file descriptor: opened before, by a path recorded then
+            return
+        if not Path(name).is_absolute():
+            if not os.path.lexists(name):  # relative to a folder descriptor (`dir_fd`), which the event lacks
+                sink.refuse(f"it opens {name!r} relative to a folder the record cannot name")
+                return
+            name = os.path.abspath(name)  # noqa: PTH100 (as the open resolved it: against the working folder)
+        if _regular_or_absent(name) and (found := project_file(name)) is not None:
+            sink.read("file", found)
+            for link in _links(name):
+                sink.read("file", link)
     elif event == "sqlite3.connect":
         name = _path_of(args[0]) if args else None
         if name is not None and (found := project_file(os.path.abspath(name))) is not None:  # noqa: PTH100
-            window.read("file", found)
+            sink.read("file", found)
     elif event in ("os.listdir", "os.scandir"):
         if args and isinstance(args[0], int):
-            window.refuse("it lists a folder by its descriptor, which the record cannot name")
+            sink.refuse("it lists a folder by its descriptor, which the record cannot name")
             return
-        name = _path_of(args[0]) if args else None
-        found = project_file(name or ".")
+        found = project_file((_path_of(args[0]) if args else None) or ".")
         if found is not None and not _by_importlib(reader):  # the import system's own look at a folder on the path
-            window.read("folder", found)
+            sink.read("folder", found)
     elif event in SETS_TRACE:
         if _importing_or_running(reader):
-            window.refuse(f"it sets a trace or profile function ({event}): what ran cannot be recorded")
+            sink.refuse(f"it sets a trace or profile function ({event}): what ran cannot be recorded")
     elif event in UNRECORDABLE or event.startswith("os.exec"):
-        window.refuse(f"{UNRECORDABLE.get(event, UNRECORDABLE['os.exec'])} ({event})")
+        sink.refuse(UNRECORDABLE.get(event, UNRECORDABLE["os.exec"]), f" ({event})")
 
 
 SETS_TRACE = ("sys.settrace", "sys.setprofile")
 PATH_EVENTS = ("open", "os.listdir", "os.scandir", "sqlite3.connect")
 OUTSIDE_EVENTS = frozenset((*PATH_EVENTS, "os.exec", "os.execve", *UNRECORDABLE))
 WINDOW_EVENTS = OUTSIDE_EVENTS | frozenset(SETS_TRACE)
-
-
-def _outside_windows(event: str, args: tuple[Any, ...], reader: FrameType | None) -> None:
-    """What the project's code reads outside any window (`start`): files and folders by name, and what cannot be
-    recorded. Only where the project's code is on the stack: torch, pytest and torchyard read on their own."""
-    readers = _readers(reader)
-    if not readers:
-        return
-    if event == "open":
-        name = _path_of(args[0])
-        if name is not None and not Path(name).is_absolute():
-            if not os.path.lexists(name):  # relative to a folder descriptor, which the event does not carry
-                why = f"it opens {name!r} relative to a folder the record cannot name when imported"
-                _ambient_refusal(why, readers)
-                return
-            name = os.path.abspath(name)  # noqa: PTH100 (as the open resolved it: against the working folder)
-        if name is not None and _regular_or_absent(name):
-            found = project_file(name)
-            if found is not None:
-                _ambient("file", found, readers)
-                for link in _links(name):
-                    _ambient("file", link, readers)
-    elif event == "sqlite3.connect":
-        name = _path_of(args[0]) if args else None
-        if name is not None and (found := project_file(os.path.abspath(name))) is not None:  # noqa: PTH100
-            _ambient("file", found, readers)
-    elif event in ("os.listdir", "os.scandir"):
-        if args and isinstance(args[0], int):
-            _ambient_refusal("it lists a folder by its descriptor, which the record cannot name, imported", readers)
-            return
-        name = _path_of(args[0]) if args else None
-        found = project_file(name or ".")
-        if found is not None:
-            _ambient("folder", found, readers)
-    elif event in UNRECORDABLE or event.startswith("os.exec"):
-        what = UNRECORDABLE.get(event, UNRECORDABLE["os.exec"])
-        _ambient_refusal(f"{what} when it is imported ({event})", readers)
 
 
 def _by_importlib(frame: FrameType | None) -> bool:
@@ -568,23 +543,16 @@ class _AbsentModules:
             return
         _BUSY.on = True
         try:
-            window = _ACTIVE[-1] if _ACTIVE else None
-            readers = _readers(sys._getframe(1)) if window is None else []
-            if window is None and not readers:
+            # only where the project's code looks: not torch's or a library's optional module
+            if (sink := _sink(sys._getframe(1), by_the_project=True)) is None:
                 return
-            if window is not None and not _importing_or_running(sys._getframe(1)):
-                return  # torch's or a library's look for an optional module of its own
             last = name.rpartition(".")[2]
             for folder in path if path is not None else sys.path:
                 found = project_file(os.path.abspath(folder or "."))  # noqa: PTH100
                 if found is None or not os.path.isdir(found) or Path(found) in _site_folders():  # noqa: PTH112
                     continue
                 for suffix in ("", *importlib.machinery.all_suffixes()):  # a package's folder, a module's file
-                    candidate = os.path.join(found, last + suffix)  # noqa: PTH118
-                    if window is not None:
-                        window.read("file", candidate)
-                    else:
-                        _ambient("file", candidate, readers)
+                    sink.read("file", os.path.join(found, last + suffix))  # noqa: PTH118
         except (TypeError, ValueError, OSError):
             return
         finally:
@@ -605,12 +573,8 @@ def _variable_read(key: object) -> None:
         return
     _BUSY.on = True
     try:
-        name = os.fsdecode(key)
-        if _ACTIVE:
-            if not _ACTIVE[-1].project_only or _importing_or_running(sys._getframe(1)):
-                _ACTIVE[-1].read("variable", name)
-        elif readers := _readers(sys._getframe(1)):
-            _ambient("variable", name, readers)
+        if (sink := _sink(sys._getframe(1))) is not None:
+            sink.read("variable", os.fsdecode(key))
     finally:
         _BUSY.on = False
 
@@ -620,13 +584,8 @@ def _environment_listed() -> None:
         return
     _BUSY.on = True
     try:
-        if _ACTIVE:
-            if not _ACTIVE[-1].project_only or _importing_or_running(sys._getframe(1)):
-                _ACTIVE[-1].refuse("it lists the whole environment (os.environ iterated)")
-        else:
-            _ambient_refusal(
-                "it lists the whole environment (os.environ iterated) when it is imported", _readers(sys._getframe(1))
-            )
+        if (sink := _sink(sys._getframe(1))) is not None:
+            sink.refuse("it lists the whole environment (os.environ iterated)")
     finally:
         _BUSY.on = False
 
@@ -681,19 +640,13 @@ def _stat_read(path: object, by_descriptor: bool = False) -> None:
     _BUSY.on = True
     try:
         caller = sys._getframe(2)
-        if _ACTIVE:
-            if _ACTIVE[-1].project_only and not by_descriptor and not _may_be_the_projects("open", (path,)):
-                return  # a backend's window: a path no project's, decided before the stack is walked
-            if not _importing_or_running(caller):
-                return
-            readers = []
-        elif not (readers := _readers(caller)):  # one walk, before any path is resolved: most stats are no project's
+        if _ACTIVE and _ACTIVE[-1].project_only and not by_descriptor and not _may_be_the_projects("open", (path,)):
+            return  # a backend's window: a path no project's, decided before the stack is walked
+        # only where the project's code looked; one walk, before any path is resolved
+        if (sink := _sink(caller, by_the_project=True)) is None:
             return
         if by_descriptor:
-            if _ACTIVE:
-                _ACTIVE[-1].refuse("it looks at a file relative to a folder's descriptor, which the record cannot name")
-            else:
-                _ambient_refusal("it looks at a file relative to a folder's descriptor when it is imported", readers)
+            sink.refuse("it looks at a file relative to a folder's descriptor, which the record cannot name")
             return
         name = os.path.abspath(os.fsdecode(path))  # type: ignore[arg-type]  # noqa: PTH100
         found = project_file(name)
@@ -704,10 +657,7 @@ def _stat_read(path: object, by_descriptor: bool = False) -> None:
         except OSError:
             kind = "file"  # absent: that it is missing decided what the code did
         for read_kind, read in [(kind, found), *(("file", link) for link in _links(name))]:
-            if _ACTIVE:
-                _ACTIVE[-1].read(read_kind, read)
-            else:
-                _ambient(read_kind, read, readers)
+            sink.read(read_kind, read)
     except (TypeError, ValueError):
         return
     finally:
