@@ -311,8 +311,8 @@ PAIR = (
     "import torch\n\nGAIN = 1.0\n\n"
     "class Left(torch.nn.Module):\n"
     "    def __init__(self):\n        super().__init__()\n        self.linear = torch.nn.Linear(4, 4)\n\n"
-    "    def forward(self, x):\n        return self.linear(x) * GAIN\n\n"
-    "class Right(torch.nn.Module):\n"
+    "    def forward(self, x):\n        return self.linear(x) * GAIN * globals()['Rig' + 'ht'].SCALE\n\n"
+    "class Right(torch.nn.Module):\n    SCALE = 1.0\n\n"
     "    def __init__(self):\n        super().__init__()\n        self.linear = torch.nn.Linear(4, 4)\n\n"
     "    def forward(self, x):\n        return self.linear(x)\n"
 )
@@ -324,8 +324,9 @@ PAIR_CASES = (
 
 
 def test_two_models_of_one_file_are_keyed_apart(shop: Path) -> None:
-    """Issue 58 (whisper's encoder and decoder live in one model.py): a change inside one model of a file moves
-    the cases that reach it; a change to what the file does on import moves them all."""
+    """Issue 58 (whisper's encoder and decoder live in one model.py): a change inside one model's methods moves
+    the cases that reach it; a change to what the file does on import, or to a model's class-level values,
+    moves them all (issue 69: one model read another's constant by a computed name)."""
     (shop / "shop/pair.py").write_text(PAIR)
     (shop / "shop/pair_cases.py").write_text(PAIR_CASES)
 
@@ -338,6 +339,9 @@ def test_two_models_of_one_file_are_keyed_apart(shop: Path) -> None:
     (shop / "shop/pair.py").write_text(PAIR.replace("return self.linear(x)\n", "return -self.linear(x)\n"))
     after = pair_keys()
     assert after["left"] == before["left"] and after["right"] != before["right"]
+    # Left reads Right's class-level value by a computed name, none of Right's code running: the value counts
+    (shop / "shop/pair.py").write_text(PAIR.replace("SCALE = 1.0", "SCALE = 2.0"))
+    assert pair_keys()["left"] != before["left"]
     (shop / "shop/pair.py").write_text(PAIR.replace("GAIN = 1.0", "GAIN = 2.0"))
     moved = pair_keys()
     assert moved["left"] != before["left"] and moved["right"] != before["right"]
