@@ -50,13 +50,15 @@ def run_user(uid: int, gid: int) -> str:
 # run's user, which leaves the command none, and keeps KILL alone: the code under test is another user's, who
 # can neither signal, trace nor reschedule it (a same-user process starved the warden past its deadline).
 WARDEN_USER = "0:0"
-WARDEN_CAPABILITIES = ("KILL", "SETUID", "SETGID")
+WARDEN_CAPABILITIES = ("KILL", "SETUID", "SETGID", "SETPCAP")  # SETPCAP: to empty the command's bounding set
 
 
 def warden_options() -> tuple[str, ...]:
     """`docker run`'s options for a container whose first process is the image's warden: torchyard's own,
-    outside what the untrusted seal check reads (an added capability is a loosening anywhere else)."""
-    return ("--user", WARDEN_USER, *(arg for name in WARDEN_CAPABILITIES for arg in ("--cap-add", name)))
+    outside what the untrusted seal check reads (an added capability is a loosening anywhere else), and last,
+    so no option before them sets the user. No health check: one runs as the container's user, root."""
+    caps = (arg for name in WARDEN_CAPABILITIES for arg in ("--cap-add", name))
+    return ("--user", WARDEN_USER, *caps, "--no-healthcheck")
 
 
 def warden_bound(seconds: int, kill_after: int, user: str, groups: Sequence[str] = ()) -> tuple[str, ...]:

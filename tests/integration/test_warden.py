@@ -19,8 +19,10 @@ pytestmark = pytest.mark.integration
 WARDEN = Path(__file__).parents[2] / "src" / "torchyard" / "inimage" / "start" / "warden.py"
 
 
-SELF = f"{os.getuid()}:{os.getgid()}"
 NOBODY = "65534:65534"
+# Its command's ids: from root (as in every container, and in CI) another user's, never root's; else its own
+AS = NOBODY if os.getuid() == 0 else f"{os.getuid()}:{os.getgid()}"
+PYTHON = "/usr/bin/python3"  # the system's, which any user may run
 # Run as the other user: what it holds, and what it may do to the warden (its parent).
 AS_NOBODY = """
 import json, os, sys
@@ -40,8 +42,11 @@ for name, attempt in (
         tried[name] = "done"
     except PermissionError:
         tried[name] = "refused"
-print(json.dumps({"ids": [os.getuid(), os.getgid(), os.getgroups()], "caps": own["CapEff"].strip(),
-                  "permitted": own["CapPrm"].strip(), "warden": parent["CapEff"].strip(), "tried": tried}))
+print(json.dumps({
+    "ids": [os.getuid(), os.getgid(), os.getgroups()], "caps": own["CapEff"].strip(),
+    "permitted": own["CapPrm"].strip(), "bounding": own["CapBnd"].strip(), "warden": parent["CapEff"].strip(),
+    "tried": tried, "own_session": os.getsid(0) == os.getpid() != os.getsid(os.getppid()),
+}))
 """
 
 
@@ -52,16 +57,16 @@ def warden(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize(("command", "status"), [("exit 3", 3), ("exit 0", 0), ("kill -TERM $$", 128 + 15)])
 def test_the_commands_status_is_the_wardens(command: str, status: int) -> None:
-    assert warden("0", "0", SELF, "--", "/bin/sh", "-c", command).returncode == status
+    assert warden("0", "0", AS, "--", "/bin/sh", "-c", command).returncode == status
 
 
 def test_a_command_past_its_deadline_ends_with_timeouts_status() -> None:
     stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
-    assert warden("0.5", "1", SELF, "--", sys.executable, "-c", stubborn).returncode == 124  # TERM, then KILL
+    assert warden("0.5", "1", AS, "--", PYTHON, "-c", stubborn).returncode == 124  # TERM, then KILL
 
 
 def test_a_command_it_cannot_start_or_arguments_it_cannot_read_are_one_line() -> None:
-    missing = warden("0", "0", SELF, "--", "/no/such/command")
+    missing = warden("0", "0", AS, "--", "/no/such/command")
     assert missing.returncode == 127 and missing.stderr.strip() == "warden: /no/such/command: No such file or directory"
     for unreadable in (("5", "1", "sleep", "1"), ("5", "1", "--", "sleep", "1"), ("5", "1", "x:1", "--", "true"),
                        ("5", "1", "1:1:no-such-group", "--", "true")):  # fmt: skip
@@ -75,13 +80,26 @@ def test_a_command_it_cannot_start_or_arguments_it_cannot_read_are_one_line() ->
 def test_from_root_the_command_runs_as_the_user_with_nothing_over_the_warden_which_keeps_kill_alone() -> None:
     """The command cannot reschedule, signal or trace the warden (a same-user test starved it past its
     deadline): it is another user's, with no capability; the warden holds KILL (bit 5) and nothing else."""
-    ran = warden("0", "0", f"{NOBODY}:65534,20", "--", "/usr/bin/python3", "-IS", "-c", AS_NOBODY)
+    ran = warden("0", "0", f"{NOBODY}:65534,20", "--", PYTHON, "-IS", "-c", AS_NOBODY)
     assert ran.returncode == 0, ran.stderr
     seen = json.loads(ran.stdout)
     assert seen["ids"] == [65534, 65534, [20, 65534]]
     assert int(seen["caps"], 16) == 0 and int(seen["permitted"], 16) == 0
+    # its own four out of the bounding set too (a container's holds no other: `test_run.py` finds it empty)
+    assert int(seen["bounding"], 16) & 0x1E0 == 0
     assert int(seen["warden"], 16) == 1 << 5
+    assert seen["own_session"]  # nor its session's or process group's: the command leads its own
     assert seen["tried"] == {"sched": "refused", "nice": "refused", "affinity": "refused", "signal": "refused"}
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="the warden starts as root in every container; CI runs these as root")
+@pytest.mark.parametrize("ids", ["0:0", "0:65534", "65534:0", "-1:-1"])
+def test_from_root_it_never_starts_its_command_as_root(ids: str) -> None:
+    """The command would hold the warden's capabilities (and root's files): torchyard never asks for it
+    (`seal.run_user`), and the warden refuses it in one line."""
+    ran = warden("0", "0", ids, "--", "/usr/bin/id", "-u")
+    assert ran.returncode == 125 and ran.stdout == ""
+    assert len(ran.stderr.strip().splitlines()) == 1 and "will not start a command as" in ran.stderr
 
 
 def test_a_warden_not_started_as_root_runs_its_command_as_itself_and_as_no_one_else() -> None:

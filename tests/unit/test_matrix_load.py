@@ -391,6 +391,20 @@ def test_a_machine_may_allow_a_flag_that_matrix_toml_cannot() -> None:
 
 
 @pytest.mark.parametrize(
+    "flags",
+    ['["--user", "0:0"]', '["-u=1000"]', '["--entrypoint", "/bin/sh"]', '["--health-cmd", "python -c 1"]'],
+)
+def test_what_the_warden_sets_no_matrix_sets_whatever_the_machine_allows(flags: str) -> None:
+    """The warden (PID 1, root with four capabilities) starts the tests as the run's user: a `--user`
+    after torchyard's would leave it the tests' to starve, an entry point would replace it, a health check runs
+    as root beside it."""
+    text = VALID.replace('docker-run = ["--shm-size", "8g"]', f"docker-run = {flags}")
+    flag = flags.split('"')[1].split("=", maxsplit=1)[0]
+    with pytest.raises(ConfigError, match=r"are the image's warden's to set, never matrix\.toml's"):
+        parse_plan(text, Path("matrix.toml"), allowed_docker_run={flag})
+
+
+@pytest.mark.parametrize(
     "data",
     [b"exclude-newer = " + b"[" * 5000 + b"]" * 5000 + b"\n", b"\xff\xfe not utf-8 \x80\n"],
     ids=["deep-nesting", "bad-encoding"],
@@ -501,6 +515,10 @@ def test_the_shipped_xpu_entry_takes_torch_from_the_xpu_index_alone() -> None:
         ('["--env=LD_AUDIT=/workspace/a.so"]', "the dynamic loader reads it"),
         ('["--env", "GLIBC_TUNABLES=glibc.malloc.check=3"]', "the dynamic loader reads it"),
         ('["--env", "GCONV_PATH=/workspace"]', "the dynamic loader reads it"),
+        # a quota below one CPU starves the container's warden too: a run ended minutes past its deadline
+        ('["--cpus", "0.01"]', "below one CPU the container's quota starves the warden"),
+        ('["--cpus=0.5"]', "below one CPU"),
+        ('["--cpus", "nan"]', "below one CPU"),
     ],
 )
 def test_matrix_docker_run_can_only_tighten_the_seal(flags: str, message: str) -> None:

@@ -48,8 +48,7 @@ def run_plan(entry: str, trust: Trust = "trusted") -> RunPlan:
 
 def common(entry: str) -> tuple[str, ...]:
     return (
-        "run", "--user", "0:0", "--cap-add", "KILL", "--cap-add", "SETUID", "--cap-add", "SETGID",  # the warden's
-        "--name", f"torchyard-{entry}-1", "--entrypoint", "/opt/torchyard/warden",
+        "run", "--name", f"torchyard-{entry}-1", "--entrypoint", "/opt/torchyard/warden",
         "--label", f"dev.torchyard.entry={entry}",
         "--label", "dev.torchyard.scope=0123abcd4567",
         "--label", "dev.torchyard.trust=trusted",
@@ -92,6 +91,9 @@ def tail(
             # The entry's options (none set: their defaults), each by its row (`test_contract.py`).
             **{row.variable: row.default for row in contract.ENTRY_OPTIONS},
         ),
+        # the warden's own, last: no option before them sets the user
+        "--user", "0:0", "--cap-add", "KILL", "--cap-add", "SETUID", "--cap-add", "SETGID",
+        "--cap-add", "SETPCAP", "--no-healthcheck",
         f"torchyard/{entry}:0123456789abcdef",
         "0", "30", user, "--",  # the warden: no deadline, its command run as the caller (never root)
         "/opt/torchyard/venv/bin/python", "-m", "torchyard.inimage",
@@ -323,7 +325,7 @@ def test_no_accelerator_opens_the_seal(name: str) -> None:
     """The only capabilities are the warden's own, which it gives no command (`test_warden.py`)."""
     args = docker_run_args(PLAN.entry(name), run_plan(name, "untrusted"), HOST, {}, [])
     options = docker_run_options(PLAN.entry(name), run_plan(name, "untrusted"), HOST, {}, [])
-    assert args[: args.index(run_plan(name).image)] == ("run", *warden_options(), *options)
+    assert args[: args.index(run_plan(name).image)] == ("run", *options, *warden_options())
     assert loosening(options) == [] and "--user" not in options
 
 

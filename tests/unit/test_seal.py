@@ -71,10 +71,11 @@ def test_every_helper_container_is_sealed_limited_and_bounded_in_time(helper: st
         assert bound[:4] == ("/usr/bin/timeout", "img", "--signal=KILL", "1800") and bound[4].startswith("/")
         assert _contains(args, ("--user", USER)) and "--cap-add" not in args
     else:  # the image's warden, PID 1, which a build backend can neither stop, trace nor starve, ends it at
-        # HELPER_SECONDS; it starts as root with KILL, SETUID and SETGID and runs the backend as USER, with none
+        # HELPER_SECONDS; it starts as root with four capabilities and runs the backend as USER, with none
         assert bound[:6] == ("/opt/torchyard/warden", "img", "1800", "0", USER, "--") and bound[6].startswith("/")
-        assert args[4:12] == warden_options() == (
+        assert args[4:15] == warden_options() == (
             "--user", "0:0", "--cap-add", "KILL", "--cap-add", "SETUID", "--cap-add", "SETGID",
+        "--cap-add", "SETPCAP", "--no-healthcheck",
         )  # fmt: skip
     assert _contains(args, ("--network", "none")) == (helper != "fetch")
     assert _contains(sealed, ("--log-driver", "json-file")) and _contains(sealed, ("--log-opt", "max-file=1"))

@@ -28,7 +28,7 @@ def test_the_backend_runs_sealed_with_nothing_but_the_source_and_one_output_fold
                       out=tmp_path / "o")  # fmt: skip
     assert args[:6] == ("run", "--rm", "--name", "n-build", "--user", "0:0")  # the warden's, which drops to:
     assert args[args.index("/opt/torchyard/warden") + 4] == "1000:1000"
-    assert args[12:14] == ("--network", "none") and "--cap-drop" in args and "--read-only" in args
+    assert args[15:17] == ("--network", "none") and "--cap-drop" in args and "--read-only" in args
     mounts = [args[i + 1] for i, arg in enumerate(args) if arg == "--mount"]
     assert mounts == [
         f"type=bind,source={tmp_path / 's'},target=/src,readonly",

@@ -30,6 +30,14 @@ SAFE_DOCKER_RUN = frozenset(
         "--env", "-e", "--label", "-l", "--stop-timeout", "--pids-limit", "--oom-score-adj",
     }
 )  # fmt: skip
+# `docker run` flags that would undo the warden (PID 1, root with four capabilities, which starts the tests
+# as the run's user): the user, the entry point, and a health check (run as the container's user: root's).
+WARDENS_DOCKER_RUN = frozenset(
+    {
+        "--user", "-u", "--entrypoint", "--health-cmd", "--health-interval", "--health-retries",
+        "--health-start-period", "--health-start-interval", "--health-timeout",
+    }
+)  # fmt: skip
 # The prefix of the variables torchyard sets in its containers (the run's trust among them).
 OWN_VARIABLES = "TORCHYARD_"
 # What a device runtime reads to decide which GPUs a container gets (NVIDIA's container toolkit, AMD's):
@@ -172,6 +180,18 @@ def docker_run(table: Table, key: str, flags: tuple[str, ...], allowed: Collecti
         )
     for position, flag, value in flag_values(flags):
         item = flags[position]
+        if flag in WARDENS_DOCKER_RUN:
+            raise table.error(
+                f"{key}[{position}]",
+                f"{describe(item)}: who the tests run as, what starts them and what else runs as root in the "
+                "container are the image's warden's to set, never matrix.toml's (whatever machine.toml allows)",
+            )
+        if flag == "--cpus" and not _at_least_one(value):
+            raise table.error(
+                f"{key}[{position}]",
+                f"--cpus {describe(value)}: below one CPU the container's quota starves the warden that ends it "
+                "at its deadline (`--cpuset-cpus` picks which CPUs instead)",
+            )
         if flag not in SAFE_DOCKER_RUN and flag not in allowed:
             raise table.error(
                 f"{key}[{position}]",
@@ -216,6 +236,13 @@ def docker_run(table: Table, key: str, flags: tuple[str, ...], allowed: Collecti
                 f"--stop-timeout {describe(value)}: a stop waits at most {MAX_STOP_TIMEOUT} s for the container "
                 "(-1 would wait for it forever)",
             )
+
+
+def _at_least_one(value: str) -> bool:
+    try:
+        return float(value) >= 1
+    except ValueError:
+        return False
 
 
 def checkout_path(table: Table, key: str, folder: Path, value: str) -> Path:

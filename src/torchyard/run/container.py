@@ -206,7 +206,7 @@ def docker_run_args(
     bound = container_bound(plan) if plan.timeout_s > 0 else 0
     options = docker_run_options(entry, plan, host, env, pytest_args)
     warden = warden_bound(bound, KILL_AFTER_S, plan.user, run_groups(options))
-    return ("run", *warden_options(), *options, plan.image, *warden, *contract.IMAGE_ENTRYPOINT, *command)
+    return ("run", *options, *warden_options(), plan.image, *warden, *contract.IMAGE_ENTRYPOINT, *command)
 
 
 def docker_run_options(

@@ -6,14 +6,18 @@ deadline whatever the code under test does.
     /opt/torchyard/warden SECONDS KILL_AFTER UID:GID[:GROUP,...] -- COMMAND [ARG ...]    (SECONDS 0: no deadline)
 
 At the deadline every process gets SIGTERM, and KILL_AFTER seconds later the warden exits, which makes the
-kernel kill what is left; it then exits 124, as timeout(1) does. It starts as root with three capabilities
-(KILL, SETUID, SETGID) and starts the command as UID:GID (with those supplementary groups), which leaves the
-command none; then it keeps KILL alone, to end the container's processes. So the command and all it starts
-are another user's: they cannot signal, trace or reschedule it (a process may starve another of its own
-user, and a starved warden missed its deadline), and as a namespace's first process it drops any signal it
-does not wait for. A signal it does wait for only ends the run sooner. Started as anyone else (by hand, on a
-host) it runs the command as itself, and refuses any other UID:GID. The base's interpreter runs it isolated
-(`-IS`): nothing of the project or its environment loads into it. Standard library only.
+kernel kill what is left; it then exits 124, as timeout(1) does.
+
+It starts as root with four capabilities (KILL, SETUID, SETGID, SETPCAP). It starts the command as UID:GID,
+with those supplementary groups and in a session of its own, with no capability, not even in its bounding
+set. Then it keeps KILL alone, to end the container's processes. So the command and all it starts are another
+user's: they cannot signal, trace or reschedule it (a process may starve another of its own user, and a
+starved warden missed its deadline). As a namespace's first process it drops any signal it does not wait for;
+one it waits for only ends the run sooner. As root it never starts the command as root. Started as anyone
+else (by hand, on a host) it runs the command as itself and refuses any other UID:GID.
+
+The base's interpreter runs it isolated (`-IS`): nothing of the project or its environment loads into it.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ import time
 TIMED_OUT = 124  # as timeout(1) exits
 PASSED_ON = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 PR_SET_DUMPABLE = 4  # <linux/prctl.h>
-CAP_KILL = 5  # <linux/capability.h>
+PR_CAPBSET_DROP = 24
+CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SETPCAP = 5, 6, 7, 8  # <linux/capability.h>
 CAPABILITY_VERSION_3 = 0x20080522
 REAPED_PER_PASS = 64
 USAGE = "warden: usage: warden SECONDS KILL_AFTER UID:GID[:GROUP,...] -- COMMAND [ARG ...]"
@@ -60,13 +65,22 @@ def _ids(spec: str) -> tuple[int, int, list[int]]:
 def _become(uid: int, gid: int, groups: list[int]) -> None:
     """The command's ids (in the child, before exec): from root, every id and no capability left (the
     kernel clears them when the last id leaves 0); from anyone else, only the ids it already has."""
+    os.setsid()  # out of the warden's session and process group: what the tests set there is theirs alone
     if os.getuid() != 0:
         if (uid, gid) != (os.getuid(), os.getgid()):
             raise PermissionError(f"runs as {os.getuid()}:{os.getgid()}, cannot start a command as {uid}:{gid}")
         return
+    if uid <= 0 or gid <= 0:  # the command is never root's, nor the warden's capabilities its
+        raise PermissionError(f"will not start a command as {uid}:{gid} (root's or no id)")
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SETPCAP):  # none left to any program it runs
+        if libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
+            raise PermissionError(f"cannot drop capability {capability}: {os.strerror(ctypes.get_errno())}")
     os.setgroups(groups)
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid):
+        raise PermissionError(f"could not become {uid}:{gid}")
 
 
 def _keep_kill_alone(libc: ctypes.CDLL) -> None:
@@ -152,7 +166,7 @@ def main(argv: list[str]) -> int:
         if left is not None and left <= 0:
             if timed_out:
                 _signal_all(signal.SIGKILL, child)
-                return TIMED_OUT  # the warden's exit ends the namespace: the kernel kills what is left
+                os._exit(TIMED_OUT)  # at once, no interpreter shutdown: its exit ends the namespace and what is left
             timed_out = True
             _signal_all(signal.SIGTERM, child)
             deadline = time.monotonic() + kill_after
