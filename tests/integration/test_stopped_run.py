@@ -127,9 +127,13 @@ def test_a_run_killed_outright_leaves_empty_reports_and_its_container_goes_with_
     container = _container(client, stage)
     assert container.attrs["Path"] == "/opt/torchyard/warden" and container.status == "running"
     deadline = int(container.labels["dev.torchyard.ends-at"])
+    run_id = name.rsplit("-", 1)[-1]
+    untrusted = {"label": "dev.torchyard.trust=untrusted", "name": f"-untrusted-{run_id}"}
+    assert client.volumes.list(filters=untrusted)  # its own cache, made for this untrusted run alone
     sweep_leftovers(client, staging_root(), now=deadline - 240)  # minutes before its deadline
     assert not client.containers.list(all=True, filters={"name": name})
     assert not stage.exists()
+    assert not client.volumes.list(filters=untrusted)  # with its run: not left for `prune` (issue 70)
     assert secret.read_text() == "the runner's key\n"
 
 

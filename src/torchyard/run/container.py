@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -299,6 +299,7 @@ def sweep_leftovers(client: docker.DockerClient, staging: Path, now: float | Non
     warden ends it) or that are past their deadline label, then the staging folders of containers that are
     gone."""
     moment = time.time() if now is None else now
+    gone = []
     for container in client.containers.list(all=True, filters={"label": ENTRY_LABEL}):
         ends = (container.labels or {}).get(DEADLINE_LABEL, "")
         if abandoned(staging, str(container.name)):
@@ -310,9 +311,25 @@ def sweep_leftovers(client: docker.DockerClient, staging: Path, now: float | Non
         print(f"torchyard: removing container {container.name}: {why}")
         with contextlib.suppress(docker.errors.APIError):
             container.remove(force=True)
+        gone.append(str(container.name))
     alive = {str(container.name) for container in client.containers.list(all=True)}
     for name in sweep_stages(staging, alive):
         print(f"torchyard: removed the staging folder of {name} (a run killed outright)", file=sys.stderr)
+        gone.append(name)
+    _remove_untrusted_caches(client, gone)
+
+
+def _remove_untrusted_caches(client: docker.DockerClient, runs: Collection[str]) -> None:
+    """The untrusted cache volume of each run known gone (`runs`: their containers' names): made for that run
+    alone, and otherwise left until `prune`. A volume a container still uses stays."""
+    endings = {f"-untrusted-{name.rsplit('-', 1)[-1]}" for name in runs}
+    if not endings:
+        return
+    for volume in client.volumes.list(filters={"label": f"{TRUST_LABEL}=untrusted"}):
+        if str(volume.name).endswith(tuple(endings)):
+            with contextlib.suppress(docker.errors.APIError):
+                volume.remove()
+                print(f"torchyard: removed volume {volume.name}: its untrusted run is gone", file=sys.stderr)
 
 
 def _remove(client: docker.DockerClient, name: str) -> int | None:
