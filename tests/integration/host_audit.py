@@ -104,10 +104,10 @@ def read_opens(log: Path, started_in: Path) -> list[str]:
     return found
 
 
-# What the host opens only to run it: Python's modules (their bytecode cache is tried first, found or not), its
-# path configuration, and native libraries. The host reads a checkout's sources as data (a project's files for
-# an image), never its bytecode cache, which torchyard's contexts leave out.
-CODE_OPENED = re.compile(r"(/__pycache__/|\.pth$|\.so(\.[0-9.]+)?$)")
+# What the host opens only to run it: Python's modules (their bytecode cache is tried first, found or not; a
+# sourceless module is its `.pyc` beside no source), its path configuration, and native libraries. The host reads
+# a checkout's sources as data (a project's files for an image), never bytecode, which its contexts leave out.
+CODE_OPENED = re.compile(r"(/__pycache__/|\.pyc$|\.pth$|\.so(\.[0-9.]+)?$)")
 
 
 def loaded_code(opened: Sequence[str], hostile: Sequence[Path]) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import py_compile
 import shutil
 import subprocess
 import sys
@@ -343,7 +344,8 @@ def test_the_host_audit_names_what_the_host_should_never_start(tmp_path: Path) -
     """The audit can fail: a program run from the checkout, one off the list, git started outside its seam
     (discovering a repository from a folder the pull request chose), a program started by descriptor
     (`execveat`), torchyard started so that the checkout comes first on sys.path (a committed `torchyard/`
-    shadows it), and a module of the checkout imported into a host process are each named."""
+    shadows it), and a module of the checkout imported into a host process (from its source, or a `.pyc` beside
+    none) are each named."""
     checkout = tmp_path / "checkout"
     (checkout / "torchyard").mkdir(parents=True)
     (checkout / "hook.sh").write_text("#!/bin/sh\ntrue\n")
@@ -352,6 +354,7 @@ def test_the_host_audit_names_what_the_host_should_never_start(tmp_path: Path) -
     (checkout / "torchyard" / "__main__.py").write_text("print('the pull request runs on the host')\n")
     log = tmp_path / "execve.log"
     shutil.copy("/bin/true", checkout / "tool")  # a program of the checkout's, started by its descriptor
+    sourceless = f"import sys; sys.path.insert(0, {str(checkout)!r}); import sourceless"
     by_descriptor = f"import os; os.execve(os.open({str(checkout / 'tool')!r}, os.O_RDONLY), ['hook-by-fd'], {{}})"
     script = (
         "import subprocess, sys\n"
@@ -361,13 +364,18 @@ def test_the_host_audit_names_what_the_host_should_never_start(tmp_path: Path) -
         f"subprocess.run(['git', 'ls-files'], cwd={str(checkout)!r}, capture_output=True)\n"
         f"subprocess.run([sys.executable, '-c', {by_descriptor!r}])\n"
         f"subprocess.run([sys.executable, '-m', 'torchyard', '--help'], cwd={str(checkout)!r}, capture_output=True)\n"
+        f"subprocess.run([sys.executable, '-c', {sourceless!r}])\n"
     )
+    source = tmp_path / "sourceless.py"  # compiled beside no source: Python imports the `.pyc` itself
+    source.write_text("")
+    py_compile.compile(str(source), cfile=str(checkout / "sourceless.pyc"), doraise=True)
     subprocess.run(traced([sys.executable, "-c", script], log), check=True)
     problems = violations(read_execs(log), allow_list(), [checkout])
     assert any("hook-by-fd" in problem and "allow-list" in problem for problem in problems), problems
     assert any("'-m', 'torchyard'" in problem.replace('"', "'") for problem in problems), problems
     imported = loaded_code(read_opens(log, tmp_path), [checkout])
     assert any("/torchyard/__pycache__/" in problem for problem in imported), imported
+    assert any("/sourceless.pyc: opened as code" in problem for problem in imported), imported
     assert any("hook.sh" in problem and "a folder the pull request writes" in problem for problem in problems)
     assert any(problem.startswith(("/bin/sh", "/usr/bin/sh")) and "allow-list" in problem for problem in problems)
     assert any("git" in problem and "started without --git-dir=" in problem for problem in problems)
