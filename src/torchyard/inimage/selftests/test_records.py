@@ -516,3 +516,22 @@ def test_a_native_library_of_the_project_makes_its_results_unkeepable(tmp_path: 
     with recording() as recorded:
         pass
     assert recorded[0].unkeepable == before[0].unkeepable, recorded[0].unkeepable
+
+
+def test_a_backends_window_records_the_file_its_project_code_reads_and_no_folder_on_its_way(tmp_path: Path) -> None:
+    """A path seen first in a backend's window is resolved to decide whether it is the project's; that resolve
+    stats each folder on its way, which is the record's own look: recorded, `/tmp`'s listing made the result
+    one that never replays."""
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "data.txt").write_text("1.0")
+    module = tmp_path / "reads_once.py"
+    module.write_text("def read(path):\n    with open(path) as stream:\n        return stream.read()\n")
+    spec = importlib.util.spec_from_file_location("reads_once", module)
+    assert spec is not None and spec.loader is not None
+    reads_once = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reads_once)
+    with recording(trace=False) as done:
+        reads_once.read(str(tmp_path / "a" / "b" / "data.txt"))
+    (record,) = done
+    assert str(tmp_path / "a" / "b" / "data.txt") in record.files
+    assert record.folders == {}, sorted(record.folders)

@@ -311,10 +311,11 @@ PAIR = (
     "import torch\n\nGAIN = 1.0\n\n"
     "class Left(torch.nn.Module):\n"
     "    def __init__(self):\n        super().__init__()\n        self.linear = torch.nn.Linear(4, 4)\n\n"
-    "    def forward(self, x):\n        return self.linear(x) * GAIN * globals()['Rig' + 'ht'].SCALE\n\n"
+    "    def forward(self, x):\n        other = globals()['Rig' + 'ht']\n"
+    "        return self.linear(x) * GAIN * other.SCALE * other.forward.__defaults__[0]\n\n"
     "class Right(torch.nn.Module):\n    SCALE = 1.0\n\n"
     "    def __init__(self):\n        super().__init__()\n        self.linear = torch.nn.Linear(4, 4)\n\n"
-    "    def forward(self, x):\n        return self.linear(x)\n"
+    "    def forward(self, x, factor=1.0):\n        return self.linear(x)\n"
 )
 PAIR_CASES = (
     "import torch\nfrom shop.pair import Left, Right\nfrom torchyard.cases import Case\n\n"
@@ -341,6 +342,8 @@ def test_two_models_of_one_file_are_keyed_apart(shop: Path) -> None:
     assert after["left"] == before["left"] and after["right"] != before["right"]
     # Left reads Right's class-level value by a computed name, none of Right's code running: the value counts
     (shop / "shop/pair.py").write_text(PAIR.replace("SCALE = 1.0", "SCALE = 2.0"))
+    assert pair_keys()["left"] != before["left"]
+    (shop / "shop/pair.py").write_text(PAIR.replace("factor=1.0", "factor=2.0"))  # made as the class is
     assert pair_keys()["left"] != before["left"]
     (shop / "shop/pair.py").write_text(PAIR.replace("GAIN = 1.0", "GAIN = 2.0"))
     moved = pair_keys()

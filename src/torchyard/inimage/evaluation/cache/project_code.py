@@ -1,7 +1,7 @@
 """The project's files a case depends on, so a change to one model moves that model's results only.
 
 A case's walk (`keys.code_reach`) names the project modules and models its code reaches. Each such module
-counts by its file (all but the methods of the models in it the case does not reach), with every project module
+counts by its file (all but the methods' bodies of the models in it the case does not reach), with every project module
 it imports, transitively (its `import` statements as written, and the modules its globals hold; a package only
 imported counts by its `__init__.py`, without what that imports): a helper two imports away or a default taken
 from a module constant moves the key though the walk never named it.
@@ -214,9 +214,10 @@ def _syntax(path: Path) -> ast.Module | None:
 
 
 def _without_models(name: str, path: Path, kept: set[str]) -> str:
-    """A digest of module `name`'s file but the methods of the models it defines that are not in `kept`. Their
-    class-level values stay: a model the case reaches reads another's constant by a computed name
-    (`globals()[...]`) with none of that model's code running, so no record would see it change."""
+    """A digest of module `name`'s file but the bodies of the methods of the models it defines that are not in
+    `kept`. What runs as the class is made stays (its values, and each method's decorators, defaults and
+    annotations): a model the case reaches reads another's by a computed name (`globals()[...]`) with none of
+    that model's code running, so no record would see it change."""
     tree = _syntax(path)
     if tree is None:
         return _digest(path)
@@ -226,8 +227,9 @@ def _without_models(name: str, path: Path, kept: set[str]) -> str:
         if not isinstance(statement, ast.ClassDef) or f"{name}:{statement.name}" in kept:
             continue
         if _model_class(module, statement.name):  # a method that runs is the record's (`Record.beyond`)
-            methods = (ast.FunctionDef, ast.AsyncFunctionDef)
-            statement.body = [part for part in statement.body if not isinstance(part, methods)] or [ast.Pass()]
+            for part in statement.body:
+                if isinstance(part, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    part.body = [ast.Pass()]
     return hashlib.sha256(ast.dump(stripped).encode()).hexdigest()
 
 

@@ -421,10 +421,12 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         # the events it records first: reading a frame is an audit event of its own
         if not (_AMBIENT_ON and event in OUTSIDE_EVENTS) or _by_importlib(sys._getframe(1)):
             return
-    elif _ACTIVE[-1].project_only and (event not in WINDOW_EVENTS or not _may_be_the_projects(event, args)):
-        return  # a backend's window: most of a compile's events decided by name, and its paths before any walk
-    _BUSY.on = True
+    elif _ACTIVE[-1].project_only and event not in WINDOW_EVENTS:
+        return  # a backend's window: most of a compile's events decided by name
+    _BUSY.on = True  # before any path is resolved: a resolve stats, and the stat is the record's own
     try:
+        if _ACTIVE and _ACTIVE[-1].project_only and not _may_be_the_projects(event, args):
+            return  # a backend's window: a path no project's, decided before the stack is walked
         reader = sys._getframe(1)
         if (sink := _sink(reader)) is not None:
             _record_event(sink, event, args, reader)
