@@ -10,8 +10,8 @@ network needs the machine's permission (`[allow] network = true`) and a trusted 
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+import subprocess
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from torchyard import contract
@@ -132,15 +132,22 @@ def sealed_run(helper: Helper) -> tuple[str, ...]:
     )  # fmt: skip
 
 
-@contextlib.contextmanager
-def removed_if_stopped(name: str, *, docker_path: str, runner: proc.Runner, env: Mapping[str, str]) -> Iterator[None]:
-    """The block runs helper container `name`; a stop (Ctrl-C, or SIGTERM and SIGHUP, which torchyard takes as
-    Ctrl-C) removes the container before torchyard ends: `docker run`'s client, killed, leaves it running to its
-    bound (HELPER_SECONDS), beside the runner's next job."""
+def run_sealed(
+    helper: Helper,
+    *,
+    docker_path: str,
+    runner: proc.Runner,
+    env: Mapping[str, str],
+    capture: bool = False,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """`sealed_run(helper)`, run; a stop (Ctrl-C, or SIGTERM and SIGHUP, which torchyard takes as Ctrl-C) removes
+    the container before torchyard ends: `docker run`'s client, killed, leaves it running to its bound
+    (HELPER_SECONDS), beside the runner's next job."""
     try:
-        yield
+        return runner((docker_path, *sealed_run(helper)), env=env, capture=capture, check=check)
     except KeyboardInterrupt:
-        runner((docker_path, "rm", "--force", name), env=env, capture=True, check=False)
+        runner((docker_path, "rm", "--force", helper.name), env=env, capture=True, check=False)
         raise
 
 

@@ -270,14 +270,13 @@ def test_a_run_whose_tests_stop_and_trace_everything_still_ends_at_its_deadline_
 HELPER_CHILD = """
 import os, sys
 from torchyard.cli import install_stop_handlers
-from torchyard.seal import Helper, removed_if_stopped, sealed_run
+from torchyard.seal import Helper, run_sealed
 from torchyard.util import proc
 install_stop_handlers()
 name, image = sys.argv[1], sys.argv[2]
 helper = Helper(name, "1000:1000", image, ("/bin/sleep", "600"), warden=False)
 try:
-    with removed_if_stopped(name, docker_path="docker", runner=proc.run, env=dict(os.environ)):
-        proc.run(("docker", *sealed_run(helper)))
+    run_sealed(helper, docker_path="docker", runner=proc.run, env=dict(os.environ))
 except KeyboardInterrupt:
     sys.exit(130)
 """

@@ -12,19 +12,20 @@ from typing import Any
 
 import pytest
 
-from torchyard.errors import ConfigError
+from torchyard.errors import CommandError, ConfigError
 from torchyard.image.check import image_check_args
 from torchyard.image.wheel import build_helper, fetch_helper
 from torchyard.matrix import load_plan
 from torchyard.matrix.machine import Limits
 from torchyard.run.scopes import CacheScope, seed_args
 from torchyard.seal import (
+    Helper,
     Seal,
     check_matrix_flags,
     check_untrusted_seal,
     helper_args,
     loosening,
-    removed_if_stopped,
+    run_sealed,
     run_user,
     sealed_run,
     warden_options,
@@ -139,11 +140,16 @@ def test_a_stop_removes_the_helper_container_and_a_failure_leaves_it_to_docker_r
 
     def runner(args: Sequence[str], **_: Any) -> subprocess.CompletedProcess[str]:
         calls.append(tuple(args))
+        if args[1] == "run":
+            raise stop
         return subprocess.CompletedProcess(args, 0, "", "")
 
-    with pytest.raises(KeyboardInterrupt), removed_if_stopped("n-build", docker_path="docker", runner=runner, env={}):
-        raise KeyboardInterrupt
-    assert calls == [("docker", "rm", "--force", "n-build")]
-    with pytest.raises(ValueError), removed_if_stopped("n-build", docker_path="docker", runner=runner, env={}):
-        raise ValueError
-    assert len(calls) == 1
+    helper = Helper("n-build", USER, "img", ("/bin/true",))
+    stop: BaseException = KeyboardInterrupt()
+    with pytest.raises(KeyboardInterrupt):
+        run_sealed(helper, docker_path="docker", runner=runner, env={})
+    assert calls == [("docker", *sealed_run(helper)), ("docker", "rm", "--force", "n-build")]
+    stop = CommandError("docker failed with exit status 1", 1, "")
+    with pytest.raises(CommandError):
+        run_sealed(helper, docker_path="docker", runner=runner, env={})
+    assert len(calls) == 3  # a failed run's container is docker's own to remove (--rm)

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from torchyard.errors import CommandError, ImageBuildError
-from torchyard.seal import Helper, removed_if_stopped, sealed_run
+from torchyard.seal import Helper, run_sealed, sealed_run
 from torchyard.util import proc
 
 PYTHON = "/opt/torchyard/venv/bin/python"
@@ -27,9 +27,14 @@ CHECK_SCRIPT = (
 CHECK_LINE = re.compile(r"^((?:vendor guard|image check): .*)$", re.MULTILINE)
 
 
+def image_check_helper(image: str, *, name: str, user: str, checks: Sequence[str]) -> Helper:
+    """The vendor guard and the accelerator's image checks in the built `image`, as a helper container."""
+    return Helper(f"{name}-check", user, image, ("/bin/bash", "-e", "-c", CHECK_SCRIPT, "check", *checks))
+
+
 def image_check_args(image: str, *, name: str, user: str, checks: Sequence[str]) -> tuple[str, ...]:
-    """`docker run` of the vendor guard and the accelerator's image checks in the built `image`, sealed."""
-    return sealed_run(Helper(f"{name}-check", user, image, ("/bin/bash", "-e", "-c", CHECK_SCRIPT, "check", *checks)))
+    """`docker run` of the image check, sealed."""
+    return sealed_run(image_check_helper(image, name=name, user=user, checks=checks))
 
 
 def check_image(
@@ -38,8 +43,8 @@ def check_image(
 ) -> None:  # fmt: skip
     """Run the checks; a failure is one line naming the entry and the check's own words."""
     try:
-        with removed_if_stopped(f"{name}-check", docker_path=docker_path, runner=runner, env=env):
-            runner((docker_path, *image_check_args(image, name=name, user=user, checks=checks)), env=env, capture=True)
+        helper = image_check_helper(image, name=name, user=user, checks=checks)
+        run_sealed(helper, docker_path=docker_path, runner=runner, env=env, capture=True)
     except CommandError as error:
         sys.stderr.write(error.output)  # the check's own account, as the build log showed it before
         found = CHECK_LINE.findall(error.output)

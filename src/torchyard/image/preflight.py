@@ -12,7 +12,7 @@ from torchyard.errors import ImageBuildError
 from torchyard.image.held import Held
 from torchyard.image.layers import added_bytes
 from torchyard.image.plan import BuildPlan
-from torchyard.seal import Helper, removed_if_stopped, run_user, sealed_run
+from torchyard.seal import Helper, run_sealed, run_user
 from torchyard.util import proc
 
 BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
@@ -47,8 +47,7 @@ def check_base(
         return
     name = f"torchyard-{plan.entry}-{os.urandom(4).hex()}"
     helper = base_probe(plan, name=name, user=run_user(os.getuid(), os.getgid()))
-    with removed_if_stopped(helper.name, docker_path=docker_path, runner=runner, env=env):
-        status = runner((docker_path, *sealed_run(helper)), check=False, env=env).returncode
+    status = run_sealed(helper, docker_path=docker_path, runner=runner, env=env, check=False).returncode
     if status == 1:
         python = f"python{plan.python}"
         needs = python if plan.vendor else f"{python} and no apt-get to install it"

@@ -27,7 +27,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from torchyard.errors import CommandError, ImageBuildError
 from torchyard.image.source import ProjectFile, write_files
 from torchyard.matrix.machine import Source, write_index_args
-from torchyard.seal import Helper, removed_if_stopped, run_user, sealed_run
+from torchyard.seal import Helper, run_sealed, run_user
 from torchyard.util import proc
 from torchyard.util.folders import folder_bytes
 
@@ -153,7 +153,6 @@ def build_wheel_sealed(
             ),
             build_helper(image, name=name, user=user, source=source, buildenv=buildenv, out=out),
         )  # fmt: skip
-        fetch, built = (sealed_run(helper) for helper in helpers)
         source.mkdir()
         write_files(files, source)
         source.chmod(0o755)
@@ -167,8 +166,7 @@ def build_wheel_sealed(
             flush=True,
         )
         try:
-            with removed_if_stopped(helpers[0].name, docker_path=docker_path, runner=runner, env=env):
-                runner((docker_path, *fetch), env=env)
+            run_sealed(helpers[0], docker_path=docker_path, runner=runner, env=env)
         except CommandError as error:
             raise ImageBuildError(
                 f"entry {entry!r}: the project's build requirements did not install ({error})"
@@ -176,8 +174,7 @@ def build_wheel_sealed(
         kill = (docker_path, "kill", helpers[1].name)
         with bounded(out, WHEEL_OUTPUT_LIMIT, lambda: runner(kill, env=env, capture=True, check=False)) as past:
             try:
-                with removed_if_stopped(helpers[1].name, docker_path=docker_path, runner=runner, env=env):
-                    runner((docker_path, *built), env=env)
+                run_sealed(helpers[1], docker_path=docker_path, runner=runner, env=env)
             except CommandError as error:
                 if not past.is_set():
                     raise ImageBuildError(f"entry {entry!r}: the project's wheel did not build ({error})") from None

@@ -48,9 +48,11 @@ from torchyard.run.scopes import (
     CacheScope,
     cache_scope,
     prime_volume,
-    seed_args,
+    run_id,
+    seed_helper,
     seed_image,
     sibling_filters,
+    untrusted_ending,
 )
 from torchyard.run.staging import (
     abandoned,
@@ -67,8 +69,8 @@ from torchyard.seal import (
     Seal,
     check_matrix_flags,
     check_untrusted_seal,
-    removed_if_stopped,
     run_groups,
+    run_sealed,
     run_user,
     sealing_args,
     warden_bound,
@@ -172,9 +174,7 @@ def plan_run(
         image=image,
         name=name,
         reports=reports,
-        scope=cache_scope(
-            entry, project, trust.level, name.rsplit("-", 1)[-1], stack_of(found.labels), matrix_tag=matrix_tag
-        ),
+        scope=cache_scope(entry, project, trust.level, run_id(name), stack_of(found.labels), matrix_tag=matrix_tag),
         user=run_user(os.getuid(), os.getgid()),
         seal=Seal(machine.limits, memory, network=_network(entry, trust, machine)),
         image_id=str(found.id),
@@ -322,7 +322,7 @@ def sweep_leftovers(client: docker.DockerClient, staging: Path, now: float | Non
 def _remove_untrusted_caches(client: docker.DockerClient, runs: Collection[str]) -> None:
     """The untrusted cache volume of each run known gone (`runs`: their containers' names): made for that run
     alone, and otherwise left until `prune`. A volume a container still uses stays."""
-    endings = {f"-untrusted-{name.rsplit('-', 1)[-1]}" for name in runs}
+    endings = {untrusted_ending(run_id(name)) for name in runs}
     if not endings:
         return
     for volume in client.volumes.list(filters={"label": f"{TRUST_LABEL}=untrusted"}):
@@ -395,11 +395,10 @@ def prepare_cache(
         return
     if not plan.seed_image:
         return  # never the run's own image: a cache it cannot be seeded into safely starts empty
-    copy = seed_args(scope, source, image=plan.seed_image, user=plan.user, name=plan.name, folder=folder)
+    copy = seed_helper(scope, source, image=plan.seed_image, user=plan.user, name=plan.name, folder=folder)
     try:
         prime_volume(client, scope, plan.image)
-        with removed_if_stopped(f"{plan.name}-seed", docker_path=docker_path, runner=runner, env=env):
-            runner((docker_path, *copy), env=env)
+        run_sealed(copy, docker_path=docker_path, runner=runner, env=env)
     except BaseException as error:
         if new or scope.ephemeral:
             client.volumes.get(scope.volume).remove(force=True)

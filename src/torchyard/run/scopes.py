@@ -64,7 +64,17 @@ def cache_scope(
     trusted = f"torchyard-cache-{project}-{entry.name}{matrix_tag}"
     if trust == "trusted":
         return CacheScope(trusted, None, project, trust, stack)
-    return CacheScope(f"{trusted}-untrusted-{run_id}", trusted, project, trust, stack)
+    return CacheScope(f"{trusted}{untrusted_ending(run_id)}", trusted, project, trust, stack)
+
+
+def run_id(name: str) -> str:
+    """The run a container (or its staging folder) of that `name` belongs to: its name's last part."""
+    return name.rsplit("-", 1)[-1]
+
+
+def untrusted_ending(run: str) -> str:
+    """How the name of run `run`'s own cache volume ends (an untrusted run's: made for it alone)."""
+    return f"-untrusted-{run}"
 
 
 def sibling_filters(scope: CacheScope, *, same_stack: bool = True) -> dict[str, list[str]]:
@@ -93,18 +103,23 @@ def prime_volume(client: docker.DockerClient, scope: CacheScope, image: str) -> 
     created.remove(force=True)
 
 
-def seed_args(
-    scope: CacheScope, source: str, *, image: str, user: str, name: str, folder: str = "."
-) -> tuple[str, ...]:
-    """`docker run` that copies the trusted volume `source` (or its `folder` alone) into the run's own (primed:
-    `prime_volume`), sealed as every helper container is, in `image` (`seed_image`: the base's `cp`, no code of
-    the project's). Both volumes are `volume-nocopy`: an empty one is never filled from the image."""
+def seed_helper(scope: CacheScope, source: str, *, image: str, user: str, name: str, folder: str = ".") -> Helper:
+    """The helper container that copies the trusted volume `source` (or its `folder` alone) into the run's own
+    (primed: `prime_volume`), in `image` (`seed_image`: the base's `cp`, no code of the project's, no warden).
+    Both volumes are `volume-nocopy`: an empty one is never filled from the image."""
     mounts = (
         "--mount", f"type=volume,source={source},target={SEED_TARGET},readonly,volume-nocopy",
         "--mount", f"type=volume,source={scope.volume},target={contract.IMAGE_CACHE},volume-nocopy",
     )  # fmt: skip
     copy = ("/bin/cp", "-R", f"{SEED_TARGET}/{folder}", f"{contract.IMAGE_CACHE}/")
-    return sealed_run(Helper(f"{name}-seed", user, image, copy, options=mounts, warden=False))  # the base: no warden
+    return Helper(f"{name}-seed", user, image, copy, options=mounts, warden=False)
+
+
+def seed_args(
+    scope: CacheScope, source: str, *, image: str, user: str, name: str, folder: str = "."
+) -> tuple[str, ...]:
+    """`docker run` of the seed (`seed_helper`), sealed as every helper container is."""
+    return sealed_run(seed_helper(scope, source, image=image, user=user, name=name, folder=folder))
 
 
 def local_cache(entry: Entry, trust: Trust) -> str:

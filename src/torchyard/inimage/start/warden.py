@@ -62,7 +62,7 @@ def _ids(spec: str) -> tuple[int, int, list[int]]:
     return int(parts[0]), int(parts[1]), groups
 
 
-def _become(uid: int, gid: int, groups: list[int]) -> None:
+def _become(libc: ctypes.CDLL, uid: int, gid: int, groups: list[int]) -> None:
     """The command's ids (in the child, before exec): from root, every id and no capability left (the
     kernel clears them when the last id leaves 0); from anyone else, only the ids it already has."""
     os.setsid()  # out of the warden's session and process group: what the tests set there is theirs alone
@@ -72,7 +72,6 @@ def _become(uid: int, gid: int, groups: list[int]) -> None:
         return
     if uid <= 0 or gid <= 0:  # the command is never root's, nor the warden's capabilities its
         raise PermissionError(f"will not start a command as {uid}:{gid} (root's or no id)")
-    libc = ctypes.CDLL(None, use_errno=True)
     for capability in (CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SETPCAP):  # none left to any program it runs
         if libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
             raise PermissionError(f"cannot drop capability {capability}: {os.strerror(ctypes.get_errno())}")
@@ -141,7 +140,7 @@ def main(argv: list[str]) -> int:
     if child == 0:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
         try:
-            _become(uid, gid, groups)
+            _become(libc, uid, gid, groups)
         except OSError as error:
             print(f"warden: {error.strerror or error}", file=sys.stderr)
             os._exit(125)
